@@ -1,0 +1,219 @@
+//! The boundary between generated protobuf types and the domain. Nothing
+//! outside this module (and the service shims that call it) names `pb::`.
+
+use gw_proto::pb;
+
+use crate::domain::{Account, Channel, Group, Model, RateLimit, Resource, Token, UsageRecord};
+
+impl From<pb::RateLimit> for RateLimit {
+    fn from(r: pb::RateLimit) -> RateLimit {
+        RateLimit { window_minutes: r.window_minutes, max_requests: r.max_requests }
+    }
+}
+
+impl From<RateLimit> for pb::RateLimit {
+    fn from(r: RateLimit) -> pb::RateLimit {
+        pb::RateLimit { window_minutes: r.window_minutes, max_requests: r.max_requests }
+    }
+}
+
+impl From<Account> for pb::Account {
+    fn from(a: Account) -> pb::Account {
+        pb::Account {
+            id: a.id,
+            name: a.name,
+            balance_micros: a.balance_micros,
+            unlimited: a.unlimited,
+            groups: a.groups,
+            status: a.status,
+            used_micros: a.used_micros,
+            created_at: a.created_at,
+        }
+    }
+}
+
+impl From<Group> for pb::Group {
+    fn from(g: Group) -> pb::Group {
+        pb::Group {
+            name: g.name,
+            ratio: g.ratio,
+            deprecated: g.deprecated,
+            description: g.description,
+            rate_limit: Some(g.rate_limit.into()),
+        }
+    }
+}
+
+impl From<pb::Group> for Group {
+    fn from(g: pb::Group) -> Group {
+        Group {
+            name: g.name,
+            ratio: g.ratio,
+            deprecated: g.deprecated,
+            description: g.description,
+            rate_limit: g.rate_limit.map(Into::into).unwrap_or_default(),
+        }
+    }
+}
+
+impl From<Token> for pb::Token {
+    fn from(t: Token) -> pb::Token {
+        pb::Token {
+            id: t.id,
+            account_id: t.account_id,
+            group: t.group,
+            name: t.name,
+            key_hash: t.key_hash,
+            key_prefix: t.key_prefix,
+            status: t.status,
+            expires_at: t.expires_at,
+            unlimited: t.unlimited,
+            quota_micros: t.quota_micros,
+            used_micros: t.used_micros,
+            models: t.models,
+            allow_ips: t.allow_ips,
+            rate_limit: Some(t.rate_limit.into()),
+            created_at: t.created_at,
+        }
+    }
+}
+
+/// Full channel, secret included: only for the policy stream to data planes.
+pub fn channel_with_secret(c: Channel) -> pb::Channel {
+    pb::Channel {
+        has_key: !c.api_key.is_empty(),
+        id: c.id,
+        name: c.name,
+        r#type: c.kind,
+        base_url: c.base_url,
+        api_key: c.api_key,
+        models: c.models,
+        model_map: c.model_map.into_iter().collect(),
+        groups: c.groups,
+        priority: c.priority,
+        weight: c.weight,
+        status: c.status,
+        connect_timeout_ms: c.connect_timeout_ms,
+        first_byte_timeout_ms: c.first_byte_timeout_ms,
+        idle_timeout_ms: c.idle_timeout_ms,
+        total_timeout_ms: c.total_timeout_ms,
+    }
+}
+
+/// Channel as operators see it: the upstream key is never returned.
+pub fn channel_redacted(c: Channel) -> pb::Channel {
+    pb::Channel { api_key: String::new(), ..channel_with_secret(c) }
+}
+
+impl From<pb::Channel> for Channel {
+    fn from(c: pb::Channel) -> Channel {
+        Channel {
+            id: c.id,
+            name: c.name,
+            kind: c.r#type,
+            base_url: c.base_url,
+            api_key: c.api_key,
+            models: c.models,
+            model_map: c.model_map.into_iter().collect(),
+            groups: c.groups,
+            priority: c.priority,
+            weight: c.weight,
+            status: c.status,
+            connect_timeout_ms: c.connect_timeout_ms,
+            first_byte_timeout_ms: c.first_byte_timeout_ms,
+            idle_timeout_ms: c.idle_timeout_ms,
+            total_timeout_ms: c.total_timeout_ms,
+        }
+    }
+}
+
+impl From<Model> for pb::Model {
+    fn from(m: Model) -> pb::Model {
+        pb::Model {
+            id: m.id,
+            category: m.category,
+            input_price_micros: m.input_price_micros,
+            output_price_micros: m.output_price_micros,
+            cached_price_micros: m.cached_price_micros,
+            request_price_micros: m.request_price_micros,
+            second_price_micros: m.second_price_micros,
+            image_price_micros: m.image_price_micros,
+            owned_by: m.owned_by,
+        }
+    }
+}
+
+impl From<pb::Model> for Model {
+    fn from(m: pb::Model) -> Model {
+        Model {
+            id: m.id,
+            category: m.category,
+            input_price_micros: m.input_price_micros,
+            output_price_micros: m.output_price_micros,
+            cached_price_micros: m.cached_price_micros,
+            request_price_micros: m.request_price_micros,
+            second_price_micros: m.second_price_micros,
+            image_price_micros: m.image_price_micros,
+            owned_by: m.owned_by,
+        }
+    }
+}
+
+impl From<UsageRecord> for pb::UsageRecord {
+    fn from(u: UsageRecord) -> pb::UsageRecord {
+        pb::UsageRecord {
+            request_id: u.request_id,
+            token_id: u.token_id,
+            account_id: u.account_id,
+            group: u.group,
+            model: u.model,
+            channel_id: u.channel_id,
+            endpoint: u.endpoint,
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            cached_tokens: u.cached_tokens,
+            cost_micros: u.cost_micros,
+            latency_ms: u.latency_ms,
+            status: u.status,
+            created_at: u.created_at,
+            node_id: u.node_id,
+            estimated: u.estimated,
+        }
+    }
+}
+
+impl From<pb::UsageRecord> for UsageRecord {
+    fn from(u: pb::UsageRecord) -> UsageRecord {
+        UsageRecord {
+            request_id: u.request_id,
+            token_id: u.token_id,
+            account_id: u.account_id,
+            group: u.group,
+            model: u.model,
+            channel_id: u.channel_id,
+            endpoint: u.endpoint,
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            cached_tokens: u.cached_tokens,
+            cost_micros: u.cost_micros,
+            latency_ms: u.latency_ms,
+            status: u.status,
+            created_at: u.created_at,
+            node_id: u.node_id,
+            estimated: u.estimated,
+        }
+    }
+}
+
+/// A resource as the policy stream carries it (channel secrets included).
+pub fn resource_for_data_plane(resource: Resource) -> pb::Resource {
+    use pb::resource::Kind as K;
+    let kind = match resource {
+        Resource::Account(a) => K::Account(a.into()),
+        Resource::Group(g) => K::Group(g.into()),
+        Resource::Token(t) => K::Token(t.into()),
+        Resource::Channel(c) => K::Channel(channel_with_secret(c)),
+        Resource::Model(m) => K::Model(m.into()),
+    };
+    pb::Resource { kind: Some(kind) }
+}

@@ -1,0 +1,233 @@
+//! The control plane's resources, as the store keeps them.
+//!
+//! Money is integer micro-USD; token prices are micro-USD per 1M tokens.
+//! Counters (an account's balance and spend, a token's spend) change only
+//! through the store's balance and usage operations, never through `put`, so
+//! an admin edit can never undo a concurrent charge.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Status of accounts, tokens and channels.
+pub const ENABLED: &str = "enabled";
+pub const DISABLED: &str = "disabled";
+/// A channel the data planes took out of rotation after repeated failures.
+pub const AUTO_DISABLED: &str = "auto_disabled";
+
+/// Requests allowed per window of minutes; a zero window means no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    pub window_minutes: u32,
+    pub max_requests: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Account {
+    pub id: String,
+    pub name: String,
+    pub balance_micros: i64,
+    pub unlimited: bool,
+    pub groups: Vec<String>,
+    pub status: String,
+    pub used_micros: i64,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    pub name: String,
+    pub ratio: f64,
+    pub deprecated: bool,
+    pub description: String,
+    pub rate_limit: RateLimit,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Token {
+    pub id: String,
+    pub account_id: String,
+    pub group: String,
+    pub name: String,
+    /// Lowercase hex SHA-256 of the key; the key itself is never stored.
+    pub key_hash: String,
+    pub key_prefix: String,
+    pub status: String,
+    /// Unix seconds; 0 never expires.
+    pub expires_at: i64,
+    pub unlimited: bool,
+    pub quota_micros: i64,
+    pub used_micros: i64,
+    pub models: Vec<String>,
+    pub allow_ips: Vec<String>,
+    pub rate_limit: RateLimit,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Channel {
+    pub id: String,
+    pub name: String,
+    pub kind: String,
+    pub base_url: String,
+    /// Upstream secret: goes to data planes, never to admin answers or logs.
+    pub api_key: String,
+    pub models: Vec<String>,
+    pub model_map: BTreeMap<String, String>,
+    pub groups: Vec<String>,
+    pub priority: i32,
+    pub weight: u32,
+    pub status: String,
+    pub connect_timeout_ms: u32,
+    pub first_byte_timeout_ms: u32,
+    pub idle_timeout_ms: u32,
+    pub total_timeout_ms: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    pub id: String,
+    pub category: String,
+    pub input_price_micros: i64,
+    pub output_price_micros: i64,
+    pub cached_price_micros: i64,
+    pub request_price_micros: i64,
+    pub second_price_micros: i64,
+    pub image_price_micros: i64,
+    pub owned_by: String,
+}
+
+/// One metered request, applied to the ledger once per `request_id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    pub request_id: String,
+    pub token_id: String,
+    pub account_id: String,
+    pub group: String,
+    pub model: String,
+    pub channel_id: String,
+    pub endpoint: String,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cached_tokens: i64,
+    pub cost_micros: i64,
+    pub latency_ms: u32,
+    pub status: u32,
+    pub created_at: i64,
+    pub node_id: String,
+    pub estimated: bool,
+}
+
+/// Which kind of resource a change or a lookup is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Account,
+    Group,
+    Token,
+    Channel,
+    Model,
+}
+
+/// Any resource, for the store's generic operations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Resource {
+    Account(Account),
+    Group(Group),
+    Token(Token),
+    Channel(Channel),
+    Model(Model),
+}
+
+/// One entry of the change feed: resource `kind/id` changed at `revision`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub revision: u64,
+    pub kind: Kind,
+    pub id: String,
+}
+
+/// Every resource at one revision.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub revision: u64,
+    pub resources: Vec<Resource>,
+}
+
+/// What a batch of usage records did to the ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageOutcome {
+    pub applied: u32,
+    pub duplicates: u32,
+    /// Revision after the batch; equal to the old one if nothing was applied.
+    pub revision: u64,
+}
+
+/// Filter of `Store::list_usage`; empty fields match everything.
+#[derive(Debug, Clone, Default)]
+pub struct UsageFilter {
+    pub token_id: String,
+    pub account_id: String,
+    pub model: String,
+    pub limit: usize,
+}
+
+// === impl Kind ===
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [Kind::Account, Kind::Group, Kind::Token, Kind::Channel, Kind::Model];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Account => "account",
+            Kind::Group => "group",
+            Kind::Token => "token",
+            Kind::Channel => "channel",
+            Kind::Model => "model",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// === impl Resource ===
+
+impl Resource {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Resource::Account(_) => Kind::Account,
+            Resource::Group(_) => Kind::Group,
+            Resource::Token(_) => Kind::Token,
+            Resource::Channel(_) => Kind::Channel,
+            Resource::Model(_) => Kind::Model,
+        }
+    }
+
+    /// The resource's key within its kind (a group's and a model's is the name).
+    pub fn id(&self) -> &str {
+        match self {
+            Resource::Account(a) => &a.id,
+            Resource::Group(g) => &g.name,
+            Resource::Token(t) => &t.id,
+            Resource::Channel(c) => &c.id,
+            Resource::Model(m) => &m.id,
+        }
+    }
+}
+
+/// Current Unix time in seconds.
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,31 @@
+//! How store failures leave the control plane: the one mapping of
+//! `StoreError` to a gRPC status. Internal causes are logged, never sent.
+
+use tonic::Status;
+
+use crate::store::StoreError;
+
+impl From<StoreError> for Status {
+    fn from(error: StoreError) -> Status {
+        match error {
+            StoreError::NotFound { .. } => Status::not_found(error.to_string()),
+            StoreError::AlreadyExists { .. } => Status::already_exists(error.to_string()),
+            other => {
+                tracing::error!(error = %error_chain(&other), "store operation failed");
+                Status::unavailable("the store is unavailable")
+            }
+        }
+    }
+}
+
+/// An error followed by its sources, for logs.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,143 @@
+//! The gateway's control plane: the only writer of state. It serves the admin
+//! API (gwctl) and the policy API (data planes) over gRPC on one listener,
+//! keeps state in a `Store`, and streams every change to connected data
+//! planes as deltas they acknowledge.
+
+pub mod admin;
+pub mod auth;
+pub mod convert;
+pub mod domain;
+pub mod error;
+pub mod fleet;
+pub mod keys;
+pub mod policy;
+pub mod store;
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
+
+use anyhow::Context as _;
+use gw_proto::pb;
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+
+use crate::{
+    domain::{Group, Kind, RateLimit, Resource},
+    store::Store,
+};
+
+/// Bootstrap settings of one control-plane replica.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// gRPC address for both services; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// `redis://…` for Redis; empty for the embedded store in `data_dir`.
+    pub store: String,
+    /// Holds the embedded store and the generated key files.
+    pub data_dir: PathBuf,
+    /// Admin credential; when `None` it is read from (or created in) `data_dir/admin.key`.
+    pub admin_key: Option<String>,
+    /// Data-plane credential; when `None` it is read from (or created in) `data_dir/node.key`.
+    pub node_key: Option<String>,
+}
+
+/// A running control plane. Dropping it leaves the server running until
+/// `shutdown` is called or the runtime ends.
+pub struct Handle {
+    /// Bound gRPC address.
+    pub addr: SocketAddr,
+    pub admin_key: String,
+    pub node_key: String,
+    /// Where the admin key is kept, when it came from a file.
+    pub admin_key_file: Option<PathBuf>,
+    pub store: Arc<dyn Store>,
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Embedded store in `data_dir`, keys from (or created in) `data_dir`.
+    pub fn new(listen: SocketAddr, data_dir: impl Into<PathBuf>) -> Config {
+        Config { listen, store: String::new(), data_dir: data_dir.into(), admin_key: None, node_key: None }
+    }
+}
+
+// === impl Handle ===
+
+impl Handle {
+    /// Stops accepting calls, ends open watch streams and waits for the server.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(());
+        match self.server.await {
+            Ok(Err(error)) => tracing::warn!(%error, "control plane server ended with an error"),
+            Err(error) => tracing::warn!(%error, "control plane server task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+}
+
+/// Opens the store, makes sure the keys and the `default` group exist, binds
+/// `config.listen` and serves both gRPC services until `Handle::shutdown`.
+pub async fn start(config: Config) -> anyhow::Result<Handle> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    let store = store::open(&config.store, &config.data_dir).await.context("opening the store")?;
+    let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone())
+        .context("loading credentials")?;
+    bootstrap(store.as_ref()).await.context("creating the default group")?;
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    let fleet = fleet::Fleet::default();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+
+    let admin = admin::AdminApi::new(store.clone(), fleet.clone());
+    let policy = policy::PolicyApi::new(store.clone(), fleet, shutdown_rx);
+    let admin_auth = auth::KeyCheck::new(&keys.admin);
+    let node_auth = auth::KeyCheck::new(&keys.node);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let server = tonic::transport::Server::builder()
+        .add_service(pb::admin_service_server::AdminServiceServer::with_interceptor(admin, admin_auth))
+        .add_service(pb::policy_service_server::PolicyServiceServer::with_interceptor(policy, node_auth))
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = stopped.await;
+            // Watch streams never end by themselves; tell them to close.
+            let _ = shutdown_tx.send(true);
+        });
+    let server = tokio::spawn(server);
+    tracing::info!(%addr, store = %store_name(&config.store), "control plane listening");
+    Ok(Handle {
+        addr,
+        admin_key: keys.admin,
+        node_key: keys.node,
+        admin_key_file: keys.admin_file,
+        store,
+        stop,
+        server,
+    })
+}
+
+fn store_name(url: &str) -> &str {
+    if url.is_empty() { "embedded" } else if url.starts_with("redis") { "redis" } else { url }
+}
+
+/// A fresh store gets the `default` group every token starts in.
+async fn bootstrap(store: &dyn Store) -> anyhow::Result<()> {
+    if store.get(Kind::Group, "default").await?.is_some() || store.revision().await? > 0 {
+        return Ok(());
+    }
+    let group = Group {
+        name: "default".into(),
+        ratio: 1.0,
+        deprecated: false,
+        description: "created at first start".into(),
+        rate_limit: RateLimit::default(),
+    };
+    match store.create(Resource::Group(group)).await {
+        Ok(_) | Err(store::StoreError::AlreadyExists { .. }) => Ok(()),
+        Err(error) => Err(error.into()),
+    }
+}

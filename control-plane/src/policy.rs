@@ -1,0 +1,231 @@
+//! `PolicyService`: streams snapshots and deltas to data planes and takes
+//! their usage reports. Each watch runs in its own task: it answers the
+//! Hello with a full snapshot (or the deltas since the data plane's revision),
+//! then sends one delta per batch of store changes, and records ACKs.
+
+use std::{collections::BTreeSet, pin::Pin, sync::Arc};
+
+use futures_util::Stream;
+use gw_proto::pb;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::{StreamExt as _, wrappers::ReceiverStream};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::{
+    convert,
+    domain::{Change, Kind, UsageRecord},
+    error::error_chain,
+    fleet::Fleet,
+    store::{Store, StoreError},
+};
+
+/// Records accepted in one `ReportUsage` call.
+const MAX_BATCH: usize = 10_000;
+
+/// The policy service of one replica.
+pub struct PolicyApi {
+    store: Arc<dyn Store>,
+    fleet: Fleet,
+    shutdown: watch::Receiver<bool>,
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+
+// === impl PolicyApi ===
+
+impl PolicyApi {
+    pub fn new(store: Arc<dyn Store>, fleet: Fleet, shutdown: watch::Receiver<bool>) -> PolicyApi {
+        PolicyApi { store, fleet, shutdown }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::policy_service_server::PolicyService for PolicyApi {
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<WatchStream>, Status> {
+        let mut incoming = request.into_inner();
+        let hello = match incoming.next().await {
+            Some(Ok(pb::WatchRequest { kind: Some(pb::watch_request::Kind::Hello(hello)) })) => hello,
+            Some(Err(status)) => return Err(status),
+            _ => return Err(Status::invalid_argument("the first message of a watch must be a hello")),
+        };
+        if hello.node_id.is_empty() {
+            return Err(Status::invalid_argument("hello needs a node_id"));
+        }
+        let (tx, rx) = mpsc::channel(16);
+        let session = Session {
+            store: self.store.clone(),
+            fleet: self.fleet.clone(),
+            node_id: hello.node_id.clone(),
+            sent: 0,
+            tx,
+        };
+        self.fleet.connected(&hello.node_id, &hello.address, &hello.version);
+        tracing::info!(node = %hello.node_id, revision = hello.revision, "data plane connected");
+        tokio::spawn(session.run(hello.revision, incoming, self.shutdown.clone()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn report_usage(
+        &self,
+        request: Request<pb::ReportUsageRequest>,
+    ) -> Result<Response<pb::ReportUsageResponse>, Status> {
+        let request = request.into_inner();
+        if request.records.len() > MAX_BATCH {
+            return Err(Status::invalid_argument(format!("at most {MAX_BATCH} records per report")));
+        }
+        if let Some(bad) = request.records.iter().find(|r| r.request_id.is_empty()) {
+            return Err(Status::invalid_argument(format!("usage record without request_id for token {:?}", bad.token_id)));
+        }
+        let records: Vec<UsageRecord> = request.records.into_iter().map(Into::into).collect();
+        let outcome = self.store.apply_usage(&records).await.map_err(Status::from)?;
+        if !request.node_id.is_empty() {
+            self.fleet.seen(&request.node_id);
+        }
+        Ok(Response::new(pb::ReportUsageResponse {
+            applied: outcome.applied,
+            duplicates: outcome.duplicates,
+            revision: outcome.revision,
+        }))
+    }
+}
+
+/// One data plane's watch stream.
+struct Session {
+    store: Arc<dyn Store>,
+    fleet: Fleet,
+    node_id: String,
+    /// Revision of the last response sent.
+    sent: u64,
+    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+}
+
+// === impl Session ===
+
+impl Session {
+    async fn run(
+        mut self,
+        known: u64,
+        mut incoming: Streaming<pb::WatchRequest>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut revisions = self.store.subscribe();
+        let result = async {
+            self.send_initial(known).await?;
+            loop {
+                tokio::select! {
+                    changed = revisions.changed() => {
+                        if changed.is_err() {
+                            return Ok(());
+                        }
+                        let newest = *revisions.borrow_and_update();
+                        if newest > self.sent {
+                            self.send_since().await?;
+                        }
+                    }
+                    message = incoming.next() => match message {
+                        Some(Ok(pb::WatchRequest { kind: Some(pb::watch_request::Kind::Ack(ack)) })) => {
+                            let error = if ack.rejected.is_empty() {
+                                ack.error.clone()
+                            } else {
+                                format!("rejected {}: {}", ack.rejected.join(", "), ack.error)
+                            };
+                            if !error.is_empty() {
+                                tracing::warn!(node = %self.node_id, revision = ack.revision, %error, "data plane rejected resources");
+                            }
+                            self.fleet.acked(&self.node_id, ack.revision, &error);
+                        }
+                        Some(Ok(_)) => {}
+                        Some(Err(status)) => return Err(SessionEnd::Client(status)),
+                        None => return Ok(()),
+                    },
+                    _ = stopped(&mut shutdown) => return Ok(()),
+                }
+            }
+        }
+        .await;
+        match result {
+            Ok(()) | Err(SessionEnd::Closed) => {}
+            Err(SessionEnd::Client(status)) => {
+                tracing::debug!(node = %self.node_id, %status, "watch stream broke");
+            }
+            Err(SessionEnd::Store(error)) => {
+                tracing::warn!(node = %self.node_id, error = %error_chain(&error), "watch ended on a store error");
+                let _ = self.tx.send(Err(Status::from(error))).await;
+            }
+        }
+        self.fleet.disconnected(&self.node_id);
+        tracing::info!(node = %self.node_id, "data plane disconnected");
+    }
+
+    async fn send_initial(&mut self, known: u64) -> Result<(), SessionEnd> {
+        if known > 0 {
+            if let Some(changes) = self.store.changes_since(known).await? {
+                self.sent = known;
+                self.fleet.sent(&self.node_id, known);
+                return self.send_delta(changes).await;
+            }
+        }
+        self.send_full().await
+    }
+
+    async fn send_since(&mut self) -> Result<(), SessionEnd> {
+        match self.store.changes_since(self.sent).await? {
+            Some(changes) => self.send_delta(changes).await,
+            None => self.send_full().await,
+        }
+    }
+
+    async fn send_full(&mut self) -> Result<(), SessionEnd> {
+        let snapshot = self.store.snapshot().await?;
+        let response = pb::WatchResponse {
+            revision: snapshot.revision,
+            full: true,
+            base: 0,
+            upserts: snapshot.resources.into_iter().map(convert::resource_for_data_plane).collect(),
+            deletes: Vec::new(),
+        };
+        self.send(response).await
+    }
+
+    async fn send_delta(&mut self, changes: Vec<Change>) -> Result<(), SessionEnd> {
+        let Some(revision) = changes.iter().map(|c| c.revision).max() else {
+            return Ok(());
+        };
+        let touched: BTreeSet<(Kind, String)> = changes.into_iter().map(|c| (c.kind, c.id)).collect();
+        let mut response = pb::WatchResponse { revision, full: false, base: self.sent, ..Default::default() };
+        for (kind, id) in touched {
+            match self.store.get(kind, &id).await? {
+                Some(resource) => response.upserts.push(convert::resource_for_data_plane(resource)),
+                None => response.deletes.push(pb::ResourceRef { kind: kind.as_str().to_owned(), id }),
+            }
+        }
+        self.send(response).await
+    }
+
+    async fn send(&mut self, response: pb::WatchResponse) -> Result<(), SessionEnd> {
+        let revision = response.revision;
+        self.tx.send(Ok(response)).await.map_err(|_| SessionEnd::Closed)?;
+        self.sent = revision;
+        self.fleet.sent(&self.node_id, revision);
+        Ok(())
+    }
+}
+
+/// Resolves once the server is shutting down.
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+enum SessionEnd {
+    Closed,
+    Client(Status),
+    Store(StoreError),
+}
+
+impl From<StoreError> for SessionEnd {
+    fn from(error: StoreError) -> SessionEnd {
+        SessionEnd::Store(error)
+    }
+}

@@ -1,0 +1,1 @@
+//! The behaviour every `Store` backend must show; run by the tests of each.
