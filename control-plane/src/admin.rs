@@ -572,7 +572,7 @@ fn status_value(status: &str, allowed: &[&str]) -> Result<String, Status> {
 }
 
 fn check_ratio(ratio: f64) -> Result<(), Status> {
-    if ratio.is_finite() && ratio >= 0.0 && ratio <= 1000.0 {
+    if (0.0..=1000.0).contains(&ratio) {
         Ok(())
     } else {
         Err(Status::invalid_argument("ratio must be between 0 and 1000"))

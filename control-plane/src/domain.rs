@@ -131,7 +131,7 @@ pub enum Kind {
 
 /// Any resource, for the store's generic operations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+#[serde(tag = "resource", rename_all = "lowercase")]
 pub enum Resource {
     Account(Account),
     Group(Group),

@@ -1,5 +1,7 @@
 //! The admin and node credentials. Given ones win; otherwise each is read from
-//! its file in the data dir, or generated there (mode 0600) on first start.
+//! its file in the data dir, or generated there (mode 0600) when the store is
+//! still empty. A replica joining a store that is already in use never mints
+//! keys of its own: it must be given the fleet's keys.
 
 use std::{
     io::Write as _,
@@ -21,18 +23,24 @@ pub struct Keys {
 // === impl Keys ===
 
 impl Keys {
-    /// Resolves both keys, creating missing files in `data_dir`.
-    pub fn load(data_dir: &Path, admin: Option<String>, node: Option<String>) -> anyhow::Result<Keys> {
+    /// Resolves both keys. Missing files are created in `data_dir` only when
+    /// `first_start` (the store is empty); otherwise a missing key is an error.
+    pub fn load(
+        data_dir: &Path,
+        admin: Option<String>,
+        node: Option<String>,
+        first_start: bool,
+    ) -> anyhow::Result<Keys> {
         let (admin, admin_file) = match admin.filter(|k| !k.is_empty()) {
             Some(key) => (key, None),
             None => {
                 let path = data_dir.join("admin.key");
-                (read_or_create(&path, "gwadm-")?, Some(path))
+                (read_or_create(&path, "gwadm-", first_start, "--admin-key / GW_ADMIN_KEY")?, Some(path))
             }
         };
         let node = match node.filter(|k| !k.is_empty()) {
             Some(key) => key,
-            None => read_or_create(&data_dir.join("node.key"), "gwnode-")?,
+            None => read_or_create(&data_dir.join("node.key"), "gwnode-", first_start, "--node-key / GW_NODE_KEY")?,
         };
         Ok(Keys { admin, node, admin_file })
     }
@@ -44,12 +52,18 @@ pub fn generate(prefix: &str) -> String {
     format!("{prefix}{body}")
 }
 
-fn read_or_create(path: &Path, prefix: &str) -> anyhow::Result<String> {
+fn read_or_create(path: &Path, prefix: &str, create: bool, flag: &str) -> anyhow::Result<String> {
     match std::fs::read_to_string(path) {
         Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_owned()),
         Ok(_) => {}
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
+    }
+    if !create {
+        anyhow::bail!(
+            "{} is missing and the store is already in use: give the fleet's key with {flag} or copy the file",
+            path.display()
+        );
     }
     let key = generate(prefix);
     let mut options = std::fs::OpenOptions::new();
@@ -72,8 +86,8 @@ mod tests {
     #[test]
     fn generated_keys_are_written_once_and_read_back() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let first = Keys::load(dir.path(), None, None).expect("first load");
-        let second = Keys::load(dir.path(), None, None).expect("second load");
+        let first = Keys::load(dir.path(), None, None, true).expect("first load");
+        let second = Keys::load(dir.path(), None, None, false).expect("second load");
         assert_eq!(first.admin, second.admin);
         assert_eq!(first.node, second.node);
         assert_ne!(first.admin, first.node);
@@ -89,8 +103,16 @@ mod tests {
     #[test]
     fn given_keys_win_over_files() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let keys = Keys::load(dir.path(), Some("a".into()), Some("n".into())).expect("load");
+        let keys = Keys::load(dir.path(), Some("a".into()), Some("n".into()), false).expect("load");
         assert_eq!((keys.admin.as_str(), keys.node.as_str()), ("a", "n"));
         assert!(keys.admin_file.is_none());
+    }
+
+    #[test]
+    fn keys_are_not_minted_for_a_store_in_use() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let error = Keys::load(dir.path(), None, None, false).expect_err("must refuse");
+        assert!(error.to_string().contains("GW_ADMIN_KEY"), "{error}");
+        assert!(!dir.path().join("admin.key").exists());
     }
 }

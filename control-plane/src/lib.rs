@@ -82,7 +82,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     let store = store::open(&config.store, &config.data_dir).await.context("opening the store")?;
-    let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone())
+    let first_start = store.revision().await.context("reading the store's revision")? == 0;
+    let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone(), first_start)
         .context("loading credentials")?;
     bootstrap(store.as_ref()).await.context("creating the default group")?;
 

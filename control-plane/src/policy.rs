@@ -122,6 +122,9 @@ impl Session {
                         let newest = *revisions.borrow_and_update();
                         if newest > self.sent {
                             self.send_since().await?;
+                        } else if newest < self.sent {
+                            // The store went back in time (Redis lost its data): start over.
+                            self.send_full().await?;
                         }
                     }
                     message = incoming.next() => match message {
@@ -160,12 +163,12 @@ impl Session {
     }
 
     async fn send_initial(&mut self, known: u64) -> Result<(), SessionEnd> {
-        if known > 0 {
-            if let Some(changes) = self.store.changes_since(known).await? {
-                self.sent = known;
-                self.fleet.sent(&self.node_id, known);
-                return self.send_delta(changes).await;
-            }
+        if known > 0
+            && let Some(changes) = self.store.changes_since(known).await?
+        {
+            self.sent = known;
+            self.fleet.sent(&self.node_id, known);
+            return self.send_delta(changes).await;
         }
         self.send_full().await
     }

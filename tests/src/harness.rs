@@ -204,10 +204,10 @@ impl Cluster {
         let url = format!("http://{}/ready", dp.addr);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(response) = self.http.get(&url).send().await {
-                if response.status().is_success() {
-                    return Ok(());
-                }
+            if let Ok(response) = self.http.get(&url).send().await
+                && response.status().is_success()
+            {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 bail!("data plane {i} was not ready at {url}");

@@ -1,0 +1,681 @@
+//! The Redis store, for production and for several control-plane replicas.
+//!
+//! Layout (all keys under `gw:`): one hash per kind, id → JSON of the
+//! resource with its counters zeroed; the counters in their own hashes
+//! (`gw:balance`, `gw:account_used`, `gw:token_used`) so that an `update`
+//! never clobbers a concurrent charge; `gw:rev`, the revision; `gw:changes`,
+//! a stream with entry ids `<rev>-<n>` and fields `kind`, `id`; `gw:usage`, a
+//! list of JSON records, newest first; `gw:applied:<request_id>`, the
+//! idempotency markers. Every write is one Lua script (write, INCR, XADD), so
+//! a write and its change entry are atomic.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
+use redis::{AsyncCommands, AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
+use tokio::sync::watch;
+
+use super::embedded::{parse_resource, resource_json, usage_matches};
+use super::{Result, Store, StoreError};
+use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord};
+
+const REV: &str = "gw:rev";
+const CHANGES: &str = "gw:changes";
+const USAGE: &str = "gw:usage";
+const BALANCE: &str = "gw:balance";
+const ACCOUNT_USED: &str = "gw:account_used";
+const TOKEN_USED: &str = "gw:token_used";
+
+/// Changes kept in `gw:changes` (approximate trimming keeps at least this).
+const FEED_RETAIN: u64 = 100_000;
+/// Usage records kept in `gw:usage`.
+const USAGE_RETAIN: u64 = 1_000_000;
+/// How long a request id is remembered.
+const APPLIED_TTL_SECS: u64 = 30 * 24 * 60 * 60;
+/// Records per usage script, so one call never holds Redis for long.
+const USAGE_BATCH: usize = 500;
+/// Usage records fetched per `LRANGE` while filtering.
+const USAGE_PAGE: usize = 1_000;
+/// How long the follower's `XREAD` blocks before it re-reads `gw:rev`.
+const FOLLOW_BLOCK: Duration = Duration::from_secs(1);
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// Bumps the revision and appends `ARGV[3]/ARGV[1]` to the feed; for the
+/// single-resource scripts, whose keys are 1 kind hash, 2 `gw:rev`,
+/// 3 `gw:changes`, 4… counter hashes, and args 1 id, 2 JSON, 3 kind,
+/// 4 feed length, 5… counter values (`ARGV[i + 1]` goes with `KEYS[i]`).
+const BUMP: &str = r"
+local rev = redis.call('INCR', KEYS[2])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], string.format('%d-0', rev), 'kind', ARGV[3], 'id', ARGV[1])
+";
+
+const CREATE: &str = r"
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
+for i = 4, #KEYS do redis.call('HSET', KEYS[i], ARGV[1], ARGV[i + 1]) end
+";
+
+const UPDATE: &str = r"
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return false end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+";
+
+const DELETE: &str = r"
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return false end
+for i = 4, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
+";
+
+/// Keys 4 `gw:balance`, 5 `gw:account_used`; ARGV[2] is the delta. Returns
+/// `{rev, json, balance, used}` or nil for a missing account.
+const ADJUST: &str = r"
+local json = redis.call('HGET', KEYS[1], ARGV[1])
+if not json then return false end
+local balance = redis.call('HINCRBY', KEYS[4], ARGV[1], ARGV[2])
+";
+const ADJUST_RETURN: &str = r"
+return {rev, json, balance, redis.call('HGET', KEYS[5], ARGV[1]) or '0'}
+";
+
+/// Keys: 1 `gw:account`, 2 `gw:token`, 3 `gw:balance`, 4 `gw:account_used`,
+/// 5 `gw:token_used`, 6 `gw:usage`, 7 `gw:rev`, 8 `gw:changes`, 9… one
+/// `gw:applied:<request_id>` per record. Args: 1 TTL, 2 feed length, 3 last
+/// usage index kept, then per record: account, token, cost, -cost, JSON.
+/// Returns `{applied, duplicates, revision}`.
+const APPLY_USAGE: &str = r"
+local applied, duplicates = 0, 0
+local accounts, tokens = {}, {}
+for i = 9, #KEYS do
+  local a = 4 + (i - 9) * 5
+  local account, token, cost, debit, record = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
+    applied = applied + 1
+    if redis.call('HEXISTS', KEYS[1], account) == 1 then
+      redis.call('HINCRBY', KEYS[3], account, debit)
+      redis.call('HINCRBY', KEYS[4], account, cost)
+      accounts[account] = true
+    end
+    if redis.call('HEXISTS', KEYS[2], token) == 1 then
+      redis.call('HINCRBY', KEYS[5], token, cost)
+      tokens[token] = true
+    end
+    redis.call('LPUSH', KEYS[6], record)
+  else
+    duplicates = duplicates + 1
+  end
+end
+if applied > 0 then redis.call('LTRIM', KEYS[6], 0, ARGV[3]) end
+local function sorted(set)
+  local out = {}
+  for id in pairs(set) do out[#out + 1] = id end
+  table.sort(out)
+  return out
+end
+local rev = tonumber(redis.call('GET', KEYS[7]) or '0')
+local changed = {{'account', sorted(accounts)}, {'token', sorted(tokens)}}
+if #changed[1][2] + #changed[2][2] > 0 then
+  rev = redis.call('INCR', KEYS[7])
+  local n = 0
+  for _, kind in ipairs(changed) do
+    for _, id in ipairs(kind[2]) do
+      redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], string.format('%d-%d', rev, n), 'kind', kind[1], 'id', id)
+      n = n + 1
+    end
+  end
+end
+return {applied, duplicates, rev}
+";
+
+/// Keys: 1 `gw:rev`, 2 `gw:changes`; ARGV[1] the revision asked about.
+/// Returns `{0}` when the feed cannot answer, else `{1, entries after it}`.
+const CHANGES_SINCE: &str = r"
+local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
+local since = tonumber(ARGV[1])
+if since > rev then return {0} end
+if since == rev then return {1, {}} end
+local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
+if not first then return {0} end
+local dash = string.find(first[1], '-', 1, true)
+local r, n = tonumber(string.sub(first[1], 1, dash - 1)), tonumber(string.sub(first[1], dash + 1))
+if r > since + 1 or (r == since + 1 and n > 0) then return {0} end
+return {1, redis.call('XRANGE', KEYS[2], string.format('%d-0', since + 1), '+')}
+";
+
+/// The store on a Redis server shared by every control-plane replica.
+/// Spawns one task that follows `gw:changes` for `subscribe`; it ends when
+/// the store is dropped.
+pub struct RedisStore {
+    conn: ConnectionManager,
+    scripts: Scripts,
+    revision: Arc<watch::Sender<u64>>,
+    _follower: AbortOnDrop,
+}
+
+/// The Lua scripts; sent with EVALSHA, loaded on the first NOSCRIPT.
+struct Scripts {
+    create: Script,
+    update: Script,
+    delete: Script,
+    adjust: Script,
+    apply_usage: Script,
+    changes_since: Script,
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+// === impl RedisStore ===
+
+impl RedisStore {
+    /// Connects to the Redis at `url` (`redis://host:port/db`) and starts
+    /// following its change feed. Fails when the URL is invalid or the server
+    /// does not answer; later outages surface as `StoreError::Redis` per call
+    /// while the connection is re-established in the background.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let client = Client::open(url).map_err(StoreError::Redis)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Duration::from_secs(5))
+            .set_response_timeout(Duration::from_secs(10))
+            .set_number_of_retries(3);
+        let mut conn = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(StoreError::Redis)?;
+        let start: u64 = conn
+            .get::<_, Option<u64>>(REV)
+            .await
+            .map_err(StoreError::Redis)?
+            .unwrap_or(0);
+        let revision = Arc::new(watch::channel(start).0);
+        let follower = tokio::spawn(follow(client, revision.clone(), start));
+        let single = |body: &str, tail: &str| Script::new(&format!("{body}{BUMP}{tail}"));
+        let scripts = Scripts {
+            create: single(CREATE, "return rev"),
+            update: single(UPDATE, "return rev"),
+            delete: single(DELETE, "return rev"),
+            adjust: single(ADJUST, ADJUST_RETURN),
+            apply_usage: Script::new(APPLY_USAGE),
+            changes_since: Script::new(CHANGES_SINCE),
+        };
+        Ok(Self {
+            conn,
+            scripts,
+            revision,
+            _follower: AbortOnDrop(follower),
+        })
+    }
+
+    /// Runs a single-resource script (create, update, delete) on `kind/id`,
+    /// with the counter hashes of `kind` paired with `counters` (none at all
+    /// when `counters` is empty); `None` when its precondition failed.
+    async fn write_one(
+        &self,
+        script: &Script,
+        kind: Kind,
+        id: &str,
+        json: &[u8],
+        counters: &[i64],
+    ) -> Result<Option<u64>> {
+        let mut call = script.prepare_invoke();
+        call.key(kind_key(kind)).key(REV).key(CHANGES);
+        call.arg(id).arg(json).arg(kind.as_str()).arg(FEED_RETAIN);
+        for (key, value) in counter_keys(kind).iter().zip(counters) {
+            call.key(*key).arg(*value);
+        }
+        let revision: Option<u64> = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)?;
+        if let Some(revision) = revision {
+            self.published(revision);
+        }
+        Ok(revision)
+    }
+
+    /// Tells subscribers about a revision this instance wrote, without
+    /// waiting for the follower to read it back.
+    fn published(&self, revision: u64) {
+        self.revision
+            .send_if_modified(|current| raise(current, revision));
+    }
+
+    /// The resources of `kinds` with their counters, and the revision they
+    /// are at, read in one MULTI/EXEC.
+    async fn read_kinds(&self, kinds: &[Kind]) -> Result<(u64, Vec<Resource>)> {
+        let mut pipe = redis::pipe();
+        pipe.atomic().get(REV);
+        for kind in kinds {
+            pipe.hgetall(kind_key(*kind));
+            for key in counter_keys(*kind) {
+                pipe.hgetall(*key);
+            }
+        }
+        let values: Vec<Value> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)?;
+        let mut values = values.into_iter();
+        let revision: Option<u64> = take(&mut values)?;
+        let mut resources = Vec::new();
+        for kind in kinds {
+            let stored: HashMap<String, String> = take(&mut values)?;
+            let counters = counter_keys(*kind)
+                .iter()
+                .map(|_| take::<HashMap<String, i64>>(&mut values))
+                .collect::<Result<Vec<_>>>()?;
+            let mut of_kind = stored
+                .into_iter()
+                .map(|(id, json)| {
+                    let mut resource = parse_resource(*kind, json.as_bytes())?;
+                    let values: Vec<i64> = counters
+                        .iter()
+                        .map(|c| c.get(&id).copied().unwrap_or(0))
+                        .collect();
+                    set_counters(&mut resource, &values);
+                    Ok(resource)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            of_kind.sort_by(|a, b| a.id().cmp(b.id()));
+            resources.extend(of_kind);
+        }
+        Ok((revision.unwrap_or(0), resources))
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn revision(&self) -> Result<u64> {
+        let revision: Option<u64> = self
+            .conn
+            .clone()
+            .get(REV)
+            .await
+            .map_err(StoreError::Redis)?;
+        Ok(revision.unwrap_or(0))
+    }
+
+    async fn create(&self, resource: Resource) -> Result<u64> {
+        let (kind, id) = (resource.kind(), resource.id().to_owned());
+        let counters = counter_values(&resource);
+        let json = stored_json(resource)?;
+        let revision = self
+            .write_one(&self.scripts.create, kind, &id, &json, &counters)
+            .await?;
+        revision.ok_or(StoreError::AlreadyExists { kind, id })
+    }
+
+    async fn update(&self, resource: Resource) -> Result<u64> {
+        let (kind, id) = (resource.kind(), resource.id().to_owned());
+        let json = stored_json(resource)?;
+        // No counter keys: the script leaves the counter hashes alone.
+        let revision = self
+            .write_one(&self.scripts.update, kind, &id, &json, &[])
+            .await?;
+        revision.ok_or(StoreError::NotFound { kind, id })
+    }
+
+    async fn delete(&self, kind: Kind, id: &str) -> Result<u64> {
+        let zeros = vec![0; counter_keys(kind).len()];
+        let revision = self
+            .write_one(&self.scripts.delete, kind, id, b"", &zeros)
+            .await?;
+        revision.ok_or_else(|| StoreError::NotFound {
+            kind,
+            id: id.to_owned(),
+        })
+    }
+
+    async fn get(&self, kind: Kind, id: &str) -> Result<Option<Resource>> {
+        let mut pipe = redis::pipe();
+        pipe.atomic().hget(kind_key(kind), id);
+        for key in counter_keys(kind) {
+            pipe.hget(*key, id);
+        }
+        let values: Vec<Value> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)?;
+        let mut values = values.into_iter();
+        let Some(json) = take::<Option<String>>(&mut values)? else {
+            return Ok(None);
+        };
+        let counters = counter_keys(kind)
+            .iter()
+            .map(|_| Ok(take::<Option<i64>>(&mut values)?.unwrap_or(0)))
+            .collect::<Result<Vec<_>>>()?;
+        let mut resource = parse_resource(kind, json.as_bytes())?;
+        set_counters(&mut resource, &counters);
+        Ok(Some(resource))
+    }
+
+    async fn list(&self, kind: Kind) -> Result<Vec<Resource>> {
+        Ok(self.read_kinds(&[kind]).await?.1)
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot> {
+        let (revision, resources) = self.read_kinds(&Kind::ALL).await?;
+        Ok(Snapshot {
+            revision,
+            resources,
+        })
+    }
+
+    async fn changes_since(&self, since: u64) -> Result<Option<Vec<Change>>> {
+        let reply: Vec<Value> = self
+            .scripts
+            .changes_since
+            .key(REV)
+            .key(CHANGES)
+            .arg(since)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)?;
+        let mut reply = reply.into_iter();
+        if take::<i64>(&mut reply)? == 0 {
+            return Ok(None);
+        }
+        let entries: StreamRangeReply = take(&mut reply)?;
+        entries
+            .ids
+            .iter()
+            .map(change)
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    async fn adjust_balance(&self, account_id: &str, delta_micros: i64) -> Result<Resource> {
+        let reply: Option<(u64, String, i64, i64)> = self
+            .scripts
+            .adjust
+            .key(kind_key(Kind::Account))
+            .key(REV)
+            .key(CHANGES)
+            .key(BALANCE)
+            .key(ACCOUNT_USED)
+            .arg(account_id)
+            .arg(delta_micros)
+            .arg(Kind::Account.as_str())
+            .arg(FEED_RETAIN)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)?;
+        let Some((revision, json, balance, used)) = reply else {
+            return Err(StoreError::NotFound {
+                kind: Kind::Account,
+                id: account_id.to_owned(),
+            });
+        };
+        self.published(revision);
+        let mut account = parse_resource(Kind::Account, json.as_bytes())?;
+        set_counters(&mut account, &[balance, used]);
+        Ok(account)
+    }
+
+    async fn apply_usage(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
+        if records.is_empty() {
+            return Ok(UsageOutcome {
+                revision: self.revision().await?,
+                ..UsageOutcome::default()
+            });
+        }
+        let mut outcome = UsageOutcome::default();
+        for batch in records.chunks(USAGE_BATCH) {
+            let mut call = self.scripts.apply_usage.prepare_invoke();
+            call.key(kind_key(Kind::Account)).key(kind_key(Kind::Token));
+            call.key(BALANCE)
+                .key(ACCOUNT_USED)
+                .key(TOKEN_USED)
+                .key(USAGE)
+                .key(REV)
+                .key(CHANGES);
+            call.arg(APPLIED_TTL_SECS)
+                .arg(FEED_RETAIN)
+                .arg(USAGE_RETAIN - 1);
+            for record in batch {
+                let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
+                call.key(format!("gw:applied:{}", record.request_id));
+                call.arg(&record.account_id).arg(&record.token_id);
+                call.arg(record.cost_micros)
+                    .arg(record.cost_micros.saturating_neg())
+                    .arg(json);
+            }
+            let (applied, duplicates, revision): (u32, u32, u64) = call
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(StoreError::Redis)?;
+            outcome.applied += applied;
+            outcome.duplicates += duplicates;
+            outcome.revision = revision;
+        }
+        self.published(outcome.revision);
+        Ok(outcome)
+    }
+
+    async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>> {
+        let limit = if filter.limit == 0 { 100 } else { filter.limit };
+        let unfiltered =
+            filter.token_id.is_empty() && filter.account_id.is_empty() && filter.model.is_empty();
+        let page = if unfiltered {
+            limit.min(USAGE_PAGE * 10)
+        } else {
+            USAGE_PAGE
+        };
+        let mut conn = self.conn.clone();
+        let mut out = Vec::new();
+        // New records push older ones further down while we page; a record
+        // seen twice is skipped by its request id.
+        let mut seen = HashSet::new();
+        let mut start = 0;
+        while out.len() < limit {
+            let stop = start + page - 1;
+            let jsons: Vec<String> = conn
+                .lrange(
+                    USAGE,
+                    isize::try_from(start).unwrap_or(isize::MAX),
+                    isize::try_from(stop).unwrap_or(isize::MAX),
+                )
+                .await
+                .map_err(StoreError::Redis)?;
+            if jsons.is_empty() {
+                break;
+            }
+            for json in &jsons {
+                let record = decode::<UsageRecord>(json)?;
+                if usage_matches(filter, &record) && seen.insert(record.request_id.clone()) {
+                    out.push(record);
+                    if out.len() == limit {
+                        break;
+                    }
+                }
+            }
+            start += page;
+        }
+        Ok(out)
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.revision.subscribe()
+    }
+}
+
+// === impl AbortOnDrop ===
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Publishes the newest revision of the Redis at `client` into `revision`,
+/// until aborted: tails `gw:changes` with a blocking `XREAD` on a connection
+/// of its own, and re-reads `gw:rev` whenever the feed is quiet, which also
+/// catches a server that lost its data and went back to a lower revision.
+async fn follow(client: Client, revision: Arc<watch::Sender<u64>>, mut seen: u64) {
+    let mut backoff = RECONNECT_MIN;
+    loop {
+        if let Err(error) = follow_connected(&client, &revision, &mut seen, &mut backoff).await {
+            tracing::warn!(%error, retry_in = ?backoff, "following the redis change feed failed");
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// One connection's worth of `follow`; returns only on an error.
+async fn follow_connected(
+    client: &Client,
+    revision: &watch::Sender<u64>,
+    seen: &mut u64,
+    backoff: &mut Duration,
+) -> Result<(), RedisError> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Duration::from_secs(5))
+        .set_response_timeout(FOLLOW_BLOCK + Duration::from_secs(5));
+    let mut conn: MultiplexedConnection = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    *backoff = RECONNECT_MIN;
+    resync(&mut conn, revision, seen).await?;
+    loop {
+        let reply: Option<StreamReadReply> = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(1_000)
+            .arg("BLOCK")
+            .arg(FOLLOW_BLOCK.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(CHANGES)
+            .arg(format!("{seen}-{}", u64::MAX))
+            .query_async(&mut conn)
+            .await?;
+        let newest = reply
+            .iter()
+            .flat_map(|r| &r.keys)
+            .flat_map(|k| &k.ids)
+            .filter_map(|entry| entry_revision(&entry.id))
+            .max();
+        match newest {
+            Some(newest) => {
+                *seen = (*seen).max(newest);
+                revision.send_if_modified(|current| raise(current, newest));
+            }
+            None => resync(&mut conn, revision, seen).await?,
+        }
+    }
+}
+
+/// Reads `gw:rev` and publishes it. A value below what subscribers were
+/// told means the server lost data, and they are told the lower value.
+async fn resync(
+    conn: &mut MultiplexedConnection,
+    revision: &watch::Sender<u64>,
+    seen: &mut u64,
+) -> Result<(), RedisError> {
+    // Read before the GET: every revision published so far (by the follower
+    // or by a write of this instance) was committed before the GET was sent,
+    // so a lower answer is a lost one, not a race with a local write.
+    let told = *revision.borrow();
+    let now: u64 = conn.get::<_, Option<u64>>(REV).await?.unwrap_or(0);
+    if now < told {
+        tracing::warn!(
+            revision = now,
+            previous = told,
+            "redis revision went back; was its data lost?"
+        );
+        // Unless a local write published a newer revision meanwhile.
+        revision.send_if_modified(|current| {
+            let lower = *current == told;
+            if lower {
+                *current = now;
+            }
+            lower
+        });
+    } else {
+        revision.send_if_modified(|current| raise(current, now));
+    }
+    *seen = now;
+    Ok(())
+}
+
+/// Sets `current` to `revision` if that is newer; whether it was.
+fn raise(current: &mut u64, revision: u64) -> bool {
+    let newer = revision > *current;
+    if newer {
+        *current = revision;
+    }
+    newer
+}
+
+fn kind_key(kind: Kind) -> String {
+    format!("gw:{kind}")
+}
+
+/// The hashes holding a kind's counters, in the order of `counter_values`.
+fn counter_keys(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::Account => &[BALANCE, ACCOUNT_USED],
+        Kind::Token => &[TOKEN_USED],
+        Kind::Group | Kind::Channel | Kind::Model => &[],
+    }
+}
+
+fn counter_values(resource: &Resource) -> Vec<i64> {
+    match resource {
+        Resource::Account(a) => vec![a.balance_micros, a.used_micros],
+        Resource::Token(t) => vec![t.used_micros],
+        Resource::Group(_) | Resource::Channel(_) | Resource::Model(_) => vec![],
+    }
+}
+
+/// Sets a resource's counters from `values`, in `counter_keys` order.
+fn set_counters(resource: &mut Resource, values: &[i64]) {
+    match (resource, values) {
+        (Resource::Account(a), [balance, used]) => {
+            a.balance_micros = *balance;
+            a.used_micros = *used;
+        }
+        (Resource::Token(t), [used]) => t.used_micros = *used,
+        _ => {}
+    }
+}
+
+/// JSON of `resource` as its kind hash keeps it: counters zeroed, since they
+/// live in their own hashes.
+fn stored_json(mut resource: Resource) -> Result<Vec<u8>> {
+    let zeros = vec![0; counter_keys(resource.kind()).len()];
+    set_counters(&mut resource, &zeros);
+    resource_json(&resource)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(json: &str) -> Result<T> {
+    serde_json::from_str(json).map_err(StoreError::Corrupt)
+}
+
+/// The next value of a pipeline or script reply, converted.
+fn take<T: redis::FromRedisValue>(values: &mut impl Iterator<Item = Value>) -> Result<T> {
+    let value = values
+        .next()
+        .ok_or_else(|| malformed("reply shorter than expected"))?;
+    redis::from_owned_redis_value(value).map_err(StoreError::Redis)
+}
+
+/// The revision of a feed entry id `<rev>-<n>`.
+fn entry_revision(id: &str) -> Option<u64> {
+    id.split_once('-')?.0.parse().ok()
+}
+
+fn change(entry: &StreamId) -> Result<Change> {
+    let revision = entry_revision(&entry.id)
+        .ok_or_else(|| malformed("change feed entry id is not <rev>-<n>"))?;
+    let kind = entry.get::<String>("kind").and_then(|k| Kind::parse(&k));
+    let kind = kind.ok_or_else(|| malformed("change feed entry has no valid kind"))?;
+    let id = entry
+        .get::<String>("id")
+        .ok_or_else(|| malformed("change feed entry has no id"))?;
+    Ok(Change { revision, kind, id })
+}
+
+fn malformed(what: &'static str) -> StoreError {
+    StoreError::Redis(RedisError::from((ErrorKind::TypeError, what)))
+}

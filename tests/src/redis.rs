@@ -1,0 +1,149 @@
+//! A real `redis-server` of a test's own: a free port on 127.0.0.1, no
+//! persistence, a temporary directory, killed when dropped. Never port 6379,
+//! never a server shared with anything else.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+/// How long a started server has to answer `PING`.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+const READY_POLL: Duration = Duration::from_millis(20);
+/// Tries at picking a free port, in case another process takes the one we
+/// picked before the server binds it.
+const PORT_ATTEMPTS: usize = 3;
+
+/// A running `redis-server`; killed on drop.
+pub struct RedisServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+// === impl RedisServer ===
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers `PING`.
+    /// Fails when `redis-server` is not installed or never gets ready (the
+    /// error carries its log).
+    pub async fn start() -> anyhow::Result<RedisServer> {
+        let dir = tempfile::tempdir().context("creating the redis directory")?;
+        let mut last_error = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port()?;
+            match spawn(port, dir.path()).await {
+                Ok(child) => {
+                    return Ok(RedisServer {
+                        port,
+                        dir,
+                        child: Some(child),
+                    });
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    /// The URL clients connect to: `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port the server listens on, on 127.0.0.1; kept across `restart`.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server and starts a new one on the same port, waiting until
+    /// it answers. Its data is lost (there is no persistence).
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop().await?;
+        self.child = Some(spawn(self.port, self.dir.path()).await?);
+        Ok(())
+    }
+
+    /// Kills the server and waits for it to exit; `restart` brings it back.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.context("killing redis-server")?;
+        }
+        Ok(())
+    }
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding a probe socket")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Spawns `redis-server` on `port` and waits until it answers `PING`.
+async fn spawn(port: u16, dir: &Path) -> anyhow::Result<Child> {
+    let log_path = dir.join(format!("redis-{port}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .context("opening the redis log")?;
+    let mut child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()
+        .context("spawning redis-server (is it installed?)")?;
+
+    let started = Instant::now();
+    loop {
+        if ping(port).await {
+            return Ok(child);
+        }
+        let exited = child.try_wait().context("checking on redis-server")?;
+        if exited.is_some() || started.elapsed() > READY_WITHIN {
+            let _ = child.kill().await;
+            let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+            match exited {
+                Some(status) => {
+                    bail!("redis-server on port {port} exited with {status}:\n{output}")
+                }
+                None => bail!(
+                    "redis-server on port {port} did not answer PING within {READY_WITHIN:?}:\n{output}"
+                ),
+            }
+        }
+        tokio::time::sleep(READY_POLL).await;
+    }
+}
+
+/// Whether a Redis on `port` answers `PING` with `+PONG`.
+async fn ping(port: u16) -> bool {
+    let attempt = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.write_all(b"PING\r\n").await?;
+        let mut reply = [0u8; 7];
+        stream.read_exact(&mut reply).await?;
+        Ok::<_, std::io::Error>(&reply == b"+PONG\r\n")
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), attempt).await,
+        Ok(Ok(true))
+    )
+}
