@@ -1,1 +1,223 @@
-//! The gateway data plane.
+//! The gateway data plane: the `/v1` HTTP proxy. It enforces the policy
+//! snapshot the control plane streams to it (held in memory, read
+//! lock-free, saved to disk), forwards requests to upstream channels, meters
+//! their usage and reports it in spooled batches.
+//!
+//! `start` runs the whole thing in-process and returns a `Handle`; the
+//! `gw-data-plane` binary is a thin wrapper around it.
+
+mod auth;
+mod backoff;
+mod client_ip;
+mod config;
+mod convert;
+mod discovery;
+mod domain;
+mod error;
+mod grpc;
+mod limits;
+mod openai;
+mod persist;
+mod pricing;
+mod proxy;
+mod reporter;
+mod server;
+mod snapshot;
+mod sse;
+mod upstream;
+mod usage;
+
+pub use config::{Config, parse_trusted_proxies, read_node_key};
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use tokio::{
+    net::TcpListener,
+    sync::{mpsc, oneshot, watch},
+    task::JoinHandle,
+};
+
+use crate::{
+    discovery::Discovery,
+    grpc::ControlPlane,
+    reporter::Reporter,
+    server::App,
+    snapshot::Snapshot,
+    usage::{Overlay, UsageSink},
+};
+
+/// How long `Handle::shutdown` lets in-flight requests finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// A running data plane. Call `shutdown` to stop it gracefully; merely
+/// dropping the handle also stops it, in the background and without waiting
+/// for in-flight requests or the last usage report.
+pub struct Handle {
+    /// The bound client-facing address.
+    pub addr: SocketAddr,
+    node_id: String,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    stop_server: oneshot::Sender<()>,
+    stop_tasks: watch::Sender<bool>,
+    stop_reporter: watch::Sender<bool>,
+    server: JoinHandle<std::io::Result<()>>,
+    tasks: Vec<JoinHandle<()>>,
+    reporter: JoinHandle<()>,
+}
+
+// === impl Handle ===
+
+impl Handle {
+    /// Stops gracefully: stops accepting, lets in-flight requests (streams
+    /// included) finish for up to 30 s, stops discovery, saves the snapshot,
+    /// then spools all usage and tries one last report.
+    pub async fn shutdown(self) {
+        let _ = self.stop_server.send(());
+        let mut server = self.server;
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "server ended with an error"),
+            Ok(Err(error)) => tracing::warn!(%error, "server task failed"),
+            Err(_) => {
+                tracing::warn!("in-flight requests still running after the grace period; cutting them off");
+                server.abort();
+            }
+        }
+        let _ = self.stop_tasks.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        let _ = self.stop_reporter.send(true);
+        let _ = self.reporter.await;
+        tracing::info!("data plane stopped");
+    }
+
+    /// Revision of the snapshot in use; 0 when none is held.
+    pub fn revision(&self) -> u64 {
+        let snapshot = self.snapshot.load();
+        if snapshot.held { snapshot.revision } else { 0 }
+    }
+
+    /// The id this node reports to the control plane.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+}
+
+/// Binds `config.listen`, loads the saved snapshot (if any), spawns
+/// discovery, the snapshot writer and the usage reporter, and serves.
+/// Fails if the data directory, the address or the credentials are unusable;
+/// an unreachable control plane is not an error (discovery keeps trying).
+pub async fn start(config: Config) -> anyhow::Result<Handle> {
+    config.validate()?;
+    let data_dir: PathBuf = config.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    let node_id = config.resolve_node_id().context("resolving the node id")?;
+    let control = ControlPlane::new(&config.control_plane, &config.node_key)?;
+    let initial = match persist::load(&data_dir) {
+        Ok(Some(snapshot)) => {
+            tracing::info!(
+                revision = snapshot.revision,
+                "serving the saved policy snapshot until the control plane answers"
+            );
+            snapshot
+        }
+        Ok(None) => Snapshot::default(),
+        Err(error) => {
+            tracing::warn!(error = %format!("{error:#}"), "ignoring an unreadable saved snapshot");
+            Snapshot::default()
+        }
+    };
+    let snapshot = Arc::new(ArcSwap::from_pointee(initial));
+    let spool = reporter::Spool::open(data_dir.join("spool"))?;
+    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+
+    let overlay = Arc::new(Overlay::default());
+    let (usage_tx, usage_rx) = mpsc::unbounded_channel();
+    let (stop_tasks, tasks_stopped) = watch::channel(false);
+    let (stop_reporter, reporter_stopped) = watch::channel(false);
+    let (persist_tx, persist_rx) = watch::channel(snapshot.load_full());
+
+    let persister = tokio::spawn(persist::run(data_dir.clone(), persist_rx, tasks_stopped.clone()));
+    let discovery = Discovery {
+        control: control.clone(),
+        node_id: node_id.clone(),
+        address: addr.to_string(),
+        snapshot: snapshot.clone(),
+        overlay: overlay.clone(),
+        persist: persist_tx,
+        shutdown: tasks_stopped,
+    };
+    let discovery = tokio::spawn(discovery.run());
+    let reporter = Reporter {
+        rx: usage_rx,
+        control,
+        node_id: node_id.clone(),
+        spool,
+        overlay: overlay.clone(),
+        snapshot: snapshot.clone(),
+        interval: config.report_interval,
+        shutdown: reporter_stopped,
+    };
+    let reporter = tokio::spawn(reporter.run());
+
+    let app = Arc::new(App {
+        snapshot: snapshot.clone(),
+        usage: UsageSink::new(usage_tx, overlay, &node_id),
+        upstreams: upstream::Upstreams::default(),
+        trusted_proxies: config.trusted_proxies.clone(),
+    });
+    let (stop_server, server_stopped) = oneshot::channel::<()>();
+    let service = server::router(app).into_make_service_with_connect_info::<SocketAddr>();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, service)
+            .with_graceful_shutdown(async move {
+                let _ = server_stopped.await;
+            })
+            .await
+    });
+    tracing::info!(%addr, node_id, control_plane = %config.control_plane, "data plane listening");
+    Ok(Handle {
+        addr,
+        node_id,
+        snapshot,
+        stop_server,
+        stop_tasks,
+        stop_reporter,
+        server,
+        tasks: vec![discovery, persister],
+        reporter,
+    })
+}
+
+/// Resolves on ctrl-c or SIGTERM: when a binary should call `shutdown`.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    #[cfg(unix)]
+    let terminated = async {
+        match term.as_mut() {
+            Some(term) => {
+                term.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminated = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated => {}
+    }
+    tracing::info!("shutting down");
+}
+
+/// Current Unix time in seconds.
+pub(crate) fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}

@@ -1,1 +1,65 @@
-fn main() {}
+//! `gw-data-plane`: parses flags (or `GW_*` variables), starts the data plane
+//! and stops it gracefully on ctrl-c or SIGTERM. Exits 64 on bad config.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+
+use clap::Parser;
+use gw_data_plane::{Config, parse_trusted_proxies, read_node_key};
+
+/// The gateway's data plane: the OpenAI-compatible /v1 proxy.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[arg(long, env = "GW_DP_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    #[arg(long, env = "GW_DP_CONTROL_PLANE", default_value = "http://127.0.0.1:7070")]
+    control_plane: String,
+    #[arg(long, env = "GW_DP_DATA_DIR", default_value = "gw-data-plane")]
+    data_dir: PathBuf,
+    /// Node credential [default: contents of <data-dir>/node.key]
+    #[arg(long, env = "GW_NODE_KEY", hide_env_values = true)]
+    node_key: Option<String>,
+    #[arg(long, env = "GW_DP_NODE_ID")]
+    node_id: Option<String>,
+    /// Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are believed
+    #[arg(long, env = "GW_DP_TRUSTED_PROXIES", default_value = "")]
+    trusted_proxies: String,
+}
+
+fn config() -> Result<Config, String> {
+    let cli = Cli::try_parse().map_err(|e| if e.use_stderr() { e.to_string() } else { e.exit() })?;
+    let node_key = match cli.node_key.filter(|k| !k.trim().is_empty()) {
+        Some(key) => key,
+        None => read_node_key(&cli.data_dir)?,
+    };
+    let mut config = Config::new(cli.listen, cli.control_plane, cli.data_dir, node_key.trim());
+    config.node_id = cli.node_id;
+    config.trusted_proxies =
+        parse_trusted_proxies(&cli.trusted_proxies).map_err(|e| format!("--trusted-proxies: {e}"))?;
+    config.validate().map_err(|e| format!("{e:#}"))?;
+    Ok(config)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match config() {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("gw-data-plane: {}", message.trim_end());
+            return ExitCode::from(64);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    match gw_data_plane::start(config).await {
+        Ok(handle) => {
+            gw_data_plane::shutdown_signal().await;
+            handle.shutdown().await;
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            tracing::error!("cannot start: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

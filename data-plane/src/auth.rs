@@ -1,0 +1,245 @@
+//! Who is calling and whether they may: the key, the token's state, quota and
+//! source address, the account and the group, checked against one snapshot
+//! in the order of SPEC §7 so each refusal has exactly one message.
+
+use std::{net::IpAddr, sync::Arc};
+
+use axum::http::HeaderMap;
+use sha2::{Digest as _, Sha256};
+
+use crate::{
+    client_ip,
+    domain::{Account, Group, KeyHash, Token},
+    error::ProxyError,
+    snapshot::Snapshot,
+    usage::Overlay,
+};
+
+/// An authenticated, authorized caller: the request extension later steps
+/// read instead of looking anything up again.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub token: Arc<Token>,
+    pub account: Arc<Account>,
+    pub group: Arc<Group>,
+}
+
+/// Whether the request spends money (quota and balance are checked) or only
+/// reads (listing models).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Spend,
+    Read,
+}
+
+/// The client key from `Authorization: Bearer <key>` or `x-api-key: <key>`.
+/// Anything else (no header, another scheme, extra spaces) is `MissingToken`.
+pub fn client_key(headers: &HeaderMap) -> Result<&str, ProxyError> {
+    let valid = |key: &str| !key.is_empty() && !key.contains(|c: char| c.is_whitespace());
+    if let Some(key) = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .filter(|k| valid(k))
+    {
+        return Ok(key);
+    }
+    headers.get("x-api-key").and_then(|v| v.to_str().ok()).filter(|k| valid(k)).ok_or(ProxyError::MissingToken)
+}
+
+/// What the snapshot indexes tokens by: SHA-256 of the whole key string.
+pub fn hash_key(key: &str) -> KeyHash {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// Runs checks 1–6 of the error catalogue for the request's `headers`
+/// coming from `ip`, at Unix time `now`. Spend seen locally but not yet in
+/// the snapshot (`overlay`) counts against quota and balance.
+pub fn authorize(
+    snapshot: &Snapshot,
+    overlay: &Overlay,
+    headers: &HeaderMap,
+    ip: Option<IpAddr>,
+    now: i64,
+    access: Access,
+) -> Result<Caller, ProxyError> {
+    let key = client_key(headers)?;
+    let token = snapshot.token(&hash_key(key)).ok_or(ProxyError::InvalidToken)?;
+    if !token.enabled || (token.expires_at != 0 && token.expires_at <= now) {
+        return Err(ProxyError::InvalidToken);
+    }
+    let (account_pending, token_pending) = match access {
+        Access::Spend => overlay.pending(&token.account_id, &token.id),
+        Access::Read => (0, 0),
+    };
+    if access == Access::Spend
+        && !token.unlimited
+        && token.used_micros.saturating_add(token_pending) >= token.quota_micros
+    {
+        return Err(ProxyError::TokenQuotaExhausted);
+    }
+    if !client_ip::allowed(ip, &token.allow_ips) {
+        return Err(ProxyError::IpNotAllowed);
+    }
+    let account = snapshot.account(&token.account_id).filter(|a| a.enabled).ok_or(ProxyError::InvalidToken)?;
+    let group_name = &token.group;
+    if !account.groups.is_empty() && !account.groups.iter().any(|g| g == group_name) {
+        return Err(ProxyError::GroupForbidden { group: group_name.clone() });
+    }
+    let group = snapshot.group(group_name).ok_or_else(|| ProxyError::GroupForbidden { group: group_name.clone() })?;
+    if group.deprecated {
+        return Err(ProxyError::GroupDeprecated { group: group_name.clone() });
+    }
+    if access == Access::Spend && !account.unlimited {
+        let balance = account.balance_micros.saturating_sub(account_pending);
+        if balance <= 0 {
+            return Err(ProxyError::InsufficientUserQuota { balance_micros: balance });
+        }
+    }
+    Ok(Caller { token: token.clone(), account: account.clone(), group: group.clone() })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+    use crate::{
+        convert::parse_allow_ip,
+        domain::{RateLimit, Resource},
+        snapshot::tests as fx,
+    };
+
+    const KEY: &str = "sk-test-key";
+
+    fn account(balance: i64) -> Account {
+        Account {
+            id: "a1".into(),
+            name: "a".into(),
+            balance_micros: balance,
+            unlimited: false,
+            groups: vec![],
+            enabled: true,
+            used_micros: 0,
+            created_at: 0,
+        }
+    }
+
+    fn group(name: &str, deprecated: bool) -> Group {
+        Group {
+            name: name.into(),
+            ratio_ppm: 1_000_000,
+            ratio: 1.0,
+            deprecated,
+            description: String::new(),
+            rate_limit: RateLimit::default(),
+        }
+    }
+
+    fn snapshot(token: Token, account: Account) -> Snapshot {
+        Snapshot::build(
+            1,
+            [
+                Resource::Token(token),
+                Resource::Account(account),
+                Resource::Group(group("default", false)),
+                Resource::Group(group("old", true)),
+            ],
+        )
+    }
+
+    fn bearer(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    fn check(token: Token, account: Account, headers: &HeaderMap, ip: &str) -> Result<Caller, ProxyError> {
+        let snap = snapshot(token, account);
+        authorize(&snap, &Overlay::default(), headers, Some(ip.parse().unwrap()), 1000, Access::Spend)
+    }
+
+    #[test]
+    fn key_must_be_exactly_bearer_or_x_api_key() {
+        assert_eq!(client_key(&bearer("Bearer sk-1")), Ok("sk-1"));
+        for bad in ["sk-1", "bearer sk-1", "Bearer  sk-1", "Bearer sk-1 ", "Bearer ", "Basic sk-1"] {
+            assert_eq!(client_key(&bearer(bad)), Err(ProxyError::MissingToken), "{bad:?}");
+        }
+        let mut h = HeaderMap::new();
+        assert_eq!(client_key(&h), Err(ProxyError::MissingToken));
+        h.insert("x-api-key", HeaderValue::from_static("sk-2"));
+        assert_eq!(client_key(&h), Ok("sk-2"));
+    }
+
+    #[test]
+    fn checks_run_in_catalogue_order() {
+        let ok = bearer(&format!("Bearer {KEY}"));
+        let base = fx::token("t1", KEY);
+        assert!(check(base.clone(), account(1), &ok, "1.2.3.4").is_ok());
+        assert_eq!(
+            check(base.clone(), account(1), &bearer("Bearer sk-other"), "1.2.3.4").unwrap_err(),
+            ProxyError::InvalidToken
+        );
+        // Truncated key: a different hash.
+        assert_eq!(
+            check(base.clone(), account(1), &bearer("Bearer sk-test-ke"), "1.2.3.4").unwrap_err(),
+            ProxyError::InvalidToken
+        );
+
+        let disabled = Token { enabled: false, ..base.clone() };
+        assert_eq!(check(disabled, account(1), &ok, "1.2.3.4").unwrap_err(), ProxyError::InvalidToken);
+        let expired = Token { expires_at: 1000, ..base.clone() };
+        assert_eq!(check(expired, account(1), &ok, "1.2.3.4").unwrap_err(), ProxyError::InvalidToken);
+        let later = Token { expires_at: 1001, ..base.clone() };
+        assert!(check(later, account(1), &ok, "1.2.3.4").is_ok());
+
+        // Quota comes before the IP check and the account's balance.
+        let spent = Token { unlimited: false, quota_micros: 10, used_micros: 10, ..base.clone() };
+        let spent_and_fenced = Token { allow_ips: vec![parse_allow_ip("10.0.0.0/8").unwrap()], ..spent };
+        assert_eq!(check(spent_and_fenced, account(0), &ok, "1.2.3.4").unwrap_err(), ProxyError::TokenQuotaExhausted);
+
+        let fenced = Token { allow_ips: vec![parse_allow_ip("10.0.0.0/8").unwrap()], ..base.clone() };
+        assert_eq!(check(fenced.clone(), account(0), &ok, "1.2.3.4").unwrap_err(), ProxyError::IpNotAllowed);
+        assert!(check(fenced, account(1), &ok, "10.2.3.4").is_ok());
+
+        let closed = Account { enabled: false, ..account(1) };
+        assert_eq!(check(base.clone(), closed, &ok, "1.2.3.4").unwrap_err(), ProxyError::InvalidToken);
+        let vip_only = Account { groups: vec!["vip".into()], ..account(1) };
+        assert_eq!(
+            check(base.clone(), vip_only, &ok, "1.2.3.4").unwrap_err(),
+            ProxyError::GroupForbidden { group: "default".into() }
+        );
+        let in_old = Token { group: "old".into(), ..base.clone() };
+        assert_eq!(
+            check(in_old, account(1), &ok, "1.2.3.4").unwrap_err(),
+            ProxyError::GroupDeprecated { group: "old".into() }
+        );
+        let in_missing = Token { group: "ghost".into(), ..base.clone() };
+        assert_eq!(
+            check(in_missing, account(1), &ok, "1.2.3.4").unwrap_err(),
+            ProxyError::GroupForbidden { group: "ghost".into() }
+        );
+        assert_eq!(
+            check(base.clone(), account(0), &ok, "1.2.3.4").unwrap_err(),
+            ProxyError::InsufficientUserQuota { balance_micros: 0 }
+        );
+        let rich_enough = Account { unlimited: true, ..account(-5) };
+        assert!(check(base, rich_enough, &ok, "1.2.3.4").is_ok());
+    }
+
+    #[test]
+    fn local_spend_counts_before_the_snapshot_reflects_it() {
+        let token = Token { unlimited: false, quota_micros: 100, used_micros: 40, ..fx::token("t1", KEY) };
+        let snap = snapshot(token, account(50));
+        let overlay = Overlay::default();
+        let headers = bearer(&format!("Bearer {KEY}"));
+        let run = |access| authorize(&snap, &overlay, &headers, None, 0, access);
+        assert!(run(Access::Spend).is_ok());
+        overlay.add("r1", "a1", "t1", 55);
+        assert_eq!(run(Access::Spend).unwrap_err(), ProxyError::InsufficientUserQuota { balance_micros: -5 });
+        assert!(run(Access::Read).is_ok(), "listing models spends nothing");
+        overlay.add("r2", "a1", "t1", 5);
+        assert_eq!(run(Access::Spend).unwrap_err(), ProxyError::TokenQuotaExhausted);
+    }
+}

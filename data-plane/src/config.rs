@@ -1,0 +1,155 @@
+//! Bootstrap settings of one data plane, and the node identity that must
+//! survive restarts (so the control plane sees one node, not a new one per
+//! start).
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use ipnet::IpNet;
+
+use crate::reporter::write_durably;
+
+/// File in the data directory that keeps a generated node id.
+pub const NODE_ID_FILE: &str = "node.id";
+
+/// Everything `start` needs; dynamic policy comes from the control plane.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Client-facing HTTP address; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// The control plane's gRPC address, e.g. `http://127.0.0.1:7070`.
+    pub control_plane: String,
+    /// Holds the snapshot file, the usage spool and the node id.
+    pub data_dir: PathBuf,
+    /// Sent as `authorization: Bearer <node_key>` on every gRPC call.
+    pub node_key: String,
+    /// Default: generated once and kept in `data_dir/node.id`.
+    pub node_id: Option<String>,
+    /// Peers whose `X-Forwarded-For` / `X-Real-IP` headers are believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Longest a usage record waits before its batch is spooled and sent.
+    pub report_interval: Duration,
+}
+
+// === impl Config ===
+
+impl Config {
+    /// A config with no trusted proxies, a generated node id and a 200 ms
+    /// report interval.
+    pub fn new(
+        listen: SocketAddr,
+        control_plane: impl Into<String>,
+        data_dir: impl Into<PathBuf>,
+        node_key: impl Into<String>,
+    ) -> Config {
+        Config {
+            listen,
+            control_plane: control_plane.into(),
+            data_dir: data_dir.into(),
+            node_key: node_key.into(),
+            node_id: None,
+            trusted_proxies: Vec::new(),
+            report_interval: Duration::from_millis(200),
+        }
+    }
+
+    /// Checks what can be checked without touching the network or disk:
+    /// the control-plane address is an `http(s)://` URI and the node key can
+    /// travel in a header.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let uri: axum::http::Uri =
+            self.control_plane.parse().with_context(|| format!("control plane address {:?}", self.control_plane))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            anyhow::bail!("control plane address {:?} must look like http://host:port", self.control_plane);
+        }
+        if self.node_key.is_empty() || axum::http::HeaderValue::from_str(&self.node_key).is_err() {
+            anyhow::bail!("the node key is empty or has characters a header cannot carry");
+        }
+        Ok(())
+    }
+
+    /// The configured node id, or the one kept in `data_dir` (created on
+    /// first use).
+    pub fn resolve_node_id(&self) -> anyhow::Result<String> {
+        if let Some(id) = self.node_id.as_deref().map(str::trim).filter(|id| !id.is_empty()) {
+            return Ok(id.to_owned());
+        }
+        load_or_create_node_id(&self.data_dir)
+    }
+}
+
+fn load_or_create_node_id(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join(NODE_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_owned()),
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
+    }
+    let id = format!("dp-{:016x}", rand::random::<u64>());
+    write_durably(&data_dir.join(format!("{NODE_ID_FILE}.tmp")), &path, format!("{id}\n").as_bytes())?;
+    Ok(id)
+}
+
+/// The node key kept in `<data_dir>/node.key`, or a message saying how to
+/// provide one.
+pub fn read_node_key(data_dir: &Path) -> Result<String, String> {
+    let path = data_dir.join("node.key");
+    match std::fs::read_to_string(&path) {
+        Ok(key) if !key.trim().is_empty() => Ok(key.trim().to_owned()),
+        Ok(_) => Err(format!("no node key: {} is empty", path.display())),
+        Err(error) => {
+            Err(format!("no node key: pass --node-key or set GW_NODE_KEY, or write it to {} ({error})", path.display()))
+        }
+    }
+}
+
+/// Parses a comma-separated list of CIDRs or bare IPs (`10.0.0.0/8,::1`).
+pub fn parse_trusted_proxies(list: &str) -> Result<Vec<IpNet>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| crate::convert::parse_allow_ip(s).map_err(|_| format!("{s:?} is not an IP address or CIDR")))
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_id_is_generated_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new("127.0.0.1:0".parse().unwrap(), "http://x", dir.path(), "k");
+        let first = config.resolve_node_id().unwrap();
+        assert!(first.starts_with("dp-"));
+        assert_eq!(config.resolve_node_id().unwrap(), first);
+        assert!(config.validate().is_ok());
+        let named = Config { node_id: Some("edge-1".into()), ..config };
+        assert_eq!(named.resolve_node_id().unwrap(), "edge-1");
+    }
+
+    #[test]
+    fn control_plane_must_be_an_http_address() {
+        let config = |cp: &str, key: &str| Config::new("127.0.0.1:0".parse().unwrap(), cp, "d", key);
+        assert!(config("http://127.0.0.1:7070", "k").validate().is_ok());
+        assert!(config("https://cp.internal", "k").validate().is_ok());
+        assert!(config("127.0.0.1:7070", "k").validate().is_err());
+        assert!(config("not a url", "k").validate().is_err());
+        assert!(config("http://cp:1", "").validate().is_err());
+        assert!(config("http://cp:1", "bad\nkey").validate().is_err());
+    }
+
+    #[test]
+    fn trusted_proxies_parse_cidrs_and_ips() {
+        let nets = parse_trusted_proxies("10.0.0.0/8, 127.0.0.1,::1").unwrap();
+        assert_eq!(nets.len(), 3);
+        assert!(parse_trusted_proxies("").unwrap().is_empty());
+        assert!(parse_trusted_proxies("10.0.0.0/8,nope").is_err());
+    }
+}

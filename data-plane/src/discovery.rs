@@ -1,0 +1,246 @@
+//! Keeps the data plane's policy snapshot in sync with the control plane.
+//!
+//! One task holds the `Watch` stream: it says which revision it has, applies
+//! each full snapshot or delta (a delta only on top of the revision it names),
+//! publishes the result as a new `Arc<Snapshot>`, and ACKs it, naming any
+//! resource it could not convert. On any error it keeps the last good
+//! snapshot and reconnects with jittered backoff.
+
+use std::{sync::Arc, time::Duration};
+
+use arc_swap::ArcSwap;
+use gw_proto::pb::{self, policy_service_client::PolicyServiceClient, watch_request};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::{
+    backoff::Backoff,
+    convert,
+    domain::{Kind, Resource},
+    grpc::ControlPlane,
+    snapshot::Snapshot,
+    usage::Overlay,
+};
+
+/// Largest message accepted on the watch stream: a full snapshot of a
+/// million tokens is a few hundred MB.
+const MAX_MESSAGE: usize = 1 << 30;
+/// Above this many upserts the snapshot is built off the async workers.
+const BLOCKING_THRESHOLD: usize = 1000;
+
+/// The discovery task and what it publishes to.
+pub struct Discovery {
+    pub control: ControlPlane,
+    pub node_id: String,
+    /// The client-facing address, shown by the control plane.
+    pub address: String,
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub overlay: Arc<Overlay>,
+    /// Feeds the snapshot file writer.
+    pub persist: watch::Sender<Arc<Snapshot>>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Why a watch session ended.
+#[derive(Debug)]
+enum SessionEnd {
+    /// The control plane closed the stream.
+    Closed,
+    /// A delta did not apply to the revision held: start over with a full one.
+    Resync {
+        base: u64,
+        held: u64,
+    },
+    Failed(tonic::Status),
+}
+
+/// What applying one `WatchResponse` produced.
+struct Applied {
+    snapshot: Snapshot,
+    rejected: Vec<String>,
+    errors: Vec<String>,
+}
+
+// === impl Discovery ===
+
+impl Discovery {
+    /// Watches until shutdown, reconnecting with backoff (100 ms → 5 s).
+    pub async fn run(self) {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        let mut want_full = false;
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            let end = tokio::select! {
+                end = self.session(want_full, &mut backoff) => end,
+                _ = shutdown.changed() => return,
+            };
+            want_full = false;
+            match end {
+                SessionEnd::Closed => tracing::info!("control plane closed the watch stream"),
+                SessionEnd::Resync { base, held } => {
+                    tracing::warn!(base, held, "delta does not apply to the revision held; asking for a full snapshot");
+                    want_full = true;
+                }
+                SessionEnd::Failed(status) => {
+                    tracing::warn!(code = ?status.code(), message = status.message(), "watch stream failed");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff.next_delay()) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    async fn session(&self, want_full: bool, backoff: &mut Backoff) -> SessionEnd {
+        let held = self.snapshot.load();
+        let revision = if want_full || !held.held { 0 } else { held.revision };
+        drop(held);
+        let (tx, rx) = mpsc::channel(16);
+        let hello = pb::Hello {
+            node_id: self.node_id.clone(),
+            revision,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            address: self.address.clone(),
+        };
+        // The receiver is alive right here, so this cannot fail.
+        let _ = tx.send(pb::WatchRequest { kind: Some(watch_request::Kind::Hello(hello)) }).await;
+        let mut client = PolicyServiceClient::new(self.control.channel.clone()).max_decoding_message_size(MAX_MESSAGE);
+        let mut stream = match client.watch(self.control.request(ReceiverStream::new(rx))).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => return SessionEnd::Failed(status),
+        };
+        tracing::debug!(revision, "watching the control plane");
+        let mut synced = false;
+        loop {
+            let message = match stream.message().await {
+                Ok(Some(message)) => message,
+                Ok(None) => return SessionEnd::Closed,
+                Err(status) => return SessionEnd::Failed(status),
+            };
+            let full = message.full;
+            let current = self.snapshot.load_full();
+            if !message.full && message.base != current.revision {
+                return SessionEnd::Resync { base: message.base, held: current.revision };
+            }
+            let applied = if message.upserts.len() > BLOCKING_THRESHOLD {
+                match tokio::task::spawn_blocking(move || apply(&current, message)).await {
+                    Ok(applied) => applied,
+                    Err(error) => {
+                        return SessionEnd::Failed(tonic::Status::internal(error.to_string()));
+                    }
+                }
+            } else {
+                apply(&current, message)
+            };
+            if !synced {
+                synced = true;
+                tracing::info!(revision = applied.snapshot.revision, full, "connected to the control plane");
+            }
+            let ack = self.publish(applied, full);
+            backoff.reset();
+            if tx.send(pb::WatchRequest { kind: Some(watch_request::Kind::Ack(ack)) }).await.is_err() {
+                return SessionEnd::Closed;
+            }
+        }
+    }
+
+    /// Makes `applied` the snapshot in use and returns the Ack for it.
+    fn publish(&self, applied: Applied, full: bool) -> pb::Ack {
+        let Applied { snapshot, rejected, errors } = applied;
+        let revision = snapshot.revision;
+        if !rejected.is_empty() {
+            tracing::warn!(revision, ?rejected, "resources rejected");
+        }
+        let snapshot = Arc::new(snapshot);
+        self.snapshot.store(snapshot.clone());
+        if full {
+            let counts = snapshot.counts().map(|(kind, n)| format!("{kind}={n}")).join(" ");
+            tracing::info!(revision, %counts, "full policy snapshot applied");
+        } else {
+            tracing::debug!(revision, "policy updated");
+        }
+        self.overlay.prune(revision);
+        self.persist.send_replace(snapshot);
+        pb::Ack { revision, rejected, error: errors.join("; ") }
+    }
+}
+
+/// Builds the snapshot `message` leads to from `current`, skipping (and
+/// naming) resources that do not convert.
+fn apply(current: &Snapshot, message: pb::WatchResponse) -> Applied {
+    let mut rejected = Vec::new();
+    let mut errors = Vec::new();
+    let mut upserts: Vec<Resource> = Vec::with_capacity(message.upserts.len());
+    for resource in message.upserts {
+        match convert::resource(resource) {
+            Ok(resource) => upserts.push(resource),
+            Err(error) => {
+                errors.push(error.to_string());
+                rejected.push(error.name);
+            }
+        }
+    }
+    let snapshot = if message.full {
+        Snapshot::build(message.revision, upserts)
+    } else {
+        let mut deletes: Vec<(Kind, String)> = Vec::with_capacity(message.deletes.len());
+        for reference in &message.deletes {
+            match convert::resource_ref(reference) {
+                Some((kind, id)) => deletes.push((kind, id.to_owned())),
+                None => {
+                    rejected.push(format!("{}/{}", reference.kind, reference.id));
+                    errors.push(format!("unknown kind {:?}", reference.kind));
+                }
+            }
+        }
+        current.apply(message.revision, upserts, deletes)
+    };
+    Applied { snapshot, rejected, errors }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    fn upsert_model(id: &str) -> pb::Resource {
+        pb::Resource { kind: Some(pb::resource::Kind::Model(pb::Model { id: id.into(), ..Default::default() })) }
+    }
+
+    #[test]
+    fn bad_resources_are_named_and_the_rest_applies() {
+        let full = pb::WatchResponse {
+            revision: 5,
+            full: true,
+            base: 0,
+            upserts: vec![
+                upsert_model("m1"),
+                pb::Resource {
+                    kind: Some(pb::resource::Kind::Token(pb::Token { id: "bad".into(), ..Default::default() })),
+                },
+            ],
+            deletes: vec![],
+        };
+        let applied = apply(&Snapshot::default(), full);
+        assert_eq!(applied.rejected, ["token/bad"]);
+        assert_eq!(applied.snapshot.revision, 5);
+        assert!(applied.snapshot.model("m1").is_some());
+
+        let delta = pb::WatchResponse {
+            revision: 6,
+            full: false,
+            base: 5,
+            upserts: vec![upsert_model("m2")],
+            deletes: vec![
+                pb::ResourceRef { kind: "model".into(), id: "m1".into() },
+                pb::ResourceRef { kind: "gizmo".into(), id: "x".into() },
+            ],
+        };
+        let next = apply(&applied.snapshot, delta);
+        assert_eq!(next.rejected, ["gizmo/x"]);
+        assert!(next.snapshot.model("m1").is_none());
+        assert!(next.snapshot.model("m2").is_some());
+        assert_eq!(next.snapshot.revision, 6);
+    }
+}

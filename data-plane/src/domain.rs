@@ -1,0 +1,210 @@
+//! The policy resources as the data plane uses them: validated, parsed once
+//! at conversion (key hashes as bytes, CIDRs as `IpNet`, ratios as ppm), so
+//! the request path never parses or re-checks them.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use ipnet::IpNet;
+
+/// SHA-256 of a full client key (`sk-…`).
+pub type KeyHash = [u8; 32];
+
+/// Requests allowed per window of minutes; a zero window means no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateLimit {
+    pub window_minutes: u32,
+    pub max_requests: u32,
+}
+
+/// A billing account; tokens spend from its balance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Account {
+    pub id: String,
+    pub name: String,
+    pub balance_micros: i64,
+    /// Never refused for its balance.
+    pub unlimited: bool,
+    /// Groups its tokens may use; empty allows every group.
+    pub groups: Vec<String>,
+    pub enabled: bool,
+    pub used_micros: i64,
+    pub created_at: i64,
+}
+
+/// A price tier that tokens belong to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub name: String,
+    /// The group's price ratio in parts per million (1.0 = 1_000_000).
+    pub ratio_ppm: i64,
+    /// The ratio as the control plane sent it, kept for persistence.
+    pub ratio: f64,
+    pub deprecated: bool,
+    pub description: String,
+    pub rate_limit: RateLimit,
+}
+
+/// A client credential, found by the SHA-256 of its key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Token {
+    pub id: String,
+    pub account_id: String,
+    pub group: String,
+    pub name: String,
+    pub key_hash: KeyHash,
+    pub key_prefix: String,
+    pub enabled: bool,
+    /// Unix seconds; 0 never expires.
+    pub expires_at: i64,
+    pub unlimited: bool,
+    pub quota_micros: i64,
+    pub used_micros: i64,
+    /// Model allowlist; empty allows every model of the group.
+    pub models: Vec<String>,
+    /// Source-address allowlist; empty allows every address.
+    pub allow_ips: Vec<IpNet>,
+    pub rate_limit: RateLimit,
+    pub created_at: i64,
+}
+
+/// How a channel's upstream is spoken to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelKind {
+    /// OpenAI-compatible HTTP API.
+    OpenAi,
+}
+
+/// Status of a channel as the control plane names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelStatus {
+    Enabled,
+    Disabled,
+    AutoDisabled,
+}
+
+/// An upstream provider account that serves some models to some groups.
+#[derive(Clone, PartialEq)]
+pub struct Channel {
+    pub id: String,
+    pub name: String,
+    pub kind: ChannelKind,
+    /// Base address including `/v1`, without a trailing `/`.
+    pub base_url: String,
+    /// Upstream secret: never logged, never sent to clients.
+    pub api_key: String,
+    pub models: Vec<String>,
+    /// Requested model → upstream model name.
+    pub model_map: BTreeMap<String, String>,
+    pub groups: Vec<String>,
+    /// Higher is tried first.
+    pub priority: i32,
+    /// Relative share within a priority level; 0 counts as 1.
+    pub weight: u32,
+    pub status: ChannelStatus,
+    pub timeouts: Timeouts,
+}
+
+/// A channel's upstream timeouts; `None` takes the data plane's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Option<Duration>,
+    pub first_byte: Option<Duration>,
+    pub idle: Option<Duration>,
+    pub total: Option<Duration>,
+}
+
+/// A catalogue entry with its prices (micro-USD per 1M tokens, per request…).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model {
+    pub id: String,
+    pub category: String,
+    pub input_price_micros: i64,
+    pub output_price_micros: i64,
+    /// 0 bills cached prompt tokens at the input price.
+    pub cached_price_micros: i64,
+    pub request_price_micros: i64,
+    pub second_price_micros: i64,
+    pub image_price_micros: i64,
+    pub owned_by: String,
+}
+
+/// Which kind of resource a delete or a rejection names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Account,
+    Group,
+    Token,
+    Channel,
+    Model,
+}
+
+/// Any resource, as a delta upserts it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resource {
+    Account(Account),
+    Group(Group),
+    Token(Token),
+    Channel(Channel),
+    Model(Model),
+}
+
+// === impl Channel ===
+
+impl Channel {
+    /// Whether requests may be routed to it.
+    pub fn is_enabled(&self) -> bool {
+        self.status == ChannelStatus::Enabled
+    }
+
+    /// The upstream name of `model` on this channel.
+    pub fn upstream_model<'a>(&'a self, model: &'a str) -> &'a str {
+        match self.model_map.get(model) {
+            Some(mapped) if !mapped.is_empty() => mapped,
+            _ => model,
+        }
+    }
+}
+
+// Hand-written so the api key can never reach a log line through `{:?}`.
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("api_key", &"***")
+            .field("models", &self.models)
+            .field("groups", &self.groups)
+            .field("priority", &self.priority)
+            .field("weight", &self.weight)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl Kind ===
+
+impl Kind {
+    /// The name the control plane uses in `ResourceRef.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Account => "account",
+            Kind::Group => "group",
+            Kind::Token => "token",
+            Kind::Channel => "channel",
+            Kind::Model => "model",
+        }
+    }
+
+    /// Parses a `ResourceRef.kind`.
+    pub fn parse(s: &str) -> Option<Kind> {
+        [Kind::Account, Kind::Group, Kind::Token, Kind::Channel, Kind::Model].into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,288 @@
+//! The client-facing HTTP surface: the route table, the request-id and
+//! access-log layer every response passes through, the health endpoints and
+//! `GET /v1/models`. Unknown paths (and wrong methods) get the catalogue's
+//! `Invalid URL (METHOD /path)` 404.
+
+use std::{
+    sync::{Arc, LazyLock},
+    time::Instant,
+};
+
+use arc_swap::ArcSwap;
+use axum::{
+    Json, Router,
+    extract::{Request, State},
+    http::{HeaderValue, Method, StatusCode, Uri, header},
+    middleware::{self, Next},
+    response::{IntoResponse as _, Response},
+    routing::{get, post},
+};
+use ipnet::IpNet;
+use serde_json::json;
+
+use crate::{
+    auth::Access,
+    error::{self, ProxyError},
+    proxy,
+    snapshot::Snapshot,
+    upstream::Upstreams,
+    usage::UsageSink,
+};
+
+/// `created` of every model in `/v1/models`; the catalogue has no dates.
+const MODEL_CREATED: i64 = 1_700_000_000;
+
+/// Everything a request handler needs, shared by all requests.
+pub struct App {
+    /// The policy in use; a request loads it once.
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub usage: UsageSink,
+    pub upstreams: Upstreams,
+    /// Peers whose `X-Forwarded-For` / `X-Real-IP` are believed.
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+/// The id of one request, as sent in `x-request-id` and error messages.
+#[derive(Debug, Clone, Default)]
+pub struct RequestId(pub Arc<str>);
+
+/// The data plane's router with all its layers.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(root))
+        .route("/healthz", get(healthz))
+        .route("/ready", get(ready))
+        .route("/v1/models", get(list_models))
+        .route("/v1/chat/completions", post(proxy::chat_completions))
+        .fallback(invalid_url)
+        .method_not_allowed_fallback(invalid_url)
+        .layer(middleware::from_fn(request_id))
+        .with_state(app)
+}
+
+/// A new time-ordered request id: 12 hex digits of Unix milliseconds, then
+/// 20 random ones.
+pub fn new_request_id() -> String {
+    let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let random: u128 = rand::random::<u128>() & ((1u128 << 80) - 1);
+    format!("{:012x}{random:020x}", millis & 0xffff_ffff_ffff)
+}
+
+static REQUEST_ID_HEADER: LazyLock<header::HeaderName> =
+    LazyLock::new(|| header::HeaderName::from_static("x-request-id"));
+
+/// Gives each request an id (extension + `x-request-id` response header)
+/// and writes the access log line.
+async fn request_id(mut request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let id = RequestId(new_request_id().into());
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    request.extensions_mut().insert(id.clone());
+    let mut response = next.run(request).await;
+    if let Ok(value) = HeaderValue::from_str(&id.0) {
+        response.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
+    }
+    tracing::info!(
+        target: "gw_data_plane::access",
+        request_id = %id.0,
+        %method,
+        path,
+        status = response.status().as_u16(),
+        latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "request"
+    );
+    response
+}
+
+async fn root() -> &'static str {
+    "gw-data-plane: OpenAI-compatible gateway; see /v1/models\n"
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn ready(State(app): State<Arc<App>>) -> Response {
+    if app.snapshot.load().held {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "no policy snapshot yet\n").into_response()
+    }
+}
+
+async fn invalid_url(method: Method, uri: Uri) -> Response {
+    let error = ProxyError::InvalidUrl { method: method.to_string(), path: uri.path().to_owned() };
+    error::render(&error, "")
+}
+
+/// `GET /v1/models`: the catalogue models the caller's token may use.
+async fn list_models(State(app): State<Arc<App>>, request: Request) -> Response {
+    let request_id = request.extensions().get::<RequestId>().cloned().unwrap_or_default();
+    let snapshot = app.snapshot.load_full();
+    let (parts, _) = request.into_parts();
+    let caller = match proxy::authorize_request(&app, &snapshot, &parts, Access::Read) {
+        Ok(caller) => caller,
+        Err(error) => return error::render(&error, &request_id.0),
+    };
+    let allowlist = &caller.token.models;
+    let data: Vec<_> = snapshot
+        .group_models(&caller.group.name)
+        .into_iter()
+        .filter(|m| allowlist.is_empty() || allowlist.contains(&m.id))
+        .map(|m| {
+            let owned_by = if m.owned_by.is_empty() { "system" } else { m.owned_by.as_str() };
+            json!({ "id": m.id, "object": "model", "created": MODEL_CREATED, "owned_by": owned_by })
+        })
+        .collect();
+    Json(json!({ "object": "list", "data": data })).into_response()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+pub(crate) mod tests {
+    use axum::body::Body;
+    use tokio::sync::mpsc;
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::{
+        domain::{Account, Group, RateLimit, Resource, Token},
+        snapshot::tests as fx,
+        usage::Overlay,
+    };
+
+    pub const KEY: &str = "sk-models-test";
+
+    pub fn app(snapshot: Snapshot) -> Arc<App> {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        Arc::new(App {
+            snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
+            usage: UsageSink::new(tx, Arc::new(Overlay::default()), "test-node"),
+            upstreams: Upstreams::default(),
+            trusted_proxies: vec![],
+        })
+    }
+
+    pub fn policy(token: Token, balance_micros: i64) -> Snapshot {
+        let account = Account {
+            id: "a1".into(),
+            name: "a".into(),
+            balance_micros,
+            unlimited: false,
+            groups: vec![],
+            enabled: true,
+            used_micros: 0,
+            created_at: 0,
+        };
+        let group = |name: &str| Group {
+            name: name.into(),
+            ratio_ppm: 1_000_000,
+            ratio: 1.0,
+            deprecated: false,
+            description: String::new(),
+            rate_limit: RateLimit::default(),
+        };
+        let mut disabled = fx::channel("off", 0, 1, &["default"], &["gpt-off"]);
+        disabled.status = crate::domain::ChannelStatus::Disabled;
+        Snapshot::build(
+            3,
+            [
+                Resource::Token(token),
+                Resource::Account(account),
+                Resource::Group(group("default")),
+                Resource::Group(group("vip")),
+                Resource::Channel(fx::channel("c1", 0, 1, &["default"], &["gpt-a", "gpt-b", "uncatalogued"])),
+                Resource::Channel(fx::channel("c2", 0, 1, &["vip"], &["gpt-vip"])),
+                Resource::Channel(disabled),
+                Resource::Model(fx::model("gpt-a")),
+                Resource::Model(fx::model("gpt-b")),
+                Resource::Model(fx::model("gpt-vip")),
+                Resource::Model(fx::model("gpt-off")),
+            ],
+        )
+    }
+
+    async fn call(app: Arc<App>, method: &str, path: &str, key: Option<&str>) -> (StatusCode, Response) {
+        let mut builder = Request::builder().method(method).uri(path);
+        if let Some(key) = key {
+            builder = builder.header("authorization", format!("Bearer {key}"));
+        }
+        let response = router(app).oneshot(builder.body(Body::empty()).unwrap()).await.unwrap();
+        (response.status(), response)
+    }
+
+    pub async fn json_body(response: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    fn model_ids(json: &serde_json::Value) -> Vec<String> {
+        json["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_owned()).collect()
+    }
+
+    #[tokio::test]
+    async fn models_lists_what_the_group_serves_and_the_catalogue_knows() {
+        let (status, response) = call(app(policy(fx::token("t1", KEY), 0)), "GET", "/v1/models", Some(KEY)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(response.headers().contains_key("x-request-id"));
+        let json = json_body(response).await;
+        assert_eq!(json["object"], "list");
+        assert_eq!(model_ids(&json), ["gpt-a", "gpt-b"]);
+        assert_eq!(json["data"][0]["object"], "model");
+        assert_eq!(json["data"][0]["owned_by"], "acme");
+        assert!(json["data"][0]["created"].is_i64());
+    }
+
+    #[tokio::test]
+    async fn models_honours_the_token_allowlist() {
+        let token = Token { models: vec!["gpt-b".into(), "gpt-vip".into()], ..fx::token("t1", KEY) };
+        let (_, response) = call(app(policy(token, 0)), "GET", "/v1/models", Some(KEY)).await;
+        assert_eq!(model_ids(&json_body(response).await), ["gpt-b"]);
+    }
+
+    #[tokio::test]
+    async fn models_needs_a_valid_token() {
+        let (status, response) = call(app(policy(fx::token("t1", KEY), 0)), "GET", "/v1/models", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let rid = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+        let json = json_body(response).await;
+        assert_eq!(json["error"]["message"], format!("未提供令牌 (request id: {rid})"));
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_are_invalid_urls() {
+        for (method, path) in
+            [("POST", "/v1/v1/chat/completions"), ("POST", "/chat/completions"), ("GET", "/v1/chat/completions")]
+        {
+            let (status, response) = call(app(Snapshot::default()), method, path, Some(KEY)).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}");
+            assert_eq!(response.headers()["x-should-retry"], "false");
+            assert!(response.headers().contains_key("x-request-id"));
+            let json = json_body(response).await;
+            assert_eq!(json["error"]["message"], format!("Invalid URL ({method} {path})"));
+            assert_eq!(json["error"]["type"], "invalid_request_error");
+        }
+    }
+
+    #[tokio::test]
+    async fn ready_waits_for_a_snapshot_but_health_does_not() {
+        let empty = app(Snapshot::default());
+        assert_eq!(call(empty.clone(), "GET", "/ready", None).await.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(call(empty.clone(), "GET", "/healthz", None).await.0, StatusCode::OK);
+        assert_eq!(call(empty.clone(), "HEAD", "/", None).await.0, StatusCode::OK);
+        assert_eq!(call(empty, "GET", "/", None).await.0, StatusCode::OK);
+        let held = app(policy(fx::token("t1", KEY), 0));
+        assert_eq!(call(held, "GET", "/ready", None).await.0, StatusCode::OK);
+    }
+
+    #[test]
+    fn request_ids_are_32_hex_and_time_ordered() {
+        let a = new_request_id();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = new_request_id();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(a < b);
+    }
+}

@@ -1,0 +1,440 @@
+//! The immutable policy snapshot every request reads, and its indexes.
+//!
+//! A snapshot is built once per control-plane update and then only read. The
+//! big maps (tokens, accounts) are split into shards behind `Arc`s, so a delta
+//! copies only the shards it touches: a one-token change to a million-token
+//! snapshot clones a few thousand entries, not a million.
+
+use std::{
+    collections::{HashMap, HashSet},
+    hash::{BuildHasher, Hash, RandomState},
+    sync::Arc,
+};
+
+use rand::Rng as _;
+
+use crate::domain::{Account, Channel, Group, KeyHash, Kind, Model, Resource, Token};
+
+const SHARDS: usize = 64;
+
+/// A hash map split into `Arc`-shared shards; cloning it is cheap and writing
+/// copies only the touched shard.
+#[derive(Clone)]
+pub struct ShardedMap<K, V> {
+    hasher: RandomState,
+    shards: Vec<Arc<HashMap<K, V>>>,
+    len: usize,
+}
+
+/// Every policy resource at one revision, indexed for the request path.
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    /// Control-plane revision this snapshot reflects; 0 when none is held.
+    pub revision: u64,
+    /// False only for the placeholder used before any snapshot arrived.
+    pub held: bool,
+    tokens: ShardedMap<KeyHash, Arc<Token>>,
+    /// Token id → key hash, so deletes (which name ids) find the entry.
+    token_keys: ShardedMap<String, KeyHash>,
+    accounts: ShardedMap<String, Arc<Account>>,
+    groups: HashMap<String, Arc<Group>>,
+    channels: HashMap<String, Arc<Channel>>,
+    models: HashMap<String, Arc<Model>>,
+    routes: Arc<Routes>,
+}
+
+/// Enabled channels per (group, model), highest priority first.
+#[derive(Default)]
+struct Routes {
+    by_group: HashMap<String, HashMap<String, Vec<Arc<Channel>>>>,
+}
+
+// === impl ShardedMap ===
+
+impl<K: Hash + Eq + Clone, V: Clone> Default for ShardedMap<K, V> {
+    fn default() -> Self {
+        ShardedMap {
+            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Arc::new(HashMap::new())).collect(),
+            len: 0,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
+        // The modulo keeps the index in range whatever the pointer width.
+        #[allow(clippy::cast_possible_truncation)]
+        let index = (self.hasher.hash_one(key) % SHARDS as u64) as usize;
+        index
+    }
+
+    /// The value stored under `key`.
+    pub fn get<Q>(&self, key: &Q) -> Option<&V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.shards[self.shard(key)].get(key)
+    }
+
+    /// Stores `value`, copying the shard if another snapshot shares it.
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        let i = self.shard(&key);
+        let old = Arc::make_mut(&mut self.shards[i]).insert(key, value);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    /// Removes `key`, copying the shard if another snapshot shares it.
+    pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let i = self.shard(key);
+        if !self.shards[i].contains_key(key) {
+            return None;
+        }
+        let old = Arc::make_mut(&mut self.shards[i]).remove(key);
+        if old.is_some() {
+            self.len -= 1;
+        }
+        old
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// All values, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.shards.iter().flat_map(|s| s.values())
+    }
+}
+
+// === impl Snapshot ===
+
+impl Snapshot {
+    /// A held snapshot at `revision` made of `resources`.
+    pub fn build(revision: u64, resources: impl IntoIterator<Item = Resource>) -> Snapshot {
+        let mut snapshot = Snapshot { revision, held: true, ..Snapshot::default() };
+        for resource in resources {
+            snapshot.upsert(resource);
+        }
+        snapshot.rebuild_routes();
+        snapshot
+    }
+
+    /// A copy at `revision` with `upserts` stored and `deletes` removed.
+    pub fn apply(
+        &self,
+        revision: u64,
+        upserts: impl IntoIterator<Item = Resource>,
+        deletes: impl IntoIterator<Item = (Kind, String)>,
+    ) -> Snapshot {
+        let mut next = self.clone();
+        next.revision = revision;
+        next.held = true;
+        let mut channels_changed = false;
+        for (kind, id) in deletes {
+            channels_changed |= kind == Kind::Channel;
+            next.delete(kind, &id);
+        }
+        for resource in upserts {
+            channels_changed |= matches!(resource, Resource::Channel(_));
+            next.upsert(resource);
+        }
+        if channels_changed {
+            next.rebuild_routes();
+        }
+        next
+    }
+
+    fn upsert(&mut self, resource: Resource) {
+        match resource {
+            Resource::Account(a) => {
+                self.accounts.insert(a.id.clone(), Arc::new(a));
+            }
+            Resource::Group(g) => {
+                self.groups.insert(g.name.clone(), Arc::new(g));
+            }
+            Resource::Token(t) => {
+                match self.token_keys.insert(t.id.clone(), t.key_hash) {
+                    Some(old) if old != t.key_hash => {
+                        self.tokens.remove(&old);
+                    }
+                    _ => {}
+                }
+                self.tokens.insert(t.key_hash, Arc::new(t));
+            }
+            Resource::Channel(c) => {
+                self.channels.insert(c.id.clone(), Arc::new(c));
+            }
+            Resource::Model(m) => {
+                self.models.insert(m.id.clone(), Arc::new(m));
+            }
+        }
+    }
+
+    fn delete(&mut self, kind: Kind, id: &str) {
+        match kind {
+            Kind::Account => {
+                self.accounts.remove(id);
+            }
+            Kind::Group => {
+                self.groups.remove(id);
+            }
+            Kind::Token => {
+                if let Some(hash) = self.token_keys.remove(id) {
+                    self.tokens.remove(&hash);
+                }
+            }
+            Kind::Channel => {
+                self.channels.remove(id);
+            }
+            Kind::Model => {
+                self.models.remove(id);
+            }
+        }
+    }
+
+    fn rebuild_routes(&mut self) {
+        let mut routes = Routes::default();
+        for channel in self.channels.values().filter(|c| c.is_enabled()) {
+            for group in &channel.groups {
+                let models = routes.by_group.entry(group.clone()).or_default();
+                let mut seen = HashSet::new();
+                for model in channel.models.iter().filter(|m| seen.insert(m.as_str())) {
+                    models.entry(model.clone()).or_default().push(channel.clone());
+                }
+            }
+        }
+        for models in routes.by_group.values_mut() {
+            for channels in models.values_mut() {
+                // Ties broken by id so the order does not depend on hashing.
+                channels.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.id.cmp(&b.id)));
+            }
+        }
+        self.routes = Arc::new(routes);
+    }
+
+    /// The token whose key hashes to `hash`.
+    pub fn token(&self, hash: &KeyHash) -> Option<&Arc<Token>> {
+        self.tokens.get(hash)
+    }
+
+    /// The account with `id`.
+    pub fn account(&self, id: &str) -> Option<&Arc<Account>> {
+        self.accounts.get(id)
+    }
+
+    /// The group named `name`.
+    pub fn group(&self, name: &str) -> Option<&Arc<Group>> {
+        self.groups.get(name)
+    }
+
+    /// The catalogue entry of `id`.
+    pub fn model(&self, id: &str) -> Option<&Arc<Model>> {
+        self.models.get(id)
+    }
+
+    /// Enabled channels serving `model` to `group`, highest priority first.
+    pub fn channels(&self, group: &str, model: &str) -> &[Arc<Channel>] {
+        self.routes.by_group.get(group).and_then(|m| m.get(model)).map_or(&[], Vec::as_slice)
+    }
+
+    /// Catalogue models that at least one enabled channel serves to `group`,
+    /// sorted by id.
+    pub fn group_models(&self, group: &str) -> Vec<&Arc<Model>> {
+        let Some(models) = self.routes.by_group.get(group) else {
+            return Vec::new();
+        };
+        let mut list: Vec<_> = models.keys().filter_map(|id| self.models.get(id)).collect();
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        list
+    }
+
+    /// Counts of each kind, for logs.
+    pub fn counts(&self) -> [(Kind, usize); 5] {
+        [
+            (Kind::Account, self.accounts.len()),
+            (Kind::Group, self.groups.len()),
+            (Kind::Token, self.tokens.len()),
+            (Kind::Channel, self.channels.len()),
+            (Kind::Model, self.models.len()),
+        ]
+    }
+
+    /// Every resource, for writing the snapshot file.
+    pub fn resources(&self) -> impl Iterator<Item = Resource> + '_ {
+        let accounts = self.accounts.values().map(|a| Resource::Account((**a).clone()));
+        let groups = self.groups.values().map(|g| Resource::Group((**g).clone()));
+        let tokens = self.tokens.values().map(|t| Resource::Token((**t).clone()));
+        let channels = self.channels.values().map(|c| Resource::Channel((**c).clone()));
+        let models = self.models.values().map(|m| Resource::Model((**m).clone()));
+        accounts.chain(groups).chain(tokens).chain(channels).chain(models)
+    }
+}
+
+/// Picks the next channel to try among `candidates` (highest priority first,
+/// as `Snapshot::channels` returns them), skipping the ids in `tried`: the
+/// highest remaining priority level, then weighted random by `weight` (0
+/// counts as 1). `None` when every candidate was tried.
+pub fn pick_channel<'a>(candidates: &'a [Arc<Channel>], tried: &[&str]) -> Option<&'a Arc<Channel>> {
+    let mut left = candidates.iter().filter(|c| !tried.contains(&c.id.as_str()));
+    let first = left.next()?;
+    let level: Vec<&Arc<Channel>> =
+        std::iter::once(first).chain(left.take_while(|c| c.priority == first.priority)).collect();
+    if level.len() == 1 {
+        return Some(first);
+    }
+    let weight = |c: &Arc<Channel>| u64::from(c.weight.max(1));
+    let total: u64 = level.iter().map(|c| weight(c)).sum();
+    let mut roll = rand::rng().random_range(0..total);
+    for channel in &level {
+        let w = weight(channel);
+        if roll < w {
+            return Some(channel);
+        }
+        roll -= w;
+    }
+    Some(first)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::domain::{ChannelKind, ChannelStatus, RateLimit, Timeouts};
+
+    pub fn channel(id: &str, priority: i32, weight: u32, groups: &[&str], models: &[&str]) -> Channel {
+        Channel {
+            id: id.into(),
+            name: id.into(),
+            kind: ChannelKind::OpenAi,
+            base_url: "http://127.0.0.1:1/v1".into(),
+            api_key: format!("key-{id}"),
+            models: models.iter().map(|s| s.to_string()).collect(),
+            model_map: BTreeMap::new(),
+            groups: groups.iter().map(|s| s.to_string()).collect(),
+            priority,
+            weight,
+            status: ChannelStatus::Enabled,
+            timeouts: Timeouts::default(),
+        }
+    }
+
+    pub fn model(id: &str) -> Model {
+        Model {
+            id: id.into(),
+            category: "chat".into(),
+            input_price_micros: 1_000_000,
+            output_price_micros: 2_000_000,
+            cached_price_micros: 0,
+            request_price_micros: 0,
+            second_price_micros: 0,
+            image_price_micros: 0,
+            owned_by: "acme".into(),
+        }
+    }
+
+    pub fn token(id: &str, key: &str) -> Token {
+        use sha2::Digest as _;
+        Token {
+            id: id.into(),
+            account_id: "a1".into(),
+            group: "default".into(),
+            name: id.into(),
+            key_hash: sha2::Sha256::digest(key.as_bytes()).into(),
+            key_prefix: String::new(),
+            enabled: true,
+            expires_at: 0,
+            unlimited: true,
+            quota_micros: 0,
+            used_micros: 0,
+            models: vec![],
+            allow_ips: vec![],
+            rate_limit: RateLimit::default(),
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn channels_are_ordered_by_priority_and_filtered_by_group_model_and_status() {
+        let mut off = channel("off", 99, 1, &["g"], &["m"]);
+        off.status = ChannelStatus::AutoDisabled;
+        let snap = Snapshot::build(
+            1,
+            [
+                Resource::Channel(channel("low", 1, 1, &["g"], &["m"])),
+                Resource::Channel(channel("high", 10, 1, &["g"], &["m", "m"])),
+                Resource::Channel(channel("other-group", 50, 1, &["h"], &["m"])),
+                Resource::Channel(channel("other-model", 50, 1, &["g"], &["n"])),
+                Resource::Channel(off),
+            ],
+        );
+        let ids: Vec<_> = snap.channels("g", "m").iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["high", "low"]);
+        assert!(snap.channels("g", "zzz").is_empty());
+    }
+
+    #[test]
+    fn pick_takes_highest_level_then_falls_back_when_tried() {
+        let list: Vec<_> = [channel("a", 5, 1, &[], &[]), channel("b", 5, 3, &[], &[]), channel("c", 1, 1, &[], &[])]
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let mut counts = HashMap::new();
+        for _ in 0..4000 {
+            *counts.entry(pick_channel(&list, &[]).unwrap().id.clone()).or_insert(0) += 1;
+        }
+        assert!(!counts.contains_key("c"), "lower priority picked: {counts:?}");
+        let (a, b) = (counts["a"], counts["b"]);
+        assert!(b > 2 * a && b < 4 * a, "weights not honoured: a={a} b={b}");
+        assert_eq!(pick_channel(&list, &["a", "b"]).unwrap().id, "c");
+        assert!(pick_channel(&list, &["a", "b", "c"]).is_none());
+    }
+
+    #[test]
+    fn zero_weight_counts_as_one() {
+        let list: Vec<_> =
+            [channel("a", 0, 0, &[], &[]), channel("b", 0, 0, &[], &[])].into_iter().map(Arc::new).collect();
+        let picked: HashSet<_> = (0..200).map(|_| pick_channel(&list, &[]).unwrap().id.clone()).collect();
+        assert_eq!(picked.len(), 2);
+    }
+
+    #[test]
+    fn delta_replaces_token_key_and_deletes_by_id() {
+        let base = Snapshot::build(1, [Resource::Token(token("t1", "sk-old"))]);
+        let old_hash = token("t1", "sk-old").key_hash;
+        let new = token("t1", "sk-new");
+        let new_hash = new.key_hash;
+        let next = base.apply(2, [Resource::Token(new)], []);
+        assert!(next.token(&old_hash).is_none());
+        assert!(next.token(&new_hash).is_some());
+        assert!(base.token(&old_hash).is_some(), "the old snapshot must not change");
+        let gone = next.apply(3, [], [(Kind::Token, "t1".to_string())]);
+        assert!(gone.token(&new_hash).is_none());
+        assert_eq!(gone.revision, 3);
+    }
+
+    #[test]
+    fn group_models_needs_a_channel_and_a_catalogue_entry() {
+        let snap = Snapshot::build(
+            1,
+            [
+                Resource::Channel(channel("c", 0, 1, &["g"], &["m1", "ghost"])),
+                Resource::Model(model("m1")),
+                Resource::Model(model("m2")),
+            ],
+        );
+        let ids: Vec<_> = snap.group_models("g").iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["m1"]);
+    }
+}

@@ -1,0 +1,309 @@
+//! Metering: turns what a response used into a priced usage record, queues it
+//! for the reporter, and keeps the local spend overlay so a caller's next
+//! request sees its own spend before the control plane's snapshot does.
+//!
+//! A `Meter` records exactly once: when the response ends, or when it is
+//! dropped because the client went away.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex, PoisonError},
+    time::Instant,
+};
+
+use gw_proto::pb;
+use tokio::sync::mpsc;
+
+use crate::{
+    domain::Model,
+    pricing::{Usage, cost_micros},
+};
+
+/// Who pays for one request and at what price.
+#[derive(Debug, Clone)]
+pub struct Charge {
+    pub request_id: String,
+    pub token_id: String,
+    pub account_id: String,
+    pub group: String,
+    /// The model name the client asked for (what is billed).
+    pub model: Arc<Model>,
+    pub channel_id: String,
+    pub endpoint: &'static str,
+    pub ratio_ppm: i64,
+    pub started: Instant,
+}
+
+/// Queues usage records for the reporter and adds them to the overlay.
+#[derive(Clone)]
+pub struct UsageSink {
+    tx: mpsc::UnboundedSender<pb::UsageRecord>,
+    overlay: Arc<Overlay>,
+    node_id: Arc<str>,
+}
+
+/// Spend recorded here but maybe not yet in the snapshot, per request id.
+#[derive(Default)]
+pub struct Overlay {
+    inner: Mutex<OverlayInner>,
+}
+
+#[derive(Default)]
+struct OverlayInner {
+    entries: HashMap<String, Pending>,
+    by_account: HashMap<String, i64>,
+    by_token: HashMap<String, i64>,
+    /// Revision that reflects a batch → the request ids in it.
+    settled: BTreeMap<u64, Vec<String>>,
+}
+
+struct Pending {
+    account: String,
+    token: String,
+    cost: i64,
+}
+
+/// Records a request's usage once: by `finish`, or on drop with what was
+/// seen so far (the client went away mid-stream).
+pub struct Meter {
+    charge: Option<Charge>,
+    sink: UsageSink,
+    seen: Option<Usage>,
+    /// Content chunks seen, the completion estimate when no usage came.
+    chunks: i64,
+    prompt_estimate: i64,
+}
+
+// === impl UsageSink ===
+
+impl UsageSink {
+    /// A sink feeding `tx`, stamping records with `node_id`.
+    pub fn new(tx: mpsc::UnboundedSender<pb::UsageRecord>, overlay: Arc<Overlay>, node_id: &str) -> UsageSink {
+        UsageSink { tx, overlay, node_id: node_id.into() }
+    }
+
+    /// Prices `usage`, adds it to the overlay and queues its record.
+    /// Returns the cost in micro-USD.
+    pub fn record(&self, charge: &Charge, usage: Usage, status: u16, estimated: bool) -> i64 {
+        let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm);
+        self.overlay.add(&charge.request_id, &charge.account_id, &charge.token_id, cost);
+        let record = pb::UsageRecord {
+            request_id: charge.request_id.clone(),
+            token_id: charge.token_id.clone(),
+            account_id: charge.account_id.clone(),
+            group: charge.group.clone(),
+            model: charge.model.id.clone(),
+            channel_id: charge.channel_id.clone(),
+            endpoint: charge.endpoint.to_owned(),
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            cached_tokens: usage.cached_tokens,
+            cost_micros: cost,
+            latency_ms: u32::try_from(charge.started.elapsed().as_millis()).unwrap_or(u32::MAX),
+            status: u32::from(status),
+            created_at: crate::now_unix(),
+            node_id: self.node_id.to_string(),
+            estimated,
+        };
+        if self.tx.send(record).is_err() {
+            tracing::error!(request_id = %charge.request_id, "usage reporter is gone; record lost");
+        }
+        cost
+    }
+
+    /// The overlay this sink adds to.
+    pub fn overlay(&self) -> &Arc<Overlay> {
+        &self.overlay
+    }
+}
+
+// === impl Overlay ===
+
+impl Overlay {
+    fn lock(&self) -> std::sync::MutexGuard<'_, OverlayInner> {
+        // The maps stay consistent at every await-free step, so a panic
+        // elsewhere cannot leave them half-updated.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds `cost` spent by `request_id` on `account` and `token`.
+    pub fn add(&self, request_id: &str, account: &str, token: &str, cost: i64) {
+        if cost == 0 {
+            return;
+        }
+        let mut inner = self.lock();
+        if inner.entries.contains_key(request_id) {
+            return;
+        }
+        *inner.by_account.entry(account.to_owned()).or_default() += cost;
+        *inner.by_token.entry(token.to_owned()).or_default() += cost;
+        let pending = Pending { account: account.to_owned(), token: token.to_owned(), cost };
+        inner.entries.insert(request_id.to_owned(), pending);
+    }
+
+    /// Spend not yet reflected in the snapshot: (account's, token's).
+    pub fn pending(&self, account: &str, token: &str) -> (i64, i64) {
+        let inner = self.lock();
+        if inner.entries.is_empty() {
+            return (0, 0);
+        }
+        (inner.by_account.get(account).copied().unwrap_or(0), inner.by_token.get(token).copied().unwrap_or(0))
+    }
+
+    /// The control plane applied `request_ids`; a snapshot at `revision` or
+    /// later reflects them. `current` is the snapshot revision in use.
+    pub fn settle<'a>(&self, request_ids: impl IntoIterator<Item = &'a str>, revision: u64, current: u64) {
+        let ids: Vec<String> = request_ids.into_iter().map(str::to_owned).collect();
+        let mut inner = self.lock();
+        inner.settled.entry(revision).or_default().extend(ids);
+        inner.prune(current);
+    }
+
+    /// Forgets settled spend that the snapshot at `current` already reflects.
+    pub fn prune(&self, current: u64) {
+        self.lock().prune(current);
+    }
+
+    /// Number of requests whose spend is still overlaid.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+}
+
+impl OverlayInner {
+    fn prune(&mut self, current: u64) {
+        let later = self.settled.split_off(&current.saturating_add(1));
+        let reflected = std::mem::replace(&mut self.settled, later);
+        for id in reflected.into_values().flatten() {
+            let Some(p) = self.entries.remove(&id) else {
+                continue;
+            };
+            subtract(&mut self.by_account, &p.account, p.cost);
+            subtract(&mut self.by_token, &p.token, p.cost);
+        }
+    }
+}
+
+fn subtract(sums: &mut HashMap<String, i64>, key: &str, cost: i64) {
+    if let Some(sum) = sums.get_mut(key) {
+        *sum -= cost;
+        if *sum == 0 {
+            sums.remove(key);
+        }
+    }
+}
+
+// === impl Meter ===
+
+impl Meter {
+    /// Meters `charge`; `request_bytes` sizes the prompt estimate used if
+    /// the response never reports usage.
+    pub fn new(charge: Charge, sink: UsageSink, request_bytes: usize) -> Meter {
+        let prompt_estimate = i64::try_from(request_bytes.div_ceil(4)).unwrap_or(i64::MAX);
+        Meter { charge: Some(charge), sink, seen: None, chunks: 0, prompt_estimate }
+    }
+
+    /// Usage reported by the upstream; the last report wins.
+    pub fn observe(&mut self, usage: Usage) {
+        self.seen = Some(usage);
+    }
+
+    /// `n` more content chunks went to the client.
+    pub fn add_chunks(&mut self, n: i64) {
+        self.chunks = self.chunks.saturating_add(n);
+    }
+
+    /// Records the usage seen (or an estimate) with `status`.
+    pub fn finish(mut self, status: u16) {
+        self.record(status);
+    }
+
+    /// Records nothing: the upstream's answer was lost before the client
+    /// got any of it, so there is nothing to bill.
+    pub fn cancel(mut self) {
+        self.charge = None;
+    }
+
+    fn record(&mut self, status: u16) {
+        let Some(charge) = self.charge.take() else {
+            return;
+        };
+        let (usage, estimated) = match self.seen {
+            Some(usage) => (usage, false),
+            // No usage: bill an estimate rather than nothing, so cutting a
+            // stream short is not a way to get tokens for free.
+            None => {
+                (Usage { prompt_tokens: self.prompt_estimate, completion_tokens: self.chunks, cached_tokens: 0 }, true)
+            }
+        };
+        self.sink.record(&charge, usage, status, estimated);
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        // 499: the client closed the connection before the response ended.
+        self.record(499);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    fn charge(id: &str) -> Charge {
+        Charge {
+            request_id: id.into(),
+            token_id: "t".into(),
+            account_id: "a".into(),
+            group: "g".into(),
+            model: Arc::new(crate::snapshot::tests::model("m")),
+            channel_id: "c".into(),
+            endpoint: "/v1/chat/completions",
+            ratio_ppm: 1_000_000,
+            started: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn overlay_keeps_spend_until_the_snapshot_reflects_it() {
+        let overlay = Overlay::default();
+        overlay.add("r1", "a", "t", 10);
+        overlay.add("r2", "a", "t2", 5);
+        overlay.add("r1", "a", "t", 10); // same request twice counts once
+        assert_eq!(overlay.pending("a", "t"), (15, 10));
+        overlay.settle(["r1"], 7, 6);
+        assert_eq!(overlay.pending("a", "t"), (15, 10), "revision 6 does not reflect r1 yet");
+        overlay.prune(7);
+        assert_eq!(overlay.pending("a", "t"), (5, 0));
+        overlay.settle(["r2"], 8, 9);
+        assert_eq!(overlay.pending("a", "t2"), (0, 0));
+        assert_eq!(overlay.len(), 0);
+    }
+
+    #[test]
+    fn meter_records_exactly_once_on_finish_or_drop() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let sink = UsageSink::new(tx, Arc::default(), "node");
+        let mut meter = Meter::new(charge("r1"), sink.clone(), 40);
+        meter.observe(Usage { prompt_tokens: 1000, completion_tokens: 500, cached_tokens: 0 });
+        meter.finish(200);
+        let record = rx.try_recv().unwrap();
+        assert_eq!((record.prompt_tokens, record.completion_tokens, record.status), (1000, 500, 200));
+        // $1/M in + $2/M out: 1000 + 1000 µ$.
+        assert_eq!(record.cost_micros, 2000);
+        assert!(!record.estimated);
+        assert!(rx.try_recv().is_err());
+
+        let mut dropped = Meter::new(charge("r2"), sink, 40);
+        dropped.add_chunks(2);
+        drop(dropped);
+        let record = rx.try_recv().unwrap();
+        assert_eq!((record.prompt_tokens, record.completion_tokens, record.status), (10, 2, 499));
+        assert!(record.estimated);
+        assert_eq!(record.node_id, "node");
+        assert!(rx.try_recv().is_err());
+    }
+}

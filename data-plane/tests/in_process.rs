@@ -1,0 +1,531 @@
+//! The real data plane in-process against a scripted control plane (a tonic
+//! `PolicyService` this test drives) and a scripted upstream on loopback:
+//! discovery, persistence, forwarding, SSE, metering, the spend overlay and
+//! the usage spool, end to end.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{Json, Router, body::Bytes, http::HeaderMap, routing::post};
+use gw_proto::pb::{
+    self,
+    policy_service_server::{PolicyService, PolicyServiceServer},
+};
+use serde_json::{Value, json};
+use sha2::Digest as _;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::{StreamExt as _, wrappers::ReceiverStream};
+use tonic::{Request, Response, Status, Streaming};
+
+const NODE_KEY: &str = "node-secret";
+const CLIENT_KEY: &str = "sk-client-key-1";
+const UPSTREAM_KEY: &str = "sk-upstream-secret";
+
+// ---------------------------------------------------------------- control plane
+
+type WatchTx = mpsc::Sender<Result<pb::WatchResponse, Status>>;
+
+/// A watch session the test drives: the Hello it opened with, where to send
+/// responses, and the ACKs that came back.
+struct Session {
+    hello: pb::Hello,
+    tx: WatchTx,
+    acks: mpsc::UnboundedReceiver<pb::Ack>,
+}
+
+#[derive(Clone)]
+struct FakePolicy {
+    sessions: mpsc::UnboundedSender<Session>,
+    reports: Arc<Mutex<Vec<pb::UsageRecord>>>,
+    report_revision: u64,
+}
+
+#[tonic::async_trait]
+impl PolicyService for FakePolicy {
+    type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<Streaming<pb::WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        check_key(&request)?;
+        let mut incoming = request.into_inner();
+        let Some(Ok(pb::WatchRequest { kind: Some(pb::watch_request::Kind::Hello(hello)) })) = incoming.next().await
+        else {
+            return Err(Status::invalid_argument("hello first"));
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let (ack_tx, acks) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = incoming.next().await {
+                if let Some(pb::watch_request::Kind::Ack(ack)) = message.kind {
+                    let _ = ack_tx.send(ack);
+                }
+            }
+        });
+        let _ = self.sessions.send(Session { hello, tx, acks });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn report_usage(
+        &self,
+        request: Request<pb::ReportUsageRequest>,
+    ) -> Result<Response<pb::ReportUsageResponse>, Status> {
+        check_key(&request)?;
+        let records = request.into_inner().records;
+        let mut stored = self.reports.lock().unwrap();
+        let mut applied = 0;
+        for record in records {
+            if !stored.iter().any(|r| r.request_id == record.request_id) {
+                stored.push(record);
+                applied += 1;
+            }
+        }
+        Ok(Response::new(pb::ReportUsageResponse { applied, duplicates: 0, revision: self.report_revision }))
+    }
+}
+
+fn check_key<T>(request: &Request<T>) -> Result<(), Status> {
+    let ok =
+        request.metadata().get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {NODE_KEY}"));
+    if ok { Ok(()) } else { Err(Status::unauthenticated("bad node key")) }
+}
+
+struct ControlPlane {
+    addr: SocketAddr,
+    sessions: mpsc::UnboundedReceiver<Session>,
+    reports: Arc<Mutex<Vec<pb::UsageRecord>>>,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
+}
+
+async fn control_plane(addr: Option<SocketAddr>) -> ControlPlane {
+    let listener = tokio::net::TcpListener::bind(addr.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap())).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (sessions_tx, sessions) = mpsc::unbounded_channel();
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let policy = FakePolicy { sessions: sessions_tx, reports: reports.clone(), report_revision: 100 };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder().add_service(PolicyServiceServer::new(policy)).serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            async {
+                let _ = stopped.await;
+            },
+        ),
+    );
+    ControlPlane { addr, sessions, reports, stop: Some(stop), server: Some(server) }
+}
+
+impl ControlPlane {
+    async fn session(&mut self) -> Session {
+        tokio::time::timeout(Duration::from_secs(10), self.sessions.recv()).await.expect("no watch session").unwrap()
+    }
+
+    fn reported(&self) -> Vec<pb::UsageRecord> {
+        self.reports.lock().unwrap().clone()
+    }
+
+    /// Stops serving and waits until the port is free again.
+    async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+        }
+    }
+}
+
+impl Session {
+    async fn send(&mut self, response: pb::WatchResponse) -> pb::Ack {
+        let revision = response.revision;
+        self.tx.send(Ok(response)).await.unwrap();
+        self.ack(revision).await
+    }
+
+    async fn ack(&mut self, revision: u64) -> pb::Ack {
+        loop {
+            let ack = tokio::time::timeout(Duration::from_secs(10), self.acks.recv()).await.expect("no ack").unwrap();
+            if ack.revision == revision {
+                return ack;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- policy
+
+fn resource(kind: pb::resource::Kind) -> pb::Resource {
+    pb::Resource { kind: Some(kind) }
+}
+
+fn policy(revision: u64, upstream: SocketAddr, balance_micros: i64) -> pb::WatchResponse {
+    use pb::resource::Kind as K;
+    let key_hash = hex::encode(sha2::Sha256::digest(CLIENT_KEY.as_bytes()));
+    pb::WatchResponse {
+        revision,
+        full: true,
+        base: 0,
+        upserts: vec![
+            resource(K::Account(pb::Account {
+                id: "acct".into(),
+                balance_micros,
+                status: "enabled".into(),
+                ..Default::default()
+            })),
+            resource(K::Group(pb::Group { name: "default".into(), ratio: 2.0, ..Default::default() })),
+            resource(K::Token(pb::Token {
+                id: "tok".into(),
+                account_id: "acct".into(),
+                group: "default".into(),
+                key_hash,
+                status: "enabled".into(),
+                unlimited: true,
+                ..Default::default()
+            })),
+            resource(K::Channel(pb::Channel {
+                id: "chan".into(),
+                r#type: "openai".into(),
+                base_url: format!("http://{upstream}/v1/"),
+                api_key: UPSTREAM_KEY.into(),
+                models: vec!["gpt-test".into(), "broken".into()],
+                model_map: [("gpt-test".to_string(), "gpt-upstream".to_string())].into(),
+                groups: vec!["default".into()],
+                status: "enabled".into(),
+                ..Default::default()
+            })),
+            resource(K::Model(pb::Model {
+                id: "gpt-test".into(),
+                input_price_micros: 1_000_000,
+                output_price_micros: 2_000_000,
+                ..Default::default()
+            })),
+            resource(K::Model(pb::Model { id: "broken".into(), ..Default::default() })),
+            // Streams one chunk, then stalls; its channel gives up after 300 ms.
+            resource(K::Channel(pb::Channel {
+                id: "slow-chan".into(),
+                base_url: format!("http://{upstream}/v1"),
+                api_key: UPSTREAM_KEY.into(),
+                models: vec!["stall".into()],
+                groups: vec!["default".into()],
+                status: "enabled".into(),
+                idle_timeout_ms: 300,
+                ..Default::default()
+            })),
+            resource(K::Model(pb::Model { id: "stall".into(), input_price_micros: 1_000_000, ..Default::default() })),
+            // Rejected: not a valid key hash. Everything else still applies.
+            resource(K::Token(pb::Token { id: "bad".into(), key_hash: "xyz".into(), ..Default::default() })),
+        ],
+        deletes: vec![],
+    }
+}
+
+// ---------------------------------------------------------------- upstream
+
+#[derive(Default)]
+struct Seen {
+    requests: Vec<(String, Value)>,
+}
+
+async fn upstream() -> (SocketAddr, Arc<Mutex<Seen>>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let state = seen.clone();
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |headers: HeaderMap, body: Bytes| {
+            let state = state.clone();
+            async move {
+                let auth = headers.get("authorization").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+                let body: Value = serde_json::from_slice(&body).unwrap();
+                state.lock().unwrap().requests.push((auth, body.clone()));
+                upstream_answer(&body)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, seen)
+}
+
+const SSE_CONTENT: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n";
+const SSE_USAGE: &str = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":50}}\n\n";
+const SSE_DONE: &str = "data: [DONE]\n\n";
+
+fn upstream_answer(body: &Value) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    if body["model"] == "broken" {
+        let error = json!({"error": {"message": format!("Incorrect API key provided: {UPSTREAM_KEY}")}});
+        return (axum::http::StatusCode::UNAUTHORIZED, Json(error)).into_response();
+    }
+    if body["model"] == "stall" {
+        let stream =
+            tokio_stream::iter([SSE_CONTENT]).map(|e| Ok::<_, std::io::Error>(Bytes::from_static(e.as_bytes())));
+        let stalled = stream.chain(tokio_stream::pending());
+        return ([("content-type", "text/event-stream")], axum::body::Body::from_stream(stalled)).into_response();
+    }
+    if body["stream"] == true {
+        let events = [SSE_CONTENT, SSE_CONTENT, SSE_USAGE, SSE_DONE];
+        let stream = tokio_stream::iter(events).then(|e| async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok::<_, std::io::Error>(Bytes::from_static(e.as_bytes()))
+        });
+        return ([("content-type", "text/event-stream")], axum::body::Body::from_stream(stream)).into_response();
+    }
+    Json(json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 500, "prompt_tokens_details": {"cached_tokens": 0}}
+    }))
+    .into_response()
+}
+
+// ---------------------------------------------------------------- helpers
+
+async fn start(cp: SocketAddr, dir: &Path) -> gw_data_plane::Handle {
+    let mut config = gw_data_plane::Config::new("127.0.0.1:0".parse().unwrap(), format!("http://{cp}"), dir, NODE_KEY);
+    config.report_interval = Duration::from_millis(20);
+    gw_data_plane::start(config).await.unwrap()
+}
+
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn chat(dp: SocketAddr, body: Value) -> (u16, HeaderMap, Bytes) {
+    let response = reqwest::Client::new()
+        .post(format!("http://{dp}/v1/chat/completions"))
+        .bearer_auth(CLIENT_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.bytes().await.unwrap())
+}
+
+fn message(body: &Bytes) -> String {
+    serde_json::from_slice::<Value>(body).unwrap()["error"]["message"].as_str().unwrap().to_owned()
+}
+
+// ---------------------------------------------------------------- tests
+
+#[tokio::test]
+async fn proxies_meters_and_reports_with_a_live_control_plane() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, seen) = upstream().await;
+    let mut cp = control_plane(None).await;
+    let dp = start(cp.addr, dir.path()).await;
+    let ready = format!("http://{}/ready", dp.addr);
+    assert_eq!(reqwest::get(&ready).await.unwrap().status(), 503);
+
+    let mut session = cp.session().await;
+    assert_eq!(session.hello.revision, 0);
+    assert_eq!(session.hello.address, dp.addr.to_string());
+    let ack = session.send(policy(7, up, 10_000)).await;
+    assert_eq!(ack.rejected, ["token/bad"]);
+    assert_eq!(dp.revision(), 7);
+    assert_eq!(reqwest::get(&ready).await.unwrap().status(), 200);
+    eventually("snapshot file", || dir.path().join("snapshot.pb").exists().then_some(())).await;
+
+    // Non-streamed: the model is mapped, the channel key sent, the body returned as is.
+    let (status, headers, body) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, 200, "{body:?}");
+    let request_id = headers["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["choices"][0]["message"]["content"], "hello");
+    {
+        let seen = seen.lock().unwrap();
+        let (auth, sent) = seen.requests.last().unwrap();
+        assert_eq!(auth, &format!("Bearer {UPSTREAM_KEY}"));
+        assert_eq!(sent["model"], "gpt-upstream");
+    }
+    // 1000 in × $1/M + 500 out × $2/M = 2000 µ$, group ratio 2 → 4000 µ$.
+    let record = eventually("usage report", || cp.reported().into_iter().find(|r| r.request_id == request_id)).await;
+    assert_eq!((record.prompt_tokens, record.completion_tokens, record.cost_micros), (1000, 500, 4000));
+    assert_eq!(
+        (record.token_id.as_str(), record.account_id.as_str(), record.channel_id.as_str()),
+        ("tok", "acct", "chan")
+    );
+    assert_eq!(record.model, "gpt-test");
+    assert_eq!(record.node_id, dp.node_id());
+
+    // Streamed: events pass through, the usage chunk we asked for is withheld.
+    let (status, headers, body) = chat(dp.addr, json!({"model": "gpt-test", "messages": [], "stream": true})).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "text/event-stream");
+    assert_eq!(String::from_utf8_lossy(&body), format!("{SSE_CONTENT}{SSE_CONTENT}{SSE_DONE}"));
+    assert_eq!(seen.lock().unwrap().requests.last().unwrap().1["stream_options"]["include_usage"], true);
+    let stream_id = headers["x-request-id"].to_str().unwrap().to_owned();
+    let record = eventually("stream usage", || cp.reported().into_iter().find(|r| r.request_id == stream_id)).await;
+    // (100 × 1 + 50 × 2) µ$ × 2 = 400 µ$.
+    assert_eq!((record.prompt_tokens, record.completion_tokens, record.cost_micros), (100, 50, 400));
+
+    // A client that asked for usage gets the usage chunk.
+    let asked = json!({"model": "gpt-test", "messages": [], "stream": true, "stream_options": {"include_usage": true}});
+    let (_, _, body) = chat(dp.addr, asked).await;
+    assert_eq!(String::from_utf8_lossy(&body), format!("{SSE_CONTENT}{SSE_CONTENT}{SSE_USAGE}{SSE_DONE}"));
+
+    // Upstream refusals keep their status; the channel key never leaks.
+    let (status, _, body) = chat(dp.addr, json!({"model": "broken", "messages": []})).await;
+    assert_eq!(status, 401);
+    let text = message(&body);
+    assert!(text.starts_with("upstream error: Incorrect API key provided: ***"), "{text}");
+    assert!(!String::from_utf8_lossy(&body).contains(UPSTREAM_KEY));
+
+    // Catalogue checks.
+    let (status, _, body) = chat(dp.addr, json!({"model": "nope", "messages": []})).await;
+    assert_eq!((status, message(&body).starts_with("模型不存在: nope (request id: ")), (404, true));
+
+    // Local spend counts before the control plane pushes new balances:
+    // 4000 + 400 + 400 µ$ = 4800 of 10000 spent; two more 4000 µ$ calls
+    // leave -2800, so the next is refused until a delta says otherwise.
+    let (status, _, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, 200);
+    let (status, _, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, 200);
+    let (status, headers, body) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, 403);
+    assert_eq!(headers["x-should-retry"], "false");
+    assert!(message(&body).starts_with("用户额度不足, 剩余额度: ＄-0.002800"), "{}", message(&body));
+
+    // The control plane's delta (at the revision the reports returned)
+    // replaces the local overlay.
+    let topped = pb::WatchResponse {
+        revision: 100,
+        full: false,
+        base: 7,
+        upserts: vec![resource(pb::resource::Kind::Account(pb::Account {
+            id: "acct".into(),
+            balance_micros: 1_000_000,
+            status: "enabled".into(),
+            ..Default::default()
+        }))],
+        deletes: vec![],
+    };
+    assert!(session.send(topped).await.rejected.is_empty());
+    let (status, _, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, 200);
+
+    // A delta on the wrong base makes the data plane ask for a full snapshot.
+    let stray = pb::WatchResponse { revision: 102, full: false, base: 101, ..Default::default() };
+    session.tx.send(Ok(stray)).await.unwrap();
+    let resync = cp.session().await;
+    assert_eq!(resync.hello.revision, 0);
+    assert_eq!(dp.revision(), 100);
+
+    dp.shutdown().await;
+    cp.stop().await;
+}
+
+#[tokio::test]
+async fn restarts_serve_the_saved_snapshot_and_spool_usage_until_the_control_plane_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, _) = upstream().await;
+    let mut cp = control_plane(None).await;
+    let cp_addr = cp.addr;
+    let dp = start(cp.addr, dir.path()).await;
+    let mut session = cp.session().await;
+    session.send(policy(9, up, 1_000_000)).await;
+    eventually("snapshot file", || dir.path().join("snapshot.pb").exists().then_some(())).await;
+    dp.shutdown().await;
+    cp.stop().await;
+    drop(session);
+
+    // Control plane gone: the restarted data plane serves the saved policy
+    // and keeps usage in its spool.
+    let dp = start(cp_addr, dir.path()).await;
+    assert_eq!(dp.revision(), 9);
+    let (status, headers, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, 200);
+    let request_id = headers["x-request-id"].to_str().unwrap().to_owned();
+    let spool = dir.path().join("spool");
+    eventually("spooled batch", || {
+        std::fs::read_dir(&spool)
+            .unwrap()
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "batch"))
+            .then_some(())
+    })
+    .await;
+    dp.shutdown().await;
+
+    // Control plane back on the same address: the next start resends the
+    // spool and says which revision it already has.
+    let mut cp = control_plane(Some(cp_addr)).await;
+    let dp = start(cp_addr, dir.path()).await;
+    let session = cp.session().await;
+    assert_eq!(session.hello.revision, 9);
+    let record =
+        eventually("spooled usage delivered", || cp.reported().into_iter().find(|r| r.request_id == request_id)).await;
+    assert_eq!(record.cost_micros, 4000);
+    eventually("spool emptied", || {
+        (!std::fs::read_dir(&spool).unwrap().flatten().any(|e| e.path().is_file())).then_some(())
+    })
+    .await;
+    assert_eq!(cp.reported().len(), 1, "each record is reported once");
+    dp.shutdown().await;
+    cp.stop().await;
+}
+
+#[tokio::test]
+async fn cut_streams_are_metered_once_whether_the_client_or_the_upstream_stalls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, _) = upstream().await;
+    let mut cp = control_plane(None).await;
+    let dp = start(cp.addr, dir.path()).await;
+    let mut session = cp.session().await;
+    session.send(policy(3, up, 1_000_000)).await;
+    let stall = json!({"model": "stall", "messages": [{"role": "user", "content": "hello there"}], "stream": true});
+
+    // The client reads the first event and hangs up.
+    let response = reqwest::Client::new()
+        .post(format!("http://{}/v1/chat/completions", dp.addr))
+        .bearer_auth(CLIENT_KEY)
+        .json(&stall)
+        .send()
+        .await
+        .unwrap();
+    let gone_id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let mut body = response.bytes_stream();
+    assert_eq!(body.next().await.unwrap().unwrap(), SSE_CONTENT.as_bytes());
+    drop(body);
+    let record = eventually("disconnect metered", || cp.reported().into_iter().find(|r| r.request_id == gone_id)).await;
+    assert_eq!(record.status, 499);
+    assert!(record.estimated);
+    assert_eq!(record.completion_tokens, 1, "one content event was delivered");
+    assert!(record.prompt_tokens > 0 && record.cost_micros > 0);
+
+    // The upstream stalls past the channel's idle timeout: the stream is cut.
+    let started = Instant::now();
+    let response = reqwest::Client::new()
+        .post(format!("http://{}/v1/chat/completions", dp.addr))
+        .bearer_auth(CLIENT_KEY)
+        .json(&stall)
+        .send()
+        .await
+        .unwrap();
+    let idle_id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert!(response.bytes().await.is_err(), "a cut stream must not look complete");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let record = eventually("idle cut metered", || cp.reported().into_iter().find(|r| r.request_id == idle_id)).await;
+    assert_eq!(record.status, 504);
+
+    dp.shutdown().await;
+    cp.stop().await;
+}
