@@ -59,21 +59,25 @@ pub fn save(data_dir: &Path, snapshot: &Snapshot) -> anyhow::Result<()> {
 /// Saves each snapshot published on `updates`, at most once per
 /// `MIN_INTERVAL`, until `shutdown`; then saves the newest one if unsaved.
 pub async fn run(data_dir: PathBuf, mut updates: watch::Receiver<Arc<Snapshot>>, mut shutdown: watch::Receiver<bool>) {
+    let mut saved = None;
     loop {
         tokio::select! {
             changed = updates.changed() => if changed.is_err() { break },
             _ = shutdown.changed() => break,
         }
         let snapshot = updates.borrow_and_update().clone();
+        saved = Some(snapshot.revision);
         save_blocking(&data_dir, snapshot).await;
         tokio::select! {
             () = tokio::time::sleep(MIN_INTERVAL) => {}
             _ = shutdown.changed() => break,
         }
     }
-    if updates.has_changed().unwrap_or(false) {
-        let snapshot = updates.borrow_and_update().clone();
-        save_blocking(&data_dir, snapshot).await;
+    // The sender may be gone by now (discovery stopped first), so compare
+    // revisions rather than asking the channel whether it changed.
+    let newest = updates.borrow().clone();
+    if newest.held && saved != Some(newest.revision) {
+        save_blocking(&data_dir, newest).await;
     }
 }
 

@@ -351,9 +351,9 @@ async fn errors_carry_the_exact_catalogue_messages() {
 async fn wait_for_revision(f: &Fixture) {
     eventually("data planes to ACK the newest revision", Duration::from_secs(5), || async {
         let planes = f.cluster.gwctl(&["dataplanes", "list"]).await.ok()?;
-        let revision = planes["revision"].as_u64()?;
-        let items = planes["items"].as_array()?;
-        (items.len() == 2 && items.iter().all(|p| p["acked_revision"].as_u64() >= Some(revision))).then_some(())
+        let items = planes.as_array()?;
+        let current = |p: &Value| p["acked_revision"].as_u64() >= p["control_plane_revision"].as_u64();
+        (items.len() == 2 && items.iter().all(current)).then_some(())
     })
     .await;
 }

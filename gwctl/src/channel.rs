@@ -1,0 +1,279 @@
+//! `gwctl channel`: upstream providers. A channel serves a set of models to a
+//! set of groups; the data plane picks by priority, then weight. Its API key
+//! is write-only: the control plane never returns it, gwctl never prints it.
+
+use std::collections::HashMap;
+
+use anyhow::Result;
+use gw_proto::pb;
+use serde_json::Value;
+
+use crate::client::{Admin, RpcResult};
+use crate::flags::{self, CsvList, Status};
+use crate::output::{self, Output, Render};
+
+/// Channel verbs.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Create a channel.
+    Create(CreateArgs),
+    /// List channels.
+    #[command(alias = "ls")]
+    List,
+    /// Show one channel.
+    Get { id: String },
+    /// Change a channel; flags left out stay as they are.
+    Update(UpdateArgs),
+    /// Stop routing to the channel.
+    Disable { id: String },
+    /// Route to the channel again (also clears an automatic disable).
+    Enable { id: String },
+    /// Delete a channel.
+    #[command(alias = "rm")]
+    Delete { id: String },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    #[arg(long)]
+    name: String,
+    /// Provider type.
+    #[arg(long = "type", default_value = "openai")]
+    kind: String,
+    /// Base address including /v1, as given to the SDKs.
+    #[arg(long)]
+    base_url: String,
+    /// Upstream API key.
+    #[arg(long)]
+    key: Option<String>,
+    /// Models served, comma-separated.
+    #[arg(long)]
+    models: CsvList,
+    /// Groups that may use the channel, comma-separated.
+    #[arg(long, default_value = "default")]
+    groups: CsvList,
+    /// Higher priority channels are tried first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i32,
+    /// Share of traffic among channels of the same priority.
+    #[arg(long, default_value_t = 1)]
+    weight: u32,
+    /// Model renames, REQUESTED=UPSTREAM, comma-separated.
+    #[arg(long, value_parser = flags::parse_model_map)]
+    map: Option<HashMap<String, String>>,
+    /// Upstream connect timeout in milliseconds [default: the data plane's].
+    #[arg(long, default_value_t = 0)]
+    connect_timeout_ms: u32,
+    /// Time to the first response byte in milliseconds [default: the data plane's].
+    #[arg(long, default_value_t = 0)]
+    first_byte_timeout_ms: u32,
+    /// Longest silence inside a response in milliseconds [default: the data plane's].
+    #[arg(long, default_value_t = 0)]
+    idle_timeout_ms: u32,
+    /// Whole-request deadline in milliseconds [default: the data plane's].
+    #[arg(long, default_value_t = 0)]
+    total_timeout_ms: u32,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpdateArgs {
+    id: String,
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long = "type")]
+    kind: Option<String>,
+    #[arg(long)]
+    base_url: Option<String>,
+    /// Replaces the upstream API key.
+    #[arg(long)]
+    key: Option<String>,
+    /// Replaces the models served.
+    #[arg(long)]
+    models: Option<CsvList>,
+    /// Replaces the groups.
+    #[arg(long)]
+    groups: Option<CsvList>,
+    #[arg(long, allow_negative_numbers = true)]
+    priority: Option<i32>,
+    #[arg(long)]
+    weight: Option<u32>,
+    /// Replaces the model renames; "" removes them all.
+    #[arg(long, value_parser = flags::parse_model_map)]
+    map: Option<HashMap<String, String>>,
+    #[arg(long, value_enum)]
+    status: Option<Status>,
+}
+
+/// Runs one channel verb; returns what to print.
+pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
+    match command {
+        Command::Create(args) => output::render_one(out, &admin.create_channel(create_request(args)).await.rpc()?),
+        Command::List => {
+            let list = admin.list_channels(pb::ListRequest {}).await.rpc()?;
+            output::render_list(out, &list.items)
+        }
+        Command::Get { id } => output::render_one(out, &admin.get_channel(pb::GetRequest { id }).await.rpc()?),
+        Command::Update(args) => output::render_one(out, &admin.update_channel(update_request(args)).await.rpc()?),
+        Command::Disable { id } => set_status(admin, out, id, Status::Disabled).await,
+        Command::Enable { id } => set_status(admin, out, id, Status::Enabled).await,
+        Command::Delete { id } => {
+            admin.delete_channel(pb::GetRequest { id: id.clone() }).await.rpc()?;
+            output::render_deleted(out, "channel", &id)
+        }
+    }
+}
+
+async fn set_status(admin: &mut Admin, out: Output, id: String, status: Status) -> Result<String> {
+    let request = pb::UpdateChannelRequest { id, status: Some(status.as_str().to_string()), ..Default::default() };
+    output::render_one(out, &admin.update_channel(request).await.rpc()?)
+}
+
+fn create_request(args: CreateArgs) -> pb::Channel {
+    pb::Channel {
+        name: args.name,
+        r#type: args.kind,
+        base_url: args.base_url,
+        has_key: args.key.is_some(),
+        api_key: args.key.unwrap_or_default(),
+        models: args.models.into(),
+        model_map: args.map.unwrap_or_default(),
+        groups: args.groups.into(),
+        priority: args.priority,
+        weight: args.weight,
+        connect_timeout_ms: args.connect_timeout_ms,
+        first_byte_timeout_ms: args.first_byte_timeout_ms,
+        idle_timeout_ms: args.idle_timeout_ms,
+        total_timeout_ms: args.total_timeout_ms,
+        ..Default::default()
+    }
+}
+
+fn update_request(args: UpdateArgs) -> pb::UpdateChannelRequest {
+    pb::UpdateChannelRequest {
+        id: args.id,
+        name: args.name,
+        base_url: args.base_url,
+        api_key: args.key,
+        set_models: args.models.is_some(),
+        models: args.models.map(Vec::from).unwrap_or_default(),
+        set_groups: args.groups.is_some(),
+        groups: args.groups.map(Vec::from).unwrap_or_default(),
+        set_model_map: args.map.is_some(),
+        model_map: args.map.unwrap_or_default(),
+        priority: args.priority,
+        weight: args.weight,
+        status: args.status.map(|s| s.as_str().to_string()),
+        r#type: args.kind,
+    }
+}
+
+fn model_map(channel: &pb::Channel) -> String {
+    let mut pairs: Vec<String> = channel.model_map.iter().map(|(from, to)| format!("{from}={to}")).collect();
+    pairs.sort();
+    output::list(&pairs, "-")
+}
+
+fn timeout(ms: u32) -> String {
+    match ms {
+        0 => "default".to_string(),
+        ms => format!("{ms}ms"),
+    }
+}
+
+// === impl Render for pb::Channel ===
+
+impl Render for pb::Channel {
+    const COLUMNS: &'static [&'static str] =
+        &["ID", "NAME", "TYPE", "STATUS", "PRIORITY", "WEIGHT", "MODELS", "GROUPS", "BASE URL", "KEY"];
+
+    fn to_json(&self) -> Value {
+        let mut object = output::to_object(self);
+        // Never echo a secret, even if a server sent one.
+        object.remove("api_key");
+        Value::Object(object)
+    }
+
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.clone(),
+            self.name.clone(),
+            self.r#type.clone(),
+            self.status.clone(),
+            self.priority.to_string(),
+            self.weight.to_string(),
+            output::list(&self.models, "-"),
+            output::list(&self.groups, "-"),
+            self.base_url.clone(),
+            if self.has_key { "set" } else { "none" }.to_string(),
+        ]
+    }
+
+    fn fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("id", self.id.clone()),
+            ("name", self.name.clone()),
+            ("type", self.r#type.clone()),
+            ("status", self.status.clone()),
+            ("base url", self.base_url.clone()),
+            ("has key", self.has_key.to_string()),
+            ("models", output::list(&self.models, "-")),
+            ("model map", model_map(self)),
+            ("groups", output::list(&self.groups, "-")),
+            ("priority", self.priority.to_string()),
+            ("weight", self.weight.to_string()),
+            ("connect timeout", timeout(self.connect_timeout_ms)),
+            ("first byte timeout", timeout(self.first_byte_timeout_ms)),
+            ("idle timeout", timeout(self.idle_timeout_ms)),
+            ("total timeout", timeout(self.total_timeout_ms)),
+        ]
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_json_never_carries_the_api_key() {
+        let channel = pb::Channel {
+            id: "ch_1".into(),
+            r#type: "openai".into(),
+            api_key: "sk-upstream-secret".into(),
+            has_key: true,
+            model_map: [("gpt-4o".to_string(), "gpt-4o-2024-08-06".to_string())].into(),
+            ..Default::default()
+        };
+        let json = channel.to_json();
+        assert!(json.get("api_key").is_none());
+        assert!(!json.to_string().contains("sk-upstream-secret"));
+        assert_eq!(json["has_key"], true);
+        assert_eq!(json["type"], "openai");
+        assert_eq!(json["model_map"]["gpt-4o"], "gpt-4o-2024-08-06");
+        assert!(!channel.fields().iter().any(|(_, v)| v.contains("secret")));
+        assert!(!channel.row().iter().any(|v| v.contains("secret")));
+    }
+
+    #[test]
+    fn update_replaces_only_the_lists_given() {
+        let args = UpdateArgs {
+            id: "ch_1".into(),
+            name: None,
+            kind: None,
+            base_url: None,
+            key: None,
+            models: Some("a,b".parse().unwrap()),
+            groups: None,
+            priority: Some(-1),
+            weight: None,
+            map: Some(HashMap::new()),
+            status: None,
+        };
+        let request = update_request(args);
+        assert!(request.set_models && !request.set_groups && request.set_model_map);
+        assert_eq!(request.models, ["a", "b"]);
+        assert!(request.model_map.is_empty());
+        assert_eq!(request.priority, Some(-1));
+        assert_eq!(request.api_key, None);
+    }
+}

@@ -1,0 +1,112 @@
+//! The gRPC client of the control plane's AdminService. Every call carries
+//! the admin key as `authorization: Bearer <key>` metadata, and failures turn
+//! into errors that read as the control plane's own message.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use gw_proto::pb::admin_service_client::AdminServiceClient;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+
+use crate::config::Global;
+
+/// An AdminService client that authenticates every call.
+pub type Admin = AdminServiceClient<InterceptedService<Channel, BearerAuth>>;
+
+/// Adds the admin key to every request.
+#[derive(Clone)]
+pub struct BearerAuth(MetadataValue<Ascii>);
+
+/// Unwraps a unary answer, turning a `Status` into an error that prints as
+/// the control plane's message (`account "x" not found`).
+pub trait RpcResult<T> {
+    fn rpc(self) -> Result<T>;
+}
+
+/// Connects to the control plane named by the global flags. Fails when no
+/// admin key is available or the address cannot be reached.
+pub async fn connect(global: &Global) -> Result<Admin> {
+    let key = global.admin_key()?;
+    let auth = BearerAuth::new(&key)?;
+    let uri = global.endpoint_uri();
+    let channel = Endpoint::from_shared(uri.clone())
+        .with_context(|| format!("invalid endpoint {uri:?}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(60))
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the control plane at {uri}"))?;
+    Ok(AdminServiceClient::with_interceptor(channel, auth))
+}
+
+// === impl BearerAuth ===
+
+impl BearerAuth {
+    /// Fails when the key cannot travel in an HTTP header.
+    pub fn new(key: &str) -> Result<BearerAuth> {
+        let value = format!("Bearer {key}")
+            .parse()
+            .map_err(|_| anyhow!("the admin key has characters that cannot be sent in a header"))?;
+        Ok(BearerAuth(value))
+    }
+}
+
+impl Interceptor for BearerAuth {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        request.metadata_mut().insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+// === impl RpcResult ===
+
+impl<T> RpcResult<T> for Result<tonic::Response<T>, Status> {
+    fn rpc(self) -> Result<T> {
+        self.map(tonic::Response::into_inner).map_err(status_error)
+    }
+}
+
+/// The error for a failed call: the server's message, with a hint where the
+/// operator can act on it.
+pub fn status_error(status: Status) -> anyhow::Error {
+    let message = match status.message() {
+        "" => status.code().description().to_string(),
+        message => message.to_string(),
+    };
+    match status.code() {
+        Code::Unauthenticated | Code::PermissionDenied => {
+            anyhow!("{message} (check --admin-key, GW_ADMIN_KEY or <data-dir>/admin.key)")
+        }
+        Code::Unavailable => anyhow!("control plane unavailable: {message}"),
+        _ => anyhow!("{message}"),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interceptor_adds_bearer_metadata() {
+        let mut auth = BearerAuth::new("adm-123").unwrap();
+        let request = auth.call(Request::new(())).unwrap();
+        let value = request.metadata().get("authorization").unwrap();
+        assert_eq!(value.to_str().unwrap(), "Bearer adm-123");
+        assert!(BearerAuth::new("bad\nkey").is_err());
+    }
+
+    #[test]
+    fn status_errors_print_the_server_message() {
+        let err = status_error(Status::not_found("account \"x\" not found"));
+        assert_eq!(format!("{err:#}"), "account \"x\" not found");
+        let err = status_error(Status::new(Code::Internal, ""));
+        assert_eq!(format!("{err:#}"), "Internal error");
+        let err = status_error(Status::unauthenticated("invalid admin key"));
+        assert!(format!("{err:#}").starts_with("invalid admin key (check"));
+    }
+}

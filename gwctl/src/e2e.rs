@@ -1,0 +1,226 @@
+//! gwctl against a real single node started in-process by `up::start`: the
+//! flags reach the control plane as meant and the JSON scripts read back is
+//! shaped as documented.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::Value;
+use tempfile::TempDir;
+
+use crate::cli::{self, Cli};
+use crate::config::Global;
+use crate::output::Output;
+use crate::up;
+
+/// A node on free ports in a temporary data directory.
+struct Gateway {
+    node: up::Node,
+    admin_key: String,
+    dir: TempDir,
+}
+
+impl Gateway {
+    async fn start() -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let global = Global {
+            endpoint: String::new(),
+            admin_key: None,
+            data_dir: Some(dir.path().to_path_buf()),
+            output: Output::Table,
+        };
+        let args = up::Args {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            store: None,
+        };
+        let node = up::start(args, &global).await.unwrap();
+        let key_file = node.admin_key_file.as_ref().unwrap();
+        let admin_key = std::fs::read_to_string(key_file).unwrap().trim().to_string();
+        Gateway { node, admin_key, dir }
+    }
+
+    /// Runs gwctl with the node's endpoint and key; returns stdout or the
+    /// error as gwctl prints it.
+    async fn gwctl(&self, output: &str, args: &[&str]) -> Result<String, String> {
+        let endpoint = format!("http://{}", self.node.control_plane);
+        let mut argv = vec!["gwctl", "--endpoint", &endpoint, "-o", output];
+        argv.extend(["--admin-key", &self.admin_key]);
+        argv.extend(args);
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        cli::run(cli).await.map_err(|e| format!("{e:#}"))
+    }
+
+    async fn json(&self, args: &[&str]) -> Value {
+        let text = self.gwctl("json", args).await.unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    async fn table(&self, args: &[&str]) -> String {
+        self.gwctl("table", args).await.unwrap()
+    }
+
+    async fn error(&self, args: &[&str]) -> String {
+        self.gwctl("json", args).await.unwrap_err()
+    }
+}
+
+#[tokio::test]
+async fn accounts_keep_exact_dollar_amounts() {
+    let gw = Gateway::start().await;
+    gw.json(&["group", "create", "--name", "vip", "--ratio", "2"]).await;
+    let account =
+        gw.json(&["account", "create", "--name", "acme", "--balance", "100.1", "--groups", "default,vip"]).await;
+    assert_eq!(account["balance_micros"], 100_100_000);
+    assert_eq!(account["balance"], 100.1);
+    assert_eq!(account["groups"], serde_json::json!(["default", "vip"]));
+    let id = account["id"].as_str().unwrap();
+
+    let topped = gw.json(&["account", "topup", id, "--amount", "-0.1"]).await;
+    assert_eq!(topped["balance_micros"], 100_000_000);
+    let updated = gw.json(&["account", "update", id, "--groups", "default", "--status", "disabled"]).await;
+    assert_eq!(updated["groups"], serde_json::json!(["default"]));
+    assert_eq!(updated["status"], "disabled");
+
+    let list = gw.json(&["account", "list"]).await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let table = gw.table(&["account", "list"]).await;
+    assert!(table.starts_with("ID "), "{table}");
+    assert!(table.contains("$100.000000"), "{table}");
+
+    assert_eq!(gw.json(&["account", "delete", id]).await, serde_json::json!({ "deleted": id }));
+    let err = gw.error(&["account", "get", id]).await;
+    assert_eq!(err, format!("account {id:?} not found"));
+}
+
+#[tokio::test]
+async fn tokens_show_their_key_once_and_switch_status() {
+    let gw = Gateway::start().await;
+    let account = gw.json(&["account", "create", "--name", "acme", "--balance", "10"]).await;
+    let account = account["id"].as_str().unwrap();
+    let created = gw
+        .json(&[
+            "token",
+            "create",
+            "--account",
+            account,
+            "--quota",
+            "5",
+            "--models",
+            "gpt-4o",
+            "--allow-ip",
+            "10.0.0.0/8,::1",
+            "--expires",
+            "2027-01-01T00:00:00Z",
+            "--rate-limit",
+            "60/1",
+        ])
+        .await;
+    assert!(created["key"].as_str().unwrap().starts_with("sk-"), "{created}");
+    assert_eq!(created["quota"], 5.0);
+    assert_eq!(created["unlimited"], false);
+    assert_eq!(created["expires_at"], 1_798_761_600);
+    assert_eq!(created["allow_ips"], serde_json::json!(["10.0.0.0/8", "::1"]));
+    assert_eq!(created["rate_limit"]["max_requests"], 60);
+    let id = created["id"].as_str().unwrap();
+
+    let fetched = gw.json(&["token", "get", id]).await;
+    assert!(fetched.get("key").is_none(), "the key is shown only at creation");
+    assert_eq!(gw.json(&["token", "disable", id]).await["status"], "disabled");
+    assert_eq!(gw.json(&["token", "enable", id]).await["status"], "enabled");
+    let updated = gw.json(&["token", "update", id, "--unlimited", "true", "--expires", "never", "--models", ""]).await;
+    assert_eq!(updated["unlimited"], true);
+    assert_eq!(updated["expires_at"], 0);
+    assert_eq!(updated["models"], serde_json::json!([]));
+
+    let table = gw.table(&["token", "create", "--account", account]).await;
+    assert!(table.contains("key:") && table.contains("sk-"), "{table}");
+    assert!(table.contains("not shown again"), "{table}");
+}
+
+#[tokio::test]
+async fn channels_and_models_round_trip_without_secrets() {
+    let gw = Gateway::start().await;
+    let channel = gw
+        .json(&[
+            "channel",
+            "create",
+            "--name",
+            "main",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--key",
+            "sk-upstream-secret",
+            "--models",
+            "gpt-4o,gpt-4o-mini",
+            "--priority",
+            "-1",
+            "--map",
+            "gpt-4o=gpt-4o-2024-08-06",
+        ])
+        .await;
+    assert_eq!(channel["has_key"], true);
+    assert_eq!(channel["priority"], -1);
+    assert_eq!(channel["model_map"]["gpt-4o"], "gpt-4o-2024-08-06");
+    let id = channel["id"].as_str().unwrap();
+    assert_eq!(gw.json(&["channel", "disable", id]).await["status"], "disabled");
+    let updated = gw.json(&["channel", "update", id, "--map", "", "--weight", "3"]).await;
+    assert_eq!(updated["model_map"], serde_json::json!({}));
+    assert_eq!(updated["weight"], 3);
+    let listed = gw.table(&["channel", "list"]).await;
+    assert!(!listed.contains("secret"), "{listed}");
+
+    let model = gw.json(&["model", "create", "--id", "gpt-4o", "--input-price", "2.5", "--output-price", "10"]).await;
+    assert_eq!(model["input_price_micros"], 2_500_000);
+    assert_eq!(model["input_price"], 2.5);
+    let updated = gw.json(&["model", "update", "gpt-4o", "--cached-price", "1.25"]).await;
+    assert_eq!(updated["cached_price"], 1.25);
+    assert_eq!(updated["output_price"], 10.0);
+    assert_eq!(gw.json(&["model", "list"]).await.as_array().unwrap().len(), 1);
+    assert_eq!(gw.json(&["usage", "list", "--model", "gpt-4o"]).await, serde_json::json!([]));
+}
+
+#[tokio::test]
+async fn data_plane_of_up_catches_up_with_the_control_plane() {
+    let gw = Gateway::start().await;
+    gw.json(&["group", "create", "--name", "vip"]).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let planes = gw.json(&["dataplanes", "list"]).await;
+        let in_sync = planes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["connected"] == true && p["behind"] == 0 && p["acked_revision"].as_u64() > Some(0));
+        if in_sync {
+            break;
+        }
+        assert!(Instant::now() < deadline, "data plane never caught up: {planes}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let table = gw.table(&["dataplanes", "list"]).await;
+    assert!(table.starts_with("control plane revision "), "{table}");
+    assert!(table.contains("in sync"), "{table}");
+}
+
+#[tokio::test]
+async fn wrong_admin_key_is_refused_and_the_key_file_is_the_default() {
+    let gw = Gateway::start().await;
+    let endpoint = format!("http://{}", gw.node.control_plane);
+    let wrong = Cli::try_parse_from(["gwctl", "--endpoint", &endpoint, "--admin-key", "nope", "group", "list"]);
+    let err = cli::run(wrong.unwrap()).await.unwrap_err();
+    assert!(format!("{err:#}").contains("--admin-key"), "{err:#}");
+
+    let key_file = gw.node.admin_key_file.clone().unwrap();
+    assert_eq!(key_file, gw.dir.path().join("admin.key"));
+    // Without a flag (and with GW_ADMIN_KEY unset) the key comes from the file.
+    if std::env::var_os("GW_ADMIN_KEY").is_none() {
+        let data_dir = gw.dir.path().to_str().unwrap();
+        let cli = Cli::try_parse_from(["gwctl", "--endpoint", &endpoint, "--data-dir", data_dir, "group", "list"]);
+        let table = cli::run(cli.unwrap()).await.unwrap();
+        assert!(table.contains("default"), "{table}");
+    }
+    gw.node.shutdown().await;
+}

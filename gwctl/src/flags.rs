@@ -1,0 +1,198 @@
+//! Parsers for the flag values shared by several resources: comma lists,
+//! rate limits (`60/1`), model maps (`a=b,c=d`), expiry times and statuses.
+//!
+//! Each parser returns a `String` error so clap reports it against the flag.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use gw_proto::pb;
+
+/// A comma-separated list flag (`--groups default,vip`). Blank items are
+/// dropped and repeats removed, so `--models ""` is the empty list.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CsvList(pub Vec<String>);
+
+/// `enabled` or `disabled`, as the control plane spells statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Status {
+    Enabled,
+    Disabled,
+}
+
+// === impl CsvList ===
+
+impl std::str::FromStr for CsvList {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let mut items: Vec<String> = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if !items.iter().any(|seen| seen == item) {
+                items.push(item.to_string());
+            }
+        }
+        Ok(CsvList(items))
+    }
+}
+
+impl From<CsvList> for Vec<String> {
+    fn from(list: CsvList) -> Vec<String> {
+        list.0
+    }
+}
+
+// === impl Status ===
+
+impl Status {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Enabled => "enabled",
+            Status::Disabled => "disabled",
+        }
+    }
+}
+
+/// Parses `MAX/MINUTES` ("60/1": 60 requests per minute). `off`, `none` and
+/// `0` give the zero limit, which disables rate limiting.
+pub fn parse_rate_limit(text: &str) -> Result<pb::RateLimit, String> {
+    let text = text.trim();
+    if matches!(text, "off" | "none" | "0") {
+        return Ok(pb::RateLimit::default());
+    }
+    let invalid = || format!("invalid rate limit {text:?}: expected MAX/MINUTES such as 60/1, or off");
+    let (max, window) = text.split_once('/').ok_or_else(invalid)?;
+    let max_requests: u32 = max.trim().parse().map_err(|_| invalid())?;
+    let window_minutes: u32 = window.trim().parse().map_err(|_| invalid())?;
+    if max_requests == 0 || window_minutes == 0 {
+        return Err(format!(
+            "invalid rate limit {text:?}: requests and minutes must be at least 1 (use off to disable)"
+        ));
+    }
+    Ok(pb::RateLimit { window_minutes, max_requests })
+}
+
+/// Parses a model map, `requested=upstream` pairs separated by commas. The
+/// empty string is the empty map (clears a channel's mapping).
+pub fn parse_model_map(text: &str) -> Result<HashMap<String, String>, String> {
+    let mut map = HashMap::new();
+    for pair in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (from, to) = pair
+            .split_once('=')
+            .map(|(from, to)| (from.trim(), to.trim()))
+            .filter(|(from, to)| !from.is_empty() && !to.is_empty())
+            .ok_or_else(|| {
+                format!("invalid model mapping {pair:?}: expected REQUESTED=UPSTREAM such as gpt-4o=gpt-4o-2024-08-06")
+            })?;
+        if map.insert(from.to_string(), to.to_string()).is_some() {
+            return Err(format!("model {from:?} is mapped twice"));
+        }
+    }
+    Ok(map)
+}
+
+/// Parses an RFC 3339 time into Unix seconds; `never` (or `0`) is 0, "no
+/// expiry".
+pub fn parse_expiry(text: &str) -> Result<i64, String> {
+    let text = text.trim();
+    if matches!(text, "never" | "0") {
+        return Ok(0);
+    }
+    let time = chrono::DateTime::parse_from_rfc3339(text).map_err(|err| {
+        format!("invalid time {text:?}: {err}; expected RFC 3339 such as 2027-01-01T00:00:00Z, or never")
+    })?;
+    let seconds = time.timestamp();
+    if seconds <= 0 {
+        return Err(format!("invalid time {text:?}: must be after 1970"));
+    }
+    Ok(seconds)
+}
+
+/// Parses a list of source addresses, each an IP address or a CIDR block.
+/// The control plane validates again; this catches typos before the call.
+pub fn parse_ip_list(text: &str) -> Result<CsvList, String> {
+    let list: CsvList = text.parse()?;
+    for item in &list.0 {
+        let (addr, prefix) = match item.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (item.as_str(), None),
+        };
+        let invalid = || format!("invalid address {item:?}: expected an IP or CIDR such as 10.0.0.0/8 or ::1");
+        let addr: IpAddr = addr.parse().map_err(|_| invalid())?;
+        if let Some(prefix) = prefix {
+            let bits: u8 = prefix.parse().map_err(|_| invalid())?;
+            let max = if addr.is_ipv4() { 32 } else { 128 };
+            if bits > max {
+                return Err(invalid());
+            }
+        }
+    }
+    Ok(list)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    fn list(text: &str) -> Vec<String> {
+        text.parse::<CsvList>().unwrap().0
+    }
+
+    #[test]
+    fn comma_lists_trim_and_drop_blanks_and_repeats() {
+        assert_eq!(list("default,vip"), ["default", "vip"]);
+        assert_eq!(list(" a , b,,a "), ["a", "b"]);
+        assert!(list("").is_empty());
+    }
+
+    #[test]
+    fn rate_limit_reads_max_requests_over_window_minutes() {
+        let limit = parse_rate_limit("60/1").unwrap();
+        assert_eq!((limit.max_requests, limit.window_minutes), (60, 1));
+        let limit = parse_rate_limit("1000/ 60").unwrap();
+        assert_eq!((limit.max_requests, limit.window_minutes), (1000, 60));
+        assert_eq!(parse_rate_limit("off").unwrap(), pb::RateLimit::default());
+    }
+
+    #[test]
+    fn malformed_rate_limits_are_refused() {
+        for text in ["60", "60/", "/1", "a/1", "60/0", "0/5", "-1/1", "1/2/3"] {
+            assert!(parse_rate_limit(text).is_err(), "{text:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn model_map_reads_comma_separated_pairs() {
+        let map = parse_model_map("gpt-4o=gpt-4o-2024-08-06, mini = gpt-4o-mini").unwrap();
+        assert_eq!(map.len(), 2);
+        assert_eq!(map["gpt-4o"], "gpt-4o-2024-08-06");
+        assert_eq!(map["mini"], "gpt-4o-mini");
+        assert!(parse_model_map("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn malformed_model_maps_are_refused() {
+        for text in ["gpt-4o", "=x", "x=", "a=b,a=c"] {
+            assert!(parse_model_map(text).is_err(), "{text:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn expiry_parses_rfc3339_to_unix_seconds() {
+        assert_eq!(parse_expiry("2027-01-01T00:00:00Z"), Ok(1_798_761_600));
+        assert_eq!(parse_expiry("2027-01-01T01:00:00+01:00"), Ok(1_798_761_600));
+        assert_eq!(parse_expiry("never"), Ok(0));
+        assert!(parse_expiry("2027-01-01").is_err());
+        assert!(parse_expiry("tomorrow").is_err());
+    }
+
+    #[test]
+    fn ip_lists_accept_addresses_and_cidrs_only() {
+        assert_eq!(parse_ip_list("10.0.0.0/8,::1").unwrap().0, ["10.0.0.0/8", "::1"]);
+        assert!(parse_ip_list("10.0.0.0/33").is_err());
+        assert!(parse_ip_list("example.com").is_err());
+        assert!(parse_ip_list("fe80::/129").is_err());
+    }
+}

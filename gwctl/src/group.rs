@@ -1,0 +1,159 @@
+//! `gwctl group`: groups set the price ratio and rate limit that apply to
+//! every token in them. A group is named by its name.
+
+use anyhow::Result;
+use gw_proto::pb;
+use serde_json::Value;
+
+use crate::client::{Admin, RpcResult};
+use crate::flags;
+use crate::output::{self, Output, Render};
+
+/// Group verbs.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Create a group.
+    Create(CreateArgs),
+    /// List groups.
+    #[command(alias = "ls")]
+    List,
+    /// Show one group.
+    Get { name: String },
+    /// Change a group; flags left out stay as they are.
+    Update(UpdateArgs),
+    /// Delete a group.
+    #[command(alias = "rm")]
+    Delete { name: String },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    #[arg(long)]
+    name: String,
+    /// Price multiplier for every request in the group.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_ratio)]
+    ratio: f64,
+    /// Refuse requests of tokens in this group.
+    #[arg(long)]
+    deprecated: bool,
+    #[arg(long, default_value = "", hide_default_value = true)]
+    description: String,
+    /// Requests per window: MAX/MINUTES, e.g. 60/1.
+    #[arg(long, value_parser = flags::parse_rate_limit)]
+    rate_limit: Option<pb::RateLimit>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpdateArgs {
+    name: String,
+    #[arg(long, value_parser = parse_ratio)]
+    ratio: Option<f64>,
+    #[arg(long)]
+    deprecated: Option<bool>,
+    #[arg(long)]
+    description: Option<String>,
+    /// Requests per window: MAX/MINUTES, e.g. 60/1, or off.
+    #[arg(long, value_parser = flags::parse_rate_limit)]
+    rate_limit: Option<pb::RateLimit>,
+}
+
+/// Runs one group verb; returns what to print.
+pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
+    match command {
+        Command::Create(args) => {
+            let group = pb::Group {
+                name: args.name,
+                ratio: args.ratio,
+                deprecated: args.deprecated,
+                description: args.description,
+                rate_limit: args.rate_limit,
+            };
+            output::render_one(out, &admin.create_group(group).await.rpc()?)
+        }
+        Command::List => {
+            let list = admin.list_groups(pb::ListRequest {}).await.rpc()?;
+            output::render_list(out, &list.items)
+        }
+        Command::Get { name } => output::render_one(out, &admin.get_group(pb::GetRequest { id: name }).await.rpc()?),
+        Command::Update(args) => {
+            let request = pb::UpdateGroupRequest {
+                name: args.name,
+                ratio: args.ratio,
+                deprecated: args.deprecated,
+                description: args.description,
+                rate_limit: args.rate_limit,
+            };
+            output::render_one(out, &admin.update_group(request).await.rpc()?)
+        }
+        Command::Delete { name } => {
+            admin.delete_group(pb::GetRequest { id: name.clone() }).await.rpc()?;
+            output::render_deleted(out, "group", &name)
+        }
+    }
+}
+
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(ratio) if ratio.is_finite() && ratio >= 0.0 => Ok(ratio),
+        _ => Err(format!("invalid ratio {text:?}: expected a number such as 1 or 0.5")),
+    }
+}
+
+// === impl Render for pb::Group ===
+
+impl Render for pb::Group {
+    const COLUMNS: &'static [&'static str] = &["NAME", "RATIO", "DEPRECATED", "RATE LIMIT", "DESCRIPTION"];
+
+    fn to_json(&self) -> Value {
+        Value::Object(output::to_object(self))
+    }
+
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.name.clone(),
+            self.ratio.to_string(),
+            self.deprecated.to_string(),
+            output::rate_limit(self.rate_limit.as_ref()),
+            self.description.clone(),
+        ]
+    }
+
+    fn fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("name", self.name.clone()),
+            ("ratio", self.ratio.to_string()),
+            ("deprecated", self.deprecated.to_string()),
+            ("rate limit", output::rate_limit(self.rate_limit.as_ref())),
+            ("description", self.description.clone()),
+        ]
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_must_be_a_non_negative_number() {
+        assert_eq!(parse_ratio("2"), Ok(2.0));
+        assert_eq!(parse_ratio("0.5"), Ok(0.5));
+        for text in ["-1", "NaN", "inf", "x"] {
+            assert!(parse_ratio(text).is_err(), "{text:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn group_json_keeps_the_rate_limit_object() {
+        let group = pb::Group {
+            name: "vip".into(),
+            ratio: 2.0,
+            rate_limit: Some(pb::RateLimit { window_minutes: 1, max_requests: 60 }),
+            ..Default::default()
+        };
+        let json = group.to_json();
+        assert_eq!(json["ratio"], 2.0);
+        assert_eq!(json["rate_limit"], serde_json::json!({"window_minutes": 1, "max_requests": 60}));
+        assert_eq!(group.row()[3], "60/1min");
+    }
+}

@@ -1,0 +1,194 @@
+//! How results are shown: aligned tables and `key: value` blocks for
+//! people, JSON for scripts. JSON is the protobuf message as serde writes it
+//! plus US-dollar figures beside the micro-USD fields; a list is an array.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use serde_json::{Map, Value};
+
+use crate::money;
+
+/// `-o table` or `-o json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+/// A resource gwctl can print.
+pub trait Render {
+    /// Column titles of the list table.
+    const COLUMNS: &'static [&'static str];
+
+    /// The JSON object scripts see.
+    fn to_json(&self) -> Value;
+
+    /// One row of the list table, in `COLUMNS` order.
+    fn row(&self) -> Vec<String>;
+
+    /// Every field, labelled, for `get`, `create` and `update`.
+    fn fields(&self) -> Vec<(&'static str, String)>;
+}
+
+/// One resource: a JSON object, or labelled fields.
+pub fn render_one<T: Render>(out: Output, item: &T) -> Result<String> {
+    match out {
+        Output::Json => json_text(&item.to_json()),
+        Output::Table => Ok(fields_text(&item.fields())),
+    }
+}
+
+/// A list: a JSON array, or an aligned table.
+pub fn render_list<T: Render>(out: Output, items: &[T]) -> Result<String> {
+    match out {
+        Output::Json => json_text(&Value::Array(items.iter().map(Render::to_json).collect())),
+        Output::Table => {
+            let rows: Vec<Vec<String>> = items.iter().map(Render::row).collect();
+            Ok(table_text(T::COLUMNS, &rows))
+        }
+    }
+}
+
+/// The outcome of a delete: `{"deleted": "<id>"}`, or a sentence.
+pub fn render_deleted(out: Output, kind: &str, id: &str) -> Result<String> {
+    match out {
+        Output::Json => json_text(&serde_json::json!({ "deleted": id })),
+        Output::Table => Ok(format!("deleted {kind} {id:?}\n")),
+    }
+}
+
+/// Serializes a protobuf message into a JSON object.
+pub fn to_object<T: serde::Serialize>(message: &T) -> Map<String, Value> {
+    match serde_json::to_value(message) {
+        Ok(Value::Object(map)) => map,
+        // Every message serializes to an object; keep going with nothing
+        // rather than panic if that ever changes.
+        _ => Map::new(),
+    }
+}
+
+/// Adds a US-dollar number for each `(name, micros)` pair.
+pub fn add_usd(object: &mut Map<String, Value>, fields: &[(&str, i64)]) {
+    for &(name, micros) in fields {
+        object.insert(name.to_string(), Value::from(money::usd_number(micros)));
+    }
+}
+
+/// Writes to stdout; a closed pipe (`gwctl … | head`) is not an error.
+pub fn emit(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing to stdout"),
+    }
+}
+
+/// Pretty JSON with a trailing newline.
+pub fn json_text(value: &Value) -> Result<String> {
+    let mut text = serde_json::to_string_pretty(value).context("encoding JSON")?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Columns padded to their widest cell, two spaces apart, no trailing blanks.
+pub fn table_text(columns: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = columns.iter().map(|c| c.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+    let mut text = String::new();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(cell);
+            let pad = width.saturating_sub(cell.chars().count());
+            line.extend(std::iter::repeat_n(' ', pad));
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+/// `label:  value` lines with the values aligned.
+pub fn fields_text(fields: &[(&str, String)]) -> String {
+    let width = fields.iter().map(|(label, _)| label.chars().count()).max().unwrap_or(0);
+    let mut text = String::new();
+    for (label, value) in fields {
+        let pad = width - label.chars().count();
+        let line = format!("{label}:{}  {value}", " ".repeat(pad));
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+/// A Unix time for people: RFC 3339 in UTC, `-` for 0 ("not set").
+pub fn time(seconds: i64) -> String {
+    if seconds == 0 {
+        return "-".to_string();
+    }
+    chrono::DateTime::from_timestamp(seconds, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| seconds.to_string())
+}
+
+/// A list for people: comma-joined, or `empty` when there is nothing.
+pub fn list(items: &[String], empty: &str) -> String {
+    if items.is_empty() { empty.to_string() } else { items.join(",") }
+}
+
+/// `$1.500000`.
+pub fn usd(micros: i64) -> String {
+    format!("${}", money::format_usd(micros))
+}
+
+/// A rate limit for people: `60/1min`, or `-` when off.
+pub fn rate_limit(limit: Option<&gw_proto::pb::RateLimit>) -> String {
+    match limit {
+        Some(l) if l.window_minutes > 0 => format!("{}/{}min", l.max_requests, l.window_minutes),
+        _ => "-".to_string(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_columns_are_padded_to_the_widest_cell() {
+        let rows = vec![
+            vec!["acc_1".to_string(), "acme".to_string(), "x".to_string()],
+            vec!["acc_22".to_string(), "b".to_string(), "".to_string()],
+        ];
+        let text = table_text(&["ID", "NAME", "NOTE"], &rows);
+        assert_eq!(text, "ID      NAME  NOTE\nacc_1   acme  x\nacc_22  b\n");
+    }
+
+    #[test]
+    fn fields_are_aligned_after_the_label() {
+        let text = fields_text(&[("id", "a".into()), ("balance", "$1.000000".into()), ("name", "".into())]);
+        assert_eq!(text, "id:       a\nbalance:  $1.000000\nname:\n");
+    }
+
+    #[test]
+    fn times_print_as_utc_rfc3339() {
+        assert_eq!(time(0), "-");
+        assert_eq!(time(1_798_761_600), "2027-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn usd_fields_are_numbers_of_dollars() {
+        let mut object = Map::new();
+        add_usd(&mut object, &[("balance", 100_000), ("used", 5_500_000)]);
+        assert_eq!(Value::Object(object), serde_json::json!({"balance": 0.1, "used": 5.5}));
+    }
+}

@@ -1,0 +1,196 @@
+//! `gwctl up`: a whole gateway on one node. Runs the control plane (embedded
+//! store in the data directory, no Redis) and one data plane in this process
+//! until ctrl-c or SIGTERM, then shuts the data plane down first.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::config::{self, Global};
+
+/// Flags of `gwctl up`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address clients reach the gateway's /v1 API on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Address of the control plane's gRPC API (gwctl).
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub admin_listen: SocketAddr,
+    /// Store URL, e.g. redis://127.0.0.1:6379 [default: embedded in the data directory].
+    #[arg(long)]
+    pub store: Option<String>,
+}
+
+/// A running single-node gateway.
+pub struct Node {
+    /// Where clients send `/v1` requests.
+    pub api: SocketAddr,
+    /// Where gwctl reaches the control plane.
+    pub control_plane: SocketAddr,
+    /// The file the admin key is kept in, when it came from one.
+    pub admin_key_file: Option<PathBuf>,
+    cp: gw_control_plane::Handle,
+    dp: gw_data_plane::Handle,
+}
+
+/// Starts both planes, prints where they are, waits for ctrl-c or SIGTERM
+/// and shuts them down.
+pub async fn run(args: Args, global: &Global) -> Result<()> {
+    init_logs();
+    let node = start(args, global).await?;
+    print!("{}", banner(node.api, node.control_plane, node.admin_key_file.as_deref(), global));
+    let signal = shutdown_signal().await;
+    tracing::info!("shutting down");
+    node.shutdown().await;
+    tracing::info!("gateway stopped");
+    signal
+}
+
+/// Starts the control plane in `<data-dir>` and a data plane in
+/// `<data-dir>/data-plane` connected to it. Fails when either cannot start;
+/// the control plane is stopped again if the data plane fails.
+pub async fn start(args: Args, global: &Global) -> Result<Node> {
+    let data_dir = global.data_dir()?;
+    let dp_dir = data_dir.join("data-plane");
+    std::fs::create_dir_all(&dp_dir).with_context(|| format!("creating data directory {}", dp_dir.display()))?;
+
+    let mut cp_config = gw_control_plane::Config::new(args.admin_listen, &data_dir);
+    cp_config.store = args.store.unwrap_or_default();
+    cp_config.admin_key = global.admin_key.clone();
+    let cp = gw_control_plane::start(cp_config).await.context("starting the control plane")?;
+
+    let control_plane = reachable(cp.addr);
+    let dp_config =
+        gw_data_plane::Config::new(args.listen, format!("http://{control_plane}"), &dp_dir, cp.node_key.clone());
+    let dp = match gw_data_plane::start(dp_config).await {
+        Ok(dp) => dp,
+        Err(err) => {
+            cp.shutdown().await;
+            return Err(err.context("starting the data plane"));
+        }
+    };
+    Ok(Node { api: reachable(dp.addr), control_plane, admin_key_file: cp.admin_key_file.clone(), cp, dp })
+}
+
+// === impl Node ===
+
+impl Node {
+    /// Stops the data plane (letting in-flight requests finish and usage
+    /// report), then the control plane.
+    pub async fn shutdown(self) {
+        self.dp.shutdown().await;
+        self.cp.shutdown().await;
+    }
+}
+
+/// What the operator needs to start using the gateway.
+fn banner(dp: SocketAddr, cp: SocketAddr, key_file: Option<&Path>, global: &Global) -> String {
+    let key = match key_file {
+        Some(path) => path.display().to_string(),
+        None => "given by --admin-key / GW_ADMIN_KEY".to_string(),
+    };
+    let mut text = format!(
+        "gateway is up\n\
+         \x20 API base URL:   http://{dp}/v1\n\
+         \x20 control plane:  http://{cp}\n\
+         \x20 admin key:      {key}\n"
+    );
+    // gwctl finds the control plane and key by itself only at the defaults.
+    let endpoint = format!("http://{cp}");
+    let mut env = Vec::new();
+    if endpoint != config::DEFAULT_ENDPOINT {
+        env.push(format!("GW_ENDPOINT={endpoint}"));
+    }
+    if let (Some(dir), None) = (&global.data_dir, &global.admin_key) {
+        env.push(format!("GW_DATA_DIR={}", dir.display()));
+    }
+    text.push_str("next steps:\n");
+    if !env.is_empty() {
+        text.push_str(&format!("  export {}\n", env.join(" ")));
+    }
+    text.push_str(
+        "  gwctl channel create --name main --type openai --base-url https://api.openai.com/v1 --key sk-... --models gpt-4o-mini\n\
+         \x20 gwctl account create --name me --balance 10\n\
+         \x20 gwctl token create --account <account id from above>\n",
+    );
+    text
+}
+
+/// The address to dial for a listener: an unspecified IP becomes loopback.
+fn reachable(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port()),
+        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port()),
+        _ => addr,
+    }
+}
+
+/// Resolves on ctrl-c or SIGTERM; fails if signals cannot be watched.
+async fn shutdown_signal() -> Result<()> {
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("watching SIGTERM")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("watching ctrl-c"),
+        _ = term.recv() => Ok(()),
+    }
+}
+
+/// Logs to stderr, `info` unless `RUST_LOG` says otherwise.
+fn init_logs() {
+    use std::io::IsTerminal;
+
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Fails only if a subscriber is already set, which is then kept.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+    use crate::output::Output;
+
+    fn global(data_dir: Option<&str>) -> Global {
+        Global {
+            endpoint: config::DEFAULT_ENDPOINT.into(),
+            admin_key: None,
+            data_dir: data_dir.map(Into::into),
+            output: Output::Table,
+        }
+    }
+
+    #[test]
+    fn unspecified_listen_addresses_are_dialled_on_loopback() {
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        assert_eq!(reachable(any), "127.0.0.1:8080".parse().unwrap());
+        let any6: SocketAddr = "[::]:8080".parse().unwrap();
+        assert_eq!(reachable(any6), "[::1]:8080".parse().unwrap());
+    }
+
+    #[test]
+    fn banner_names_both_addresses_and_the_key_file() {
+        let dp = "127.0.0.1:8080".parse().unwrap();
+        let cp = "127.0.0.1:7070".parse().unwrap();
+        let text = banner(dp, cp, Some(Path::new("/home/op/.gw/admin.key")), &global(None));
+        assert!(text.contains("http://127.0.0.1:8080/v1"), "{text}");
+        assert!(text.contains("http://127.0.0.1:7070"), "{text}");
+        assert!(text.contains("/home/op/.gw/admin.key"), "{text}");
+        assert!(!text.contains("export"), "{text}");
+        assert_eq!(text.lines().filter(|l| l.starts_with("  gwctl")).count(), 3);
+    }
+
+    #[test]
+    fn banner_exports_settings_gwctl_cannot_guess() {
+        let dp = "127.0.0.1:18080".parse().unwrap();
+        let cp = "127.0.0.1:17070".parse().unwrap();
+        let text = banner(dp, cp, None, &global(Some("/srv/gw")));
+        assert!(text.contains("export GW_ENDPOINT=http://127.0.0.1:17070 GW_DATA_DIR=/srv/gw"), "{text}");
+    }
+}
