@@ -5,8 +5,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "gateway/v1/gateway.proto";
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["."])?;
-    tonic_prost_build::configure()
-        .type_attribute(".", "#[derive(serde::Serialize)]")
-        .compile_fds(descriptors)?;
+    tonic_prost_build::configure().type_attribute(".", "#[derive(serde::Serialize)]").compile_fds(descriptors)?;
     Ok(())
 }

@@ -41,10 +41,7 @@ impl AdminApi {
     }
 
     async fn fetch(&self, kind: Kind, id: &str) -> Result<Resource, Status> {
-        self.store
-            .get(kind, id)
-            .await?
-            .ok_or_else(|| Status::not_found(format!("{kind} {id:?} not found")))
+        self.store.get(kind, id).await?.ok_or_else(|| Status::not_found(format!("{kind} {id:?} not found")))
     }
 
     async fn account(&self, id: &str) -> Result<Account, Status> {
@@ -234,10 +231,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         let group = if r.group.is_empty() { "default".to_owned() } else { r.group };
         self.group(&group).await.map_err(|_| Status::failed_precondition(format!("group {group:?} not found")))?;
         if !account.groups.is_empty() && !account.groups.contains(&group) {
-            return Err(Status::failed_precondition(format!(
-                "account {:?} may not use group {group:?}",
-                account.id
-            )));
+            return Err(Status::failed_precondition(format!("account {:?} may not use group {group:?}", account.id)));
         }
         if !r.unlimited && r.quota_micros < 0 {
             return Err(Status::invalid_argument("quota must not be negative"));
@@ -538,11 +532,8 @@ pub fn display_prefix(key: &str) -> String {
 }
 
 fn new_id(prefix: &str) -> String {
-    let body: String = rand::rng()
-        .sample_iter(&Alphanumeric)
-        .map(|b| char::from(b).to_ascii_lowercase())
-        .take(12)
-        .collect();
+    let body: String =
+        rand::rng().sample_iter(&Alphanumeric).map(|b| char::from(b).to_ascii_lowercase()).take(12).collect();
     format!("{prefix}_{body}")
 }
 

@@ -87,9 +87,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         .context("loading credentials")?;
     bootstrap(store.as_ref()).await.context("creating the default group")?;
 
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
+    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
     let fleet = fleet::Fleet::default();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -122,7 +120,13 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
 }
 
 fn store_name(url: &str) -> &str {
-    if url.is_empty() { "embedded" } else if url.starts_with("redis") { "redis" } else { url }
+    if url.is_empty() {
+        "embedded"
+    } else if url.starts_with("redis") {
+        "redis"
+    } else {
+        url
+    }
 }
 
 /// A fresh store gets the `default` group every token starts in.

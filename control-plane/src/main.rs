@@ -30,9 +30,7 @@ struct Args {
 async fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
     let config = gw_control_plane::Config {
         listen: args.listen,

@@ -76,7 +76,10 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             return Err(Status::invalid_argument(format!("at most {MAX_BATCH} records per report")));
         }
         if let Some(bad) = request.records.iter().find(|r| r.request_id.is_empty()) {
-            return Err(Status::invalid_argument(format!("usage record without request_id for token {:?}", bad.token_id)));
+            return Err(Status::invalid_argument(format!(
+                "usage record without request_id for token {:?}",
+                bad.token_id
+            )));
         }
         let records: Vec<UsageRecord> = request.records.into_iter().map(Into::into).collect();
         let outcome = self.store.apply_usage(&records).await.map_err(Status::from)?;
@@ -104,12 +107,7 @@ struct Session {
 // === impl Session ===
 
 impl Session {
-    async fn run(
-        mut self,
-        known: u64,
-        mut incoming: Streaming<pb::WatchRequest>,
-        mut shutdown: watch::Receiver<bool>,
-    ) {
+    async fn run(mut self, known: u64, mut incoming: Streaming<pb::WatchRequest>, mut shutdown: watch::Receiver<bool>) {
         let mut revisions = self.store.subscribe();
         let result = async {
             self.send_initial(known).await?;

@@ -242,8 +242,9 @@ impl Cluster {
         if !output.status.success() {
             bail!("gwctl {} failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
         }
-        serde_json::from_slice(&output.stdout)
-            .with_context(|| format!("gwctl {} printed no JSON: {}", args.join(" "), String::from_utf8_lossy(&output.stdout)))
+        serde_json::from_slice(&output.stdout).with_context(|| {
+            format!("gwctl {} printed no JSON: {}", args.join(" "), String::from_utf8_lossy(&output.stdout))
+        })
     }
 
     /// Runs `gwctl -o json <args>` and returns its raw output.

@@ -38,11 +38,7 @@ impl RedisServer {
             let port = free_port()?;
             match spawn(port, dir.path()).await {
                 Ok(child) => {
-                    return Ok(RedisServer {
-                        port,
-                        dir,
-                        child: Some(child),
-                    });
+                    return Ok(RedisServer { port, dir, child: Some(child) });
                 }
                 Err(error) => last_error = Some(error),
             }
@@ -86,22 +82,9 @@ fn free_port() -> anyhow::Result<u16> {
 /// Spawns `redis-server` on `port` and waits until it answers `PING`.
 async fn spawn(port: u16, dir: &Path) -> anyhow::Result<Child> {
     let log_path = dir.join(format!("redis-{port}.log"));
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .context("opening the redis log")?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).context("opening the redis log")?;
     let mut child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(dir)
         .stdin(Stdio::null())
@@ -124,9 +107,7 @@ async fn spawn(port: u16, dir: &Path) -> anyhow::Result<Child> {
                 Some(status) => {
                     bail!("redis-server on port {port} exited with {status}:\n{output}")
                 }
-                None => bail!(
-                    "redis-server on port {port} did not answer PING within {READY_WITHIN:?}:\n{output}"
-                ),
+                None => bail!("redis-server on port {port} did not answer PING within {READY_WITHIN:?}:\n{output}"),
             }
         }
         tokio::time::sleep(READY_POLL).await;
@@ -142,8 +123,5 @@ async fn ping(port: u16) -> bool {
         stream.read_exact(&mut reply).await?;
         Ok::<_, std::io::Error>(&reply == b"+PONG\r\n")
     };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(1), attempt).await,
-        Ok(Ok(true))
-    )
+    matches!(tokio::time::timeout(Duration::from_secs(1), attempt).await, Ok(Ok(true)))
 }

@@ -32,15 +32,40 @@ async fn setup() -> Fixture {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let cluster = Cluster::start(&redis.url(), 2).await.expect("cluster");
     cluster
-        .gwctl(&["model", "create", "--id", "gpt-4o", "--category", "chat", "--input-price", "2.5", "--output-price", "10"])
+        .gwctl(&[
+            "model",
+            "create",
+            "--id",
+            "gpt-4o",
+            "--category",
+            "chat",
+            "--input-price",
+            "2.5",
+            "--output-price",
+            "10",
+        ])
         .await
         .expect("model create");
     cluster.gwctl(&["group", "create", "--name", "vip", "--ratio", "2"]).await.expect("group create");
     let base_url = upstream.base_url();
     let channel = cluster
         .gwctl(&[
-            "channel", "create", "--name", "main", "--type", "openai", "--base-url", &base_url, "--key", UPSTREAM_KEY,
-            "--models", "gpt-4o", "--groups", "default,vip", "--map", "gpt-4o=gpt-4o-2024-08-06",
+            "channel",
+            "create",
+            "--name",
+            "main",
+            "--type",
+            "openai",
+            "--base-url",
+            &base_url,
+            "--key",
+            UPSTREAM_KEY,
+            "--models",
+            "gpt-4o",
+            "--groups",
+            "default,vip",
+            "--map",
+            "gpt-4o=gpt-4o-2024-08-06",
         ])
         .await
         .expect("channel create");

@@ -36,31 +36,20 @@ async fn redis_store_recovers_after_the_server_restarts() {
     let store = RedisStore::connect(&server.url()).await.expect("connect");
     let mut rx = store.subscribe();
     for i in 0..3 {
-        store
-            .create(conformance::sample(Kind::Model, &format!("before-{i}")))
-            .await
-            .expect("create");
+        store.create(conformance::sample(Kind::Model, &format!("before-{i}"))).await.expect("create");
     }
     assert_eq!(*rx.borrow_and_update(), 3);
 
     server.restart().await.expect("restart redis-server");
     // The server lost its data: the follower reports the lower revision.
-    let waited = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|r| *r == 0))
-        .await
-        .is_ok_and(|seen| seen.is_ok());
-    assert!(
-        waited,
-        "subscribe still at {} after the restart",
-        *rx.borrow()
-    );
+    let waited =
+        tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|r| *r == 0)).await.is_ok_and(|seen| seen.is_ok());
+    assert!(waited, "subscribe still at {} after the restart", *rx.borrow());
 
     // The connection manager reconnects; a call may fail while it does.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let revision = loop {
-        match store
-            .create(conformance::sample(Kind::Model, "after"))
-            .await
-        {
+        match store.create(conformance::sample(Kind::Model, "after")).await {
             Ok(revision) => break revision,
             Err(error) if tokio::time::Instant::now() < deadline => {
                 eprintln!("write after restart failed, retrying: {error:#}");
@@ -69,18 +58,10 @@ async fn redis_store_recovers_after_the_server_restarts() {
             Err(error) => panic!("store never recovered after the restart: {error:?}"),
         }
     };
-    assert_eq!(
-        revision, 1,
-        "the restarted server starts from an empty store"
-    );
-    let waited = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|r| *r == 1))
-        .await
-        .is_ok_and(|seen| seen.is_ok());
-    assert!(
-        waited,
-        "subscribe still at {} after a write on the restarted server",
-        *rx.borrow()
-    );
+    assert_eq!(revision, 1, "the restarted server starts from an empty store");
+    let waited =
+        tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|r| *r == 1)).await.is_ok_and(|seen| seen.is_ok());
+    assert!(waited, "subscribe still at {} after a write on the restarted server", *rx.borrow());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,73 +69,28 @@ async fn redis_changes_since_is_none_once_the_feed_no_longer_reaches_back() {
     let server = RedisServer::start().await.expect("start redis-server");
     let store = RedisStore::connect(&server.url()).await.expect("connect");
     for i in 0..6 {
-        store
-            .create(conformance::sample(Kind::Model, &format!("trim-{i}")))
-            .await
-            .expect("create");
+        store.create(conformance::sample(Kind::Model, &format!("trim-{i}"))).await.expect("create");
     }
     // Usage on an account and a token writes two entries at one revision.
-    store
-        .create(conformance::account("trim-acct", 100))
-        .await
-        .expect("create"); // 7
-    store
-        .create(conformance::token("trim-tok", "trim-acct"))
-        .await
-        .expect("create"); // 8
+    store.create(conformance::account("trim-acct", 100)).await.expect("create"); // 7
+    store.create(conformance::token("trim-tok", "trim-acct")).await.expect("create"); // 8
     let record = conformance::usage("trim-req", "trim-tok", "trim-acct", "m", 1);
-    assert_eq!(
-        store.apply_usage(&[record]).await.expect("usage").revision,
-        9
-    );
+    assert_eq!(store.apply_usage(&[record]).await.expect("usage").revision, 9);
 
     // Trim exactly as MAXLEN would, up to the middle of revision 9.
     let client = redis::Client::open(server.url()).expect("client");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let removed: u64 = redis::cmd("XTRIM")
-        .arg("gw:changes")
-        .arg("MINID")
-        .arg("4-0")
-        .query_async(&mut conn)
-        .await
-        .expect("xtrim");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+    let removed: u64 =
+        redis::cmd("XTRIM").arg("gw:changes").arg("MINID").arg("4-0").query_async(&mut conn).await.expect("xtrim");
     assert_eq!(removed, 3);
-    assert_eq!(
-        store.changes_since(2).await.expect("changes"),
-        None,
-        "revision 3 was trimmed"
-    );
-    let since3 = store
-        .changes_since(3)
-        .await
-        .expect("changes")
-        .expect("revisions 4.. are all there");
+    assert_eq!(store.changes_since(2).await.expect("changes"), None, "revision 3 was trimmed");
+    let since3 = store.changes_since(3).await.expect("changes").expect("revisions 4.. are all there");
     assert_eq!(since3.first().map(|c| c.revision), Some(4));
     assert_eq!(since3.len(), 7, "4, 5, 6, 7, 8 and two at 9: {since3:?}");
 
-    let _: u64 = redis::cmd("XTRIM")
-        .arg("gw:changes")
-        .arg("MINID")
-        .arg("9-1")
-        .query_async(&mut conn)
-        .await
-        .expect("xtrim");
-    assert_eq!(
-        store.changes_since(8).await.expect("changes"),
-        None,
-        "part of revision 9 was trimmed"
-    );
-    assert_eq!(
-        store.changes_since(9).await.expect("changes"),
-        Some(vec![]),
-        "nothing after the current revision"
-    );
-    assert_eq!(
-        store.changes_since(10).await.expect("changes"),
-        None,
-        "a future revision"
-    );
+    let _: u64 =
+        redis::cmd("XTRIM").arg("gw:changes").arg("MINID").arg("9-1").query_async(&mut conn).await.expect("xtrim");
+    assert_eq!(store.changes_since(8).await.expect("changes"), None, "part of revision 9 was trimmed");
+    assert_eq!(store.changes_since(9).await.expect("changes"), Some(vec![]), "nothing after the current revision");
+    assert_eq!(store.changes_since(10).await.expect("changes"), None, "a future revision");
 }

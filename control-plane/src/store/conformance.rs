@@ -12,8 +12,7 @@ use tokio::sync::watch;
 
 use super::{Store, StoreError};
 use crate::domain::{
-    Account, Change, Channel, ENABLED, Group, Kind, Model, RateLimit, Resource, Token, UsageFilter,
-    UsageRecord,
+    Account, Change, Channel, ENABLED, Group, Kind, Model, RateLimit, Resource, Token, UsageFilter, UsageRecord,
 };
 
 /// How long a subscriber may take to see a revision written by another
@@ -48,38 +47,14 @@ pub async fn crud_round_trips_every_kind(store: &dyn Store) {
         // Created out of order, so that `list` has to sort.
         store.create(second.clone()).await.expect("create second");
         store.create(first.clone()).await.expect("create first");
-        assert_eq!(
-            store.get(kind, first.id()).await.expect("get"),
-            Some(first.clone()),
-            "{kind}: get after create"
-        );
+        assert_eq!(store.get(kind, first.id()).await.expect("get"), Some(first.clone()), "{kind}: get after create");
 
-        let listed: Vec<Resource> = store
-            .list(kind)
-            .await
-            .expect("list")
-            .into_iter()
-            .filter(|r| r.id().starts_with("crud-"))
-            .collect();
-        assert_eq!(
-            listed,
-            vec![first.clone(), second.clone()],
-            "{kind}: list holds both, ordered by id"
-        );
-        assert!(
-            store
-                .list(kind)
-                .await
-                .expect("list")
-                .iter()
-                .all(|r| r.kind() == kind),
-            "{kind}: list mixes kinds"
-        );
+        let listed: Vec<Resource> =
+            store.list(kind).await.expect("list").into_iter().filter(|r| r.id().starts_with("crud-")).collect();
+        assert_eq!(listed, vec![first.clone(), second.clone()], "{kind}: list holds both, ordered by id");
+        assert!(store.list(kind).await.expect("list").iter().all(|r| r.kind() == kind), "{kind}: list mixes kinds");
 
-        let err = store
-            .create(first.clone())
-            .await
-            .expect_err("creating a taken id must fail");
+        let err = store.create(first.clone()).await.expect_err("creating a taken id must fail");
         assert!(
             matches!(&err, StoreError::AlreadyExists { kind: k, id } if *k == kind && id == first.id()),
             "{kind}: create of a taken id gave {err:?}"
@@ -87,49 +62,26 @@ pub async fn crud_round_trips_every_kind(store: &dyn Store) {
 
         let edited = edited(&first);
         store.update(edited.clone()).await.expect("update");
-        assert_eq!(
-            store.get(kind, first.id()).await.expect("get"),
-            Some(edited),
-            "{kind}: get after update"
-        );
+        assert_eq!(store.get(kind, first.id()).await.expect("get"), Some(edited), "{kind}: get after update");
 
         let missing = sample(kind, &format!("crud-{kind}-missing"));
-        let err = store
-            .update(missing.clone())
-            .await
-            .expect_err("updating a missing id must fail");
+        let err = store.update(missing.clone()).await.expect_err("updating a missing id must fail");
         assert!(
             matches!(&err, StoreError::NotFound { kind: k, id } if *k == kind && id == missing.id()),
             "{kind}: update of a missing id gave {err:?}"
         );
-        assert_eq!(
-            store.get(kind, missing.id()).await.expect("get"),
-            None,
-            "{kind}: failed update created it"
-        );
+        assert_eq!(store.get(kind, missing.id()).await.expect("get"), None, "{kind}: failed update created it");
 
         store.delete(kind, first.id()).await.expect("delete");
         store.delete(kind, second.id()).await.expect("delete");
-        assert_eq!(
-            store.get(kind, first.id()).await.expect("get"),
-            None,
-            "{kind}: get after delete"
-        );
-        let err = store
-            .delete(kind, first.id())
-            .await
-            .expect_err("deleting a missing id must fail");
+        assert_eq!(store.get(kind, first.id()).await.expect("get"), None, "{kind}: get after delete");
+        let err = store.delete(kind, first.id()).await.expect_err("deleting a missing id must fail");
         assert!(
             matches!(&err, StoreError::NotFound { kind: k, id } if *k == kind && id == first.id()),
             "{kind}: delete of a missing id gave {err:?}"
         );
         assert!(
-            !store
-                .list(kind)
-                .await
-                .expect("list")
-                .iter()
-                .any(|r| r.id().starts_with("crud-")),
+            !store.list(kind).await.expect("list").iter().any(|r| r.id().starts_with("crud-")),
             "{kind}: deleted resources still listed"
         );
     }
@@ -138,55 +90,22 @@ pub async fn crud_round_trips_every_kind(store: &dyn Store) {
 /// Counters start at the created values, move only through balance and
 /// usage operations, and keep their values across `update`.
 pub async fn counters_survive_update(store: &dyn Store) {
-    store
-        .create(account("counters-acct", 1_000))
-        .await
-        .expect("create account");
+    store.create(account("counters-acct", 1_000)).await.expect("create account");
     let mut start = token("counters-tok", "counters-acct");
     set_token_used(&mut start, 7);
     store.create(start).await.expect("create token");
     let (balance, used) = account_counters(store, "counters-acct").await;
-    assert_eq!(
-        (balance, used),
-        (1_000, 0),
-        "account counters are the created values"
-    );
-    assert_eq!(
-        token_used(store, "counters-tok").await,
-        7,
-        "token used is the created value"
-    );
+    assert_eq!((balance, used), (1_000, 0), "account counters are the created values");
+    assert_eq!(token_used(store, "counters-tok").await, 7, "token used is the created value");
 
-    let adjusted = store
-        .adjust_balance("counters-acct", 500)
-        .await
-        .expect("adjust balance");
-    let Resource::Account(adjusted) = adjusted else {
-        panic!("adjust_balance returned {adjusted:?}")
-    };
-    assert_eq!(
-        adjusted.balance_micros, 1_500,
-        "adjust_balance returns the new balance"
-    );
-    assert_eq!(
-        adjusted.name, "account counters-acct",
-        "adjust_balance returns the whole account"
-    );
-    store
-        .adjust_balance("counters-acct", -200)
-        .await
-        .expect("deduct");
+    let adjusted = store.adjust_balance("counters-acct", 500).await.expect("adjust balance");
+    let Resource::Account(adjusted) = adjusted else { panic!("adjust_balance returned {adjusted:?}") };
+    assert_eq!(adjusted.balance_micros, 1_500, "adjust_balance returns the new balance");
+    assert_eq!(adjusted.name, "account counters-acct", "adjust_balance returns the whole account");
+    store.adjust_balance("counters-acct", -200).await.expect("deduct");
 
-    let outcome = store
-        .apply_usage(&[usage(
-            "counters-req",
-            "counters-tok",
-            "counters-acct",
-            "m",
-            100,
-        )])
-        .await
-        .expect("usage");
+    let outcome =
+        store.apply_usage(&[usage("counters-req", "counters-tok", "counters-acct", "m", 100)]).await.expect("usage");
     assert_eq!(outcome.applied, 1);
 
     let mut renamed = account("counters-acct", 0);
@@ -201,51 +120,30 @@ pub async fn counters_survive_update(store: &dyn Store) {
     }
     store.update(renamed).await.expect("update token");
 
-    let Some(Resource::Account(a)) = store
-        .get(Kind::Account, "counters-acct")
-        .await
-        .expect("get")
-    else {
+    let Some(Resource::Account(a)) = store.get(Kind::Account, "counters-acct").await.expect("get") else {
         panic!("account missing");
     };
     assert_eq!(a.name, "renamed", "update changed the account's fields");
-    assert_eq!(
-        (a.balance_micros, a.used_micros),
-        (1_200, 100),
-        "update kept the account's counters"
-    );
-    let Some(Resource::Token(t)) = store.get(Kind::Token, "counters-tok").await.expect("get")
-    else {
+    assert_eq!((a.balance_micros, a.used_micros), (1_200, 100), "update kept the account's counters");
+    let Some(Resource::Token(t)) = store.get(Kind::Token, "counters-tok").await.expect("get") else {
         panic!("token missing");
     };
     assert_eq!(t.name, "renamed", "update changed the token's fields");
     assert_eq!(t.used_micros, 107, "update kept the token's used counter");
 
     let listed = store.list(Kind::Account).await.expect("list");
-    let listed = listed
-        .iter()
-        .find(|r| r.id() == "counters-acct")
-        .expect("account listed");
+    let listed = listed.iter().find(|r| r.id() == "counters-acct").expect("account listed");
     assert!(
         matches!(listed, Resource::Account(a) if a.balance_micros == 1_200 && a.used_micros == 100),
         "list merges current counters: {listed:?}"
     );
 
-    let err = store
-        .adjust_balance("counters-missing", 5)
-        .await
-        .expect_err("adjusting a missing account must fail");
+    let err = store.adjust_balance("counters-missing", 5).await.expect_err("adjusting a missing account must fail");
     assert!(
         matches!(&err, StoreError::NotFound { kind: Kind::Account, id } if id == "counters-missing"),
         "adjust_balance of a missing account gave {err:?}"
     );
-    assert_eq!(
-        store
-            .get(Kind::Account, "counters-missing")
-            .await
-            .expect("get"),
-        None
-    );
+    assert_eq!(store.get(Kind::Account, "counters-missing").await.expect("get"), None);
 }
 
 /// Every write returns a revision above the previous one, and `revision`
@@ -253,126 +151,47 @@ pub async fn counters_survive_update(store: &dyn Store) {
 pub async fn revisions_strictly_increase_per_write(store: &dyn Store) {
     let mut last = store.revision().await.expect("revision");
     let mut step = |rev: u64, what: &str| {
-        assert!(
-            rev > last,
-            "{what} returned revision {rev}, not above {last}"
-        );
+        assert!(rev > last, "{what} returned revision {rev}, not above {last}");
         last = rev;
     };
-    step(
-        store.create(account("rev-acct", 10)).await.expect("create"),
-        "create",
-    );
-    step(
-        store
-            .create(token("rev-tok", "rev-acct"))
-            .await
-            .expect("create"),
-        "create",
-    );
-    step(
-        store.update(account("rev-acct", 0)).await.expect("update"),
-        "update",
-    );
+    step(store.create(account("rev-acct", 10)).await.expect("create"), "create");
+    step(store.create(token("rev-tok", "rev-acct")).await.expect("create"), "create");
+    step(store.update(account("rev-acct", 0)).await.expect("update"), "update");
     let Resource::Account(_) = store.adjust_balance("rev-acct", 1).await.expect("adjust") else {
         panic!("adjust_balance returned a non-account");
     };
     let after_adjust = store.revision().await.expect("revision");
     step(after_adjust, "adjust_balance");
-    let outcome = store
-        .apply_usage(&[usage("rev-req", "rev-tok", "rev-acct", "m", 1)])
-        .await
-        .expect("usage");
+    let outcome = store.apply_usage(&[usage("rev-req", "rev-tok", "rev-acct", "m", 1)]).await.expect("usage");
     step(outcome.revision, "apply_usage");
-    step(
-        store.delete(Kind::Token, "rev-tok").await.expect("delete"),
-        "delete",
-    );
-    step(
-        store
-            .delete(Kind::Account, "rev-acct")
-            .await
-            .expect("delete"),
-        "delete",
-    );
-    assert_eq!(
-        store.revision().await.expect("revision"),
-        last,
-        "revision() is the last write's"
-    );
+    step(store.delete(Kind::Token, "rev-tok").await.expect("delete"), "delete");
+    step(store.delete(Kind::Account, "rev-acct").await.expect("delete"), "delete");
+    assert_eq!(store.revision().await.expect("revision"), last, "revision() is the last write's");
 
     let before = store.revision().await.expect("revision");
-    let _ = store
-        .create(account("counters-acct", 1))
-        .await
-        .expect_err("taken id");
-    let _ = store
-        .delete(Kind::Group, "rev-missing")
-        .await
-        .expect_err("missing id");
-    assert_eq!(
-        store.revision().await.expect("revision"),
-        before,
-        "failed writes must not bump the revision"
-    );
+    let _ = store.create(account("counters-acct", 1)).await.expect_err("taken id");
+    let _ = store.delete(Kind::Group, "rev-missing").await.expect_err("missing id");
+    assert_eq!(store.revision().await.expect("revision"), before, "failed writes must not bump the revision");
 }
 
 /// `changes_since` gives one entry per revision and resource, oldest first;
 /// an empty list at the current revision; `None` for a future one.
 pub async fn changes_since_returns_the_writes_after_a_revision(store: &dyn Store) {
     let start = store.revision().await.expect("revision");
-    assert_eq!(
-        store.changes_since(start).await.expect("changes"),
-        Some(vec![]),
-        "nothing after the current revision"
-    );
-    assert_eq!(
-        store.changes_since(start + 1).await.expect("changes"),
-        None,
-        "a future revision is not served"
-    );
-    assert_eq!(
-        store
-            .changes_since(start + 1_000_000)
-            .await
-            .expect("changes"),
-        None,
-        "a future revision is not served"
-    );
+    assert_eq!(store.changes_since(start).await.expect("changes"), Some(vec![]), "nothing after the current revision");
+    assert_eq!(store.changes_since(start + 1).await.expect("changes"), None, "a future revision is not served");
+    assert_eq!(store.changes_since(start + 1_000_000).await.expect("changes"), None, "a future revision is not served");
 
-    let r1 = store
-        .create(sample(Kind::Group, "feed-group"))
-        .await
-        .expect("create");
-    let r2 = store
-        .create(account("feed-acct", 100))
-        .await
-        .expect("create");
-    let r3 = store
-        .create(token("feed-tok", "feed-acct"))
-        .await
-        .expect("create");
-    let r4 = store
-        .update(edited(&sample(Kind::Group, "feed-group")))
-        .await
-        .expect("update");
+    let r1 = store.create(sample(Kind::Group, "feed-group")).await.expect("create");
+    let r2 = store.create(account("feed-acct", 100)).await.expect("create");
+    let r3 = store.create(token("feed-tok", "feed-acct")).await.expect("create");
+    let r4 = store.update(edited(&sample(Kind::Group, "feed-group"))).await.expect("update");
     store.adjust_balance("feed-acct", 5).await.expect("adjust");
     let r5 = store.revision().await.expect("revision");
-    let r6 = store
-        .apply_usage(&[usage("feed-req", "feed-tok", "feed-acct", "m", 3)])
-        .await
-        .expect("usage")
-        .revision;
-    let r7 = store
-        .delete(Kind::Group, "feed-group")
-        .await
-        .expect("delete");
+    let r6 = store.apply_usage(&[usage("feed-req", "feed-tok", "feed-acct", "m", 3)]).await.expect("usage").revision;
+    let r7 = store.delete(Kind::Group, "feed-group").await.expect("delete");
 
-    let change = |revision, kind, id: &str| Change {
-        revision,
-        kind,
-        id: id.to_owned(),
-    };
+    let change = |revision, kind, id: &str| Change { revision, kind, id: id.to_owned() };
     let expected = vec![
         change(r1, Kind::Group, "feed-group"),
         change(r2, Kind::Account, "feed-acct"),
@@ -383,60 +202,28 @@ pub async fn changes_since_returns_the_writes_after_a_revision(store: &dyn Store
         change(r6, Kind::Token, "feed-tok"),
         change(r7, Kind::Group, "feed-group"),
     ];
-    let got = store
-        .changes_since(start)
-        .await
-        .expect("changes")
-        .expect("the feed reaches back to the start");
+    let got = store.changes_since(start).await.expect("changes").expect("the feed reaches back to the start");
     assert_eq!(got, expected, "changes since {start}");
-    let got = store
-        .changes_since(r3)
-        .await
-        .expect("changes")
-        .expect("the feed reaches back to r3");
+    let got = store.changes_since(r3).await.expect("changes").expect("the feed reaches back to r3");
     assert_eq!(got, expected[3..].to_vec(), "changes since r3 ({r3})");
-    assert_eq!(
-        store.changes_since(r7).await.expect("changes"),
-        Some(vec![]),
-        "nothing after the current revision"
-    );
-    assert_eq!(
-        store.changes_since(r7 + 1).await.expect("changes"),
-        None,
-        "a future revision is not served"
-    );
+    assert_eq!(store.changes_since(r7).await.expect("changes"), Some(vec![]), "nothing after the current revision");
+    assert_eq!(store.changes_since(r7 + 1).await.expect("changes"), None, "a future revision is not served");
 
     let all = store.changes_since(0).await.expect("changes");
     if let Some(all) = all {
-        assert!(
-            all.ends_with(&expected),
-            "changes since 0 end with this check's writes"
-        );
-        assert!(
-            all.windows(2).all(|w| w[0].revision <= w[1].revision),
-            "changes are oldest first"
-        );
+        assert!(all.ends_with(&expected), "changes since 0 end with this check's writes");
+        assert!(all.windows(2).all(|w| w[0].revision <= w[1].revision), "changes are oldest first");
     }
 }
 
 /// A snapshot holds every resource, with counters, at the revision it names.
 pub async fn snapshot_holds_everything_at_its_revision(store: &dyn Store) {
     for kind in Kind::ALL {
-        store
-            .create(sample(kind, &format!("snap-{kind}")))
-            .await
-            .expect("create");
+        store.create(sample(kind, &format!("snap-{kind}"))).await.expect("create");
     }
-    store
-        .adjust_balance(&format!("snap-{}", Kind::Account), 42)
-        .await
-        .expect("adjust");
+    store.adjust_balance(&format!("snap-{}", Kind::Account), 42).await.expect("adjust");
     let snapshot = store.snapshot().await.expect("snapshot");
-    assert_eq!(
-        snapshot.revision,
-        store.revision().await.expect("revision"),
-        "snapshot names the current revision"
-    );
+    assert_eq!(snapshot.revision, store.revision().await.expect("revision"), "snapshot names the current revision");
 
     let mut listed = Vec::new();
     for kind in Kind::ALL {
@@ -444,23 +231,14 @@ pub async fn snapshot_holds_everything_at_its_revision(store: &dyn Store) {
     }
     let key = |r: &Resource| (r.kind(), r.id().to_owned());
     let in_snapshot: BTreeMap<_, _> = snapshot.resources.iter().map(|r| (key(r), r)).collect();
-    assert_eq!(
-        in_snapshot.len(),
-        snapshot.resources.len(),
-        "snapshot repeats a resource"
-    );
+    assert_eq!(in_snapshot.len(), snapshot.resources.len(), "snapshot repeats a resource");
     let in_lists: BTreeMap<_, _> = listed.iter().map(|r| (key(r), r)).collect();
     assert_eq!(in_snapshot, in_lists, "snapshot and lists disagree");
     for kind in Kind::ALL {
         let id = format!("snap-{kind}");
-        assert!(
-            in_snapshot.contains_key(&(kind, id.clone())),
-            "snapshot lacks {kind} {id}"
-        );
+        assert!(in_snapshot.contains_key(&(kind, id.clone())), "snapshot lacks {kind} {id}");
     }
-    let account = in_snapshot
-        .get(&(Kind::Account, format!("snap-{}", Kind::Account)))
-        .expect("account");
+    let account = in_snapshot.get(&(Kind::Account, format!("snap-{}", Kind::Account))).expect("account");
     assert!(
         matches!(account, Resource::Account(a) if a.balance_micros == 1_042),
         "snapshot merges counters: {account:?}"
@@ -476,10 +254,7 @@ pub async fn usage_is_applied_once_per_request_id(store: &dyn Store) {
         a.unlimited = true;
     }
     store.create(acct).await.expect("create account");
-    store
-        .create(token("once-tok", "once-acct"))
-        .await
-        .expect("create token");
+    store.create(token("once-tok", "once-acct")).await.expect("create token");
     let batch = vec![
         usage("once-1", "once-tok", "once-acct", "m", 100),
         usage("once-2", "once-tok", "once-acct", "m", 200),
@@ -489,93 +264,34 @@ pub async fn usage_is_applied_once_per_request_id(store: &dyn Store) {
     ];
     let before = store.revision().await.expect("revision");
     let first = store.apply_usage(&batch).await.expect("apply");
-    assert_eq!(
-        (first.applied, first.duplicates),
-        (4, 1),
-        "first application of the batch"
-    );
+    assert_eq!((first.applied, first.duplicates), (4, 1), "first application of the batch");
     assert!(first.revision > before, "applying usage bumps the revision");
-    assert_eq!(
-        account_counters(store, "once-acct").await,
-        (10_000 - 330, 330),
-        "account charged once per id"
-    );
-    assert_eq!(
-        token_used(store, "once-tok").await,
-        304,
-        "token charged once per id"
-    );
+    assert_eq!(account_counters(store, "once-acct").await, (10_000 - 330, 330), "account charged once per id");
+    assert_eq!(token_used(store, "once-tok").await, 304, "token charged once per id");
 
     let second = store.apply_usage(&batch).await.expect("apply again");
-    assert_eq!(
-        (second.applied, second.duplicates),
-        (0, 5),
-        "second application of the batch"
-    );
-    assert_eq!(
-        second.revision, first.revision,
-        "a batch of duplicates leaves the revision alone"
-    );
+    assert_eq!((second.applied, second.duplicates), (0, 5), "second application of the batch");
+    assert_eq!(second.revision, first.revision, "a batch of duplicates leaves the revision alone");
     assert_eq!(store.revision().await.expect("revision"), first.revision);
-    assert_eq!(
-        account_counters(store, "once-acct").await,
-        (10_000 - 330, 330),
-        "duplicates charged nothing"
-    );
-    assert_eq!(
-        token_used(store, "once-tok").await,
-        304,
-        "duplicates charged nothing"
-    );
-    assert_eq!(
-        store
-            .get(Kind::Token, "once-tok-missing")
-            .await
-            .expect("get"),
-        None,
-        "usage created a token"
-    );
-    assert_eq!(
-        store
-            .get(Kind::Account, "once-acct-missing")
-            .await
-            .expect("get"),
-        None,
-        "usage created an account"
-    );
+    assert_eq!(account_counters(store, "once-acct").await, (10_000 - 330, 330), "duplicates charged nothing");
+    assert_eq!(token_used(store, "once-tok").await, 304, "duplicates charged nothing");
+    assert_eq!(store.get(Kind::Token, "once-tok-missing").await.expect("get"), None, "usage created a token");
+    assert_eq!(store.get(Kind::Account, "once-acct-missing").await.expect("get"), None, "usage created an account");
 
     let logged = store
-        .list_usage(&UsageFilter {
-            account_id: "once-acct".into(),
-            ..Default::default()
-        })
+        .list_usage(&UsageFilter { account_id: "once-acct".into(), ..Default::default() })
         .await
         .expect("list usage");
     let ids: Vec<&str> = logged.iter().map(|r| r.request_id.as_str()).collect();
-    assert_eq!(
-        ids,
-        ["once-no-token", "once-2", "once-1"],
-        "each applied record logged once, newest first"
-    );
+    assert_eq!(ids, ["once-no-token", "once-2", "once-1"], "each applied record logged once, newest first");
     let logged = store
-        .list_usage(&UsageFilter {
-            account_id: "once-acct-missing".into(),
-            ..Default::default()
-        })
+        .list_usage(&UsageFilter { account_id: "once-acct-missing".into(), ..Default::default() })
         .await
         .expect("list usage");
-    assert_eq!(
-        logged.len(),
-        1,
-        "a record of a missing account is still logged"
-    );
+    assert_eq!(logged.len(), 1, "a record of a missing account is still logged");
 
     let empty = store.apply_usage(&[]).await.expect("apply nothing");
-    assert_eq!(
-        (empty.applied, empty.duplicates, empty.revision),
-        (0, 0, first.revision),
-        "an empty batch"
-    );
+    assert_eq!((empty.applied, empty.duplicates, empty.revision), (0, 0, first.revision), "an empty batch");
 }
 
 /// 8 tasks applying overlapping request ids at once: each id is applied
@@ -583,14 +299,8 @@ pub async fn usage_is_applied_once_per_request_id(store: &dyn Store) {
 pub async fn concurrent_usage_is_applied_once_per_request_id(store: Arc<dyn Store>) {
     const TASKS: usize = 8;
     const IDS: usize = 40;
-    store
-        .create(account("race-acct", 1_000_000))
-        .await
-        .expect("create account");
-    store
-        .create(token("race-tok", "race-acct"))
-        .await
-        .expect("create token");
+    store.create(account("race-acct", 1_000_000)).await.expect("create account");
+    store.create(token("race-tok", "race-acct")).await.expect("create token");
     let cost = |i: usize| i as i64 + 1;
 
     let mut tasks = Vec::new();
@@ -602,10 +312,8 @@ pub async fn concurrent_usage_is_applied_once_per_request_id(store: Arc<dyn Stor
             // batches of 3 so that batches interleave.
             let ids: Vec<usize> = (t * 4..t * 4 + 12).map(|i| i % IDS).collect();
             for chunk in ids.chunks(3) {
-                let batch: Vec<UsageRecord> = chunk
-                    .iter()
-                    .map(|&i| usage(&format!("race-{i}"), "race-tok", "race-acct", "m", cost(i)))
-                    .collect();
+                let batch: Vec<UsageRecord> =
+                    chunk.iter().map(|&i| usage(&format!("race-{i}"), "race-tok", "race-acct", "m", cost(i))).collect();
                 let outcome = store.apply_usage(&batch).await.expect("apply usage");
                 applied += outcome.applied;
                 duplicates += outcome.duplicates;
@@ -619,193 +327,76 @@ pub async fn concurrent_usage_is_applied_once_per_request_id(store: Arc<dyn Stor
         applied += a;
         duplicates += d;
     }
-    let distinct: BTreeSet<usize> = (0..TASKS)
-        .flat_map(|t| (t * 4..t * 4 + 12).map(|i| i % IDS))
-        .collect();
+    let distinct: BTreeSet<usize> = (0..TASKS).flat_map(|t| (t * 4..t * 4 + 12).map(|i| i % IDS)).collect();
     let total: usize = TASKS * 12;
-    assert_eq!(
-        applied as usize,
-        distinct.len(),
-        "each request id applied exactly once"
-    );
-    assert_eq!(
-        duplicates as usize,
-        total - distinct.len(),
-        "every other report counted as a duplicate"
-    );
+    assert_eq!(applied as usize, distinct.len(), "each request id applied exactly once");
+    assert_eq!(duplicates as usize, total - distinct.len(), "every other report counted as a duplicate");
     let spent: i64 = distinct.iter().map(|&i| cost(i)).sum();
     assert_eq!(
         account_counters(store.as_ref(), "race-acct").await,
         (1_000_000 - spent, spent),
         "account balance exact"
     );
-    assert_eq!(
-        token_used(store.as_ref(), "race-tok").await,
-        spent,
-        "token used exact"
-    );
+    assert_eq!(token_used(store.as_ref(), "race-tok").await, spent, "token used exact");
     let logged = store
-        .list_usage(&UsageFilter {
-            token_id: "race-tok".into(),
-            limit: 1_000,
-            ..Default::default()
-        })
+        .list_usage(&UsageFilter { token_id: "race-tok".into(), limit: 1_000, ..Default::default() })
         .await
         .expect("list usage");
-    assert_eq!(
-        logged.len(),
-        distinct.len(),
-        "each request id logged exactly once"
-    );
+    assert_eq!(logged.len(), distinct.len(), "each request id logged exactly once");
 }
 
 /// `list_usage` filters by token, account and model (empty = any), returns
 /// the newest first, honours `limit` and reads a zero limit as 100.
 pub async fn usage_listing_filters_and_is_newest_first(store: &dyn Store) {
-    store
-        .create(account("list-acct-a", 1_000_000))
-        .await
-        .expect("create account");
-    store
-        .create(account("list-acct-b", 1_000_000))
-        .await
-        .expect("create account");
-    store
-        .create(token("list-tok-a", "list-acct-a"))
-        .await
-        .expect("create token");
-    store
-        .create(token("list-tok-b", "list-acct-b"))
-        .await
-        .expect("create token");
+    store.create(account("list-acct-a", 1_000_000)).await.expect("create account");
+    store.create(account("list-acct-b", 1_000_000)).await.expect("create account");
+    store.create(token("list-tok-a", "list-acct-a")).await.expect("create token");
+    store.create(token("list-tok-b", "list-acct-b")).await.expect("create token");
     for i in 0..6 {
-        let (tok, acct) = if i % 2 == 0 {
-            ("list-tok-a", "list-acct-a")
-        } else {
-            ("list-tok-b", "list-acct-b")
-        };
-        let model = if i < 3 {
-            "list-model-x"
-        } else {
-            "list-model-y"
-        };
-        let outcome = store
-            .apply_usage(&[usage(&format!("list-{i}"), tok, acct, model, 1)])
-            .await
-            .expect("usage");
+        let (tok, acct) = if i % 2 == 0 { ("list-tok-a", "list-acct-a") } else { ("list-tok-b", "list-acct-b") };
+        let model = if i < 3 { "list-model-x" } else { "list-model-y" };
+        let outcome = store.apply_usage(&[usage(&format!("list-{i}"), tok, acct, model, 1)]).await.expect("usage");
         assert_eq!(outcome.applied, 1);
     }
-    let ids = |records: Vec<UsageRecord>| {
-        records
-            .into_iter()
-            .map(|r| r.request_id)
-            .collect::<Vec<_>>()
-    };
-    let list = |filter: UsageFilter| async move {
-        ids(store.list_usage(&filter).await.expect("list usage"))
-    };
+    let ids = |records: Vec<UsageRecord>| records.into_iter().map(|r| r.request_id).collect::<Vec<_>>();
+    let list = |filter: UsageFilter| async move { ids(store.list_usage(&filter).await.expect("list usage")) };
 
-    let by_token = list(UsageFilter {
-        token_id: "list-tok-a".into(),
-        ..Default::default()
-    })
-    .await;
-    assert_eq!(
-        by_token,
-        ["list-4", "list-2", "list-0"],
-        "filter by token, newest first"
-    );
-    let by_account = list(UsageFilter {
-        account_id: "list-acct-b".into(),
-        ..Default::default()
-    })
-    .await;
-    assert_eq!(
-        by_account,
-        ["list-5", "list-3", "list-1"],
-        "filter by account, newest first"
-    );
-    let by_model = list(UsageFilter {
-        model: "list-model-y".into(),
-        ..Default::default()
-    })
-    .await;
-    assert_eq!(
-        by_model,
-        ["list-5", "list-4", "list-3"],
-        "filter by model, newest first"
-    );
-    let both = list(UsageFilter {
-        token_id: "list-tok-a".into(),
-        model: "list-model-x".into(),
-        ..Default::default()
-    })
-    .await;
+    let by_token = list(UsageFilter { token_id: "list-tok-a".into(), ..Default::default() }).await;
+    assert_eq!(by_token, ["list-4", "list-2", "list-0"], "filter by token, newest first");
+    let by_account = list(UsageFilter { account_id: "list-acct-b".into(), ..Default::default() }).await;
+    assert_eq!(by_account, ["list-5", "list-3", "list-1"], "filter by account, newest first");
+    let by_model = list(UsageFilter { model: "list-model-y".into(), ..Default::default() }).await;
+    assert_eq!(by_model, ["list-5", "list-4", "list-3"], "filter by model, newest first");
+    let both =
+        list(UsageFilter { token_id: "list-tok-a".into(), model: "list-model-x".into(), ..Default::default() }).await;
     assert_eq!(both, ["list-2", "list-0"], "filters combine");
-    let limited = list(UsageFilter {
-        model: "list-model-x".into(),
-        limit: 2,
-        ..Default::default()
-    })
-    .await;
+    let limited = list(UsageFilter { model: "list-model-x".into(), limit: 2, ..Default::default() }).await;
     assert_eq!(limited, ["list-2", "list-1"], "limit keeps the newest");
-    let none = list(UsageFilter {
-        token_id: "list-tok-none".into(),
-        ..Default::default()
-    })
-    .await;
+    let none = list(UsageFilter { token_id: "list-tok-none".into(), ..Default::default() }).await;
     assert!(none.is_empty(), "no record matches an unknown token");
-    let newest = list(UsageFilter {
-        limit: 1,
-        ..Default::default()
-    })
-    .await;
+    let newest = list(UsageFilter { limit: 1, ..Default::default() }).await;
     assert_eq!(newest, ["list-5"], "no filter: the newest record of all");
 
-    let batch: Vec<UsageRecord> = (0..105)
-        .map(|i| {
-            usage(
-                &format!("list-many-{i}"),
-                "list-tok-many",
-                "list-acct-a",
-                "m",
-                1,
-            )
-        })
-        .collect();
+    let batch: Vec<UsageRecord> =
+        (0..105).map(|i| usage(&format!("list-many-{i}"), "list-tok-many", "list-acct-a", "m", 1)).collect();
     store.apply_usage(&batch).await.expect("usage");
-    let many = list(UsageFilter {
-        token_id: "list-tok-many".into(),
-        ..Default::default()
-    })
-    .await;
+    let many = list(UsageFilter { token_id: "list-tok-many".into(), ..Default::default() }).await;
     assert_eq!(many.len(), 100, "a zero limit means 100");
-    assert_eq!(
-        many.first().map(String::as_str),
-        Some("list-many-104"),
-        "the last of a batch is the newest"
-    );
+    assert_eq!(many.first().map(String::as_str), Some("list-many-104"), "the last of a batch is the newest");
 }
 
 /// A receiver from `subscribe` sees the revision of a later write.
 pub async fn subscribe_observes_a_write(store: &dyn Store) {
     let mut rx = store.subscribe();
     let before = store.revision().await.expect("revision");
-    let revision = store
-        .create(sample(Kind::Model, "subscribe-model"))
-        .await
-        .expect("create");
+    let revision = store.create(sample(Kind::Model, "subscribe-model")).await.expect("create");
     assert!(revision > before);
     wait_for_revision(&mut rx, revision, "own write").await;
 }
 
 /// A write through `writer` reaches `reader`: its `subscribe`, `get` and
 /// `changes_since`.
-pub async fn a_write_through_one_replica_reaches_the_other(
-    writer: &dyn Store,
-    reader: &dyn Store,
-    id: &str,
-) {
+pub async fn a_write_through_one_replica_reaches_the_other(writer: &dyn Store, reader: &dyn Store, id: &str) {
     let mut rx = reader.subscribe();
     let start = reader.revision().await.expect("revision");
     let resource = sample(Kind::Channel, id);
@@ -814,48 +405,21 @@ pub async fn a_write_through_one_replica_reaches_the_other(
     wait_for_revision(&mut rx, revision, "the other replica's write").await;
     let took = started.elapsed();
     assert_eq!(reader.revision().await.expect("revision"), revision);
-    assert_eq!(
-        reader.get(Kind::Channel, id).await.expect("get"),
-        Some(resource),
-        "the other replica reads it"
-    );
-    let changes = reader
-        .changes_since(start)
-        .await
-        .expect("changes")
-        .expect("the feed reaches back");
-    assert_eq!(
-        changes,
-        vec![Change {
-            revision,
-            kind: Kind::Channel,
-            id: id.to_owned()
-        }],
-        "changes since {start}"
-    );
+    assert_eq!(reader.get(Kind::Channel, id).await.expect("get"), Some(resource), "the other replica reads it");
+    let changes = reader.changes_since(start).await.expect("changes").expect("the feed reaches back");
+    assert_eq!(changes, vec![Change { revision, kind: Kind::Channel, id: id.to_owned() }], "changes since {start}");
     eprintln!("subscribe saw the other replica's revision {revision} after {took:?}");
 
     // And the other way round, for counters.
-    writer
-        .create(account(&format!("{id}-acct"), 1))
-        .await
-        .expect("create");
+    writer.create(account(&format!("{id}-acct"), 1)).await.expect("create");
     let mut rx = writer.subscribe();
-    let adjusted = reader
-        .adjust_balance(&format!("{id}-acct"), 9)
-        .await
-        .expect("adjust");
-    let Resource::Account(a) = adjusted else {
-        panic!("adjust_balance returned {adjusted:?}")
-    };
+    let adjusted = reader.adjust_balance(&format!("{id}-acct"), 9).await.expect("adjust");
+    let Resource::Account(a) = adjusted else { panic!("adjust_balance returned {adjusted:?}") };
     assert_eq!(a.balance_micros, 10);
     let now = reader.revision().await.expect("revision");
     wait_for_revision(&mut rx, now, "the reverse direction").await;
     let (balance, _) = account_counters(writer, &format!("{id}-acct")).await;
-    assert_eq!(
-        balance, 10,
-        "counter written by one replica read by the other"
-    );
+    assert_eq!(balance, 10, "counter written by one replica read by the other");
 }
 
 /// A sample resource of `kind` named `id`, with every field set.
@@ -868,10 +432,7 @@ pub fn sample(kind: Kind, id: &str) -> Resource {
             ratio: 1.5,
             deprecated: false,
             description: format!("group {id}"),
-            rate_limit: RateLimit {
-                window_minutes: 1,
-                max_requests: 60,
-            },
+            rate_limit: RateLimit { window_minutes: 1, max_requests: 60 },
         }),
         Kind::Channel => Resource::Channel(Channel {
             id: id.to_owned(),
@@ -940,13 +501,7 @@ pub fn token(id: &str, account_id: &str) -> Resource {
 }
 
 /// A usage record costing `cost_micros`.
-pub fn usage(
-    request_id: &str,
-    token_id: &str,
-    account_id: &str,
-    model: &str,
-    cost_micros: i64,
-) -> UsageRecord {
+pub fn usage(request_id: &str, token_id: &str, account_id: &str, model: &str, cost_micros: i64) -> UsageRecord {
     UsageRecord {
         request_id: request_id.to_owned(),
         token_id: token_id.to_owned(),
@@ -1001,15 +556,12 @@ async fn token_used(store: &dyn Store, id: &str) -> i64 {
 }
 
 async fn wait_for_revision(rx: &mut watch::Receiver<u64>, revision: u64, what: &str) {
-    let waited = tokio::time::timeout(SUBSCRIBE_WITHIN, rx.wait_for(|r| *r >= revision))
-        .await
-        .map(|seen| seen.is_ok());
+    let waited = tokio::time::timeout(SUBSCRIBE_WITHIN, rx.wait_for(|r| *r >= revision)).await.map(|seen| seen.is_ok());
     match waited {
         Ok(true) => {}
         Ok(false) => panic!("subscription closed before revision {revision} ({what})"),
-        Err(_) => panic!(
-            "subscription still at {} after {SUBSCRIBE_WITHIN:?}, wanted {revision} ({what})",
-            *rx.borrow()
-        ),
+        Err(_) => {
+            panic!("subscription still at {} after {SUBSCRIBE_WITHIN:?}, wanted {revision} ({what})", *rx.borrow())
+        }
     }
 }

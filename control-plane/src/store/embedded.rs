@@ -12,9 +12,7 @@ use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTrans
 use tokio::sync::watch;
 
 use super::{Result, Store, StoreError};
-use crate::domain::{
-    Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord, now_unix,
-};
+use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord, now_unix};
 
 /// Resource-wide bookkeeping: the revision, the feed's length and floor, the
 /// last usage sequence number.
@@ -80,10 +78,7 @@ impl EmbeddedStore {
             let meta = txn.open_table(META).map_err(db_err)?;
             meta_get(&meta, REVISION)?
         };
-        Ok(Self {
-            db: Arc::new(db),
-            revision: Arc::new(watch::channel(revision).0),
-        })
+        Ok(Self { db: Arc::new(db), revision: Arc::new(watch::channel(revision).0) })
     }
 
     /// Runs `f` in one write transaction on the blocking pool. When `f` names
@@ -174,9 +169,7 @@ impl Store for EmbeddedStore {
                     None => return Err(StoreError::NotFound { kind, id }),
                 };
                 keep_counters(&mut resource, &stored);
-                table
-                    .insert(id.as_str(), resource_json(&resource)?.as_slice())
-                    .map_err(db_err)?;
+                table.insert(id.as_str(), resource_json(&resource)?.as_slice()).map_err(db_err)?;
                 drop(table);
                 Ok(((), vec![(kind, id)]))
             })
@@ -203,8 +196,7 @@ impl Store for EmbeddedStore {
         let txn = self.db.begin_read().map_err(db_err)?;
         let table = txn.open_table(resources(kind)).map_err(db_err)?;
         let json = table.get(id).map_err(db_err)?;
-        json.map(|json| parse_resource(kind, json.value()))
-            .transpose()
+        json.map(|json| parse_resource(kind, json.value())).transpose()
     }
 
     async fn list(&self, kind: Kind) -> Result<Vec<Resource>> {
@@ -214,10 +206,7 @@ impl Store for EmbeddedStore {
     async fn snapshot(&self) -> Result<Snapshot> {
         self.read(|txn| {
             let meta = txn.open_table(META).map_err(db_err)?;
-            let mut snapshot = Snapshot {
-                revision: meta_get(&meta, REVISION)?,
-                resources: Vec::new(),
-            };
+            let mut snapshot = Snapshot { revision: meta_get(&meta, REVISION)?, resources: Vec::new() };
             for kind in Kind::ALL {
                 snapshot.resources.extend(list_kind(txn, kind)?);
             }
@@ -238,11 +227,7 @@ impl Store for EmbeddedStore {
                 let (revision, changed) = entry.map_err(db_err)?;
                 let revision = revision.value();
                 let changed: Vec<(Kind, String)> = decode(changed.value())?;
-                changes.extend(
-                    changed
-                        .into_iter()
-                        .map(|(kind, id)| Change { revision, kind, id }),
-                );
+                changes.extend(changed.into_iter().map(|(kind, id)| Change { revision, kind, id }));
             }
             Ok(Some(changes))
         })
@@ -260,10 +245,7 @@ impl Store for EmbeddedStore {
                     }
                 })?
                 else {
-                    return Err(StoreError::NotFound {
-                        kind: Kind::Account,
-                        id,
-                    });
+                    return Err(StoreError::NotFound { kind: Kind::Account, id });
                 };
                 drop(table);
                 Ok((account, vec![(Kind::Account, id)]))
@@ -316,8 +298,7 @@ impl Store for EmbeddedStore {
                         touched.insert((Kind::Token, record.token_id.clone()));
                     }
                     seq += 1;
-                    log.insert(seq, encode(record)?.as_slice())
-                        .map_err(db_err)?;
+                    log.insert(seq, encode(record)?.as_slice()).map_err(db_err)?;
                     applied += 1;
                 }
                 meta.insert(USAGE_SEQ, seq).map_err(db_err)?;
@@ -334,11 +315,7 @@ impl Store for EmbeddedStore {
                 Ok(((applied, duplicates), touched.into_iter().collect()))
             })
             .await?;
-        Ok(UsageOutcome {
-            applied,
-            duplicates,
-            revision,
-        })
+        Ok(UsageOutcome { applied, duplicates, revision })
     }
 
     async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>> {
@@ -384,16 +361,12 @@ fn record_changes(txn: &WriteTransaction, changed: &[(Kind, String)], retain: u6
     }
     let revision = revision + 1;
     let mut feed = txn.open_table(CHANGES).map_err(db_err)?;
-    feed.insert(revision, encode(&changed)?.as_slice())
-        .map_err(db_err)?;
+    feed.insert(revision, encode(&changed)?.as_slice()).map_err(db_err)?;
     let mut len = meta_get(&meta, FEED_LEN)? + changed.len() as u64;
     let mut floor = meta_get(&meta, FEED_FLOOR)?;
     while len > retain {
         let first = match feed.first().map_err(db_err)? {
-            Some((r, entries)) => (
-                r.value(),
-                decode::<Vec<(Kind, String)>>(entries.value())?.len() as u64,
-            ),
+            Some((r, entries)) => (r.value(), decode::<Vec<(Kind, String)>>(entries.value())?.len() as u64),
             None => break,
         };
         // Trim whole revisions, and only while at least `retain` remain.
@@ -442,18 +415,13 @@ fn charge(
     id: &str,
     f: impl FnOnce(&mut Resource),
 ) -> Result<Option<Resource>> {
-    let Some(mut resource) = table
-        .get(id)
-        .map_err(db_err)?
-        .map(|json| parse_resource(kind, json.value()))
-        .transpose()?
+    let Some(mut resource) =
+        table.get(id).map_err(db_err)?.map(|json| parse_resource(kind, json.value())).transpose()?
     else {
         return Ok(None);
     };
     f(&mut resource);
-    table
-        .insert(id, resource_json(&resource)?.as_slice())
-        .map_err(db_err)?;
+    table.insert(id, resource_json(&resource)?.as_slice()).map_err(db_err)?;
     Ok(Some(resource))
 }
 
@@ -488,11 +456,7 @@ pub(super) fn usage_matches(filter: &UsageFilter, record: &UsageRecord) -> bool 
 }
 
 fn meta_get(meta: &impl ReadableTable<&'static str, u64>, key: &str) -> Result<u64> {
-    Ok(meta
-        .get(key)
-        .map_err(db_err)?
-        .map(|v| v.value())
-        .unwrap_or(0))
+    Ok(meta.get(key).map_err(db_err)?.map(|v| v.value()).unwrap_or(0))
 }
 
 /// JSON of the resource itself, without `Resource`'s `kind` tag (which
@@ -558,21 +522,9 @@ mod tests {
         txn.commit().expect("commit");
 
         assert_eq!(store.revision().await.expect("revision"), RETAIN + extra);
-        assert_eq!(
-            store.changes_since(0).await.expect("changes"),
-            None,
-            "revision 1 was trimmed"
-        );
-        assert_eq!(
-            store.changes_since(extra - 1).await.expect("changes"),
-            None,
-            "revision {extra} was trimmed"
-        );
-        let kept = store
-            .changes_since(extra)
-            .await
-            .expect("changes")
-            .expect("the feed reaches back to {extra}");
+        assert_eq!(store.changes_since(0).await.expect("changes"), None, "revision 1 was trimmed");
+        assert_eq!(store.changes_since(extra - 1).await.expect("changes"), None, "revision {extra} was trimmed");
+        let kept = store.changes_since(extra).await.expect("changes").expect("the feed reaches back to {extra}");
         assert_eq!(kept.len() as u64, RETAIN, "the feed keeps `retain` changes");
         assert_eq!(kept.first().map(|c| c.revision), Some(extra + 1));
     }
@@ -584,62 +536,25 @@ mod tests {
         let record = conformance::usage("reopen-req-1", "reopen-tok", "reopen-acct", "m", 250);
         let revision = {
             let store = EmbeddedStore::open(&path).expect("open store");
-            store
-                .create(conformance::account("reopen-acct", 1_000))
-                .await
-                .expect("create account");
-            store
-                .create(conformance::token("reopen-tok", "reopen-acct"))
-                .await
-                .expect("create token");
-            let outcome = store
-                .apply_usage(std::slice::from_ref(&record))
-                .await
-                .expect("apply usage");
+            store.create(conformance::account("reopen-acct", 1_000)).await.expect("create account");
+            store.create(conformance::token("reopen-tok", "reopen-acct")).await.expect("create token");
+            let outcome = store.apply_usage(std::slice::from_ref(&record)).await.expect("apply usage");
             assert_eq!(outcome.applied, 1);
             outcome.revision
         };
 
         let store = EmbeddedStore::open(&path).expect("reopen store");
-        assert_eq!(
-            store.revision().await.expect("revision"),
-            revision,
-            "revision after reopen"
-        );
-        assert_eq!(
-            *store.subscribe().borrow(),
-            revision,
-            "subscribe starts at the stored revision"
-        );
-        let Some(Resource::Account(account)) =
-            store.get(Kind::Account, "reopen-acct").await.expect("get")
-        else {
+        assert_eq!(store.revision().await.expect("revision"), revision, "revision after reopen");
+        assert_eq!(*store.subscribe().borrow(), revision, "subscribe starts at the stored revision");
+        let Some(Resource::Account(account)) = store.get(Kind::Account, "reopen-acct").await.expect("get") else {
             panic!("account lost on reopen");
         };
         assert_eq!((account.balance_micros, account.used_micros), (750, 250));
-        let changes = store
-            .changes_since(0)
-            .await
-            .expect("changes")
-            .expect("feed reaches back to 0");
-        assert_eq!(
-            changes.len(),
-            4,
-            "create, create, usage on account and token: {changes:?}"
-        );
-        let again = store
-            .apply_usage(&[record])
-            .await
-            .expect("apply usage again");
-        assert_eq!(
-            (again.applied, again.duplicates),
-            (0, 1),
-            "request id forgotten on reopen"
-        );
-        let usage = store
-            .list_usage(&UsageFilter::default())
-            .await
-            .expect("list usage");
+        let changes = store.changes_since(0).await.expect("changes").expect("feed reaches back to 0");
+        assert_eq!(changes.len(), 4, "create, create, usage on account and token: {changes:?}");
+        let again = store.apply_usage(&[record]).await.expect("apply usage again");
+        assert_eq!((again.applied, again.duplicates), (0, 1), "request id forgotten on reopen");
+        let usage = store.list_usage(&UsageFilter::default()).await.expect("list usage");
         assert_eq!(usage.len(), 1);
     }
 }

@@ -180,14 +180,8 @@ impl RedisStore {
             .set_connection_timeout(Duration::from_secs(5))
             .set_response_timeout(Duration::from_secs(10))
             .set_number_of_retries(3);
-        let mut conn = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(StoreError::Redis)?;
-        let start: u64 = conn
-            .get::<_, Option<u64>>(REV)
-            .await
-            .map_err(StoreError::Redis)?
-            .unwrap_or(0);
+        let mut conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(StoreError::Redis)?;
+        let start: u64 = conn.get::<_, Option<u64>>(REV).await.map_err(StoreError::Redis)?.unwrap_or(0);
         let revision = Arc::new(watch::channel(start).0);
         let follower = tokio::spawn(follow(client, revision.clone(), start));
         let single = |body: &str, tail: &str| Script::new(&format!("{body}{BUMP}{tail}"));
@@ -199,12 +193,7 @@ impl RedisStore {
             apply_usage: Script::new(APPLY_USAGE),
             changes_since: Script::new(CHANGES_SINCE),
         };
-        Ok(Self {
-            conn,
-            scripts,
-            revision,
-            _follower: AbortOnDrop(follower),
-        })
+        Ok(Self { conn, scripts, revision, _follower: AbortOnDrop(follower) })
     }
 
     /// Runs a single-resource script (create, update, delete) on `kind/id`,
@@ -224,10 +213,7 @@ impl RedisStore {
         for (key, value) in counter_keys(kind).iter().zip(counters) {
             call.key(*key).arg(*value);
         }
-        let revision: Option<u64> = call
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::Redis)?;
+        let revision: Option<u64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         if let Some(revision) = revision {
             self.published(revision);
         }
@@ -237,8 +223,7 @@ impl RedisStore {
     /// Tells subscribers about a revision this instance wrote, without
     /// waiting for the follower to read it back.
     fn published(&self, revision: u64) {
-        self.revision
-            .send_if_modified(|current| raise(current, revision));
+        self.revision.send_if_modified(|current| raise(current, revision));
     }
 
     /// The resources of `kinds` with their counters, and the revision they
@@ -252,10 +237,7 @@ impl RedisStore {
                 pipe.hgetall(*key);
             }
         }
-        let values: Vec<Value> = pipe
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::Redis)?;
+        let values: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         let mut values = values.into_iter();
         let revision: Option<u64> = take(&mut values)?;
         let mut resources = Vec::new();
@@ -269,10 +251,7 @@ impl RedisStore {
                 .into_iter()
                 .map(|(id, json)| {
                     let mut resource = parse_resource(*kind, json.as_bytes())?;
-                    let values: Vec<i64> = counters
-                        .iter()
-                        .map(|c| c.get(&id).copied().unwrap_or(0))
-                        .collect();
+                    let values: Vec<i64> = counters.iter().map(|c| c.get(&id).copied().unwrap_or(0)).collect();
                     set_counters(&mut resource, &values);
                     Ok(resource)
                 })
@@ -287,12 +266,7 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn revision(&self) -> Result<u64> {
-        let revision: Option<u64> = self
-            .conn
-            .clone()
-            .get(REV)
-            .await
-            .map_err(StoreError::Redis)?;
+        let revision: Option<u64> = self.conn.clone().get(REV).await.map_err(StoreError::Redis)?;
         Ok(revision.unwrap_or(0))
     }
 
@@ -300,9 +274,7 @@ impl Store for RedisStore {
         let (kind, id) = (resource.kind(), resource.id().to_owned());
         let counters = counter_values(&resource);
         let json = stored_json(resource)?;
-        let revision = self
-            .write_one(&self.scripts.create, kind, &id, &json, &counters)
-            .await?;
+        let revision = self.write_one(&self.scripts.create, kind, &id, &json, &counters).await?;
         revision.ok_or(StoreError::AlreadyExists { kind, id })
     }
 
@@ -310,21 +282,14 @@ impl Store for RedisStore {
         let (kind, id) = (resource.kind(), resource.id().to_owned());
         let json = stored_json(resource)?;
         // No counter keys: the script leaves the counter hashes alone.
-        let revision = self
-            .write_one(&self.scripts.update, kind, &id, &json, &[])
-            .await?;
+        let revision = self.write_one(&self.scripts.update, kind, &id, &json, &[]).await?;
         revision.ok_or(StoreError::NotFound { kind, id })
     }
 
     async fn delete(&self, kind: Kind, id: &str) -> Result<u64> {
         let zeros = vec![0; counter_keys(kind).len()];
-        let revision = self
-            .write_one(&self.scripts.delete, kind, id, b"", &zeros)
-            .await?;
-        revision.ok_or_else(|| StoreError::NotFound {
-            kind,
-            id: id.to_owned(),
-        })
+        let revision = self.write_one(&self.scripts.delete, kind, id, b"", &zeros).await?;
+        revision.ok_or_else(|| StoreError::NotFound { kind, id: id.to_owned() })
     }
 
     async fn get(&self, kind: Kind, id: &str) -> Result<Option<Resource>> {
@@ -333,10 +298,7 @@ impl Store for RedisStore {
         for key in counter_keys(kind) {
             pipe.hget(*key, id);
         }
-        let values: Vec<Value> = pipe
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::Redis)?;
+        let values: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         let mut values = values.into_iter();
         let Some(json) = take::<Option<String>>(&mut values)? else {
             return Ok(None);
@@ -356,10 +318,7 @@ impl Store for RedisStore {
 
     async fn snapshot(&self) -> Result<Snapshot> {
         let (revision, resources) = self.read_kinds(&Kind::ALL).await?;
-        Ok(Snapshot {
-            revision,
-            resources,
-        })
+        Ok(Snapshot { revision, resources })
     }
 
     async fn changes_since(&self, since: u64) -> Result<Option<Vec<Change>>> {
@@ -377,12 +336,7 @@ impl Store for RedisStore {
             return Ok(None);
         }
         let entries: StreamRangeReply = take(&mut reply)?;
-        entries
-            .ids
-            .iter()
-            .map(change)
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
+        entries.ids.iter().map(change).collect::<Result<Vec<_>>>().map(Some)
     }
 
     async fn adjust_balance(&self, account_id: &str, delta_micros: i64) -> Result<Resource> {
@@ -402,10 +356,7 @@ impl Store for RedisStore {
             .await
             .map_err(StoreError::Redis)?;
         let Some((revision, json, balance, used)) = reply else {
-            return Err(StoreError::NotFound {
-                kind: Kind::Account,
-                id: account_id.to_owned(),
-            });
+            return Err(StoreError::NotFound { kind: Kind::Account, id: account_id.to_owned() });
         };
         self.published(revision);
         let mut account = parse_resource(Kind::Account, json.as_bytes())?;
@@ -415,36 +366,22 @@ impl Store for RedisStore {
 
     async fn apply_usage(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
         if records.is_empty() {
-            return Ok(UsageOutcome {
-                revision: self.revision().await?,
-                ..UsageOutcome::default()
-            });
+            return Ok(UsageOutcome { revision: self.revision().await?, ..UsageOutcome::default() });
         }
         let mut outcome = UsageOutcome::default();
         for batch in records.chunks(USAGE_BATCH) {
             let mut call = self.scripts.apply_usage.prepare_invoke();
             call.key(kind_key(Kind::Account)).key(kind_key(Kind::Token));
-            call.key(BALANCE)
-                .key(ACCOUNT_USED)
-                .key(TOKEN_USED)
-                .key(USAGE)
-                .key(REV)
-                .key(CHANGES);
-            call.arg(APPLIED_TTL_SECS)
-                .arg(FEED_RETAIN)
-                .arg(USAGE_RETAIN - 1);
+            call.key(BALANCE).key(ACCOUNT_USED).key(TOKEN_USED).key(USAGE).key(REV).key(CHANGES);
+            call.arg(APPLIED_TTL_SECS).arg(FEED_RETAIN).arg(USAGE_RETAIN - 1);
             for record in batch {
                 let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
                 call.key(format!("gw:applied:{}", record.request_id));
                 call.arg(&record.account_id).arg(&record.token_id);
-                call.arg(record.cost_micros)
-                    .arg(record.cost_micros.saturating_neg())
-                    .arg(json);
+                call.arg(record.cost_micros).arg(record.cost_micros.saturating_neg()).arg(json);
             }
-            let (applied, duplicates, revision): (u32, u32, u64) = call
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .map_err(StoreError::Redis)?;
+            let (applied, duplicates, revision): (u32, u32, u64) =
+                call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
             outcome.applied += applied;
             outcome.duplicates += duplicates;
             outcome.revision = revision;
@@ -455,13 +392,8 @@ impl Store for RedisStore {
 
     async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>> {
         let limit = if filter.limit == 0 { 100 } else { filter.limit };
-        let unfiltered =
-            filter.token_id.is_empty() && filter.account_id.is_empty() && filter.model.is_empty();
-        let page = if unfiltered {
-            limit.min(USAGE_PAGE * 10)
-        } else {
-            USAGE_PAGE
-        };
+        let unfiltered = filter.token_id.is_empty() && filter.account_id.is_empty() && filter.model.is_empty();
+        let page = if unfiltered { limit.min(USAGE_PAGE * 10) } else { USAGE_PAGE };
         let mut conn = self.conn.clone();
         let mut out = Vec::new();
         // New records push older ones further down while we page; a record
@@ -533,9 +465,7 @@ async fn follow_connected(
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Duration::from_secs(5))
         .set_response_timeout(FOLLOW_BLOCK + Duration::from_secs(5));
-    let mut conn: MultiplexedConnection = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
+    let mut conn: MultiplexedConnection = client.get_multiplexed_async_connection_with_config(&config).await?;
     *backoff = RECONNECT_MIN;
     resync(&mut conn, revision, seen).await?;
     loop {
@@ -549,12 +479,8 @@ async fn follow_connected(
             .arg(format!("{seen}-{}", u64::MAX))
             .query_async(&mut conn)
             .await?;
-        let newest = reply
-            .iter()
-            .flat_map(|r| &r.keys)
-            .flat_map(|k| &k.ids)
-            .filter_map(|entry| entry_revision(&entry.id))
-            .max();
+        let newest =
+            reply.iter().flat_map(|r| &r.keys).flat_map(|k| &k.ids).filter_map(|entry| entry_revision(&entry.id)).max();
         match newest {
             Some(newest) => {
                 *seen = (*seen).max(newest);
@@ -578,11 +504,7 @@ async fn resync(
     let told = *revision.borrow();
     let now: u64 = conn.get::<_, Option<u64>>(REV).await?.unwrap_or(0);
     if now < told {
-        tracing::warn!(
-            revision = now,
-            previous = told,
-            "redis revision went back; was its data lost?"
-        );
+        tracing::warn!(revision = now, previous = told, "redis revision went back; was its data lost?");
         // Unless a local write published a newer revision meanwhile.
         revision.send_if_modified(|current| {
             let lower = *current == told;
@@ -654,9 +576,7 @@ fn decode<T: serde::de::DeserializeOwned>(json: &str) -> Result<T> {
 
 /// The next value of a pipeline or script reply, converted.
 fn take<T: redis::FromRedisValue>(values: &mut impl Iterator<Item = Value>) -> Result<T> {
-    let value = values
-        .next()
-        .ok_or_else(|| malformed("reply shorter than expected"))?;
+    let value = values.next().ok_or_else(|| malformed("reply shorter than expected"))?;
     redis::from_owned_redis_value(value).map_err(StoreError::Redis)
 }
 
@@ -666,13 +586,10 @@ fn entry_revision(id: &str) -> Option<u64> {
 }
 
 fn change(entry: &StreamId) -> Result<Change> {
-    let revision = entry_revision(&entry.id)
-        .ok_or_else(|| malformed("change feed entry id is not <rev>-<n>"))?;
+    let revision = entry_revision(&entry.id).ok_or_else(|| malformed("change feed entry id is not <rev>-<n>"))?;
     let kind = entry.get::<String>("kind").and_then(|k| Kind::parse(&k));
     let kind = kind.ok_or_else(|| malformed("change feed entry has no valid kind"))?;
-    let id = entry
-        .get::<String>("id")
-        .ok_or_else(|| malformed("change feed entry has no id"))?;
+    let id = entry.get::<String>("id").ok_or_else(|| malformed("change feed entry has no id"))?;
     Ok(Change { revision, kind, id })
 }
 
