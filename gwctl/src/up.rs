@@ -111,7 +111,8 @@ fn banner(dp: SocketAddr, cp: SocketAddr, key_file: Option<&Path>, global: &Glob
         text.push_str(&format!("  export {}\n", env.join(" ")));
     }
     text.push_str(
-        "  gwctl channel create --name main --type openai --base-url https://api.openai.com/v1 --key sk-... --models gpt-4o-mini\n\
+        "  gwctl model create --id gpt-4o-mini --category chat --input-price 0.15 --output-price 0.6\n\
+         \x20 gwctl channel create --name main --type openai --base-url https://api.openai.com/v1 --key sk-... --models gpt-4o-mini\n\
          \x20 gwctl account create --name me --balance 10\n\
          \x20 gwctl token create --account <account id from above>\n",
     );
@@ -183,7 +184,7 @@ mod tests {
         assert!(text.contains("http://127.0.0.1:7070"), "{text}");
         assert!(text.contains("/home/op/.gw/admin.key"), "{text}");
         assert!(!text.contains("export"), "{text}");
-        assert_eq!(text.lines().filter(|l| l.starts_with("  gwctl")).count(), 3);
+        assert_eq!(text.lines().filter(|l| l.starts_with("  gwctl")).count(), 4);
     }
 
     #[test]
