@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::{
     convert,
-    domain::{Change, Kind, UsageRecord},
+    domain::{AUTO_DISABLED, Change, ENABLED, Kind, Resource, UsageRecord},
     error::error_chain,
     fleet::Fleet,
     store::{Store, StoreError},
@@ -21,6 +21,8 @@ use crate::{
 
 /// Records accepted in one `ReportUsage` call.
 const MAX_BATCH: usize = 10_000;
+/// Consecutive failures on one data plane that take a channel out of rotation.
+pub const AUTO_DISABLE_AFTER: u32 = 5;
 
 /// The policy service of one replica.
 pub struct PolicyApi {
@@ -91,6 +93,48 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             duplicates: outcome.duplicates,
             revision: outcome.revision,
         }))
+    }
+
+    async fn acquire_permits(
+        &self,
+        _request: Request<pb::AcquirePermitsRequest>,
+    ) -> Result<Response<pb::AcquirePermitsResponse>, Status> {
+        Err(Status::unimplemented("shared rate limits are not available yet"))
+    }
+
+    async fn report_channel_health(
+        &self,
+        request: Request<pb::ChannelHealthRequest>,
+    ) -> Result<Response<pb::ChannelHealthResponse>, Status> {
+        let request = request.into_inner();
+        let mut disabled = Vec::new();
+        for failure in request.failures {
+            if failure.consecutive_failures < AUTO_DISABLE_AFTER {
+                continue;
+            }
+            let Some(Resource::Channel(mut channel)) = self.store.get(Kind::Channel, &failure.channel_id).await? else {
+                continue;
+            };
+            // Only a channel in rotation is taken out; an operator's choice stands.
+            if channel.status != ENABLED {
+                continue;
+            }
+            channel.status = AUTO_DISABLED.to_owned();
+            self.store.update(Resource::Channel(channel)).await?;
+            tracing::warn!(
+                channel = %failure.channel_id,
+                node = %request.node_id,
+                failures = failure.consecutive_failures,
+                status = failure.last_status,
+                reason = %failure.reason,
+                "channel auto-disabled after repeated failures"
+            );
+            disabled.push(failure.channel_id);
+        }
+        if !request.node_id.is_empty() {
+            self.fleet.seen(&request.node_id);
+        }
+        Ok(Response::new(pb::ChannelHealthResponse { disabled }))
     }
 }
 

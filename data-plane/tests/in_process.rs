@@ -89,6 +89,28 @@ impl PolicyService for FakePolicy {
         }
         Ok(Response::new(pb::ReportUsageResponse { applied, duplicates: 0, revision: self.report_revision }))
     }
+
+    async fn acquire_permits(
+        &self,
+        request: Request<pb::AcquirePermitsRequest>,
+    ) -> Result<Response<pb::AcquirePermitsResponse>, Status> {
+        check_key(&request)?;
+        let grants = request
+            .into_inner()
+            .asks
+            .into_iter()
+            .map(|ask| pb::PermitGrant { key: ask.key, granted: ask.want, window_start: 0, window_end: i64::MAX })
+            .collect();
+        Ok(Response::new(pb::AcquirePermitsResponse { grants }))
+    }
+
+    async fn report_channel_health(
+        &self,
+        request: Request<pb::ChannelHealthRequest>,
+    ) -> Result<Response<pb::ChannelHealthResponse>, Status> {
+        check_key(&request)?;
+        Ok(Response::new(pb::ChannelHealthResponse::default()))
+    }
 }
 
 fn check_key<T>(request: &Request<T>) -> Result<(), Status> {
