@@ -17,6 +17,7 @@ use crate::{
     },
     fleet::Fleet,
     store::Store,
+    video::{self, Videos},
 };
 
 /// Model categories the catalogue accepts.
@@ -29,6 +30,7 @@ pub const CHANNEL_TYPES: [&str; 1] = ["openai"];
 pub struct AdminApi {
     store: Arc<dyn Store>,
     fleet: Fleet,
+    videos: Option<Arc<Videos>>,
 }
 
 type Answer<T> = Result<Response<T>, Status>;
@@ -37,7 +39,18 @@ type Answer<T> = Result<Response<T>, Status>;
 
 impl AdminApi {
     pub fn new(store: Arc<dyn Store>, fleet: Fleet) -> AdminApi {
-        AdminApi { store, fleet }
+        AdminApi { store, fleet, videos: None }
+    }
+
+    /// Serves the video task RPCs with `videos` (without it they answer
+    /// Unavailable).
+    pub fn with_videos(mut self, videos: Arc<Videos>) -> AdminApi {
+        self.videos = Some(videos);
+        self
+    }
+
+    fn videos(&self) -> Result<&Videos, Status> {
+        self.videos.as_deref().ok_or_else(|| Status::unavailable("video tasks are not served here"))
     }
 
     async fn fetch(&self, kind: Kind, id: &str) -> Result<Resource, Status> {
@@ -486,6 +499,17 @@ impl pb::admin_service_server::AdminService for AdminApi {
         };
         let items = self.store.list_usage(&filter).await?;
         Ok(Response::new(pb::ListUsageResponse { items: items.into_iter().map(Into::into).collect() }))
+    }
+
+    async fn list_video_tasks(
+        &self,
+        request: Request<pb::ListVideoTasksRequest>,
+    ) -> Answer<pb::ListVideoTasksResponse> {
+        video::rpc::admin_list(self.videos()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn get_video_task(&self, request: Request<pb::GetRequest>) -> Answer<pb::VideoTask> {
+        video::rpc::admin_get(self.videos()?, request.into_inner()).await.map(Response::new)
     }
 
     async fn list_data_planes(&self, _: Request<pb::ListRequest>) -> Answer<pb::ListDataPlanesResponse> {

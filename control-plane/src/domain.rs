@@ -228,3 +228,107 @@ impl Resource {
 pub fn now_unix() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
+
+/// Where a video task stands. `Completed` and `Failed` are terminal: once a
+/// task is in one of them its status never changes again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VideoStatus {
+    #[default]
+    Queued,
+    InProgress,
+    Completed,
+    Failed,
+}
+
+/// An asynchronous video generation task. The control plane owns it: data
+/// planes create it, record what the upstream said at submission and read
+/// it back; status queries and the background poller refresh it from the
+/// upstream. Every write is a compare-and-set on `version`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VideoTask {
+    /// Public id (`video_…`), time ordered.
+    pub id: String,
+    pub account_id: String,
+    pub token_id: String,
+    pub group: String,
+    /// The model name the client asked for (what is billed).
+    pub model: String,
+    pub channel_id: String,
+    /// The upstream's task id; empty until the submission was accepted.
+    pub upstream_id: String,
+    pub status: VideoStatus,
+    /// 0–100.
+    pub progress: u32,
+    /// Requested duration, what the price is multiplied by.
+    pub seconds: u32,
+    /// Requested resolution (`1280x720`), empty when left to the upstream.
+    pub size: String,
+    /// What the submission charged.
+    pub cost_micros: i64,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds of the last change of status or progress.
+    pub updated_at: i64,
+    /// Unix seconds; 0 until completed.
+    pub completed_at: i64,
+    /// Unix milliseconds of the last look at the upstream.
+    pub checked_at_ms: i64,
+    /// Why the task failed (empty otherwise).
+    pub error_code: String,
+    pub error_message: String,
+    /// The charge went into the usage ledger.
+    pub charged: bool,
+    /// A failed task's charge was given back.
+    pub refunded: bool,
+    /// JSON object of the upstream's other fields, passed through to clients.
+    pub extra: String,
+    /// The data plane that took the submission, and its request id.
+    pub node_id: String,
+    pub request_id: String,
+    /// Bumped by every write; a write names the version it read.
+    pub version: u64,
+}
+
+// === impl VideoStatus ===
+
+impl VideoStatus {
+    pub const ALL: [VideoStatus; 4] =
+        [VideoStatus::Queued, VideoStatus::InProgress, VideoStatus::Completed, VideoStatus::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VideoStatus::Queued => "queued",
+            VideoStatus::InProgress => "in_progress",
+            VideoStatus::Completed => "completed",
+            VideoStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<VideoStatus> {
+        VideoStatus::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
+    /// Whether the status can never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, VideoStatus::Completed | VideoStatus::Failed)
+    }
+}
+
+impl std::fmt::Display for VideoStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// === impl VideoTask ===
+
+impl VideoTask {
+    /// Whether the task still needs the control plane: not terminal yet, or
+    /// terminal with its billing not settled (uncharged, or failed and not
+    /// refunded). The poller visits exactly these.
+    pub fn is_open(&self) -> bool {
+        !self.status.is_terminal() || !self.charged || (self.status == VideoStatus::Failed && !self.refunded)
+    }
+}

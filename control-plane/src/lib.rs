@@ -11,7 +11,9 @@ pub mod error;
 pub mod fleet;
 pub mod keys;
 pub mod policy;
+pub mod probe;
 pub mod store;
+pub mod video;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -37,6 +39,10 @@ pub struct Config {
     pub admin_key: Option<String>,
     /// Data-plane credential; when `None` it is read from (or created in) `data_dir/node.key`.
     pub node_key: Option<String>,
+    /// Video task timing: overall deadline, poller interval, refresh age.
+    pub video: video::Config,
+    /// How often auto-disabled channels are probed back into rotation.
+    pub probe: probe::Config,
 }
 
 /// A running control plane. Dropping it leaves the server running until
@@ -51,6 +57,8 @@ pub struct Handle {
     pub store: Arc<dyn Store>,
     stop: oneshot::Sender<()>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
+    video_poller: JoinHandle<()>,
+    prober: JoinHandle<()>,
 }
 
 // === impl Config ===
@@ -58,7 +66,15 @@ pub struct Handle {
 impl Config {
     /// Embedded store in `data_dir`, keys from (or created in) `data_dir`.
     pub fn new(listen: SocketAddr, data_dir: impl Into<PathBuf>) -> Config {
-        Config { listen, store: String::new(), data_dir: data_dir.into(), admin_key: None, node_key: None }
+        Config {
+            listen,
+            store: String::new(),
+            data_dir: data_dir.into(),
+            admin_key: None,
+            node_key: None,
+            video: video::Config::default(),
+            probe: probe::Config::default(),
+        }
     }
 }
 
@@ -72,6 +88,13 @@ impl Handle {
             Ok(Err(error)) => tracing::warn!(%error, "control plane server ended with an error"),
             Err(error) => tracing::warn!(%error, "control plane server task failed"),
             Ok(Ok(())) => {}
+        }
+        // It stops with the server and releases its lock for the next replica.
+        if tokio::time::timeout(std::time::Duration::from_secs(5), self.video_poller).await.is_err() {
+            tracing::warn!("the video poller did not stop in time");
+        }
+        if tokio::time::timeout(std::time::Duration::from_secs(5), self.prober).await.is_err() {
+            tracing::warn!("the channel probe did not stop in time");
         }
     }
 }
@@ -93,8 +116,11 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let (stop, stopped) = oneshot::channel::<()>();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
 
-    let admin = admin::AdminApi::new(store.clone(), fleet.clone());
-    let policy = policy::PolicyApi::new(store.clone(), fleet, shutdown_rx);
+    let videos = Arc::new(video::Videos::new(store.clone(), config.video.clone())?);
+    let video_poller = video::poller::spawn(videos.clone(), shutdown_rx.clone());
+    let prober = probe::spawn(store.clone(), config.probe, shutdown_rx.clone())?;
+    let admin = admin::AdminApi::new(store.clone(), fleet.clone()).with_videos(videos.clone());
+    let policy = policy::PolicyApi::new(store.clone(), fleet, shutdown_rx).with_videos(videos);
     let admin_auth = auth::KeyCheck::new(&keys.admin);
     let node_auth = auth::KeyCheck::new(&keys.node);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -116,6 +142,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         store,
         stop,
         server,
+        video_poller,
+        prober,
     })
 }
 

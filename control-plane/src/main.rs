@@ -1,7 +1,7 @@
 //! `gw-control-plane`: parses flags, starts the control plane, waits for a
 //! signal and shuts down.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 
@@ -24,6 +24,18 @@ struct Args {
     /// Data-plane credential (default: data-dir/node.key, generated on first start).
     #[arg(long, env = "GW_NODE_KEY", hide_env_values = true)]
     node_key: Option<String>,
+    /// A video task not finished this long after submission fails and is refunded (`90s`, `30m`, `2h`).
+    #[arg(long, env = "GW_CP_VIDEO_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
+    video_timeout: Duration,
+    /// How often the video poller looks at unfinished tasks.
+    #[arg(long, env = "GW_CP_VIDEO_POLL_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    video_poll_interval: Duration,
+    /// A video status query older than this asks the upstream again.
+    #[arg(long, env = "GW_CP_VIDEO_REFRESH_AFTER", default_value = "3s", value_parser = parse_duration)]
+    video_refresh_after: Duration,
+    /// How often auto-disabled channels are probed (GET /models) and re-enabled if they answer.
+    #[arg(long, env = "GW_CP_PROBE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    probe_interval: Duration,
 }
 
 #[tokio::main]
@@ -38,6 +50,15 @@ async fn main() -> ExitCode {
         data_dir: args.data_dir,
         admin_key: args.admin_key,
         node_key: args.node_key,
+        video: gw_control_plane::video::Config {
+            timeout: args.video_timeout,
+            poll_interval: args.video_poll_interval,
+            refresh_after: args.video_refresh_after,
+        },
+        probe: gw_control_plane::probe::Config {
+            interval: args.probe_interval,
+            ..gw_control_plane::probe::Config::default()
+        },
     };
     let handle = match gw_control_plane::start(config.clone()).await {
         Ok(handle) => handle,
@@ -73,4 +94,20 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     ctrl_c.await.unwrap_or_default();
+}
+
+/// `500ms`, `90s`, `30m`, `2h`, or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration such as 90s or 30m"))?;
+    let millis = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("{text:?} is not a duration such as 90s or 30m")),
+    };
+    Ok(Duration::from_millis(n.saturating_mul(millis)))
 }

@@ -1,7 +1,9 @@
 //! `PolicyService`: streams snapshots and deltas to data planes and takes
 //! their usage reports. Each watch runs in its own task: it answers the
 //! Hello with a full snapshot (or the deltas since the data plane's revision),
-//! then sends one delta per batch of store changes, and records ACKs.
+//! then sends one delta per batch of store changes, and records ACKs. It is
+//! also the single authority on rate limits: data planes lease permits of the
+//! current fixed window from it (`AcquirePermits`), counted in the store.
 
 use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 
@@ -13,22 +15,28 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::{
     convert,
-    domain::{AUTO_DISABLED, Change, ENABLED, Kind, Resource, UsageRecord},
+    domain::{AUTO_DISABLED, Change, ENABLED, Kind, Resource, UsageRecord, now_unix},
     error::error_chain,
     fleet::Fleet,
     store::{Store, StoreError},
+    video::{self, Videos},
 };
 
 /// Records accepted in one `ReportUsage` call.
 const MAX_BATCH: usize = 10_000;
 /// Consecutive failures on one data plane that take a channel out of rotation.
 pub const AUTO_DISABLE_AFTER: u32 = 5;
+/// Asks accepted in one `AcquirePermits` call.
+const MAX_ASKS: usize = 1_000;
+/// Longest permit key accepted (`group:<group>:<account id>`).
+const MAX_KEY_LEN: usize = 1_024;
 
 /// The policy service of one replica.
 pub struct PolicyApi {
     store: Arc<dyn Store>,
     fleet: Fleet,
     shutdown: watch::Receiver<bool>,
+    videos: Option<Arc<Videos>>,
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
@@ -37,7 +45,18 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> 
 
 impl PolicyApi {
     pub fn new(store: Arc<dyn Store>, fleet: Fleet, shutdown: watch::Receiver<bool>) -> PolicyApi {
-        PolicyApi { store, fleet, shutdown }
+        PolicyApi { store, fleet, shutdown, videos: None }
+    }
+
+    /// Serves the video task RPCs with `videos` (without it they answer
+    /// Unavailable).
+    pub fn with_videos(mut self, videos: Arc<Videos>) -> PolicyApi {
+        self.videos = Some(videos);
+        self
+    }
+
+    fn videos(&self) -> Result<&Videos, Status> {
+        self.videos.as_deref().ok_or_else(|| Status::unavailable("video tasks are not served here"))
     }
 }
 
@@ -97,9 +116,53 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
 
     async fn acquire_permits(
         &self,
-        _request: Request<pb::AcquirePermitsRequest>,
+        request: Request<pb::AcquirePermitsRequest>,
     ) -> Result<Response<pb::AcquirePermitsResponse>, Status> {
-        Err(Status::unimplemented("shared rate limits are not available yet"))
+        let request = request.into_inner();
+        if request.asks.len() > MAX_ASKS {
+            return Err(Status::invalid_argument(format!("at most {MAX_ASKS} asks per call")));
+        }
+        for ask in &request.asks {
+            validate_ask(ask)?;
+        }
+        // One clock for the whole call: every grant of it is for the window
+        // that holds this instant.
+        let now = now_unix();
+        let mut grants = Vec::with_capacity(request.asks.len());
+        for ask in request.asks {
+            let (window_start, window_end) = window(now, ask.window_minutes);
+            let want = ask.want.min(ask.max_requests);
+            let granted = self
+                .store
+                .take_permits(&ask.key, window_start, window_end - window_start, ask.max_requests, want)
+                .await?;
+            grants.push(pb::PermitGrant { key: ask.key, granted, window_start, window_end });
+        }
+        if !request.node_id.is_empty() {
+            self.fleet.seen(&request.node_id);
+        }
+        Ok(Response::new(pb::AcquirePermitsResponse { grants }))
+    }
+
+    async fn create_video_task(
+        &self,
+        request: Request<pb::CreateVideoTaskRequest>,
+    ) -> Result<Response<pb::CreateVideoTaskResponse>, Status> {
+        video::rpc::create(self.videos()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn record_video_upstream(
+        &self,
+        request: Request<pb::RecordVideoUpstreamRequest>,
+    ) -> Result<Response<pb::VideoTask>, Status> {
+        video::rpc::record(self.videos()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn get_video_task(
+        &self,
+        request: Request<pb::GetVideoTaskRequest>,
+    ) -> Result<Response<pb::VideoTask>, Status> {
+        video::rpc::get(self.videos()?, request.into_inner()).await.map(Response::new)
     }
 
     async fn report_channel_health(
@@ -258,6 +321,34 @@ impl Session {
     }
 }
 
+/// Refuses an ask that names no limit or an unknown kind of key.
+fn validate_ask(ask: &pb::PermitAsk) -> Result<(), Status> {
+    let known = ask.key.starts_with("token:") || ask.key.starts_with("group:");
+    if !known || ask.key.len() > MAX_KEY_LEN {
+        return Err(Status::invalid_argument(format!(
+            "permit key {:?} is not token:<id> or group:<group>:<account> of at most {MAX_KEY_LEN} bytes",
+            ask.key
+        )));
+    }
+    // Any window length is fine: u32 minutes in seconds fit an i64.
+    if ask.window_minutes == 0 || ask.max_requests == 0 {
+        return Err(Status::invalid_argument(format!(
+            "permit ask for {:?} needs a window of at least 1 minute and at least 1 request, got {}/{}",
+            ask.key, ask.max_requests, ask.window_minutes
+        )));
+    }
+    Ok(())
+}
+
+/// The fixed window of `window_minutes` that holds Unix second `now`:
+/// `(start, end)`, end exclusive, aligned to multiples of the window's length
+/// since the Unix epoch.
+pub fn window(now: i64, window_minutes: u32) -> (i64, i64) {
+    let length = i64::from(window_minutes.max(1)) * 60;
+    let start = now - now.rem_euclid(length);
+    (start, start + length)
+}
+
 /// Resolves once the server is shutting down.
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
@@ -272,5 +363,62 @@ enum SessionEnd {
 impl From<StoreError> for SessionEnd {
     fn from(error: StoreError) -> SessionEnd {
         SessionEnd::Store(error)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use gw_proto::pb::policy_service_server::PolicyService as _;
+
+    use super::*;
+    use crate::store::EmbeddedStore;
+
+    fn api(dir: &tempfile::TempDir) -> PolicyApi {
+        let store = EmbeddedStore::open(&dir.path().join("store.redb")).unwrap();
+        PolicyApi::new(Arc::new(store), Fleet::default(), watch::channel(false).1)
+    }
+
+    fn ask(key: &str, window_minutes: u32, max_requests: u32, want: u32) -> pb::PermitAsk {
+        pb::PermitAsk { key: key.into(), window_minutes, max_requests, want }
+    }
+
+    async fn acquire(api: &PolicyApi, asks: Vec<pb::PermitAsk>) -> Result<Vec<pb::PermitGrant>, Status> {
+        let request = Request::new(pb::AcquirePermitsRequest { node_id: "dp".into(), asks });
+        Ok(api.acquire_permits(request).await?.into_inner().grants)
+    }
+
+    #[test]
+    fn windows_are_aligned_to_multiples_of_their_length_since_the_epoch() {
+        assert_eq!(window(0, 1), (0, 60));
+        assert_eq!(window(59, 1), (0, 60));
+        assert_eq!(window(60, 1), (60, 120));
+        assert_eq!(window(1_000_000_123, 5), (1_000_000_200 - 300, 1_000_000_200));
+        assert_eq!(window(7_199, 60), (3_600, 7_200));
+    }
+
+    #[tokio::test]
+    async fn grants_answer_each_ask_in_order_and_stop_at_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = api(&dir);
+        let grants = acquire(&api, vec![ask("token:t1", 1, 5, 3), ask("group:g:a1", 60, 2, 10)]).await.unwrap();
+        let summary: Vec<(&str, u32, i64)> =
+            grants.iter().map(|g| (g.key.as_str(), g.granted, g.window_end - g.window_start)).collect();
+        assert_eq!(summary, [("token:t1", 3, 60), ("group:g:a1", 2, 3_600)], "want is capped by the limit");
+        let now = now_unix();
+        assert!(grants.iter().all(|g| g.window_start <= now && now < g.window_end + 1), "{grants:?}");
+        let again = acquire(&api, vec![ask("token:t1", 1, 5, 3), ask("group:g:a1", 60, 2, 1)]).await.unwrap();
+        let granted: Vec<u32> = again.iter().map(|g| g.granted).collect();
+        assert_eq!(granted, [2, 0]);
+    }
+
+    #[tokio::test]
+    async fn malformed_asks_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = api(&dir);
+        for bad in [ask("token:t1", 0, 5, 1), ask("token:t1", 1, 0, 1), ask("other:t1", 1, 5, 1), ask("", 1, 5, 1)] {
+            let status = acquire(&api, vec![bad.clone()]).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        }
     }
 }

@@ -33,13 +33,16 @@ pub struct Config {
     pub trusted_proxies: Vec<IpNet>,
     /// Longest a usage record waits before its batch is spooled and sent.
     pub report_interval: Duration,
+    /// Upstream timeouts (defaults for channels without their own) and the
+    /// retry budget per request.
+    pub upstream: crate::upstream::Config,
 }
 
 // === impl Config ===
 
 impl Config {
-    /// A config with no trusted proxies, a generated node id and a 200 ms
-    /// report interval.
+    /// A config with no trusted proxies, a generated node id, a 200 ms
+    /// report interval and the default upstream settings.
     pub fn new(
         listen: SocketAddr,
         control_plane: impl Into<String>,
@@ -54,12 +57,13 @@ impl Config {
             node_id: None,
             trusted_proxies: Vec::new(),
             report_interval: Duration::from_millis(200),
+            upstream: crate::upstream::Config::default(),
         }
     }
 
     /// Checks what can be checked without touching the network or disk:
-    /// the control-plane address is an `http(s)://` URI and the node key can
-    /// travel in a header.
+    /// the control-plane address is an `http(s)://` URI, the node key can
+    /// travel in a header, and the upstream settings are usable.
     pub fn validate(&self) -> anyhow::Result<()> {
         let uri: axum::http::Uri =
             self.control_plane.parse().with_context(|| format!("control plane address {:?}", self.control_plane))?;
@@ -69,7 +73,7 @@ impl Config {
         if self.node_key.is_empty() || axum::http::HeaderValue::from_str(&self.node_key).is_err() {
             anyhow::bail!("the node key is empty or has characters a header cannot carry");
         }
-        Ok(())
+        self.upstream.validate()
     }
 
     /// The configured node id, or the one kept in `data_dir` (created on

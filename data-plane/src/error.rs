@@ -1,7 +1,8 @@
 //! Every way a request can be refused or fail, and the one function that
 //! turns it into a client response. Status codes, messages (the exact texts
-//! of DESIGN §6), error types, codes and `x-should-retry` are chosen here and
-//! nowhere else; internal causes never reach the body.
+//! of DESIGN §6), error types, codes, the body shape (OpenAI or messages, by
+//! request path), `x-should-retry` and whether the gateway itself may retry
+//! are chosen here and nowhere else; internal causes never reach the body.
 
 use axum::{
     http::{HeaderValue, StatusCode, header},
@@ -11,6 +12,16 @@ use serde_json::json;
 
 /// Header telling SDKs not to retry.
 pub const SHOULD_RETRY: &str = "x-should-retry";
+
+/// The error body a client gets, following the API its request path speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// `{"error":{"message","type","param","code"}}`
+    OpenAi,
+    /// `{"type":"error","error":{"type","message"}}`, the Anthropic messages
+    /// API's shape, with the type names its SDKs expect per status.
+    Messages,
+}
 
 /// A refused or failed proxy request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,6 +65,21 @@ pub enum ProxyError {
     UpstreamStatus { status: StatusCode, message: String },
     #[error("internal error")]
     Internal,
+    /// Over a token's or group's request-rate limit; retry in `retry_after_secs`.
+    #[error("over the rate limit of {max_requests} requests per {window_minutes} minutes")]
+    RateLimited { window_minutes: u32, max_requests: u32, retry_after_secs: u64 },
+    /// A request field that is present but unusable (video submissions).
+    #[error("field {field:?} is invalid: {reason}")]
+    InvalidField { field: &'static str, reason: String },
+    /// No video task of the caller's account has this id.
+    #[error("video task {id:?} not found")]
+    VideoNotFound { id: String },
+    /// The video's content was asked for before the task completed.
+    #[error("video task {id:?} is {status}, its content does not exist yet")]
+    VideoNotReady { id: String, status: String },
+    /// The control plane, the authority on video tasks, did not answer.
+    #[error("the control plane is unreachable")]
+    ControlPlaneUnavailable,
 }
 
 // === impl ProxyError ===
@@ -78,6 +104,10 @@ impl ProxyError {
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             UpstreamStatus { status, .. } => *status,
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            InvalidField { .. } => StatusCode::BAD_REQUEST,
+            VideoNotFound { .. } | VideoNotReady { .. } => StatusCode::NOT_FOUND,
+            ControlPlaneUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -106,6 +136,18 @@ impl ProxyError {
             UpstreamTimeout => "upstream timed out".into(),
             UpstreamStatus { message, .. } => format!("upstream error: {message}"),
             Internal => "internal error".into(),
+            RateLimited { window_minutes, max_requests, .. } => {
+                format!("您已达到请求数限制:{window_minutes}分钟内最多请求{max_requests}次")
+            }
+            InvalidField { field, reason } => format!("field \"{field}\" is invalid: {reason}"),
+            VideoNotFound { id } => format!("video {id} not found"),
+            VideoNotReady { id, status } if status == "failed" => {
+                format!("file does not exist: video {id} failed and has no content")
+            }
+            VideoNotReady { id, status } => {
+                format!("file does not exist yet: video {id} is {status}, its content is ready once completed")
+            }
+            ControlPlaneUnavailable => "the gateway cannot reach its control plane; retry shortly".into(),
         }
     }
 
@@ -124,6 +166,9 @@ impl ProxyError {
             | InvalidUrl { .. } => "invalid_request_error",
             NoChannel { .. } | Internal => "api_error",
             UpstreamStatus { status, .. } if *status == StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            RateLimited { .. } => "rate_limit_error",
+            InvalidField { .. } | VideoNotFound { .. } | VideoNotReady { .. } => "invalid_request_error",
+            ControlPlaneUnavailable => "api_error",
             UpstreamConnect | UpstreamTimeout | UpstreamStatus { .. } => "upstream_error",
         }
     }
@@ -134,6 +179,7 @@ impl ProxyError {
             ProxyError::IpNotAllowed => Some("access_denied"),
             ProxyError::InsufficientUserQuota { .. } => Some("insufficient_user_quota"),
             ProxyError::ModelNotFound { .. } | ProxyError::NoChannel { .. } => Some("model_not_found"),
+            ProxyError::RateLimited { .. } => Some("rate_limit_exceeded"),
             _ => None,
         }
     }
@@ -161,12 +207,72 @@ impl ProxyError {
             UpstreamTimeout => "upstream_timeout",
             UpstreamStatus { .. } => "upstream_status",
             Internal => "internal",
+            RateLimited { .. } => "rate_limited",
+            InvalidField { .. } => "invalid_field",
+            VideoNotFound { .. } => "video_not_found",
+            VideoNotReady { .. } => "video_not_ready",
+            ControlPlaneUnavailable => "control_plane_unavailable",
         }
     }
 
     /// Whether SDKs must be told not to retry (`x-should-retry: false`).
     fn never_retry(&self) -> bool {
         matches!(self, ProxyError::NoChannel { .. }) || matches!(self.status().as_u16(), 400 | 401 | 403 | 404 | 413)
+    }
+
+    /// Whether another upstream attempt (on another channel, or later on the
+    /// same one) may succeed where this one failed: the upstream could not be
+    /// reached, did not answer in time, or answered 429, 500, 502, 503, 504
+    /// or 529 (Anthropic's "overloaded").
+    /// Every other upstream answer (400, 401, 403, 404…) and every refusal of
+    /// the gateway itself is final. Only meaningful while no byte of the
+    /// response has reached the client.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProxyError::UpstreamConnect | ProxyError::UpstreamTimeout => true,
+            ProxyError::UpstreamStatus { status, .. } => matches!(status.as_u16(), 429 | 500 | 502 | 503 | 504 | 529),
+            _ => false,
+        }
+    }
+
+    /// Whether the failure counts against the channel's health (toward its
+    /// automatic disable): every retryable failure, plus an upstream refusing
+    /// the channel's own credentials (401, 403). A 400 or 404 is the
+    /// client's doing and says nothing about the channel.
+    pub fn is_channel_fault(&self) -> bool {
+        self.is_retryable()
+            || matches!(self, ProxyError::UpstreamStatus { status, .. } if matches!(status.as_u16(), 401 | 403))
+    }
+}
+
+// === impl Shape ===
+
+impl Shape {
+    /// The shape for a request to `path`: messages on `/v1/messages` (and
+    /// below it), OpenAI everywhere else.
+    pub fn for_path(path: &str) -> Shape {
+        match path.strip_prefix("/v1/messages") {
+            Some("") => Shape::Messages,
+            Some(rest) if rest.starts_with('/') => Shape::Messages,
+            _ => Shape::OpenAi,
+        }
+    }
+}
+
+/// The messages API's `error.type` for `status`, as the Anthropic SDKs name
+/// them (`anthropic.types.shared.ErrorType`, plus the API's 413 name).
+fn messages_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        500..=599 => "api_error",
+        _ => "invalid_request_error",
     }
 }
 
@@ -177,25 +283,52 @@ pub fn format_usd(micros: i64) -> String {
     format!("{sign}{}.{:06}", abs / 1_000_000, abs % 1_000_000)
 }
 
-/// The response for `error` on request `request_id`: OpenAI error shape,
+/// The response for `error` on request `request_id` in the OpenAI shape,
 /// message suffixed with ` (request id: …)` except for `Invalid URL`.
 pub fn render(error: &ProxyError, request_id: &str) -> Response {
+    render_as(error, request_id, Shape::OpenAi)
+}
+
+/// The response for `error` on a request to `path`, in the shape that path's
+/// API uses (`Shape::for_path`).
+pub fn render_for(error: &ProxyError, request_id: &str, path: &str) -> Response {
+    render_as(error, request_id, Shape::for_path(path))
+}
+
+/// The response for `error` on request `request_id` in `shape`. Carries
+/// `x-should-retry: false` when retrying cannot help (400, 401, 403, 404,
+/// 413, no channel); upstream 429 and 5xx leave the choice to the client.
+pub fn render_as(error: &ProxyError, request_id: &str, shape: Shape) -> Response {
     let message = match error {
         ProxyError::InvalidUrl { .. } => error.message(),
         _ => format!("{} (request id: {request_id})", error.message()),
     };
-    let body = json!({
-        "error": {
-            "message": message,
-            "type": error.kind(),
-            "param": "",
-            "code": error.code(),
-        }
-    });
+    let body = match shape {
+        Shape::OpenAi => json!({
+            "error": {
+                "message": message,
+                "type": error.kind(),
+                "param": "",
+                "code": error.code(),
+            }
+        }),
+        Shape::Messages => json!({
+            "type": "error",
+            "error": { "type": messages_type(error.status()), "message": message },
+        }),
+    };
     let mut response = (error.status(), axum::Json(body)).into_response();
     let headers = response.headers_mut();
     if error.never_retry() {
         headers.insert(SHOULD_RETRY, HeaderValue::from_static("false"));
+    }
+    if matches!(error, ProxyError::UpstreamStatus { status, .. } if *status == StatusCode::TOO_MANY_REQUESTS) {
+        // The upstream's own Retry-After names its limits; a short fixed
+        // wait keeps clients from hammering without leaking them.
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if let ProxyError::RateLimited { retry_after_secs, .. } = error {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
     }
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
@@ -265,6 +398,100 @@ mod tests {
         assert!(response.headers().get(SHOULD_RETRY).is_none());
         assert_eq!(body(response).await["error"]["message"], "upstream error: boom (request id: r)");
         assert_eq!(render(&ProxyError::UpstreamTimeout, "r").status(), StatusCode::GATEWAY_TIMEOUT);
+    }
+
+    #[tokio::test]
+    async fn upstream_rate_limits_are_retryable_and_say_when() {
+        let error = ProxyError::UpstreamStatus { status: StatusCode::TOO_MANY_REQUESTS, message: "slow down".into() };
+        let response = render(&error, "r");
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(response.headers().get(SHOULD_RETRY).is_none());
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(body(response).await["error"]["type"], "rate_limit_error");
+    }
+
+    #[test]
+    fn only_transport_failures_and_429_5xx_answers_are_retried() {
+        let upstream = |status: u16| ProxyError::UpstreamStatus {
+            status: StatusCode::from_u16(status).unwrap(),
+            message: String::new(),
+        };
+        for status in [429, 500, 502, 503, 504, 529] {
+            assert!(upstream(status).is_retryable(), "{status}");
+            assert!(upstream(status).is_channel_fault(), "{status}");
+        }
+        for status in [400, 401, 403, 404, 413, 422, 501] {
+            assert!(!upstream(status).is_retryable(), "{status}");
+        }
+        assert!(upstream(401).is_channel_fault() && upstream(403).is_channel_fault());
+        assert!(!upstream(400).is_channel_fault() && !upstream(404).is_channel_fault());
+        assert!(ProxyError::UpstreamConnect.is_retryable() && ProxyError::UpstreamTimeout.is_retryable());
+        let refusals = [
+            ProxyError::InvalidToken,
+            ProxyError::TokenQuotaExhausted,
+            ProxyError::NoChannel { group: "g".into(), model: "m".into() },
+            ProxyError::MissingField("model"),
+            ProxyError::Internal,
+        ];
+        for error in refusals {
+            assert!(!error.is_retryable() && !error.is_channel_fault(), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn the_messages_shape_is_chosen_by_path() {
+        assert_eq!(Shape::for_path("/v1/messages"), Shape::Messages);
+        assert_eq!(Shape::for_path("/v1/messages/count_tokens"), Shape::Messages);
+        assert_eq!(Shape::for_path("/v1/messagesx"), Shape::OpenAi);
+        assert_eq!(Shape::for_path("/v1/chat/completions"), Shape::OpenAi);
+        assert_eq!(Shape::for_path("/v1/v1/messages"), Shape::OpenAi);
+    }
+
+    #[tokio::test]
+    async fn messages_errors_use_the_anthropic_shape_and_type_names() {
+        let upstream = |status: u16| ProxyError::UpstreamStatus {
+            status: StatusCode::from_u16(status).unwrap(),
+            message: "m".into(),
+        };
+        let cases = [
+            (ProxyError::MissingField("max_tokens"), 400, "invalid_request_error"),
+            (ProxyError::InvalidToken, 401, "authentication_error"),
+            (ProxyError::TokenQuotaExhausted, 403, "permission_error"),
+            (ProxyError::ModelNotFound { model: "x".into() }, 404, "not_found_error"),
+            (ProxyError::BodyTooLarge { limit: 1 }, 413, "request_too_large"),
+            (upstream(429), 429, "rate_limit_error"),
+            (ProxyError::Internal, 500, "api_error"),
+            (ProxyError::UpstreamConnect, 502, "api_error"),
+            (ProxyError::NoChannel { group: "g".into(), model: "m".into() }, 503, "overloaded_error"),
+            (ProxyError::UpstreamTimeout, 504, "timeout_error"),
+            (upstream(529), 529, "overloaded_error"),
+        ];
+        for (error, status, kind) in cases {
+            let response = render_for(&error, "rid9", "/v1/messages");
+            assert_eq!(response.status().as_u16(), status, "{error:?}");
+            let json = body(response).await;
+            assert_eq!(json["type"], "error", "{json}");
+            assert_eq!(json["error"]["type"], kind, "{error:?}");
+            assert_eq!(json["error"]["message"], format!("{} (request id: rid9)", error.message()));
+            assert_eq!(json.as_object().unwrap().len(), 2, "{json}");
+            assert_eq!(json["error"].as_object().unwrap().len(), 2, "{json}");
+        }
+        let openai = body(render_for(&ProxyError::InvalidToken, "r", "/v1/chat/completions")).await;
+        assert_eq!(openai["error"]["type"], "authentication_error");
+        assert!(openai.get("type").is_none());
+    }
+
+    #[tokio::test]
+    async fn rate_limit_refusals_name_the_limit_and_when_to_come_back() {
+        let error = ProxyError::RateLimited { window_minutes: 3, max_requests: 20, retry_after_secs: 42 };
+        let response = render(&error, "rid7");
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "42");
+        assert!(response.headers().get(SHOULD_RETRY).is_none(), "a rate limit may be retried");
+        let json = body(response).await;
+        assert_eq!(json["error"]["message"], "您已达到请求数限制:3分钟内最多请求20次 (request id: rid7)");
+        assert_eq!(json["error"]["type"], "rate_limit_error");
+        assert_eq!(json["error"]["code"], "rate_limit_exceeded");
     }
 
     #[test]

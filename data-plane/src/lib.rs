@@ -14,7 +14,9 @@ mod convert;
 mod discovery;
 mod domain;
 mod error;
+mod failover;
 mod grpc;
+mod health;
 mod limits;
 mod openai;
 mod persist;
@@ -24,10 +26,13 @@ mod reporter;
 mod server;
 mod snapshot;
 mod sse;
+mod translate;
 mod upstream;
 mod usage;
+mod video;
 
 pub use config::{Config, parse_trusted_proxies, read_node_key};
+pub use upstream::Config as UpstreamConfig;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -152,6 +157,9 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         shutdown: tasks_stopped,
     };
     let discovery = tokio::spawn(discovery.run());
+    let videos = video::Videos::new(control.clone(), &node_id).context("building the video client")?;
+    let permits = limits::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
+    let health = health::Health::new(control.clone(), &node_id);
     let reporter = Reporter {
         rx: usage_rx,
         control,
@@ -167,8 +175,10 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let app = Arc::new(App {
         snapshot: snapshot.clone(),
         usage: UsageSink::new(usage_tx, overlay, &node_id),
-        upstreams: upstream::Upstreams::default(),
+        upstreams: config.upstream.build(health),
         trusted_proxies: config.trusted_proxies.clone(),
+        limits: limits::Limiter::new(Arc::new(permits)),
+        videos,
     });
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let service = server::router(app).into_make_service_with_connect_info::<SocketAddr>();

@@ -1,7 +1,7 @@
 //! `gw-data-plane`: parses flags (or `GW_*` variables), starts the data plane
 //! and stops it gracefully on ctrl-c or SIGTERM. Exits 64 on bad config.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 use gw_data_plane::{Config, parse_trusted_proxies, read_node_key};
@@ -24,6 +24,21 @@ struct Cli {
     /// Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are believed
     #[arg(long, env = "GW_DP_TRUSTED_PROXIES", default_value = "")]
     trusted_proxies: String,
+    /// Upstream attempts per request, across channels
+    #[arg(long, env = "GW_DP_MAX_ATTEMPTS", default_value_t = 3)]
+    max_attempts: u32,
+    /// Upstream connect timeout for channels without their own, in ms
+    #[arg(long, env = "GW_DP_CONNECT_TIMEOUT_MS", default_value_t = 10_000)]
+    connect_timeout_ms: u64,
+    /// Time to the response headers of a streamed request, in ms
+    #[arg(long, env = "GW_DP_FIRST_BYTE_TIMEOUT_MS", default_value_t = 60_000)]
+    first_byte_timeout_ms: u64,
+    /// Longest silence inside an upstream response, in ms
+    #[arg(long, env = "GW_DP_IDLE_TIMEOUT_MS", default_value_t = 300_000)]
+    idle_timeout_ms: u64,
+    /// Deadline of a whole upstream exchange, in ms
+    #[arg(long, env = "GW_DP_TOTAL_TIMEOUT_MS", default_value_t = 600_000)]
+    total_timeout_ms: u64,
 }
 
 fn config() -> Result<Config, String> {
@@ -36,6 +51,11 @@ fn config() -> Result<Config, String> {
     config.node_id = cli.node_id;
     config.trusted_proxies =
         parse_trusted_proxies(&cli.trusted_proxies).map_err(|e| format!("--trusted-proxies: {e}"))?;
+    config.upstream.max_attempts = cli.max_attempts;
+    config.upstream.connect_timeout = Duration::from_millis(cli.connect_timeout_ms);
+    config.upstream.first_byte_timeout = Duration::from_millis(cli.first_byte_timeout_ms);
+    config.upstream.idle_timeout = Duration::from_millis(cli.idle_timeout_ms);
+    config.upstream.total_timeout = Duration::from_millis(cli.total_timeout_ms);
     config.validate().map_err(|e| format!("{e:#}"))?;
     Ok(config)
 }

@@ -1,8 +1,9 @@
 //! `POST /v1/chat/completions`: the request pipeline from the snapshot load
 //! to the upstream's last byte. Checks run in the order of the error
 //! catalogue; one snapshot is loaded per request so a request never sees half
-//! an update. Non-streamed answers pass through as bytes, streamed ones event
-//! by event; both are metered exactly once.
+//! an update. Upstream attempts fail over between channels (`failover`) until
+//! a response may go to the client. Non-streamed answers pass through as
+//! bytes, streamed ones event by event; both are metered exactly once.
 
 use std::{net::SocketAddr, sync::Arc, time::Instant};
 
@@ -20,12 +21,12 @@ use crate::{
     client_ip::client_ip,
     domain::{Channel, Model},
     error::{self, ProxyError},
-    limits, now_unix, openai,
+    failover, now_unix, openai,
     openai::ChatRequest,
     server::{App, RequestId},
-    snapshot::{Snapshot, pick_channel},
+    snapshot::Snapshot,
     sse::{self, SseFilter},
-    upstream::{self, DEFAULT_IDLE_TIMEOUT},
+    upstream,
     usage::{Charge, Meter},
 };
 
@@ -65,23 +66,27 @@ async fn chat(app: &App, request_id: &RequestId, request: Request) -> Result<Res
     let snapshot = app.snapshot.load_full();
     let (parts, body) = request.into_parts();
     let caller = authorize_request(app, &snapshot, &parts, Access::Spend)?;
-    limits::check(&caller)?;
+    app.limits.check(&caller).await?;
     let body = read_body(body, &parts.headers).await?;
     let chat = ChatRequest::parse(body)?;
     let (model, candidates) = route(&snapshot, &caller, &chat.model)?;
-    let channel = next_channel(candidates, &[]).ok_or_else(|| no_channel(&caller, &chat.model))?;
     let charge = Charge {
         request_id: request_id.0.to_string(),
         token_id: caller.token.id.clone(),
         account_id: caller.account.id.clone(),
         group: caller.group.name.clone(),
         model: model.clone(),
-        channel_id: channel.id.clone(),
+        channel_id: String::new(),
         endpoint: ENDPOINT,
         ratio_ppm: caller.group.ratio_ppm,
         started,
     };
-    forward(app, channel, &chat, charge).await
+    let (chat, charge) = (&chat, &charge);
+    failover::run(&app.upstreams, candidates, |channel| {
+        let charge = Charge { channel_id: channel.id.clone(), ..charge.clone() };
+        forward(app, channel, chat, charge)
+    })
+    .await
 }
 
 /// Reads the body, refusing more than `MAX_BODY_BYTES`.
@@ -128,20 +133,17 @@ fn no_channel(caller: &Caller, model: &str) -> ProxyError {
     ProxyError::NoChannel { group: caller.group.name.clone(), model: model.to_owned() }
 }
 
-/// The channel to try next, skipping those already `tried`. This is the
-/// seam for retries and failover: today a request makes one attempt.
-fn next_channel(candidates: &[Arc<Channel>], tried: &[&str]) -> Option<Arc<Channel>> {
-    pick_channel(candidates, tried).cloned()
-}
-
-/// Sends `chat` to `channel` and turns the answer into the client's response.
+/// One attempt: sends `chat` to `channel` and turns the answer into the
+/// client's response. Fails, without having sent the client anything, on an
+/// upstream error status, a transport failure, or a plain answer whose body
+/// breaks off; a streamed answer is committed once its headers arrived.
 async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: Charge) -> Result<Response, ProxyError> {
     let body = chat.upstream_body(channel.upstream_model(&chat.model));
-    let response = app.upstreams.chat(&channel, body).await?;
+    let response = app.upstreams.chat(&channel, body, chat.stream).await?;
     let status = response.status();
     if !status.is_success() {
         let bytes = read_capped(response, MAX_ERROR_BODY_BYTES).await;
-        let message = upstream::mask(&openai::upstream_error_message(status, &bytes), &channel.api_key);
+        let message = upstream::mask_channel(&openai::upstream_error_message(status, &bytes), &channel);
         tracing::warn!(channel = %channel.id, status = status.as_u16(), %message, "upstream refused the request");
         return Err(ProxyError::UpstreamStatus { status, message });
     }
@@ -152,16 +154,16 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
         .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
     let mut meter = Meter::new(charge, app.usage.clone(), chat.len());
     if is_sse {
-        let idle = channel.timeouts.idle.unwrap_or(DEFAULT_IDLE_TIMEOUT);
+        let idle = app.upstreams.idle_timeout(&channel);
         let body =
             sse::metered(Box::pin(response.bytes_stream()), SseFilter::new(chat.client_wants_usage), meter, idle);
         return Ok(build(status, content_type, Body::from_stream(body), true));
     }
-    let bytes = match response.bytes().await {
+    let bytes = match app.upstreams.read_body(&channel, response).await {
         Ok(bytes) => bytes,
         Err(error) => {
             meter.cancel();
-            return Err(upstream::transport_error(&channel, &error));
+            return Err(error);
         }
     };
     if let Some(usage) = openai::response_usage(&bytes) {

@@ -23,6 +23,7 @@ use serde_json::json;
 use crate::{
     auth::Access,
     error::{self, ProxyError},
+    limits::Limiter,
     proxy,
     snapshot::Snapshot,
     upstream::Upstreams,
@@ -40,6 +41,10 @@ pub struct App {
     pub upstreams: Upstreams,
     /// Peers whose `X-Forwarded-For` / `X-Real-IP` are believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// Request-rate limits, shared with the other data planes.
+    pub limits: Limiter,
+    /// Video tasks: the control plane's answers and the upstreams' files.
+    pub videos: crate::video::Videos,
 }
 
 /// The id of one request, as sent in `x-request-id` and error messages.
@@ -54,6 +59,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/ready", get(ready))
         .route("/v1/models", get(list_models))
         .route("/v1/chat/completions", post(proxy::chat_completions))
+        .merge(crate::video::routes())
         .fallback(invalid_url)
         .method_not_allowed_fallback(invalid_url)
         .layer(middleware::from_fn(request_id))
@@ -113,7 +119,7 @@ async fn ready(State(app): State<Arc<App>>) -> Response {
 
 async fn invalid_url(method: Method, uri: Uri) -> Response {
     let error = ProxyError::InvalidUrl { method: method.to_string(), path: uri.path().to_owned() };
-    error::render(&error, "")
+    error::render_for(&error, "", uri.path())
 }
 
 /// `GET /v1/models`: the catalogue models the caller's token may use.
@@ -161,6 +167,12 @@ pub(crate) mod tests {
             usage: UsageSink::new(tx, Arc::new(Overlay::default()), "test-node"),
             upstreams: Upstreams::default(),
             trusted_proxies: vec![],
+            limits: Limiter::new(Arc::new(crate::limits::LocalOnly)),
+            videos: crate::video::Videos::new(
+                crate::grpc::ControlPlane::new("http://127.0.0.1:1", "test-node-key").unwrap(),
+                "test-node",
+            )
+            .unwrap(),
         })
     }
 

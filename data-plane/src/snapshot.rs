@@ -242,6 +242,12 @@ impl Snapshot {
         self.models.get(id)
     }
 
+    /// The channel with `id`, whatever its status (a video task made on a
+    /// since disabled channel is still downloaded from it).
+    pub fn channel_by_id(&self, id: &str) -> Option<&Arc<Channel>> {
+        self.channels.get(id)
+    }
+
     /// Enabled channels serving `model` to `group`, highest priority first.
     pub fn channels(&self, group: &str, model: &str) -> &[Arc<Channel>] {
         self.routes.by_group.get(group).and_then(|m| m.get(model)).map_or(&[], Vec::as_slice)

@@ -207,6 +207,9 @@ pub fn metered(
                 Ok(Some(Err(error))) => {
                     tracing::warn!(error = %error.without_url(), "upstream stream failed");
                     st.end(502);
+                    // hyper drops bytes it has not flushed yet when a body
+                    // fails; pending once lets it flush what went before.
+                    tokio::task::yield_now().await;
                     return Some((Err(io::Error::other("upstream stream failed")), st));
                 }
                 Err(_) => {

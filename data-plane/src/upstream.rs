@@ -1,7 +1,9 @@
 //! Calls to upstream providers: one pooled HTTP client per connect timeout
 //! (reqwest sets that per client; channels rarely differ), the request a
-//! channel type expects, and the mapping of transport failures to
-//! `ProxyError`s that never carry a key or an address.
+//! channel type expects, the timeouts that bound it (the channel's own, else
+//! this data plane's defaults), and the mapping of transport failures to
+//! `ProxyError`s that never carry a key or an address. `Upstreams` also holds
+//! what failover needs across requests: the retry budget and channel health.
 
 use std::{
     collections::HashMap,
@@ -10,27 +12,113 @@ use std::{
 };
 
 use axum::http::{HeaderValue, header};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt as _;
 
 use crate::{
     domain::{Channel, ChannelKind},
     error::ProxyError,
+    health::Health,
 };
 
 /// Defaults for channels that set no timeout of their own.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_TOTAL_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Shared upstream HTTP clients (connection pools).
-#[derive(Default)]
+/// How this data plane talks to upstreams; a channel's own timeouts win over
+/// these defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Establishing the TCP (and TLS) connection.
+    pub connect_timeout: Duration,
+    /// From sending the request to the response headers, for streamed
+    /// requests. A plain request's headers come only once the whole answer
+    /// is generated, so it waits up to `total_timeout` unless its channel
+    /// sets a first-byte timeout of its own.
+    pub first_byte_timeout: Duration,
+    /// Longest silence between two chunks of a response body.
+    pub idle_timeout: Duration,
+    /// The whole exchange, body included.
+    pub total_timeout: Duration,
+    /// Upstream attempts per request, across channels (at least 1).
+    pub max_attempts: u32,
+    /// First backoff before retrying a channel already tried; doubles per
+    /// round up to `backoff_cap`, jittered.
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+}
+
+/// Shared upstream HTTP clients (connection pools), the timeout and retry
+/// settings, and channel health.
 pub struct Upstreams {
     clients: RwLock<HashMap<Duration, reqwest::Client>>,
+    config: Config,
+    /// Consecutive failures per channel; reports the ones that keep failing.
+    pub health: Health,
+}
+
+// === impl Config ===
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            total_timeout: DEFAULT_TOTAL_TIMEOUT,
+            max_attempts: 3,
+            backoff_base: Duration::from_millis(100),
+            backoff_cap: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Config {
+    /// Checks that every timeout is positive and at least one attempt is made.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let timeouts = [
+            ("connect", self.connect_timeout),
+            ("first byte", self.first_byte_timeout),
+            ("idle", self.idle_timeout),
+            ("total", self.total_timeout),
+        ];
+        if let Some((name, _)) = timeouts.iter().find(|(_, d)| d.is_zero()) {
+            anyhow::bail!("the upstream {name} timeout must be positive");
+        }
+        if self.max_attempts == 0 {
+            anyhow::bail!("max attempts must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The live upstream side, recording channel health in `health`.
+    pub fn build(self, health: Health) -> Upstreams {
+        Upstreams { clients: RwLock::default(), config: self, health }
+    }
 }
 
 // === impl Upstreams ===
 
+impl Default for Upstreams {
+    /// Default settings; channel health is tracked but never reported.
+    fn default() -> Upstreams {
+        Config::default().build(Health::unreported())
+    }
+}
+
 impl Upstreams {
+    /// The settings in use.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The idle timeout for `channel`'s response bodies.
+    pub fn idle_timeout(&self, channel: &Channel) -> Duration {
+        channel.timeouts.idle.unwrap_or(self.config.idle_timeout)
+    }
+
     /// The pooled client whose connect timeout is `connect`.
     fn client(&self, connect: Duration) -> Result<reqwest::Client, ProxyError> {
         if let Some(client) = self.clients.read().unwrap_or_else(PoisonError::into_inner).get(&connect) {
@@ -50,12 +138,15 @@ impl Upstreams {
     }
 
     /// Sends a chat completion `body` to `channel` and returns once the
-    /// response headers arrived (within the channel's first-byte timeout).
-    /// The total timeout also bounds reading the body.
-    pub async fn chat(&self, channel: &Channel, body: Bytes) -> Result<reqwest::Response, ProxyError> {
+    /// response headers arrived, within the first-byte timeout (see
+    /// `Config::first_byte_timeout`; `stream` says whether the client asked
+    /// for a streamed answer). The total timeout also bounds reading the
+    /// body. Dropping the response (or its body stream) closes the upstream
+    /// connection, cancelling the request.
+    pub async fn chat(&self, channel: &Channel, body: Bytes, stream: bool) -> Result<reqwest::Response, ProxyError> {
         let timeouts = channel.timeouts;
-        let client = self.client(timeouts.connect.unwrap_or(DEFAULT_CONNECT_TIMEOUT))?;
-        let total = timeouts.total.unwrap_or(DEFAULT_TOTAL_TIMEOUT);
+        let client = self.client(timeouts.connect.unwrap_or(self.config.connect_timeout))?;
+        let total = timeouts.total.unwrap_or(self.config.total_timeout);
         let url = match channel.kind {
             ChannelKind::OpenAi => format!("{}/chat/completions", channel.base_url),
         };
@@ -71,12 +162,37 @@ impl Upstreams {
             .timeout(total)
             .body(body)
             .send();
-        let first_byte = timeouts.first_byte.unwrap_or(total).min(total);
+        let default_first_byte = if stream { self.config.first_byte_timeout } else { total };
+        let first_byte = timeouts.first_byte.unwrap_or(default_first_byte).min(total);
         match tokio::time::timeout(first_byte, send).await {
             Ok(result) => result.map_err(|error| transport_error(channel, &error)),
             Err(_) => {
-                tracing::warn!(channel = %channel.id, "upstream sent no response headers in time");
+                tracing::warn!(
+                    channel = %channel.id,
+                    timeout_ms = u64::try_from(first_byte.as_millis()).unwrap_or(u64::MAX),
+                    "upstream sent no response headers in time"
+                );
                 Err(ProxyError::UpstreamTimeout)
+            }
+        }
+    }
+
+    /// Reads all of `response`'s body, failing if it stalls for longer than
+    /// `channel`'s idle timeout (the total timeout bounds it as a whole).
+    pub async fn read_body(&self, channel: &Channel, response: reqwest::Response) -> Result<Bytes, ProxyError> {
+        let idle = self.idle_timeout(channel);
+        let capacity = response.content_length().map_or(0, |n| usize::try_from(n).unwrap_or(0).min(1 << 20));
+        let mut buf = BytesMut::with_capacity(capacity);
+        let mut body = response.bytes_stream();
+        loop {
+            match tokio::time::timeout(idle, body.next()).await {
+                Ok(Some(Ok(chunk))) => buf.extend_from_slice(&chunk),
+                Ok(Some(Err(error))) => return Err(transport_error(channel, &error)),
+                Ok(None) => return Ok(buf.freeze()),
+                Err(_) => {
+                    tracing::warn!(channel = %channel.id, "upstream body stalled past the idle timeout");
+                    return Err(ProxyError::UpstreamTimeout);
+                }
             }
         }
     }
@@ -87,7 +203,7 @@ impl Upstreams {
 pub fn transport_error(channel: &Channel, error: &reqwest::Error) -> ProxyError {
     let timeout = error.is_timeout();
     let connect = error.is_connect();
-    tracing::warn!(channel = %channel.id, timeout, connect, error = %mask(&cause_chain(error), &channel.api_key), "upstream request failed");
+    tracing::warn!(channel = %channel.id, timeout, connect, error = %mask_channel(&cause_chain(error), channel), "upstream request failed");
     if timeout { ProxyError::UpstreamTimeout } else { ProxyError::UpstreamConnect }
 }
 
@@ -116,6 +232,14 @@ pub fn mask(text: &str, secret: &str) -> String {
     if secret.is_empty() { text.to_owned() } else { text.replace(secret, "***") }
 }
 
+/// `text` (an upstream's own words) with `channel`'s key and address masked:
+/// safe to log and to pass to the client.
+pub fn mask_channel(text: &str, channel: &Channel) -> String {
+    let text = mask(text, &channel.api_key);
+    let host = channel.base_url.split("://").nth(1).and_then(|rest| rest.split(['/', '?']).next()).unwrap_or("");
+    mask(&mask(&text, &channel.base_url), host)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
@@ -125,5 +249,17 @@ mod tests {
     fn secrets_are_masked() {
         assert_eq!(mask("bad key sk-up-123 given (sk-up-123)", "sk-up-123"), "bad key *** given (***)");
         assert_eq!(mask("nothing", ""), "nothing");
+        let mut channel = crate::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
+        channel.base_url = "https://user:pw@llm.internal:8443/v1".into();
+        channel.api_key = "sk-up-123".into();
+        let text = "key sk-up-123 refused by https://user:pw@llm.internal:8443/v1/chat (user:pw@llm.internal:8443)";
+        assert_eq!(mask_channel(text, &channel), "key *** refused by ***/chat (***)");
+    }
+
+    #[test]
+    fn default_settings_are_valid_and_zero_is_refused() {
+        assert!(Config::default().validate().is_ok());
+        assert!(Config { max_attempts: 0, ..Config::default() }.validate().is_err());
+        assert!(Config { first_byte_timeout: Duration::ZERO, ..Config::default() }.validate().is_err());
     }
 }

@@ -104,6 +104,24 @@ impl PolicyService for FakePolicy {
         Ok(Response::new(pb::AcquirePermitsResponse { grants }))
     }
 
+    async fn create_video_task(
+        &self,
+        _: Request<pb::CreateVideoTaskRequest>,
+    ) -> Result<Response<pb::CreateVideoTaskResponse>, Status> {
+        Err(Status::unimplemented("video tasks are tested end to end"))
+    }
+
+    async fn record_video_upstream(
+        &self,
+        _: Request<pb::RecordVideoUpstreamRequest>,
+    ) -> Result<Response<pb::VideoTask>, Status> {
+        Err(Status::unimplemented("video tasks are tested end to end"))
+    }
+
+    async fn get_video_task(&self, _: Request<pb::GetVideoTaskRequest>) -> Result<Response<pb::VideoTask>, Status> {
+        Err(Status::unimplemented("video tasks are tested end to end"))
+    }
+
     async fn report_channel_health(
         &self,
         request: Request<pb::ChannelHealthRequest>,

@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use crate::config::Global;
-use crate::{account, channel, client, dataplanes, group, model, token, up, usage};
+use crate::{account, channel, client, dataplanes, group, model, token, up, usage, video};
 
 /// Operate the LLM API gateway.
 #[derive(Debug, clap::Parser)]
@@ -37,6 +37,9 @@ pub enum Command {
     /// Usage records.
     #[command(subcommand)]
     Usage(usage::Command),
+    /// Video generation tasks.
+    #[command(subcommand, alias = "videos")]
+    Video(video::Command),
     /// Data planes connected to the control plane.
     #[command(subcommand, alias = "dataplane")]
     Dataplanes(dataplanes::Command),
@@ -56,6 +59,7 @@ pub async fn run(cli: Cli) -> Result<String> {
         Command::Channel(cmd) => channel::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Model(cmd) => model::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Usage(cmd) => usage::run(cmd, &mut client::connect(&global).await?, out).await,
+        Command::Video(cmd) => video::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Dataplanes(cmd) => dataplanes::run(cmd, &mut client::connect(&global).await?, out).await,
     }
 }

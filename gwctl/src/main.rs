@@ -17,6 +17,7 @@ mod output;
 mod token;
 mod up;
 mod usage;
+mod video;
 
 use std::process::ExitCode;
 

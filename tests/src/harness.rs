@@ -97,6 +97,8 @@ pub struct ControlPlane {
     pub addr: SocketAddr,
     pub store: String,
     pub data_dir: PathBuf,
+    /// Extra environment of the process (e.g. `GW_CP_VIDEO_POLL_INTERVAL`).
+    pub env: Vec<(String, String)>,
     process: Option<Process>,
 }
 
@@ -125,12 +127,18 @@ impl Cluster {
     /// embedded store) and `data_planes` data planes, and waits until every
     /// data plane is ready.
     pub async fn start(store: &str, data_planes: usize) -> anyhow::Result<Cluster> {
+        Cluster::start_with_env(store, data_planes, &[]).await
+    }
+
+    /// `start`, with `env` set for the control plane (kept across restarts).
+    pub async fn start_with_env(store: &str, data_planes: usize, env: &[(&str, &str)]) -> anyhow::Result<Cluster> {
         let dir = tempfile::tempdir().context("creating a temp dir")?;
         let mut cluster = Cluster {
             control_plane: ControlPlane {
                 addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
                 store: store.to_owned(),
                 data_dir: dir.path().join("control-plane"),
+                env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
                 process: None,
             },
             data_planes: Vec::new(),
@@ -165,7 +173,8 @@ impl Cluster {
             .arg("--data-dir")
             .arg(&cp.data_dir)
             .env("GW_ADMIN_KEY", &self.admin_key)
-            .env("GW_NODE_KEY", &self.node_key);
+            .env("GW_NODE_KEY", &self.node_key)
+            .envs(cp.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cp.process = Some(Process::spawn(command)?);
         let addr = cp.addr;
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -3,5 +3,8 @@
 //! `gwctl` against them.
 
 pub mod harness;
+pub mod mock_messages;
 pub mod mock_upstream;
+pub mod mock_video;
 pub mod redis;
+pub mod schema;

@@ -1,6 +1,7 @@
 //! A scripted OpenAI-compatible upstream for end-to-end tests.
 //!
-//! Serves `POST /v1/chat/completions` (plain and SSE) and `GET /v1/models` on
+//! Serves `POST /v1/chat/completions` (plain and SSE), `GET /v1/models` and
+//! the messages API (`POST /v1/messages`, see [`crate::mock_messages`]) on
 //! 127.0.0.1 at a free port, records every request it receives, and replays
 //! the current [`Script`]: reply text, token counts, latency, a cut stream, a
 //! required key, or a number of scripted failures. The server task stops when
@@ -51,6 +52,9 @@ pub struct Script {
     pub cut_stream_after: Option<usize>,
     /// When set, any other `Authorization` than `Bearer <key>` gets a 401.
     pub expected_key: Option<String>,
+    /// A tool call the messages API makes when the request offers tools
+    /// (see [`crate::mock_messages`]).
+    pub tool_use: Option<crate::mock_messages::ToolUse>,
 }
 
 /// One request as the mock received it.
@@ -67,6 +71,8 @@ pub struct Recorded {
 
 struct Shared {
     state: Mutex<MockState>,
+    /// Streams whose client went away before the last event was sent.
+    abandoned: std::sync::atomic::AtomicUsize,
 }
 
 struct MockState {
@@ -91,8 +97,13 @@ impl MockUpstream {
                 requests: Vec::new(),
                 next_id: 0,
             }),
+            abandoned: std::sync::atomic::AtomicUsize::new(0),
         });
-        let app = Router::new().fallback(handle).layer(DefaultBodyLimit::disable()).with_state(shared.clone());
+        let app = Router::new()
+            .merge(crate::mock_video::routes(addr))
+            .fallback(handle)
+            .layer(DefaultBodyLimit::disable())
+            .with_state(shared.clone());
         let server = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, app).await {
                 tracing::warn!(%error, "mock upstream stopped");
@@ -137,6 +148,12 @@ impl MockUpstream {
     pub fn request_count(&self) -> usize {
         self.shared.lock().requests.len()
     }
+
+    /// How many streamed answers were abandoned by their client (the
+    /// connection closed) before the mock sent everything it meant to.
+    pub fn abandoned_streams(&self) -> usize {
+        self.shared.abandoned.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl Drop for MockUpstream {
@@ -159,6 +176,7 @@ impl Default for Script {
             chunk_delay: Duration::ZERO,
             cut_stream_after: None,
             expected_key: None,
+            tool_use: None,
         }
     }
 }
@@ -181,7 +199,7 @@ impl Script {
 
     /// The reply cut into words, each piece keeping the space before the
     /// next word, so the pieces join back into the reply exactly.
-    fn pieces(&self) -> Vec<&str> {
+    pub(crate) fn pieces(&self) -> Vec<&str> {
         if self.reply.is_empty() {
             return vec![""];
         }
@@ -250,24 +268,34 @@ async fn handle(
     };
     let (script, id) = match plan {
         Plan::Fail(status) => {
-            return error(status, &format!("scripted failure of the mock upstream ({status})"));
+            return error_at(uri.path(), status, &format!("scripted failure of the mock upstream ({status})"));
         }
         Plan::Serve(script, id) => (script, id),
     };
     if let Some(key) = &script.expected_key {
         let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if given != Some(format!("Bearer {key}").as_str()) {
-            return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided");
+        let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        if given != Some(format!("Bearer {key}").as_str()) && api_key != Some(key.as_str()) {
+            // Like OpenAI, name the key that was given.
+            let given = given.or(api_key).unwrap_or_default().trim_start_matches("Bearer ");
+            return error_at(uri.path(), StatusCode::UNAUTHORIZED, &format!("Incorrect API key provided: {given}"));
         }
     }
     match (&method, uri.path()) {
-        (&Method::POST, "/v1/chat/completions") => chat(script, id, &body).await,
+        (&Method::POST, "/v1/chat/completions") => chat(script, id, &body, shared.clone()).await,
         (&Method::GET, "/v1/models") => models(),
+        (&Method::POST, "/v1/messages") => {
+            let shared = shared.clone();
+            let on_abandon = move || {
+                shared.abandoned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            };
+            crate::mock_messages::messages(script, id, &headers, &body, on_abandon).await
+        }
         _ => error(StatusCode::NOT_FOUND, &format!("Invalid URL ({method} {})", uri.path())),
     }
 }
 
-async fn chat(script: Script, id: u64, body: &[u8]) -> Response {
+async fn chat(script: Script, id: u64, body: &[u8], shared: Arc<Shared>) -> Response {
     let request: Value = match serde_json::from_slice(body) {
         Ok(request @ Value::Object(_)) => request,
         _ => {
@@ -285,7 +313,7 @@ async fn chat(script: Script, id: u64, body: &[u8]) -> Response {
         tokio::time::sleep(script.first_byte_delay).await;
     }
     let completion = Completion { id: format!("chatcmpl-mock{id}"), created: now(), model };
-    if stream { completion.stream(script, usage_requested) } else { completion.whole(&script) }
+    if stream { completion.stream(script, usage_requested, shared) } else { completion.whole(&script) }
 }
 
 /// The fields every object of one completion shares.
@@ -336,7 +364,7 @@ impl Completion {
     /// SSE answer: one chunk per word (the first also carries the role), a
     /// finish chunk, the usage chunk when asked for and scripted, `[DONE]`.
     /// Each event is its own body frame, sent after `chunk_delay`.
-    fn stream(self, script: Script, usage_requested: bool) -> Response {
+    fn stream(self, script: Script, usage_requested: bool, shared: Arc<Shared>) -> Response {
         let send_usage = usage_requested && script.include_usage;
         // OpenAI sends `"usage": null` on every chunk but the last when the
         // client asked for usage.
@@ -364,7 +392,9 @@ impl Completion {
                 }
                 let frame = Bytes::from(format!("data: {event}\n\n"));
                 if tx.send(Ok(frame)).await.is_err() {
-                    return; // the client went away
+                    // The client went away.
+                    shared.abandoned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    return;
                 }
             }
             let last = match cut {
@@ -375,7 +405,9 @@ impl Completion {
             if !script.chunk_delay.is_zero() && cut.is_none() {
                 tokio::time::sleep(script.chunk_delay).await;
             }
-            let _ = tx.send(last).await;
+            if tx.send(last).await.is_err() && cut.is_none() {
+                shared.abandoned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
         });
         Response::builder()
             .status(StatusCode::OK)
@@ -392,6 +424,12 @@ fn models() -> Response {
         "data": [{ "id": MODEL, "object": "model", "created": 1_700_000_000, "owned_by": "mock" }]
     });
     (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+/// An error body in the dialect of `path`: the messages shape on
+/// `/v1/messages`, else OpenAI's.
+fn error_at(path: &str, status: StatusCode, message: &str) -> Response {
+    if path == "/v1/messages" { crate::mock_messages::error(status, message) } else { error(status, message) }
 }
 
 /// An OpenAI error body with a type and code that fit the status.

@@ -30,6 +30,8 @@ pub async fn run(store: Arc<dyn Store>) {
     concurrent_usage_is_applied_once_per_request_id(store.clone()).await;
     usage_listing_filters_and_is_newest_first(&*store).await;
     subscribe_observes_a_write(&*store).await;
+    super::video::conformance::run(store.clone()).await;
+    permits_never_exceed_the_limit(store.clone()).await;
 }
 
 /// Runs the checks that need two store instances on one backend (two
@@ -383,6 +385,53 @@ pub async fn usage_listing_filters_and_is_newest_first(store: &dyn Store) {
     let many = list(UsageFilter { token_id: "list-tok-many".into(), ..Default::default() }).await;
     assert_eq!(many.len(), 100, "a zero limit means 100");
     assert_eq!(many.first().map(String::as_str), Some("list-many-104"), "the last of a batch is the newest");
+}
+
+/// 8 tasks taking permits of one key and window at once get exactly the
+/// limit between them; a grant is partial when little is left, windows and
+/// keys count apart, and permits are no resource change.
+pub async fn permits_never_exceed_the_limit(store: Arc<dyn Store>) {
+    const TASKS: usize = 8;
+    const LIMIT: u32 = 50;
+    const WANT: u32 = 3;
+    const WINDOW: i64 = 60;
+    let now = crate::domain::now_unix();
+    let start = now - now.rem_euclid(WINDOW);
+    let before = store.revision().await.expect("revision");
+
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut grants = Vec::new();
+            loop {
+                let grant = store.take_permits("conf-permits", start, WINDOW, LIMIT, WANT).await.expect("take permits");
+                if grant == 0 {
+                    return grants;
+                }
+                grants.push(grant);
+            }
+        }));
+    }
+    let mut grants = Vec::new();
+    for task in tasks {
+        grants.extend(task.await.expect("permit task panicked"));
+    }
+    assert!(grants.iter().all(|&g| g <= WANT), "a grant exceeded what was asked: {grants:?}");
+    assert_eq!(grants.iter().sum::<u32>(), LIMIT, "concurrent takers got exactly the limit: {grants:?}");
+    let take = |key: &'static str, start: i64, limit: u32, want: u32| {
+        let store = store.clone();
+        async move { store.take_permits(key, start, WINDOW, limit, want).await.expect("take permits") }
+    };
+    assert_eq!(take("conf-permits", start, LIMIT, WANT).await, 0, "a used-up window grants nothing");
+    assert_eq!(take("conf-permits", start + WINDOW, LIMIT, WANT).await, WANT, "the next window starts afresh");
+    assert_eq!(take("conf-permits-other", start, LIMIT, WANT).await, WANT, "another key counts apart");
+    assert_eq!(take("conf-partial", start, 5, 3).await, 3);
+    assert_eq!(take("conf-partial", start, 5, 3).await, 2, "what is left of the limit, when less than asked");
+    assert_eq!(take("conf-partial", start, 5, 3).await, 0);
+    assert_eq!(take("conf-partial", start, 6, 3).await, 1, "a raised limit grants the difference");
+    assert_eq!(take("conf-zero", start, 5, 0).await, 0, "wanting nothing grants nothing");
+    assert_eq!(store.revision().await.expect("revision"), before, "permits bumped the revision");
 }
 
 /// A receiver from `subscribe` sees the revision of a later write.

@@ -14,6 +14,8 @@ use tokio::sync::watch;
 use super::{Result, Store, StoreError};
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord, now_unix};
 
+mod video;
+
 /// Resource-wide bookkeeping: the revision, the feed's length and floor, the
 /// last usage sequence number.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -25,6 +27,10 @@ const USAGE: TableDefinition<u64, &[u8]> = TableDefinition::new("usage");
 const APPLIED: TableDefinition<&str, u64> = TableDefinition::new("applied");
 /// `(forget_at, request_id)`, so expired ids are pruned oldest first.
 const APPLIED_EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("applied_expiry");
+/// Rate-limit permits: `(key, window_start)` → permits granted in that window.
+const PERMITS: TableDefinition<(&str, i64), u64> = TableDefinition::new("permits");
+/// `(forget_at, key, window_start)`, so stale windows are pruned oldest first.
+const PERMITS_EXPIRY: TableDefinition<(i64, &str, i64), ()> = TableDefinition::new("permits_expiry");
 
 const REVISION: &str = "revision";
 /// Number of `(kind, id)` entries in `CHANGES`.
@@ -41,6 +47,8 @@ const USAGE_RETAIN: u64 = 1_000_000;
 const APPLIED_TTL_SECS: u64 = 30 * 24 * 60 * 60;
 /// Expired request ids forgotten per usage transaction, to bound its cost.
 const APPLIED_PRUNE_BATCH: usize = 1_000;
+/// Stale permit windows forgotten per `take_permits`, to bound its cost.
+const PERMITS_PRUNE_BATCH: usize = 100;
 
 /// The store in one local redb file. Writes run on the blocking pool (each
 /// commit fsyncs); `subscribe` follows the commits of this process, the only
@@ -339,6 +347,34 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn take_permits(&self, key: &str, window_start: i64, window_secs: i64, limit: u32, want: u32) -> Result<u32> {
+        if want == 0 || limit == 0 {
+            return Ok(0);
+        }
+        let key = key.to_owned();
+        // Kept for two windows, as the Redis backend does.
+        let forget_at = window_start.saturating_add(window_secs.max(1).saturating_mul(2));
+        let now = now_unix();
+        let (grant, _) = self
+            .write(move |txn| {
+                prune_permits(txn, now)?;
+                let mut permits = txn.open_table(PERMITS).map_err(db_err)?;
+                let granted = permits.get((key.as_str(), window_start)).map_err(db_err)?.map_or(0, |v| v.value());
+                let grant = u64::from(want).min(u64::from(limit).saturating_sub(granted));
+                if grant > 0 {
+                    permits.insert((key.as_str(), window_start), granted + grant).map_err(db_err)?;
+                    if granted == 0 {
+                        let mut expiry = txn.open_table(PERMITS_EXPIRY).map_err(db_err)?;
+                        expiry.insert((forget_at, key.as_str(), window_start), ()).map_err(db_err)?;
+                    }
+                }
+                // No resource changed: the revision stays put.
+                Ok((u32::try_from(grant).unwrap_or(0), Vec::new()))
+            })
+            .await?;
+        Ok(grant)
+    }
+
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.revision.subscribe()
     }
@@ -403,6 +439,26 @@ fn prune_applied(txn: &WriteTransaction, now: u64) -> Result<()> {
         if seen.get(rid.as_str()).map_err(db_err)?.map(|v| v.value()) == Some(at) {
             seen.remove(rid.as_str()).map_err(db_err)?;
         }
+    }
+    Ok(())
+}
+
+/// Forgets up to `PERMITS_PRUNE_BATCH` permit windows past their keeping time.
+fn prune_permits(txn: &WriteTransaction, now: i64) -> Result<()> {
+    let mut expiry = txn.open_table(PERMITS_EXPIRY).map_err(db_err)?;
+    let mut permits = txn.open_table(PERMITS).map_err(db_err)?;
+    for _ in 0..PERMITS_PRUNE_BATCH {
+        let Some((at, key, start)) = expiry.first().map_err(db_err)?.map(|(k, _)| {
+            let (at, key, start) = k.value();
+            (at, key.to_owned(), start)
+        }) else {
+            break;
+        };
+        if at > now {
+            break;
+        }
+        expiry.remove((at, key.as_str(), start)).map_err(db_err)?;
+        permits.remove((key.as_str(), start)).map_err(db_err)?;
     }
     Ok(())
 }
@@ -556,5 +612,27 @@ mod tests {
         assert_eq!((again.applied, again.duplicates), (0, 1), "request id forgotten on reopen");
         let usage = store.list_usage(&UsageFilter::default()).await.expect("list usage");
         assert_eq!(usage.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn permits_survive_a_reopen_and_stale_windows_are_pruned() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store.redb");
+        let now = now_unix();
+        let current = now - now.rem_euclid(60);
+        let stale = current - 600;
+        {
+            let store = EmbeddedStore::open(&path).expect("open store");
+            assert_eq!(store.take_permits("token:t", current, 60, 10, 7).await.expect("take"), 7);
+            assert_eq!(store.take_permits("token:t", stale, 60, 10, 4).await.expect("take"), 4);
+        }
+        let store = EmbeddedStore::open(&path).expect("reopen store");
+        assert_eq!(store.take_permits("token:t", current, 60, 10, 7).await.expect("take"), 3, "count lost on reopen");
+        // The take above pruned the stale window, which therefore starts over.
+        assert_eq!(store.take_permits("token:t", stale, 60, 10, 10).await.expect("take"), 10, "stale window kept");
+        use redb::ReadableTableMetadata as _;
+        let txn = store.db.begin_read().expect("read");
+        let permits = txn.open_table(PERMITS).expect("permits table");
+        assert_eq!(permits.len().expect("len"), 2, "one row per live window");
     }
 }

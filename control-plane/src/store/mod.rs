@@ -9,6 +9,7 @@
 pub mod conformance;
 pub mod embedded;
 pub mod redis;
+pub mod video;
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome,
 
 pub use self::embedded::EmbeddedStore;
 pub use self::redis::RedisStore;
+pub use self::video::{VideoFilter, VideoStore, VideoWrite};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +41,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: VideoStore + Send + Sync + 'static {
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;
 
@@ -78,6 +80,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Usage records, newest first, filtered.
     async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>>;
+
+    /// Rate-limit permits: atomically grants `min(want, limit - granted)`,
+    /// where `granted` is what `key` was granted in the fixed window that
+    /// starts at Unix second `window_start` and lasts `window_secs`, and
+    /// records the grant. Concurrent callers (any replica) together never get
+    /// more than `limit` for one key and window. A window's count is kept for
+    /// at least the window's length past its end, then forgotten.
+    async fn take_permits(&self, key: &str, window_start: i64, window_secs: i64, limit: u32, want: u32) -> Result<u32>;
 
     /// The newest revision, updated whenever any writer (this process or
     /// another replica on the same backend) commits a change.

@@ -6,8 +6,9 @@
 //! never clobbers a concurrent charge; `gw:rev`, the revision; `gw:changes`,
 //! a stream with entry ids `<rev>-<n>` and fields `kind`, `id`; `gw:usage`, a
 //! list of JSON records, newest first; `gw:applied:<request_id>`, the
-//! idempotency markers. Every write is one Lua script (write, INCR, XADD), so
-//! a write and its change entry are atomic.
+//! idempotency markers; `gw:permits:<key>:<window_start>`, rate-limit
+//! permits granted in one window. Every write is one Lua script (write,
+//! INCR, XADD), so a write and its change entry are atomic.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -22,6 +23,8 @@ use tokio::sync::watch;
 use super::embedded::{parse_resource, resource_json, usage_matches};
 use super::{Result, Store, StoreError};
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord};
+
+mod video;
 
 const REV: &str = "gw:rev";
 const CHANGES: &str = "gw:changes";
@@ -144,6 +147,17 @@ if r > since + 1 or (r == since + 1 and n > 0) then return {0} end
 return {1, redis.call('XRANGE', KEYS[2], string.format('%d-0', since + 1), '+')}
 ";
 
+/// Key: 1 `gw:permits:<key>:<window_start>`. Args: 1 limit, 2 want, 3 TTL.
+/// Grants what is left of the limit, up to `want`; returns the grant.
+const TAKE_PERMITS: &str = r"
+local granted = tonumber(redis.call('GET', KEYS[1]) or '0')
+local grant = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - granted)
+if grant <= 0 then return 0 end
+redis.call('INCRBY', KEYS[1], grant)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return grant
+";
+
 /// The store on a Redis server shared by every control-plane replica.
 /// Spawns one task that follows `gw:changes` for `subscribe`; it ends when
 /// the store is dropped.
@@ -162,6 +176,7 @@ struct Scripts {
     adjust: Script,
     apply_usage: Script,
     changes_since: Script,
+    take_permits: Script,
 }
 
 /// Aborts the task when dropped.
@@ -192,6 +207,7 @@ impl RedisStore {
             adjust: single(ADJUST, ADJUST_RETURN),
             apply_usage: Script::new(APPLY_USAGE),
             changes_since: Script::new(CHANGES_SINCE),
+            take_permits: Script::new(TAKE_PERMITS),
         };
         Ok(Self { conn, scripts, revision, _follower: AbortOnDrop(follower) })
     }
@@ -425,6 +441,24 @@ impl Store for RedisStore {
             start += page;
         }
         Ok(out)
+    }
+
+    async fn take_permits(&self, key: &str, window_start: i64, window_secs: i64, limit: u32, want: u32) -> Result<u32> {
+        if want == 0 || limit == 0 {
+            return Ok(0);
+        }
+        // Kept for two windows: the count outlives its window, so a late
+        // caller of that window still sees it.
+        let ttl = window_secs.max(1).saturating_mul(2);
+        self.scripts
+            .take_permits
+            .key(format!("gw:permits:{key}:{window_start}"))
+            .arg(limit)
+            .arg(want)
+            .arg(ttl)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {

@@ -1,0 +1,91 @@
+//! The video RPCs of `PolicyService` (data planes) and `AdminService`
+//! (operators): request validation, the domain call, the answer. The service
+//! impls delegate here so that their files stay about their own resources.
+
+use gw_proto::pb;
+use tonic::Status;
+
+use super::{NewTask, Submission, VideoError, Videos};
+use crate::{domain::VideoStatus, error::error_chain, store::VideoFilter};
+
+/// `PolicyService.CreateVideoTask`: a refusal to pay is an answer, not an error.
+pub async fn create(videos: &Videos, r: pb::CreateVideoTaskRequest) -> Result<pb::CreateVideoTaskResponse, Status> {
+    for (field, value) in [("token_id", &r.token_id), ("model", &r.model), ("channel_id", &r.channel_id)] {
+        if value.is_empty() {
+            return Err(Status::invalid_argument(format!("{field} is required")));
+        }
+    }
+    let new = NewTask {
+        node_id: r.node_id,
+        request_id: r.request_id,
+        token_id: r.token_id,
+        model: r.model,
+        channel_id: r.channel_id,
+        seconds: r.seconds,
+        size: r.size,
+    };
+    match videos.create(new).await {
+        Ok(task) => Ok(pb::CreateVideoTaskResponse { task: Some(task.into()), ..Default::default() }),
+        Err(VideoError::TokenQuota) => {
+            Ok(pb::CreateVideoTaskResponse { refused: "token_quota".into(), ..Default::default() })
+        }
+        Err(VideoError::UserQuota { balance_micros }) => {
+            Ok(pb::CreateVideoTaskResponse { refused: "user_quota".into(), balance_micros, ..Default::default() })
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// `PolicyService.RecordVideoUpstream`.
+pub async fn record(videos: &Videos, r: pb::RecordVideoUpstreamRequest) -> Result<pb::VideoTask, Status> {
+    let submission = if r.failed {
+        Submission::Rejected { code: r.error_code, message: r.error_message }
+    } else {
+        let answer = serde_json::from_str(&r.upstream_json)
+            .map_err(|_| Status::invalid_argument("upstream_json is not JSON"))?;
+        Submission::Accepted(answer)
+    };
+    Ok(videos.record_submission(&r.id, submission).await?.into())
+}
+
+/// `PolicyService.GetVideoTask`: only the owning account finds the task.
+pub async fn get(videos: &Videos, r: pb::GetVideoTaskRequest) -> Result<pb::VideoTask, Status> {
+    if r.account_id.is_empty() {
+        return Err(Status::invalid_argument("account_id is required"));
+    }
+    Ok(videos.get(&r.id, &r.account_id).await?.into())
+}
+
+/// `AdminService.GetVideoTask`: the stored state, whoever owns it.
+pub async fn admin_get(videos: &Videos, r: pb::GetRequest) -> Result<pb::VideoTask, Status> {
+    Ok(videos.peek(&r.id).await?.into())
+}
+
+/// `AdminService.ListVideoTasks`.
+pub async fn admin_list(videos: &Videos, r: pb::ListVideoTasksRequest) -> Result<pb::ListVideoTasksResponse, Status> {
+    let status =
+        match r.status.as_str() {
+            "" => None,
+            name => Some(VideoStatus::parse(name).ok_or_else(|| {
+                Status::invalid_argument("status must be one of queued, in_progress, completed, failed")
+            })?),
+        };
+    let filter = VideoFilter { account_id: r.account_id, status, limit: r.limit as usize };
+    let items = videos.list(&filter).await?;
+    Ok(pb::ListVideoTasksResponse { items: items.into_iter().map(Into::into).collect() })
+}
+
+impl From<VideoError> for Status {
+    fn from(error: VideoError) -> Status {
+        match error {
+            VideoError::NotFound(_) => Status::not_found(error.to_string()),
+            VideoError::Invalid(_) => Status::invalid_argument(error.to_string()),
+            VideoError::TokenQuota | VideoError::UserQuota { .. } => Status::failed_precondition(error.to_string()),
+            VideoError::Busy(_) => Status::aborted(error.to_string()),
+            VideoError::Store(store) => {
+                tracing::debug!(error = %error_chain(&store), "video store operation failed");
+                Status::from(store)
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Retry and failover across the channels that serve a request. Each attempt
+//! goes to a channel not tried yet: the highest priority level left, weighted
+//! within it; only when every candidate was tried does a new round start,
+//! after a jittered exponential backoff. An attempt that fails with a
+//! retryable error (`ProxyError::is_retryable`) leads to the next one, up to
+//! the configured number; any other error, or a response, ends the request.
+//! An attempt succeeds once its response may go to the client, so nothing is
+//! ever retried after a byte has reached it.
+
+use std::{future::Future, sync::Arc};
+
+use crate::{backoff::Backoff, domain::Channel, error::ProxyError, snapshot::pick_channel, upstream::Upstreams};
+
+/// The channels to try for one request, in order, within a budget.
+pub struct Attempts<'a> {
+    candidates: &'a [Arc<Channel>],
+    /// Channels tried in the current round.
+    tried: Vec<&'a str>,
+    made: u32,
+    max: u32,
+    backoff: Backoff,
+}
+
+/// Runs `attempt` on channels from `candidates` (highest priority first, as
+/// `Snapshot::channels` returns them) until one succeeds, one fails with an
+/// error that is not retryable, or the attempts configured in `upstreams` are
+/// used up; returns that success or the last error. Each outcome is recorded
+/// in the channel's health. `candidates` must not be empty.
+pub async fn run<T, F, Fut>(upstreams: &Upstreams, candidates: &[Arc<Channel>], mut attempt: F) -> Result<T, ProxyError>
+where
+    F: FnMut(Arc<Channel>) -> Fut,
+    Fut: Future<Output = Result<T, ProxyError>>,
+{
+    let mut attempts = Attempts::new(candidates, upstreams);
+    let mut last_error = None;
+    while let Some(channel) = attempts.next().await {
+        let id = channel.id.clone();
+        match attempt(channel).await {
+            Ok(done) => {
+                upstreams.health.succeeded(&id);
+                return Ok(done);
+            }
+            Err(error) => {
+                upstreams.health.failed(&id, &error);
+                if !error.is_retryable() {
+                    return Err(error);
+                }
+                tracing::warn!(channel = %id, attempt = attempts.made, reason = error.reason(), "upstream attempt failed");
+                last_error = Some(error);
+            }
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        tracing::error!("failover started without a candidate channel");
+        ProxyError::Internal
+    }))
+}
+
+// === impl Attempts ===
+
+impl<'a> Attempts<'a> {
+    /// At most `upstreams.config().max_attempts` attempts over `candidates`.
+    pub fn new(candidates: &'a [Arc<Channel>], upstreams: &Upstreams) -> Attempts<'a> {
+        let config = upstreams.config();
+        Attempts {
+            candidates,
+            tried: Vec::new(),
+            made: 0,
+            max: config.max_attempts.max(1),
+            backoff: Backoff::new(config.backoff_base, config.backoff_cap),
+        }
+    }
+
+    /// The channel for the next attempt, `None` when the budget is spent (or
+    /// there are no candidates). Waits the backoff first when every
+    /// candidate was already tried in this round.
+    pub async fn next(&mut self) -> Option<Arc<Channel>> {
+        if self.made >= self.max || self.candidates.is_empty() {
+            return None;
+        }
+        let channel = match pick_channel(self.candidates, &self.tried) {
+            Some(channel) => channel,
+            None => {
+                tokio::time::sleep(self.backoff.next_delay()).await;
+                self.tried.clear();
+                pick_channel(self.candidates, &self.tried)?
+            }
+        };
+        self.tried.push(&channel.id);
+        self.made += 1;
+        Some(channel.clone())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use std::{
+        sync::Mutex,
+        time::{Duration, Instant},
+    };
+
+    use axum::http::StatusCode;
+
+    use super::*;
+    use crate::{snapshot::tests::channel, upstream::Config};
+
+    fn upstreams(max_attempts: u32) -> Upstreams {
+        Config { max_attempts, backoff_base: Duration::from_millis(40), ..Config::default() }
+            .build(crate::health::Health::unreported())
+    }
+
+    fn candidates(levels: &[(&str, i32)]) -> Vec<Arc<Channel>> {
+        levels.iter().map(|(id, priority)| Arc::new(channel(id, *priority, 1, &["g"], &["m"]))).collect()
+    }
+
+    fn status(code: u16) -> ProxyError {
+        ProxyError::UpstreamStatus { status: StatusCode::from_u16(code).unwrap(), message: String::new() }
+    }
+
+    /// Runs failover where channel ids in `failing` answer `error`; returns
+    /// the outcome and the channels tried, in order.
+    async fn drive(
+        upstreams: &Upstreams,
+        list: &[Arc<Channel>],
+        failing: &[&str],
+        error: ProxyError,
+    ) -> (Result<String, ProxyError>, Vec<String>) {
+        let tried = Mutex::new(Vec::new());
+        let result = run(upstreams, list, |channel| {
+            tried.lock().unwrap().push(channel.id.clone());
+            let outcome =
+                if failing.contains(&channel.id.as_str()) { Err(error.clone()) } else { Ok(channel.id.clone()) };
+            async move { outcome }
+        })
+        .await;
+        (result, tried.into_inner().unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_failing_level_falls_over_to_the_next_lower_one() {
+        let list = candidates(&[("a1", 10), ("a2", 10), ("b", 0)]);
+        let (result, tried) = drive(&upstreams(3), &list, &["a1", "a2"], status(502)).await;
+        assert_eq!(result.unwrap(), "b");
+        assert_eq!(tried.len(), 3);
+        let mut first_level = tried[..2].to_vec();
+        first_level.sort();
+        assert_eq!(first_level, ["a1", "a2"], "both channels of the top level go first, each once");
+    }
+
+    #[tokio::test]
+    async fn final_answers_are_not_retried() {
+        let list = candidates(&[("a", 10), ("b", 0)]);
+        for code in [400, 401, 403, 404] {
+            let (result, tried) = drive(&upstreams(3), &list, &["a"], status(code)).await;
+            assert_eq!(result.unwrap_err(), status(code));
+            assert_eq!(tried, ["a"], "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lone_channel_is_retried_after_a_backoff_up_to_the_budget() {
+        let list = candidates(&[("a", 0)]);
+        let started = Instant::now();
+        let (result, tried) = drive(&upstreams(3), &list, &["a"], status(503)).await;
+        assert_eq!(result.unwrap_err(), status(503));
+        assert_eq!(tried, ["a", "a", "a"]);
+        // Two backoffs: at least 20 ms (half of 40) and 40 ms (half of 80).
+        assert!(started.elapsed() >= Duration::from_millis(60), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn all_channels_down_ends_with_the_last_error_within_the_budget() {
+        let list = candidates(&[("a", 1), ("b", 0)]);
+        let (result, tried) = drive(&upstreams(5), &list, &["a", "b"], ProxyError::UpstreamConnect).await;
+        assert_eq!(result.unwrap_err(), ProxyError::UpstreamConnect);
+        assert_eq!(tried, ["a", "b", "a", "b", "a"]);
+        let (_, tried) = drive(&upstreams(1), &list, &["a", "b"], ProxyError::UpstreamTimeout).await;
+        assert_eq!(tried, ["a"]);
+    }
+
+    #[tokio::test]
+    async fn failures_count_toward_health_and_success_clears_them() {
+        let upstreams = upstreams(2);
+        let list = candidates(&[("a", 1), ("b", 0)]);
+        let (result, _) = drive(&upstreams, &list, &["a"], status(500)).await;
+        assert_eq!(result.unwrap(), "b");
+        assert_eq!((upstreams.health.failures("a"), upstreams.health.failures("b")), (1, 0));
+        let (result, _) = drive(&upstreams, &list, &["a"], status(400)).await;
+        assert_eq!(result.unwrap_err(), status(400));
+        assert_eq!(upstreams.health.failures("a"), 1, "a client's mistake neither counts nor clears");
+        let (result, tried) = drive(&upstreams, &list, &[], status(500)).await;
+        assert_eq!((result.unwrap(), tried), ("a".to_owned(), vec!["a".to_owned()]));
+        assert_eq!(upstreams.health.failures("a"), 0);
+    }
+}

@@ -1,0 +1,138 @@
+//! Golden tests. Each case under `tests/golden/translate/<direction>/` is a
+//! pair of files, `<case>.in.json` and `<case>.out.json`; the translation of
+//! the first must equal the second exactly (as JSON values). A translation
+//! error is written as `{"error": "<message>"}`. Streams are fed one event's
+//! data at a time and then ended; their output lists the events and the
+//! usage the translator exposes for metering.
+//!
+//! `UPDATE_GOLDEN=1 cargo test -p gw-data-plane golden` rewrites the
+//! `.out.json` files from the current output: review the diff.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::pricing::Usage;
+
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/translate");
+/// `created` of every translated chat completion.
+const CREATED: i64 = 1_700_000_000;
+
+/// Runs every case of `direction` through `translate`; reports all
+/// mismatches at once.
+fn run(direction: &str, translate: impl Fn(&Value) -> Value) {
+    let dir = Path::new(DIR).join(direction);
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().ends_with(".in.json"))
+        .collect();
+    cases.sort();
+    assert!(!cases.is_empty(), "no cases in {}", dir.display());
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let mut failures = Vec::new();
+    for input_path in cases {
+        let name = input_path.file_name().unwrap().to_string_lossy().trim_end_matches(".in.json").to_owned();
+        let input: Value = serde_json::from_str(&std::fs::read_to_string(&input_path).unwrap())
+            .unwrap_or_else(|e| panic!("{direction}/{name}.in.json: {e}"));
+        let actual = translate(&input);
+        let output_path = input_path.with_file_name(format!("{name}.out.json"));
+        if update {
+            std::fs::write(&output_path, serde_json::to_string_pretty(&actual).unwrap() + "\n").unwrap();
+            continue;
+        }
+        let expected: Value = match std::fs::read_to_string(&output_path) {
+            Ok(text) => serde_json::from_str(&text).unwrap_or_else(|e| panic!("{direction}/{name}.out.json: {e}")),
+            Err(e) => panic!("{direction}/{name}.out.json: {e}"),
+        };
+        if actual != expected {
+            failures.push(format!(
+                "{direction}/{name}:\n--- expected\n{}\n--- actual\n{}",
+                serde_json::to_string_pretty(&expected).unwrap(),
+                serde_json::to_string_pretty(&actual).unwrap()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} golden case(s) differ:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+fn or_error(result: Result<Value, TranslateError>) -> Value {
+    result.unwrap_or_else(|e| json!({ "error": e.to_string() }))
+}
+
+fn usage_json(usage: Option<Usage>) -> Value {
+    usage.map_or(Value::Null, |u| {
+        json!({ "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "cached_tokens": u.cached_tokens })
+    })
+}
+
+/// The data to push for one input event: a string as is (`[DONE]`, or
+/// deliberately broken data), anything else as compact JSON.
+fn data_of(event: &Value) -> Vec<u8> {
+    match event {
+        Value::String(raw) => raw.clone().into_bytes(),
+        other => other.to_string().into_bytes(),
+    }
+}
+
+/// One output event as JSON; checks the framing on the way.
+fn event_json(event: &SseEvent) -> Value {
+    let wire = String::from_utf8(event.to_bytes().to_vec()).unwrap();
+    assert!(wire.ends_with("\n\n") && wire.matches('\n').count() == 2 + usize::from(event.event.is_some()), "{wire:?}");
+    let data = if event.data == "[DONE]" { json!("[DONE]") } else { serde_json::from_str(&event.data).unwrap() };
+    match event.event {
+        Some(name) => {
+            assert_eq!(data["type"], name, "a messages event's type names its event");
+            json!({ "event": name, "data": data })
+        }
+        None => data,
+    }
+}
+
+#[test]
+fn messages_requests_translate_to_chat_requests() {
+    run("messages_to_chat_request", |input| or_error(messages_to_chat_request(input)));
+}
+
+#[test]
+fn chat_requests_translate_to_messages_requests() {
+    run("chat_to_messages_request", |input| or_error(chat_to_messages_request(input)));
+}
+
+#[test]
+fn chat_responses_translate_to_messages_responses() {
+    run("chat_to_messages_response", chat_to_messages_response);
+}
+
+#[test]
+fn messages_responses_translate_to_chat_responses() {
+    run("messages_to_chat_response", |input| messages_to_chat_response(input, CREATED));
+}
+
+#[test]
+fn chat_streams_translate_to_messages_streams() {
+    run("chat_to_messages_stream", |input| {
+        let mut stream = ChatToMessagesStream::new();
+        let mut events = Vec::new();
+        for data in input["chunks"].as_array().unwrap() {
+            events.extend(stream.push(&data_of(data)));
+        }
+        events.extend(stream.finish());
+        json!({ "events": events.iter().map(event_json).collect::<Vec<_>>(), "usage": usage_json(stream.usage()) })
+    });
+}
+
+#[test]
+fn messages_streams_translate_to_chat_streams() {
+    run("messages_to_chat_stream", |input| {
+        let include_usage = input["include_usage"].as_bool().unwrap();
+        let mut stream = MessagesToChatStream::new(include_usage, CREATED);
+        let mut events = Vec::new();
+        for data in input["events"].as_array().unwrap() {
+            events.extend(stream.push(&data_of(data)));
+        }
+        events.extend(stream.finish());
+        json!({ "events": events.iter().map(event_json).collect::<Vec<_>>(), "usage": usage_json(stream.usage()) })
+    });
+}
