@@ -96,7 +96,7 @@ async fn shutdown_signal() {
     ctrl_c.await.unwrap_or_default();
 }
 
-/// `500ms`, `90s`, `30m`, `2h`, or a bare number of seconds.
+/// `500ms`, `90s`, `30m`, `2h`, or a bare number of seconds; never zero.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
@@ -109,5 +109,8 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         "h" => 3_600_000,
         _ => return Err(format!("{text:?} is not a duration such as 90s or 30m")),
     };
-    Ok(Duration::from_millis(n.saturating_mul(millis)))
+    match n.saturating_mul(millis) {
+        0 => Err(format!("{text:?} must be longer than zero")),
+        millis => Ok(Duration::from_millis(millis)),
+    }
 }
