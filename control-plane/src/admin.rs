@@ -24,7 +24,7 @@ use crate::{
 pub const CATEGORIES: [&str; 9] =
     ["chat", "completion", "embedding", "image", "audio", "speech", "moderation", "video", "responses"];
 /// Channel provider types the data planes can speak.
-pub const CHANNEL_TYPES: [&str; 1] = ["openai"];
+pub const CHANNEL_TYPES: [&str; 2] = ["openai", "anthropic"];
 
 /// The admin service of one replica.
 pub struct AdminApi {

@@ -155,6 +155,7 @@ fn channel(c: pb::Channel) -> Result<Channel, ConvertError> {
     non_empty(&c.id)?;
     let kind = match c.r#type.as_str() {
         "openai" | "" => ChannelKind::OpenAi,
+        "anthropic" => ChannelKind::Anthropic,
         other => return Err(ConvertError::UnknownChannelType(other.to_owned())),
     };
     let base_url = c.base_url.trim().trim_end_matches('/').to_owned();
@@ -272,6 +273,7 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             name: c.name.clone(),
             r#type: match c.kind {
                 ChannelKind::OpenAi => "openai".into(),
+                ChannelKind::Anthropic => "anthropic".into(),
             },
             base_url: c.base_url.clone(),
             api_key: c.api_key.clone(),

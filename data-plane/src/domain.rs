@@ -72,6 +72,8 @@ pub struct Token {
 pub enum ChannelKind {
     /// OpenAI-compatible HTTP API.
     OpenAi,
+    /// Messages-native HTTP API (`POST /messages`, `x-api-key`).
+    Anthropic,
 }
 
 /// Status of a channel as the control plane names it.

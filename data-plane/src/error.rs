@@ -80,6 +80,12 @@ pub enum ProxyError {
     /// The control plane, the authority on video tasks, did not answer.
     #[error("the control plane is unreachable")]
     ControlPlaneUnavailable,
+    /// A `/v1/messages` request without `compat-version` or `anthropic-version`.
+    #[error("version header missing")]
+    MissingVersionHeader,
+    /// A request the other chat dialect cannot express; the text says why.
+    #[error("request cannot be translated: {0}")]
+    Untranslatable(String),
 }
 
 // === impl ProxyError ===
@@ -96,7 +102,9 @@ impl ProxyError {
             | GroupDeprecated { .. }
             | InsufficientUserQuota { .. }
             | ModelForbidden { .. } => StatusCode::FORBIDDEN,
-            InvalidJson(_) | BodyRead | MissingField(_) => StatusCode::BAD_REQUEST,
+            InvalidJson(_) | BodyRead | MissingField(_) | MissingVersionHeader | Untranslatable(_) => {
+                StatusCode::BAD_REQUEST
+            }
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ModelNotFound { .. } | InvalidUrl { .. } => StatusCode::NOT_FOUND,
             NoChannel { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -148,6 +156,8 @@ impl ProxyError {
                 format!("file does not exist yet: video {id} is {status}, its content is ready once completed")
             }
             ControlPlaneUnavailable => "the gateway cannot reach its control plane; retry shortly".into(),
+            MissingVersionHeader => "header \"anthropic-version\" (or \"compat-version\") is required".into(),
+            Untranslatable(reason) => format!("request cannot be translated: {reason}"),
         }
     }
 
@@ -168,6 +178,7 @@ impl ProxyError {
             UpstreamStatus { status, .. } if *status == StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             RateLimited { .. } => "rate_limit_error",
             InvalidField { .. } | VideoNotFound { .. } | VideoNotReady { .. } => "invalid_request_error",
+            MissingVersionHeader | Untranslatable(_) => "invalid_request_error",
             ControlPlaneUnavailable => "api_error",
             UpstreamConnect | UpstreamTimeout | UpstreamStatus { .. } => "upstream_error",
         }
@@ -212,6 +223,8 @@ impl ProxyError {
             VideoNotFound { .. } => "video_not_found",
             VideoNotReady { .. } => "video_not_ready",
             ControlPlaneUnavailable => "control_plane_unavailable",
+            MissingVersionHeader => "missing_version_header",
+            Untranslatable(_) => "untranslatable",
         }
     }
 

@@ -13,11 +13,13 @@ mod config;
 mod convert;
 mod discovery;
 mod domain;
+mod endpoints;
 mod error;
 mod failover;
 mod grpc;
 mod health;
 mod limits;
+mod messages;
 mod openai;
 mod persist;
 mod pricing;
@@ -26,6 +28,7 @@ mod reporter;
 mod server;
 mod snapshot;
 mod sse;
+mod tokens;
 mod translate;
 mod upstream;
 mod usage;
@@ -117,6 +120,9 @@ impl Handle {
 /// an unreachable control plane is not an error (discovery keeps trying).
 pub async fn start(config: Config) -> anyhow::Result<Handle> {
     config.validate()?;
+    // Loads the tokenizers off the request path: the first usage estimate
+    // would otherwise stall a runtime thread while they are built.
+    std::thread::spawn(tokens::warm_up);
     let data_dir: PathBuf = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let node_id = config.resolve_node_id().context("resolving the node id")?;

@@ -89,6 +89,11 @@ impl ChatRequest {
         self.raw.len()
     }
 
+    /// The client's body as it arrived.
+    pub fn body(&self) -> &Bytes {
+        &self.raw
+    }
+
     /// The body to send upstream: the client's bytes, except `model` becomes
     /// `upstream_model` and a streamed request always asks for usage.
     pub fn upstream_body(&self, upstream_model: &str) -> Bytes {

@@ -33,6 +33,28 @@ pub fn cost_micros(usage: &Usage, model: &Model, ratio_ppm: i64) -> i64 {
     i64::try_from(total).unwrap_or(i64::MAX)
 }
 
+/// What a request used besides tokens, priced by the model's per-image and
+/// per-second prices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Units {
+    /// Images generated or edited.
+    pub images: i64,
+    /// Audio length in milliseconds.
+    pub audio_millis: i64,
+}
+
+/// Cost of `units` on `model` at `ratio_ppm`: `ceil((images * image_price +
+/// audio_millis / 1000 * second_price) * ratio_ppm / 1e6)`, saturating, with
+/// negative counts taken as 0. Adds to `cost_micros`.
+pub fn units_cost_micros(units: &Units, model: &Model, ratio_ppm: i64) -> i64 {
+    let images = i128::from(units.images.max(0)) * i128::from(model.image_price_micros.max(0)) * 1000;
+    let audio = i128::from(units.audio_millis.max(0)) * i128::from(model.second_price_micros.max(0));
+    let scaled = images.saturating_add(audio).saturating_mul(i128::from(ratio_ppm.max(0)));
+    const DIVISOR: i128 = 1_000_000_000;
+    let rounded_up = scaled.saturating_add(DIVISOR - 1).div_euclid(DIVISOR);
+    i64::try_from(rounded_up).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
@@ -98,5 +120,17 @@ mod tests {
         assert_eq!(cost_micros(&usage(10, 0, 99), &m, 1_000_000), 10);
         let pricey = model(i64::MAX, i64::MAX, 0, i64::MAX);
         assert_eq!(cost_micros(&usage(i64::MAX, i64::MAX, 0), &pricey, i64::MAX), i64::MAX);
+    }
+    #[test]
+    fn images_and_seconds_scale_with_the_ratio_and_round_up() {
+        let m = Model { image_price_micros: 40_000, second_price_micros: 100, ..model(0, 0, 0, 0) };
+        let units = |images, audio_millis| Units { images, audio_millis };
+        assert_eq!(units_cost_micros(&units(2, 0), &m, 1_000_000), 80_000);
+        assert_eq!(units_cost_micros(&units(2, 0), &m, 1_500_000), 120_000);
+        // 3.25 s at 100 µ$/s = 325 µ$; 1 ms = 0.1 µ$ → 1 µ$.
+        assert_eq!(units_cost_micros(&units(0, 3_250), &m, 1_000_000), 325);
+        assert_eq!(units_cost_micros(&units(0, 1), &m, 1_000_000), 1);
+        assert_eq!(units_cost_micros(&units(-1, -1), &m, 1_000_000), 0);
+        assert_eq!(units_cost_micros(&units(i64::MAX, i64::MAX), &m, i64::MAX), i64::MAX);
     }
 }

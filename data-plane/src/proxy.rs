@@ -33,7 +33,7 @@ use crate::{
 /// Largest request body accepted (413 above).
 pub const MAX_BODY_BYTES: usize = 32 << 20;
 /// Most of an upstream error body read to find its message.
-const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
 const ENDPOINT: &str = "/v1/chat/completions";
 
 /// Handles `POST /v1/chat/completions`; every failure goes through
@@ -90,7 +90,7 @@ async fn chat(app: &App, request_id: &RequestId, request: Request) -> Result<Res
 }
 
 /// Reads the body, refusing more than `MAX_BODY_BYTES`.
-async fn read_body(body: Body, headers: &HeaderMap) -> Result<Bytes, ProxyError> {
+pub(crate) async fn read_body(body: Body, headers: &HeaderMap) -> Result<Bytes, ProxyError> {
     let too_large = ProxyError::BodyTooLarge { limit: MAX_BODY_BYTES };
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -112,7 +112,7 @@ async fn read_body(body: Body, headers: &HeaderMap) -> Result<Bytes, ProxyError>
 
 /// Step 8: the model must be in the token's allowlist (if any) and the
 /// catalogue, and some enabled channel must serve it to the caller's group.
-fn route<'s>(
+pub(crate) fn route<'s>(
     snapshot: &'s Snapshot,
     caller: &Caller,
     model: &str,
@@ -138,6 +138,9 @@ fn no_channel(caller: &Caller, model: &str) -> ProxyError {
 /// upstream error status, a transport failure, or a plain answer whose body
 /// breaks off; a streamed answer is committed once its headers arrived.
 async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: Charge) -> Result<Response, ProxyError> {
+    if channel.kind == crate::domain::ChannelKind::Anthropic {
+        return crate::messages::chat_to_messages_channel(app, channel, chat, charge).await;
+    }
     let body = chat.upstream_body(channel.upstream_model(&chat.model));
     let response = app.upstreams.chat(&channel, body, chat.stream).await?;
     let status = response.status();
@@ -174,7 +177,7 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
 }
 
 /// The first `cap` bytes of `response`'s body (fewer if it fails midway).
-async fn read_capped(response: reqwest::Response, cap: usize) -> Bytes {
+pub(crate) async fn read_capped(response: reqwest::Response, cap: usize) -> Bytes {
     let mut buf = BytesMut::new();
     let mut stream = response.bytes_stream();
     while let Some(Ok(chunk)) = stream.next().await {
@@ -187,7 +190,7 @@ async fn read_capped(response: reqwest::Response, cap: usize) -> Bytes {
     buf.freeze()
 }
 
-fn build(status: StatusCode, content_type: Option<HeaderValue>, body: Body, streaming: bool) -> Response {
+pub(crate) fn build(status: StatusCode, content_type: Option<HeaderValue>, body: Body, streaming: bool) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     let headers = response.headers_mut();

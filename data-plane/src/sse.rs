@@ -21,6 +21,10 @@ pub struct SseFilter {
     keep_usage_chunk: bool,
     usage: Option<Usage>,
     content_events: i64,
+    /// Usage comes in typed events (`response.completed`'s `response.usage`,
+    /// a top-level `usage` with `input_tokens`…), never in a chunk to
+    /// withhold: the responses API and others (see `endpoints`).
+    typed_events: bool,
 }
 
 /// A byte stream from the upstream.
@@ -37,7 +41,14 @@ impl SseFilter {
             keep_usage_chunk: client_wants_usage,
             usage: None,
             content_events: 0,
+            typed_events: false,
         }
+    }
+
+    /// A filter for streams whose usage rides in typed events; it forwards
+    /// every event.
+    pub fn typed_events() -> SseFilter {
+        SseFilter { typed_events: true, ..SseFilter::new(true) }
     }
 
     /// Takes upstream bytes; returns the complete events to forward now
@@ -83,6 +94,13 @@ impl SseFilter {
             return true;
         }
         let data = event_data(event);
+        if self.typed_events {
+            if let Some(usage) = crate::endpoints::event_usage(&data) {
+                self.usage = Some(usage);
+            }
+            self.content_events += 1;
+            return true;
+        }
         match openai::chunk_usage(&data) {
             Some((usage, usage_only)) => {
                 self.usage = Some(usage);
@@ -105,7 +123,7 @@ fn is_done(event: &[u8]) -> bool {
 }
 
 /// The event's `data:` lines joined with `\n` (SSE's own rule).
-fn event_data(event: &[u8]) -> Vec<u8> {
+pub(crate) fn event_data(event: &[u8]) -> Vec<u8> {
     let mut data = Vec::new();
     let mut first = true;
     for line in event.split(|&b| b == b'\n' || b == b'\r') {
@@ -125,7 +143,7 @@ fn event_data(event: &[u8]) -> Vec<u8> {
 /// End (exclusive) of the first event in `buf`, i.e. just past the first
 /// blank line, searching from `from`. A lone `\r` at the very end waits:
 /// it may be the first half of `\r\n`.
-fn find_event_end(buf: &[u8], from: usize) -> Option<usize> {
+pub(crate) fn find_event_end(buf: &[u8], from: usize) -> Option<usize> {
     let terminator = |i: usize| -> Option<Option<usize>> {
         // Some(Some(end)) = a line ends at i; Some(None) = undecidable yet.
         match buf.get(i)? {

@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 
@@ -144,24 +144,61 @@ impl Upstreams {
     /// body. Dropping the response (or its body stream) closes the upstream
     /// connection, cancelling the request.
     pub async fn chat(&self, channel: &Channel, body: Bytes, stream: bool) -> Result<reqwest::Response, ProxyError> {
+        let path = match channel.kind {
+            ChannelKind::OpenAi => "/chat/completions",
+            ChannelKind::Anthropic => "/messages",
+        };
+        self.post(channel, path, HeaderValue::from_static("application/json"), body, stream).await
+    }
+
+    /// Sends `body` (of `content_type`) to `channel`'s base URL + `path`
+    /// (e.g. `/embeddings`), with the timeouts of `chat`.
+    pub async fn post(
+        &self,
+        channel: &Channel,
+        path: &str,
+        content_type: HeaderValue,
+        body: Bytes,
+        stream: bool,
+    ) -> Result<reqwest::Response, ProxyError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, content_type);
+        self.send(channel, path, headers, body, stream).await
+    }
+
+    /// Sends `body` to `channel`'s base URL + `path` (which may carry a query
+    /// string) with `headers` and the channel's key: `Authorization: Bearer`
+    /// for OpenAI-compatible channels, `x-api-key` for messages-native ones
+    /// (the key wins over any header of that name in `headers`). Timeouts as
+    /// for `chat`.
+    pub async fn send(
+        &self,
+        channel: &Channel,
+        path: &str,
+        mut headers: HeaderMap,
+        body: Bytes,
+        stream: bool,
+    ) -> Result<reqwest::Response, ProxyError> {
         let timeouts = channel.timeouts;
         let client = self.client(timeouts.connect.unwrap_or(self.config.connect_timeout))?;
         let total = timeouts.total.unwrap_or(self.config.total_timeout);
-        let url = match channel.kind {
-            ChannelKind::OpenAi => format!("{}/chat/completions", channel.base_url),
+        let url = format!("{}{path}", channel.base_url);
+        let credential = match channel.kind {
+            ChannelKind::OpenAi => format!("Bearer {}", channel.api_key),
+            ChannelKind::Anthropic => channel.api_key.clone(),
         };
-        let mut authorization = HeaderValue::from_str(&format!("Bearer {}", channel.api_key)).map_err(|_| {
+        let mut credential = HeaderValue::from_str(&credential).map_err(|_| {
             tracing::error!(channel = %channel.id, "channel api key is not a valid header value");
             ProxyError::UpstreamConnect
         })?;
-        authorization.set_sensitive(true);
-        let send = client
-            .post(url)
-            .header(header::AUTHORIZATION, authorization)
-            .header(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .timeout(total)
-            .body(body)
-            .send();
+        credential.set_sensitive(true);
+        headers.remove(header::AUTHORIZATION);
+        headers.remove("x-api-key");
+        match channel.kind {
+            ChannelKind::OpenAi => headers.insert(header::AUTHORIZATION, credential),
+            ChannelKind::Anthropic => headers.insert("x-api-key", credential),
+        };
+        let send = client.post(url).headers(headers).timeout(total).body(body).send();
         let default_first_byte = if stream { self.config.first_byte_timeout } else { total };
         let first_byte = timeouts.first_byte.unwrap_or(default_first_byte).min(total);
         match tokio::time::timeout(first_byte, send).await {

@@ -69,9 +69,14 @@ pub struct Meter {
     charge: Option<Charge>,
     sink: UsageSink,
     seen: Option<Usage>,
-    /// Content chunks seen, the completion estimate when no usage came.
+    /// Content chunks seen, the completion estimate when no usage came
+    /// (and no text was handed to `add_text`).
     chunks: i64,
     prompt_estimate: i64,
+    /// The request body, counted with `tokens` only if no usage came.
+    prompt_body: Option<bytes::Bytes>,
+    /// Answer text seen, counted with `tokens` only if no usage came.
+    completion_text: String,
 }
 
 // === impl UsageSink ===
@@ -85,7 +90,13 @@ impl UsageSink {
     /// Prices `usage`, adds it to the overlay and queues its record.
     /// Returns the cost in micro-USD.
     pub fn record(&self, charge: &Charge, usage: Usage, status: u16, estimated: bool) -> i64 {
-        let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm);
+        self.record_with(charge, usage, 0, status, estimated)
+    }
+
+    /// `record` with `extra_micros` (what the request used besides tokens,
+    /// already priced) added to the cost.
+    pub fn record_with(&self, charge: &Charge, usage: Usage, extra_micros: i64, status: u16, estimated: bool) -> i64 {
+        let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm).saturating_add(extra_micros.max(0));
         self.overlay.add(&charge.request_id, &charge.account_id, &charge.token_id, cost);
         let record = pb::UsageRecord {
             request_id: charge.request_id.clone(),
@@ -201,7 +212,28 @@ impl Meter {
     /// the response never reports usage.
     pub fn new(charge: Charge, sink: UsageSink, request_bytes: usize) -> Meter {
         let prompt_estimate = i64::try_from(request_bytes.div_ceil(4)).unwrap_or(i64::MAX);
-        Meter { charge: Some(charge), sink, seen: None, chunks: 0, prompt_estimate }
+        Meter {
+            charge: Some(charge),
+            sink,
+            seen: None,
+            chunks: 0,
+            prompt_estimate,
+            prompt_body: None,
+            completion_text: String::new(),
+        }
+    }
+
+    /// Estimates the prompt from `body` (a JSON request) with the model's
+    /// tokenizer instead of its size, should no usage come. Costs nothing
+    /// unless it is needed.
+    pub fn estimate_prompt_from(&mut self, body: bytes::Bytes) {
+        self.prompt_body = Some(body);
+    }
+
+    /// `text` of the answer went to the client; should no usage come, the
+    /// completion is counted from all such text instead of from chunks.
+    pub fn add_text(&mut self, text: &str) {
+        self.completion_text.push_str(text);
     }
 
     /// Usage reported by the upstream; the last report wins.
@@ -234,7 +266,17 @@ impl Meter {
             // No usage: bill an estimate rather than nothing, so cutting a
             // stream short is not a way to get tokens for free.
             None => {
-                (Usage { prompt_tokens: self.prompt_estimate, completion_tokens: self.chunks, cached_tokens: 0 }, true)
+                let model = charge.model.id.as_str();
+                let prompt_tokens = self
+                    .prompt_body
+                    .as_ref()
+                    .map_or(self.prompt_estimate, |body| crate::tokens::count_request(model, body));
+                let completion_tokens = if self.completion_text.is_empty() {
+                    self.chunks
+                } else {
+                    crate::tokens::count(model, &self.completion_text)
+                };
+                (Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }, true)
             }
         };
         self.sink.record(&charge, usage, status, estimated);

@@ -37,7 +37,7 @@ pub enum Command {
 pub struct CreateArgs {
     #[arg(long)]
     name: String,
-    /// Provider type.
+    /// Provider type: `openai` (chat completions) or `anthropic` (messages).
     #[arg(long = "type", default_value = "openai")]
     kind: String,
     /// Base address including /v1, as given to the SDKs.

@@ -3,6 +3,7 @@
 //! `gwctl` against them.
 
 pub mod harness;
+pub mod mock_endpoints;
 pub mod mock_messages;
 pub mod mock_upstream;
 pub mod mock_video;

@@ -63,6 +63,8 @@ pub struct Recorded {
     pub method: String,
     /// The path without the query string.
     pub path: String,
+    /// The query string, if the request had one.
+    pub query: Option<String>,
     /// Header names are lower case, in the order received.
     pub headers: Vec<(String, String)>,
     /// The body as JSON, `Value::Null` when it is not JSON.
@@ -101,6 +103,7 @@ impl MockUpstream {
         });
         let app = Router::new()
             .merge(crate::mock_video::routes(addr))
+            .merge(crate::mock_endpoints::routes(addr))
             .fallback(handle)
             .layer(DefaultBodyLimit::disable())
             .with_state(shared.clone());
@@ -241,6 +244,7 @@ async fn handle(
     let recorded = Recorded {
         method: method.to_string(),
         path: uri.path().to_string(),
+        query: uri.query().map(str::to_string),
         headers: headers
             .iter()
             .map(|(name, value)| {
@@ -622,10 +626,10 @@ mod tests {
         let models: Value =
             client.get(format!("{}/models", mock.base_url())).send().await.unwrap().json().await.unwrap();
         assert_eq!(models["data"][0]["id"], MODEL);
-        let response = client.post(format!("{}/embeddings", mock.base_url())).send().await.unwrap();
+        let response = client.post(format!("{}/rerank", mock.base_url())).send().await.unwrap();
         assert_eq!(response.status(), 404);
         let body: Value = response.json().await.unwrap();
-        assert_eq!(body["error"]["message"], "Invalid URL (POST /v1/embeddings)");
-        assert_eq!(mock.last_request().unwrap().path, "/v1/embeddings");
+        assert_eq!(body["error"]["message"], "Invalid URL (POST /v1/rerank)");
+        assert_eq!(mock.last_request().unwrap().path, "/v1/rerank");
     }
 }

@@ -7,10 +7,6 @@
 //! translator lists them); fields neither dialect defines pass through
 //! untouched, so vendor extensions reach the upstream.
 
-// The endpoints that call these land after the proxy rework; until then only
-// the tests do. Remove this once they are wired.
-#![allow(dead_code, unused_imports)]
-
 use serde_json::{Map, Value};
 
 mod request;
@@ -18,7 +14,7 @@ mod response;
 mod stream;
 mod usage;
 
-pub use request::{DEFAULT_MAX_TOKENS, chat_to_messages_request, messages_to_chat_request};
+pub use request::{chat_to_messages_request, messages_to_chat_request};
 pub use response::{chat_to_messages_response, messages_to_chat_response};
 pub use stream::{ChatToMessagesStream, MessagesToChatStream, SseEvent};
 pub use usage::{MessagesStreamUsage, messages_body_usage};

@@ -1,0 +1,177 @@
+//! JSON request bodies of the OpenAI endpoints: read once as top-level fields
+//! in their original order with verbatim values, so the body goes upstream
+//! byte for byte unless the gateway must rewrite `model` or ask a stream
+//! for usage; then only those fields change.
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::{
+    Deserialize,
+    de::{MapAccess, Visitor},
+};
+use serde_json::value::RawValue;
+
+use crate::error::ProxyError;
+
+/// A JSON object body.
+#[derive(Debug)]
+pub struct JsonBody {
+    raw: Bytes,
+    /// Top-level fields in their original order, values verbatim.
+    fields: Vec<(String, Box<RawValue>)>,
+}
+
+struct OrderedFields(Vec<(String, Box<RawValue>)>);
+
+// === impl JsonBody ===
+
+impl JsonBody {
+    /// Parses `raw`, which must be a JSON object.
+    pub fn parse(raw: Bytes) -> Result<JsonBody, ProxyError> {
+        let OrderedFields(fields) = serde_json::from_slice(&raw).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+        Ok(JsonBody { raw, fields })
+    }
+
+    /// Size of the client's body in bytes.
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// The raw JSON of field `name` (the last one if repeated).
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.get())
+    }
+
+    /// Field `name` when it is a JSON string.
+    pub fn string(&self, name: &str) -> Option<String> {
+        self.field(name).and_then(|v| serde_json::from_str::<String>(v).ok())
+    }
+
+    /// Field `name` when it is `true`.
+    pub fn is_true(&self, name: &str) -> bool {
+        self.field(name) == Some("true")
+    }
+
+    /// Whether `stream_options.include_usage` is `true`.
+    pub fn wants_usage(&self) -> bool {
+        self.field("stream_options")
+            .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
+            .is_some_and(|v| v.get("include_usage") == Some(&serde_json::Value::Bool(true)))
+    }
+
+    /// The body to send upstream: the client's bytes, except that `model`
+    /// (when given) replaces the model field, or is added when the client
+    /// sent none, and `force_usage` sets `stream_options.include_usage`.
+    pub fn rewrite(&self, model: Option<&str>, force_usage: bool) -> Bytes {
+        if model.is_none() && !force_usage {
+            return self.raw.clone();
+        }
+        let mut out = String::with_capacity(self.raw.len() + 64);
+        out.push('{');
+        let (mut saw_model, mut saw_options) = (false, false);
+        for (key, value) in &self.fields {
+            comma(&mut out);
+            push_json_string(&mut out, key);
+            out.push(':');
+            match (key.as_str(), model) {
+                ("model", Some(model)) => {
+                    saw_model = true;
+                    push_json_string(&mut out, model);
+                }
+                ("stream_options", _) if force_usage => {
+                    saw_options = true;
+                    out.push_str(&with_include_usage(value.get()));
+                }
+                _ => out.push_str(value.get()),
+            }
+        }
+        if let Some(model) = model.filter(|_| !saw_model) {
+            comma(&mut out);
+            out.push_str(r#""model":"#);
+            push_json_string(&mut out, model);
+        }
+        if force_usage && !saw_options {
+            comma(&mut out);
+            out.push_str(r#""stream_options":{"include_usage":true}"#);
+        }
+        out.push('}');
+        Bytes::from(out)
+    }
+}
+
+fn comma(out: &mut String) {
+    if out.len() > 1 {
+        out.push(',');
+    }
+}
+
+fn push_json_string(out: &mut String, s: &str) {
+    // Serialising a str cannot fail.
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+}
+
+/// `options` (raw JSON) with `include_usage: true`, other fields kept.
+fn with_include_usage(options: &str) -> String {
+    let mut map = match serde_json::from_str::<serde_json::Value>(options) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    map.insert("include_usage".into(), serde_json::Value::Bool(true));
+    serde_json::Value::Object(map).to_string()
+}
+
+// === impl OrderedFields ===
+
+impl<'de> Deserialize<'de> for OrderedFields {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor;
+        impl<'de> Visitor<'de> for FieldsVisitor {
+            type Value = OrderedFields;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OrderedFields, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
+                    fields.push(entry);
+                }
+                Ok(OrderedFields(fields))
+            }
+        }
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> JsonBody {
+        JsonBody::parse(Bytes::from(body.to_owned())).unwrap()
+    }
+
+    #[test]
+    fn untouched_bodies_pass_byte_for_byte() {
+        let body = "{ \"model\" : \"m\",\n \"prompt\": \"hi\", \"x\": {\"y\":1} }";
+        assert_eq!(parse(body).rewrite(None, false), body.as_bytes());
+        assert!(matches!(JsonBody::parse(Bytes::from_static(b"[1]")), Err(ProxyError::InvalidJson(_))));
+    }
+
+    #[test]
+    fn model_is_replaced_or_added_and_usage_forced() {
+        let body = parse(r#"{"prompt":"p","model":"m","stream":true}"#);
+        assert_eq!(body.rewrite(Some("up"), false), r#"{"prompt":"p","model":"up","stream":true}"#.as_bytes());
+        assert_eq!(
+            body.rewrite(None, true),
+            r#"{"prompt":"p","model":"m","stream":true,"stream_options":{"include_usage":true}}"#.as_bytes()
+        );
+        let no_model = parse(r#"{"input":"x","stream_options":{"a":1}}"#);
+        assert_eq!(
+            no_model.rewrite(Some("mod"), true),
+            r#"{"input":"x","stream_options":{"a":1,"include_usage":true},"model":"mod"}"#.as_bytes()
+        );
+        assert!(parse(r#"{"stream_options":{"include_usage":true}}"#).wants_usage());
+    }
+}

@@ -1,0 +1,274 @@
+//! Both chat dialects through both channel types, driven by the official
+//! Anthropic and OpenAI Python SDKs (`tests/sdk/anthropic_messages.py`, run
+//! with `GW_PYTHON`): `/v1/messages` passed through to a messages-native
+//! (`anthropic`) channel and translated to an OpenAI one, `/v1/chat/completions`
+//! translated to a messages-native channel, tool use, the messages errors,
+//! and the usage each call bills.
+
+mod support;
+
+use std::time::Duration;
+
+use gw_tests::{
+    harness::eventually,
+    mock_messages::ToolUse,
+    mock_upstream::{MockUpstream, Recorded, Script},
+};
+use serde_json::{Value, json};
+use support::{Gateway, MODEL, UPSTREAM_KEY, str_field};
+
+/// gpt-4o at $2.5 / $10 per 1M tokens, ratio 1, the mock's 11 prompt + 7
+/// completion tokens: ceil(11 × 2.5 + 7 × 10) = 98 µ$ per request.
+const COST: i64 = 98;
+const START_BALANCE: i64 = 100_000_000;
+const REPLY: &str = "Hello from the mock upstream";
+
+/// Runs `anthropic_messages.py case` as `key`; returns its JSON summary.
+async fn sdk(gw: &Gateway, case: &str, key: &str) -> Value {
+    let python = std::env::var("GW_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/anthropic_messages.py");
+    let output = tokio::process::Command::new(&python)
+        .arg(script)
+        .arg(case)
+        .env("GW_HOST", format!("http://{}", gw.cluster.data_planes[0].addr))
+        .env("GW_API_KEY", key)
+        .env("GW_MODEL", MODEL)
+        .output()
+        .await
+        .unwrap_or_else(|error| panic!("running {python}: {error} (run tests/run, which sets GW_PYTHON)"));
+    assert!(
+        output.status.success(),
+        "SDK script {case} failed (run tests/run, which installs the pinned SDKs):\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("script prints JSON")
+}
+
+/// A gateway whose one channel, of `kind`, is the mock; `gpt-4o` maps to
+/// `upstream-model` on it.
+async fn gateway(upstream: &MockUpstream, kind: &str) -> Gateway {
+    let gw = Gateway::start(1).await;
+    gw.channel("main", &upstream.base_url(), 0, &["--type", kind, "--map", "gpt-4o=upstream-model"]).await;
+    gw.synced().await;
+    gw
+}
+
+async fn balance(gw: &Gateway) -> i64 {
+    let account = gw.cluster.gwctl(&["account", "get", &gw.account]).await.expect("account get");
+    account["balance_micros"].as_i64().unwrap_or_else(|| panic!("no balance in {account}"))
+}
+
+/// Waits for `n` usage records and for the balance to have dropped by
+/// exactly `n × COST`; returns the records.
+async fn billed(gw: &Gateway, n: usize) -> Vec<Value> {
+    let records = gw.wait_for_usage(n).await;
+    let want = START_BALANCE - COST * i64::try_from(n).unwrap_or(0);
+    eventually("the balance to drop by the usage billed", Duration::from_secs(15), || async {
+        (balance(gw).await == want).then_some(())
+    })
+    .await;
+    records
+}
+
+fn assert_record(record: &Value, endpoint: &str, estimated: bool) {
+    assert_eq!(record["endpoint"], endpoint, "{record}");
+    assert_eq!(record["model"], MODEL, "{record}");
+    assert_eq!(record["estimated"].as_bool().unwrap_or(false), estimated, "{record}");
+    if !estimated {
+        assert_eq!((record["prompt_tokens"].as_i64(), record["completion_tokens"].as_i64()), (Some(11), Some(7)));
+        assert_eq!(record["cost_micros"].as_i64(), Some(COST), "{record}");
+    }
+}
+
+fn to_path<'a>(requests: &'a [Recorded], path: &str) -> Vec<&'a Recorded> {
+    requests.iter().filter(|r| r.path == path).collect()
+}
+
+#[tokio::test]
+async fn the_anthropic_sdk_passes_through_a_messages_channel_with_its_headers() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream, "anthropic").await;
+
+    let chat = sdk(&gw, "chat", &gw.key).await;
+    assert_eq!(chat["type"], "message", "{chat}");
+    assert_eq!(chat["text"], REPLY, "{chat}");
+    assert_eq!(chat["streamed"], REPLY, "{chat}");
+    assert_eq!(chat["stop_reason"], "end_turn");
+    assert_eq!(chat["usage"], json!({"input_tokens": 11, "output_tokens": 7}));
+    assert_eq!(chat["stream_usage"], json!({"input_tokens": 11, "output_tokens": 7}));
+    assert_eq!(chat["requests"], 2, "{chat}");
+
+    let beta = sdk(&gw, "beta", &gw.key).await;
+    assert_eq!(beta["text"], REPLY, "{beta}");
+
+    let requests = upstream.requests();
+    let sent = to_path(&requests, "/v1/messages");
+    assert_eq!(sent.len(), 3, "every call went to the messages API: {requests:?}");
+    for request in &sent {
+        assert_eq!(request.header("x-api-key"), Some(UPSTREAM_KEY), "the channel key, not the client's");
+        assert_eq!(request.header("authorization"), None);
+        assert_eq!(request.header("anthropic-version"), chat["versions"][0].as_str(), "the client's version");
+        assert_eq!(request.header("x-vendor-trace"), Some("trace-42"));
+        assert_eq!(request.body["model"], "upstream-model", "the model is mapped");
+        assert!(!format!("{:?}", request.headers).contains(&gw.key), "the client key reached the upstream");
+    }
+    assert_eq!(sent[0].header("anthropic-beta"), Some("test-beta-2025-01-01"));
+    assert_eq!(sent[0].body["system"], "Be brief.", "the body passes through");
+    assert_eq!(sent[0].query, None);
+    assert_eq!(sent[2].query.as_deref(), Some("beta=true"), "the beta client query string passes on: {beta}");
+    assert!(sent[2].header("anthropic-beta").is_some_and(|b| b.contains("extra-beta-1")), "{:?}", sent[2].headers);
+
+    let records = billed(&gw, 3).await;
+    for record in &records {
+        assert_record(record, "/v1/messages", false);
+    }
+
+    // Tool use: the SDK sees a ToolUseBlock, and its tool_result goes back.
+    upstream.set_script(Script {
+        tool_use: Some(ToolUse { name: None, input: json!({"city": "Paris"}) }),
+        ..Script::default()
+    });
+    let tools = sdk(&gw, "tools", &gw.key).await;
+    assert_eq!(tools["block_class"], "ToolUseBlock", "{tools}");
+    assert_eq!(tools["tool"]["name"], "get_weather");
+    assert_eq!(tools["tool"]["input"], json!({"city": "Paris"}));
+    assert_eq!(tools["stop_reason"], "tool_use");
+    let last = upstream.last_request().expect("the tool_result turn");
+    let turn = &last.body["messages"][2]["content"][0];
+    assert_eq!(turn["type"], "tool_result", "{}", last.body);
+    assert_eq!(turn["tool_use_id"], tools["tool"]["id"]);
+    billed(&gw, 5).await;
+}
+
+#[tokio::test]
+async fn the_anthropic_sdk_is_translated_to_an_openai_channel() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream, "openai").await;
+
+    let chat = sdk(&gw, "chat", &gw.key).await;
+    assert_eq!(chat["type"], "message", "{chat}");
+    assert_eq!(chat["text"], REPLY, "{chat}");
+    assert_eq!(chat["streamed"], REPLY, "{chat}");
+    assert_eq!(chat["stop_reason"], "end_turn");
+    assert_eq!(chat["stream_stop_reason"], "end_turn");
+    assert_eq!(chat["usage"], json!({"input_tokens": 11, "output_tokens": 7}));
+    assert_eq!(chat["stream_usage"], json!({"input_tokens": 11, "output_tokens": 7}));
+
+    let requests = upstream.requests();
+    let sent = to_path(&requests, "/v1/chat/completions");
+    assert_eq!(sent.len(), 2, "{requests:?}");
+    assert_eq!(sent[0].header("authorization"), Some(format!("Bearer {UPSTREAM_KEY}").as_str()));
+    assert_eq!(sent[0].body["model"], "upstream-model");
+    assert_eq!(sent[0].body["messages"][0], json!({"role": "system", "content": "Be brief."}));
+    assert_eq!(sent[0].body["messages"][1]["role"], "user");
+    assert_eq!(sent[1].body["stream"], true);
+    assert_eq!(sent[1].body["stream_options"]["include_usage"], true, "streams always ask for usage");
+
+    let result = sdk(&gw, "tool-result", &gw.key).await;
+    assert_eq!(result["text"], REPLY, "{result}");
+    let last = upstream.last_request().expect("the tool_result turn");
+    let messages = last.body["messages"].as_array().cloned().unwrap_or_default();
+    let call = messages.iter().find(|m| m["role"] == "assistant").expect("the assistant turn");
+    assert_eq!(call["tool_calls"][0]["id"], "toolu_1", "{}", last.body);
+    assert_eq!(call["tool_calls"][0]["function"]["name"], "get_weather");
+    let tool = messages.iter().find(|m| m["role"] == "tool").expect("a tool message");
+    assert_eq!(tool["tool_call_id"], "toolu_1");
+    assert_eq!(tool["content"], "sunny");
+
+    let records = billed(&gw, 3).await;
+    for record in &records {
+        assert_record(record, "/v1/messages", false);
+    }
+}
+
+#[tokio::test]
+async fn the_openai_sdk_chats_through_a_messages_channel() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream, "anthropic").await;
+
+    let chat = sdk(&gw, "openai", &gw.key).await;
+    assert_eq!(chat["text"], REPLY, "{chat}");
+    assert_eq!(chat["streamed"], REPLY, "{chat}");
+    assert_eq!(chat["finish_reason"], "stop");
+    assert_eq!(chat["stream_finish_reason"], "stop");
+    assert_eq!(chat["usage"], json!({"prompt_tokens": 11, "completion_tokens": 7}));
+    assert_eq!(chat["stream_usage"], json!({"prompt_tokens": 11, "completion_tokens": 7}));
+
+    let requests = upstream.requests();
+    let sent = to_path(&requests, "/v1/messages");
+    assert_eq!(sent.len(), 2, "{requests:?}");
+    for request in &sent {
+        assert_eq!(request.header("x-api-key"), Some(UPSTREAM_KEY));
+        assert_eq!(request.header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(request.body["model"], "upstream-model");
+        assert_eq!(request.body["system"], "Be brief.", "{}", request.body);
+    }
+    assert_eq!(sent[0].body["max_tokens"], 64);
+
+    // The raw JSON answer is a valid chat completion.
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]});
+    let reply = gw.post(0, "/v1/chat/completions", Some(&gw.key), &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let completion = reply.json();
+    gw_tests::schema::validate("CreateChatCompletionResponse", &completion).expect("a valid chat completion");
+    assert_eq!(completion["choices"][0]["message"]["content"], REPLY);
+
+    let records = billed(&gw, 3).await;
+    for record in &records {
+        assert_record(record, "/v1/chat/completions", false);
+    }
+
+    // An upstream stream without usage is counted locally and marked.
+    upstream.set_script(Script { include_usage: false, ..Script::default() });
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": true});
+    let reply = gw.post(0, "/v1/chat/completions", Some(&gw.key), &body).await;
+    assert_eq!(support::streamed_text(&reply.text), REPLY, "{}", reply.text);
+    let records = gw.wait_for_usage(4).await;
+    let newest = &records[0];
+    assert_eq!(newest["estimated"], true, "{newest}");
+    // "Hello from the mock upstream" is 5 tokens in gpt-4o's o200k_base.
+    assert_eq!(newest["completion_tokens"], 5, "{newest}");
+    assert!(newest["prompt_tokens"].as_i64().is_some_and(|n| n > 0), "{newest}");
+}
+
+#[tokio::test]
+async fn messages_errors_are_400s_in_the_messages_shape_and_403_is_final() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream, "openai").await;
+    let spent = str_field(
+        &gw.cluster.gwctl(&["token", "create", "--account", &gw.account, "--quota", "0"]).await.expect("token"),
+        "key",
+    );
+    gw.synced().await;
+
+    let result = sdk(&gw, "errors", &gw.key).await;
+    let outcomes = result["outcomes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(outcomes.len(), 2, "{result}");
+    for (outcome, needle) in outcomes.iter().zip(["max_tokens", "anthropic-version"]) {
+        assert_eq!(outcome["outcome"], "BadRequestError", "{outcome}");
+        assert_eq!(outcome["status"], 400);
+        assert_eq!(outcome["should_retry"], "false");
+        assert_eq!(outcome["body"]["type"], "error", "{outcome}");
+        assert_eq!(outcome["body"]["error"]["type"], "invalid_request_error", "{outcome}");
+        let message = outcome["body"]["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{message}");
+    }
+    assert_eq!(result["requests"], 2, "400s are not retried: {result}");
+
+    // Without any version header (raw HTTP: the SDK always sends one).
+    let url = format!("http://{}/v1/messages", gw.cluster.data_planes[0].addr);
+    let body = json!({"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
+    let response = gw.cluster.http().post(url).header("x-api-key", &gw.key).json(&body).send().await.expect("post");
+    assert_eq!(response.status().as_u16(), 400);
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+
+    let result = sdk(&gw, "quota", &spent).await;
+    assert_eq!(result["outcome"], "PermissionDeniedError", "{result}");
+    assert_eq!(result["status"], 403);
+    assert_eq!(result["body"]["error"]["type"], "permission_error", "{result}");
+    assert_eq!(result["requests"], 1, "the SDK retried a 403: {result}");
+    assert_eq!(upstream.request_count(), 0, "no refused request reached the upstream");
+}
