@@ -8,6 +8,7 @@ Usage: retries.py CASE, one of
   anthropic-unknown-messages-path   POST /v1/messages/<nothing>: a 404 in the messages shape
   anthropic-models-api-key          GET /v1/models with the key in x-api-key
   anthropic-models-bearer           GET /v1/models with Authorization: Bearer
+  anthropic-messages                POST /v1/messages (messages.create)
 Environment: GW_HOST (http://host:port), GW_API_KEY, GW_MODEL,
 GW_MAX_RETRIES (default 2).
 """
@@ -58,7 +59,12 @@ try:
             client = anthropic.Anthropic(base_url=host, auth_token=key, max_retries=max_retries, http_client=http_client)
         else:
             client = anthropic.Anthropic(base_url=host, api_key=key, max_retries=max_retries, http_client=http_client)
-        if case == "anthropic-unknown-messages-path":
+        if case == "anthropic-messages":
+            reply = client.messages.create(
+                model=model, max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+            )
+            result["text"] = "".join(block.text for block in reply.content if block.type == "text")
+        elif case == "anthropic-unknown-messages-path":
             client.post("/v1/messages/no-such-endpoint", cast_to=object, body={"model": model})
         else:
             client.models.list()

@@ -130,3 +130,40 @@ async fn the_anthropic_sdk_reads_messages_errors_and_does_not_retry_final_ones()
     assert_eq!(result["status"], 403);
     assert_eq!(result["requests"], 1, "{result}");
 }
+
+#[tokio::test]
+async fn the_anthropic_sdk_on_messages_gets_final_errors_once_and_gateway_retries_hide_a_passing_503() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream).await;
+    let spent = token(&gw, &["--quota", "0"]).await;
+    gw.cluster.gwctl(&["model", "create", "--id", "gpt-lonely"]).await.expect("model create");
+    gw.synced().await;
+
+    let result = sdk(&gw, "anthropic-messages", &spent, "gpt-4o", 2).await;
+    assert_eq!(result["outcome"], "PermissionDeniedError", "{result}");
+    assert_eq!(result["status"], 403);
+    assert_eq!(result["body"]["error"]["type"], "permission_error", "{result}");
+    assert_eq!(result["should_retry"], "false");
+    assert_eq!(result["requests"], 1, "the SDK retried a 403: {result}");
+
+    let result = sdk(&gw, "anthropic-messages", &gw.key, "gpt-lonely", 2).await;
+    assert_eq!(result["status"], 503, "{result}");
+    assert_eq!(result["should_retry"], "false", "{result}");
+    assert_eq!(result["requests"], 1, "the SDK retried a 503 model_not_found: {result}");
+    assert_eq!(upstream.request_count(), 0);
+
+    upstream.fail_next(503, 1);
+    let result = sdk(&gw, "anthropic-messages", &gw.key, "gpt-4o", 2).await;
+    assert_eq!(result["outcome"], "ok", "{result}");
+    assert_eq!(result["text"], "sdk", "{result}");
+    assert_eq!(result["requests"], 1, "the gateway, not the SDK, retried: {result}");
+    assert_eq!(upstream.request_count(), 2, "one failed attempt, one good one");
+
+    upstream.fail_next(429, 1000);
+    let result = sdk(&gw, "anthropic-messages", &gw.key, "gpt-4o", 0).await;
+    assert_eq!(result["outcome"], "RateLimitError", "{result}");
+    assert_eq!(result["status"], 429);
+    assert_eq!(result["body"]["error"]["type"], "rate_limit_error", "{result}");
+    assert!(result["should_retry"].is_null(), "{result}");
+    assert_eq!(upstream.request_count(), 5, "three gateway attempts for the 429");
+}
