@@ -38,6 +38,11 @@ impl JsonBody {
         self.raw.len()
     }
 
+    /// The body as the client sent it.
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+
     /// The raw JSON of field `name` (the last one if repeated).
     pub fn field(&self, name: &str) -> Option<&str> {
         self.fields.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.get())

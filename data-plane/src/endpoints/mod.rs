@@ -42,7 +42,7 @@ use crate::{
     proxy::{self, MAX_ERROR_BODY_BYTES},
     server::{App, RequestId},
     sse::{self, SseFilter},
-    upstream,
+    tokens, upstream,
     usage::{Charge, Meter},
 };
 
@@ -359,15 +359,15 @@ impl Call {
         }
         match reported {
             Some(usage) => (usage, units, false),
-            // No usage: estimate ~4 bytes a token on both sides.
+            // No usage: count locally with the model family's tokenizer
+            // (chars / 4 for unknown families); marked as an estimate.
             None => {
-                let estimate = |n: usize| i64::try_from(n.div_ceil(4)).unwrap_or(i64::MAX);
-                let usage = Usage {
-                    prompt_tokens: estimate(self.len()),
-                    completion_tokens: estimate(body.len()),
-                    cached_tokens: 0,
+                let prompt_tokens = match &self.body {
+                    CallBody::Json(json) => tokens::count_request(&self.model, json.raw()),
+                    CallBody::Form(_) => i64::try_from(self.len().div_ceil(4)).unwrap_or(i64::MAX),
                 };
-                (usage, units, true)
+                let completion_tokens = tokens::count_request(&self.model, body);
+                (Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }, units, true)
             }
         }
     }
