@@ -33,7 +33,7 @@ pub struct ChatRequest {
 }
 
 /// Top-level fields of a JSON object, in order, values kept as raw JSON.
-struct OrderedFields(Vec<(String, Box<RawValue>)>);
+pub(crate) struct OrderedFields(pub(crate) Vec<(String, Box<RawValue>)>);
 
 /// The parts of a response (or stream chunk) that metering reads.
 #[derive(Debug, Default, Deserialize)]
@@ -131,13 +131,13 @@ impl ChatRequest {
     }
 }
 
-fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     // Serialising a str cannot fail.
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
 /// `options` (raw JSON) with `include_usage: true`, other fields kept.
-fn with_include_usage(options: &str) -> String {
+pub(crate) fn with_include_usage(options: &str) -> String {
     let mut map = match serde_json::from_str::<serde_json::Value>(options) {
         Ok(serde_json::Value::Object(map)) => map,
         _ => serde_json::Map::new(),

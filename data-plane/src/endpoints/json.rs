@@ -3,16 +3,13 @@
 //! byte for byte unless the gateway must rewrite `model` or ask a stream
 //! for usage; then only those fields change.
 
-use std::fmt;
-
 use bytes::Bytes;
-use serde::{
-    Deserialize,
-    de::{MapAccess, Visitor},
-};
 use serde_json::value::RawValue;
 
-use crate::error::ProxyError;
+use crate::{
+    error::ProxyError,
+    openai::{OrderedFields, push_json_string, with_include_usage},
+};
 
 /// A JSON object body.
 #[derive(Debug)]
@@ -21,8 +18,6 @@ pub struct JsonBody {
     /// Top-level fields in their original order, values verbatim.
     fields: Vec<(String, Box<RawValue>)>,
 }
-
-struct OrderedFields(Vec<(String, Box<RawValue>)>);
 
 // === impl JsonBody ===
 
@@ -108,43 +103,6 @@ impl JsonBody {
 fn comma(out: &mut String) {
     if out.len() > 1 {
         out.push(',');
-    }
-}
-
-fn push_json_string(out: &mut String, s: &str) {
-    // Serialising a str cannot fail.
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
-}
-
-/// `options` (raw JSON) with `include_usage: true`, other fields kept.
-fn with_include_usage(options: &str) -> String {
-    let mut map = match serde_json::from_str::<serde_json::Value>(options) {
-        Ok(serde_json::Value::Object(map)) => map,
-        _ => serde_json::Map::new(),
-    };
-    map.insert("include_usage".into(), serde_json::Value::Bool(true));
-    serde_json::Value::Object(map).to_string()
-}
-
-// === impl OrderedFields ===
-
-impl<'de> Deserialize<'de> for OrderedFields {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FieldsVisitor;
-        impl<'de> Visitor<'de> for FieldsVisitor {
-            type Value = OrderedFields;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OrderedFields, A::Error> {
-                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
-                    fields.push(entry);
-                }
-                Ok(OrderedFields(fields))
-            }
-        }
-        deserializer.deserialize_map(FieldsVisitor)
     }
 }
 
