@@ -32,6 +32,10 @@ use crate::{
 
 /// Largest request body accepted (413 above).
 pub const MAX_BODY_BYTES: usize = 32 << 20;
+/// Most of a refused body read and dropped before answering 413.
+const DISCARD_LIMIT: usize = 4 * MAX_BODY_BYTES;
+/// Longest time spent draining a refused body.
+const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(10);
 /// Most of an upstream error body read to find its message.
 pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
 const ENDPOINT: &str = "/v1/chat/completions";
@@ -94,20 +98,39 @@ pub(crate) async fn read_body(body: Body, headers: &HeaderMap) -> Result<Bytes, 
     let too_large = ProxyError::BodyTooLarge { limit: MAX_BODY_BYTES };
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let mut stream = body.into_data_stream();
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        discard(&mut stream).await;
         return Err(too_large);
     }
     let capacity = declared.map_or(0, |n| usize::try_from(n).unwrap_or(0));
     let mut buf = BytesMut::with_capacity(capacity);
-    let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|_| ProxyError::BodyRead)?;
         if buf.len() + chunk.len() > MAX_BODY_BYTES {
+            discard(&mut stream).await;
             return Err(too_large);
         }
         buf.extend_from_slice(&chunk);
     }
     Ok(buf.freeze())
+}
+
+/// Reads and drops what is left of a refused body, so the client (which is
+/// still sending) reads the 413 instead of a reset connection. Bounded by
+/// `DISCARD_LIMIT` bytes and `DISCARD_TIME`; past either the connection is
+/// dropped.
+async fn discard(stream: &mut axum::body::BodyDataStream) {
+    let drain = async {
+        let mut seen = 0usize;
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > DISCARD_LIMIT {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DISCARD_TIME, drain).await;
 }
 
 /// Step 8: the model must be in the token's allowlist (if any) and the
