@@ -74,20 +74,10 @@ async fn chat(app: &App, request_id: &RequestId, request: Request) -> Result<Res
     let body = read_body(body, &parts.headers).await?;
     let chat = ChatRequest::parse(body)?;
     let (model, candidates) = route(&snapshot, &caller, &chat.model)?;
-    let charge = Charge {
-        request_id: request_id.0.to_string(),
-        token_id: caller.token.id.clone(),
-        account_id: caller.account.id.clone(),
-        group: caller.group.name.clone(),
-        model: model.clone(),
-        channel_id: String::new(),
-        endpoint: ENDPOINT,
-        ratio_ppm: caller.group.ratio_ppm,
-        started,
-    };
+    let charge = Charge::new(&request_id.0, &caller, model.clone(), ENDPOINT, started);
     let (chat, charge) = (&chat, &charge);
     failover::run(&app.upstreams, candidates, |channel| {
-        let charge = Charge { channel_id: channel.id.clone(), ..charge.clone() };
+        let charge = charge.on_channel(&channel);
         forward(app, channel, chat, charge)
     })
     .await

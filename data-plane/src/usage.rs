@@ -15,7 +15,8 @@ use gw_proto::pb;
 use tokio::sync::mpsc;
 
 use crate::{
-    domain::Model,
+    auth::Caller,
+    domain::{Channel, Model},
     pricing::{Usage, cost_micros},
 };
 
@@ -77,6 +78,37 @@ pub struct Meter {
     prompt_body: Option<bytes::Bytes>,
     /// Answer text seen, counted with `tokens` only if no usage came.
     completion_text: String,
+}
+
+// === impl Charge ===
+
+impl Charge {
+    /// What `caller`'s request to `endpoint` for `model` is billed as, before
+    /// a channel is chosen.
+    pub fn new(
+        request_id: &str,
+        caller: &Caller,
+        model: Arc<Model>,
+        endpoint: &'static str,
+        started: Instant,
+    ) -> Charge {
+        Charge {
+            request_id: request_id.to_owned(),
+            token_id: caller.token.id.clone(),
+            account_id: caller.account.id.clone(),
+            group: caller.group.name.clone(),
+            model,
+            channel_id: String::new(),
+            endpoint,
+            ratio_ppm: caller.group.ratio_ppm,
+            started,
+        }
+    }
+
+    /// The same charge for one attempt on `channel`.
+    pub fn on_channel(&self, channel: &Channel) -> Charge {
+        Charge { channel_id: channel.id.clone(), ..self.clone() }
+    }
 }
 
 // === impl UsageSink ===

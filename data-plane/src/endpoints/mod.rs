@@ -130,20 +130,10 @@ async fn serve(app: &App, api: Api, request_id: &RequestId, request: Request) ->
     let body = proxy::read_body(body, &parts.headers).await?;
     let call = Call::parse(api, &parts.headers, body).await?;
     let (model, candidates) = proxy::route(&snapshot, &caller, &call.model)?;
-    let charge = Charge {
-        request_id: request_id.0.to_string(),
-        token_id: caller.token.id.clone(),
-        account_id: caller.account.id.clone(),
-        group: caller.group.name.clone(),
-        model: model.clone(),
-        channel_id: String::new(),
-        endpoint: api.path(),
-        ratio_ppm: caller.group.ratio_ppm,
-        started,
-    };
+    let charge = Charge::new(&request_id.0, &caller, model.clone(), api.path(), started);
     let (call, charge) = (&call, &charge);
     failover::run(&app.upstreams, candidates, |channel| {
-        let charge = Charge { channel_id: channel.id.clone(), ..charge.clone() };
+        let charge = charge.on_channel(&channel);
         forward(app, channel, call, charge)
     })
     .await

@@ -57,20 +57,10 @@ async fn handle(app: &App, request_id: &RequestId, request: Request) -> Result<R
     let raw = proxy::read_body(body, &parts.headers).await?;
     let call = parse(raw, parts.headers, parts.uri.query().map(str::to_owned))?;
     let (model, candidates) = proxy::route(&snapshot, &caller, &call.model)?;
-    let charge = Charge {
-        request_id: request_id.0.to_string(),
-        token_id: caller.token.id.clone(),
-        account_id: caller.account.id.clone(),
-        group: caller.group.name.clone(),
-        model: model.clone(),
-        channel_id: String::new(),
-        endpoint: ENDPOINT,
-        ratio_ppm: caller.group.ratio_ppm,
-        started,
-    };
+    let charge = Charge::new(&request_id.0, &caller, model.clone(), ENDPOINT, started);
     let (call, charge) = (&call, &charge);
     failover::run(&app.upstreams, candidates, |channel| {
-        let charge = Charge { channel_id: channel.id.clone(), ..charge.clone() };
+        let charge = charge.on_channel(&channel);
         upstream::messages(app, channel, call, charge)
     })
     .await
