@@ -11,8 +11,8 @@ use crate::{
     client_ip,
     domain::{Account, Group, KeyHash, Token},
     error::ProxyError,
+    meter::Overlay,
     snapshot::Snapshot,
-    usage::Overlay,
 };
 
 /// An authenticated, authorized caller: the request extension later steps

@@ -35,7 +35,7 @@ pub struct Config {
     pub report_interval: Duration,
     /// Upstream timeouts (defaults for channels without their own) and the
     /// retry budget per request.
-    pub upstream: crate::upstream::Config,
+    pub upstream: crate::provider::Config,
 }
 
 // === impl Config ===
@@ -57,7 +57,7 @@ impl Config {
             node_id: None,
             trusted_proxies: Vec::new(),
             report_interval: Duration::from_millis(200),
-            upstream: crate::upstream::Config::default(),
+            upstream: crate::provider::Config::default(),
         }
     }
 

@@ -18,8 +18,8 @@ use crate::{
     convert,
     domain::{Kind, Resource},
     grpc::ControlPlane,
+    meter::Overlay,
     snapshot::Snapshot,
-    usage::Overlay,
 };
 
 /// Largest message accepted on the watch stream: a full snapshot of a

@@ -10,6 +10,11 @@ use axum::{
 };
 use serde_json::json;
 
+/// A refusal on its way from a handler to the HTTP layer, which renders it
+/// with the request's id in the shape of the path's API (`http`).
+#[derive(Debug, Clone)]
+pub struct Refused(pub ProxyError);
+
 /// Header telling SDKs not to retry.
 pub const SHOULD_RETRY: &str = "x-should-retry";
 
@@ -52,6 +57,9 @@ pub enum ProxyError {
     ModelForbidden { model: String },
     #[error("model {model:?} not in the catalogue")]
     ModelNotFound { model: String },
+    /// The model's catalogue category does not fit the endpoint.
+    #[error("model {model:?} ({category}) does not serve {endpoint}")]
+    WrongEndpoint { model: String, category: String, wanted: &'static str, endpoint: &'static str },
     #[error("no channel for model {model:?} in group {group:?}")]
     NoChannel { group: String, model: String },
     #[error("no route for {method} {path}")]
@@ -90,6 +98,15 @@ pub enum ProxyError {
 
 // === impl ProxyError ===
 
+impl axum::response::IntoResponse for ProxyError {
+    /// A bare status carrying the error; the HTTP layer renders the body.
+    fn into_response(self) -> Response {
+        let mut response = self.status().into_response();
+        response.extensions_mut().insert(Refused(self));
+        response
+    }
+}
+
 impl ProxyError {
     /// HTTP status the client gets.
     pub fn status(&self) -> StatusCode {
@@ -102,9 +119,12 @@ impl ProxyError {
             | GroupDeprecated { .. }
             | InsufficientUserQuota { .. }
             | ModelForbidden { .. } => StatusCode::FORBIDDEN,
-            InvalidJson(_) | BodyRead | MissingField(_) | MissingVersionHeader | Untranslatable(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            InvalidJson(_)
+            | BodyRead
+            | MissingField(_)
+            | MissingVersionHeader
+            | Untranslatable(_)
+            | WrongEndpoint { .. } => StatusCode::BAD_REQUEST,
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ModelNotFound { .. } | InvalidUrl { .. } => StatusCode::NOT_FOUND,
             NoChannel { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -138,6 +158,9 @@ impl ProxyError {
             BodyTooLarge { limit } => format!("request body is larger than {limit} bytes"),
             ModelForbidden { model } => format!("该令牌无权访问模型 {model}"),
             ModelNotFound { model } => format!("模型不存在: {model}"),
+            WrongEndpoint { model, category, wanted, endpoint } => {
+                format!("{model} is not a {wanted} model (its category is {category}), so {endpoint} cannot serve it")
+            }
             NoChannel { group, model } => format!("分组 {group} 下模型 {model} 无可用渠道"),
             InvalidUrl { method, path } => format!("Invalid URL ({method} {path})"),
             UpstreamConnect => "upstream connection failed".into(),
@@ -173,6 +196,7 @@ impl ProxyError {
             | MissingField(_)
             | BodyTooLarge { .. }
             | ModelNotFound { .. }
+            | WrongEndpoint { .. }
             | InvalidUrl { .. } => "invalid_request_error",
             NoChannel { .. } | Internal => "api_error",
             UpstreamStatus { status, .. } if *status == StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
@@ -190,6 +214,7 @@ impl ProxyError {
             ProxyError::IpNotAllowed => Some("access_denied"),
             ProxyError::InsufficientUserQuota { .. } => Some("insufficient_user_quota"),
             ProxyError::ModelNotFound { .. } | ProxyError::NoChannel { .. } => Some("model_not_found"),
+            ProxyError::WrongEndpoint { .. } => Some("model_not_supported"),
             ProxyError::RateLimited { .. } => Some("rate_limit_exceeded"),
             _ => None,
         }
@@ -212,6 +237,7 @@ impl ProxyError {
             BodyTooLarge { .. } => "body_too_large",
             ModelForbidden { .. } => "model_forbidden",
             ModelNotFound { .. } => "model_not_found",
+            WrongEndpoint { .. } => "wrong_endpoint",
             NoChannel { .. } => "no_channel",
             InvalidUrl { .. } => "invalid_url",
             UpstreamConnect => "upstream_connect",
@@ -249,12 +275,18 @@ impl ProxyError {
     }
 
     /// Whether the failure counts against the channel's health (toward its
-    /// automatic disable): every retryable failure, plus an upstream refusing
-    /// the channel's own credentials (401, 403). A 400 or 404 is the
-    /// client's doing and says nothing about the channel.
+    /// automatic disable): unreachable or silent upstreams, 5xx answers, and
+    /// an upstream refusing the channel's own credentials (401, 403). A 400
+    /// or 404 is the client's doing and says nothing about the channel.
+    /// An upstream 429 is not: it slows the channel down instead (see
+    /// `provider::health`).
     pub fn is_channel_fault(&self) -> bool {
-        self.is_retryable()
-            || matches!(self, ProxyError::UpstreamStatus { status, .. } if matches!(status.as_u16(), 401 | 403))
+        match self {
+            ProxyError::UpstreamStatus { status, .. } => {
+                matches!(status.as_u16(), 401 | 403) || (status.is_server_error() && self.is_retryable())
+            }
+            other => other.is_retryable(),
+        }
     }
 }
 
@@ -294,18 +326,6 @@ pub fn format_usd(micros: i64) -> String {
     let sign = if micros < 0 { "-" } else { "" };
     let abs = micros.unsigned_abs();
     format!("{sign}{}.{:06}", abs / 1_000_000, abs % 1_000_000)
-}
-
-/// The response for `error` on request `request_id` in the OpenAI shape,
-/// message suffixed with ` (request id: …)` except for `Invalid URL`.
-pub fn render(error: &ProxyError, request_id: &str) -> Response {
-    render_as(error, request_id, Shape::OpenAi)
-}
-
-/// The response for `error` on a request to `path`, in the shape that path's
-/// API uses (`Shape::for_path`).
-pub fn render_for(error: &ProxyError, request_id: &str, path: &str) -> Response {
-    render_as(error, request_id, Shape::for_path(path))
 }
 
 /// The response for `error` on request `request_id` in `shape`. Carries
@@ -383,7 +403,7 @@ mod tests {
             (ProxyError::MissingField("model"), 400, "field \"model\" is required", None),
         ];
         for (error, status, message, code) in cases {
-            let response = render(&error, "rid1");
+            let response = render_as(&error, "rid1", Shape::OpenAi);
             assert_eq!(response.status().as_u16(), status, "{error:?}");
             assert_eq!(response.headers()[SHOULD_RETRY], "false", "{error:?}");
             let json = body(response).await;
@@ -396,7 +416,7 @@ mod tests {
     #[tokio::test]
     async fn invalid_url_has_no_request_id_suffix() {
         let error = ProxyError::InvalidUrl { method: "POST".into(), path: "/v1/v1/chat/completions".into() };
-        let response = render(&error, "rid1");
+        let response = render_as(&error, "rid1", Shape::OpenAi);
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         let json = body(response).await;
         assert_eq!(json["error"]["message"], "Invalid URL (POST /v1/v1/chat/completions)");
@@ -406,17 +426,17 @@ mod tests {
     #[tokio::test]
     async fn upstream_failures_may_be_retried() {
         let error = ProxyError::UpstreamStatus { status: StatusCode::BAD_GATEWAY, message: "boom".into() };
-        let response = render(&error, "r");
+        let response = render_as(&error, "r", Shape::OpenAi);
         assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
         assert!(response.headers().get(SHOULD_RETRY).is_none());
         assert_eq!(body(response).await["error"]["message"], "upstream error: boom (request id: r)");
-        assert_eq!(render(&ProxyError::UpstreamTimeout, "r").status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(render_as(&ProxyError::UpstreamTimeout, "r", Shape::OpenAi).status(), StatusCode::GATEWAY_TIMEOUT);
     }
 
     #[tokio::test]
     async fn upstream_rate_limits_are_retryable_and_say_when() {
         let error = ProxyError::UpstreamStatus { status: StatusCode::TOO_MANY_REQUESTS, message: "slow down".into() };
-        let response = render(&error, "r");
+        let response = render_as(&error, "r", Shape::OpenAi);
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert!(response.headers().get(SHOULD_RETRY).is_none());
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
@@ -431,7 +451,7 @@ mod tests {
         };
         for status in [429, 500, 502, 503, 504, 529] {
             assert!(upstream(status).is_retryable(), "{status}");
-            assert!(upstream(status).is_channel_fault(), "{status}");
+            assert_eq!(upstream(status).is_channel_fault(), status != 429, "{status}: a 429 slows a channel down only");
         }
         for status in [400, 401, 403, 404, 413, 422, 501] {
             assert!(!upstream(status).is_retryable(), "{status}");
@@ -480,7 +500,7 @@ mod tests {
             (upstream(529), 529, "overloaded_error"),
         ];
         for (error, status, kind) in cases {
-            let response = render_for(&error, "rid9", "/v1/messages");
+            let response = render_as(&error, "rid9", Shape::for_path("/v1/messages"));
             assert_eq!(response.status().as_u16(), status, "{error:?}");
             let json = body(response).await;
             assert_eq!(json["type"], "error", "{json}");
@@ -489,7 +509,7 @@ mod tests {
             assert_eq!(json.as_object().unwrap().len(), 2, "{json}");
             assert_eq!(json["error"].as_object().unwrap().len(), 2, "{json}");
         }
-        let openai = body(render_for(&ProxyError::InvalidToken, "r", "/v1/chat/completions")).await;
+        let openai = body(render_as(&ProxyError::InvalidToken, "r", Shape::for_path("/v1/chat/completions"))).await;
         assert_eq!(openai["error"]["type"], "authentication_error");
         assert!(openai.get("type").is_none());
     }
@@ -497,7 +517,7 @@ mod tests {
     #[tokio::test]
     async fn rate_limit_refusals_name_the_limit_and_when_to_come_back() {
         let error = ProxyError::RateLimited { window_minutes: 3, max_requests: 20, retry_after_secs: 42 };
-        let response = render(&error, "rid7");
+        let response = render_as(&error, "rid7", Shape::OpenAi);
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()[header::RETRY_AFTER], "42");
         assert!(response.headers().get(SHOULD_RETRY).is_none(), "a rate limit may be retried");

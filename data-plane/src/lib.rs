@@ -15,27 +15,22 @@ mod discovery;
 mod domain;
 mod endpoints;
 mod error;
-mod failover;
 mod grpc;
-mod health;
+mod http;
 mod limits;
-mod messages;
+mod meter;
 mod openai;
 mod persist;
+mod pipeline;
 mod pricing;
-mod proxy;
+mod provider;
 mod reporter;
-mod server;
 mod snapshot;
-mod sse;
 mod tokens;
 mod translate;
-mod upstream;
-mod usage;
-mod video;
 
 pub use config::{Config, parse_trusted_proxies, read_node_key};
-pub use upstream::Config as UpstreamConfig;
+pub use provider::Config as UpstreamConfig;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -50,10 +45,10 @@ use tokio::{
 use crate::{
     discovery::Discovery,
     grpc::ControlPlane,
+    meter::{Overlay, UsageSink},
+    pipeline::App,
     reporter::Reporter,
-    server::App,
     snapshot::Snapshot,
-    usage::{Overlay, UsageSink},
 };
 
 /// How long `Handle::shutdown` lets in-flight requests finish.
@@ -163,9 +158,9 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         shutdown: tasks_stopped,
     };
     let discovery = tokio::spawn(discovery.run());
-    let videos = video::Videos::new(control.clone(), &node_id).context("building the video client")?;
+    let videos = endpoints::video::Videos::new(control.clone(), &node_id).context("building the video client")?;
     let permits = limits::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
-    let health = health::Health::new(control.clone(), &node_id);
+    let health = provider::Health::new(control.clone(), &node_id);
     let reporter = Reporter {
         rx: usage_rx,
         control,
@@ -187,7 +182,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         videos,
     });
     let (stop_server, server_stopped) = oneshot::channel::<()>();
-    let service = server::router(app).into_make_service_with_connect_info::<SocketAddr>();
+    let service = http::router(app).into_make_service_with_connect_info::<SocketAddr>();
     let server = tokio::spawn(async move {
         axum::serve(listener, service)
             .with_graceful_shutdown(async move {

@@ -592,7 +592,8 @@ mod tests {
     use super::*;
     use crate::{
         domain::{Account, Group, Token},
-        server::{self, App},
+        http as server,
+        pipeline::App,
         snapshot::tests as fx,
     };
 

@@ -5,18 +5,14 @@
 
 use std::fmt;
 
-use axum::http::StatusCode;
 use bytes::Bytes;
 use serde::{
     Deserialize,
     de::{MapAccess, Visitor},
 };
-use serde_json::value::RawValue;
+use serde_json::{Value, value::RawValue};
 
 use crate::{error::ProxyError, pricing::Usage};
-
-/// Longest upstream error message passed on to the client.
-const MAX_UPSTREAM_MESSAGE: usize = 1000;
 
 /// A validated `POST /v1/chat/completions` body.
 #[derive(Debug)]
@@ -180,6 +176,36 @@ impl UsageJson {
     }
 }
 
+/// The text of a chat completion's choices (content and tool-call
+/// arguments), for an estimate when the answer reports no usage.
+pub fn answer_text(body: &[u8]) -> String {
+    let Ok(answer) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return String::new();
+    };
+    let mut text = String::new();
+    for choice in answer.get("choices").and_then(|c| c.as_array()).into_iter().flatten() {
+        let message = choice.get("message").or_else(|| choice.get("delta"));
+        push_message_text(message, &mut text);
+        if let Some(t) = choice.get("text").and_then(|t| t.as_str()) {
+            text.push_str(t);
+        }
+    }
+    text
+}
+
+/// Appends a chat message's (or delta's) content and tool-call arguments.
+pub fn push_message_text(message: Option<&serde_json::Value>, text: &mut String) {
+    let Some(message) = message else { return };
+    if let Some(content) = message.get("content").and_then(|c| c.as_str()) {
+        text.push_str(content);
+    }
+    for call in message.get("tool_calls").and_then(|c| c.as_array()).into_iter().flatten() {
+        if let Some(arguments) = call.get("function").and_then(|f| f.get("arguments")).and_then(|a| a.as_str()) {
+            text.push_str(arguments);
+        }
+    }
+}
+
 /// Usage of a non-streamed response body, if it reports any.
 pub fn response_usage(body: &[u8]) -> Option<Usage> {
     #[derive(Deserialize)]
@@ -198,27 +224,50 @@ pub fn chunk_usage(data: &[u8]) -> Option<(Usage, bool)> {
     Some((usage, probe.choices.is_none_or(|c| c.is_empty())))
 }
 
-/// The message to show for an upstream's non-2xx answer: its
-/// `error.message` (or a string `error`/`message`) when the body is JSON,
-/// else the status reason. The caller masks secrets.
-pub fn upstream_error_message(status: StatusCode, body: &[u8]) -> String {
-    let from_json = serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| {
-        let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
-        v.get("error")
-            .and_then(|e| e.get("message").and_then(text).or_else(|| text(e)))
-            .or_else(|| v.get("message").and_then(text))
-    });
-    let mut message = from_json
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| status.canonical_reason().unwrap_or("unknown status").to_owned());
-    if message.len() > MAX_UPSTREAM_MESSAGE {
-        let mut cut = MAX_UPSTREAM_MESSAGE;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
+/// Token usage in an OpenAI usage object, in either naming: chat's
+/// (`prompt_tokens`, `completion_tokens`, `prompt_tokens_details`) or the
+/// responses API's (`input_tokens`, `output_tokens`, `input_tokens_details`).
+/// `None` when it counts no tokens (e.g. `{"type":"duration"}`).
+pub fn usage_of(usage: &Value) -> Option<Usage> {
+    let int = |names: [&str; 2]| names.iter().find_map(|n| usage.get(*n).and_then(Value::as_i64));
+    let prompt = int(["prompt_tokens", "input_tokens"]);
+    let completion = int(["completion_tokens", "output_tokens"]);
+    if prompt.is_none() && completion.is_none() {
+        return None;
     }
-    message
+    let cached = ["prompt_tokens_details", "input_tokens_details"]
+        .iter()
+        .find_map(|n| usage.get(*n).and_then(|d| d.get("cached_tokens")).and_then(Value::as_i64));
+    Some(Usage {
+        prompt_tokens: prompt.unwrap_or(0),
+        completion_tokens: completion.unwrap_or(0),
+        cached_tokens: cached.unwrap_or(0),
+    })
+}
+
+/// The answer text in one typed SSE event (`response.output_text.delta`,
+/// function-call argument deltas), for estimates.
+pub fn event_text(data: &[u8]) -> Option<String> {
+    if !data.windows(6).any(|w| w == b".delta") {
+        return None;
+    }
+    let event: Value = serde_json::from_slice(data).ok()?;
+    event.get("delta").and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Whether a typed SSE event ends the answer (`response.completed`,
+/// `response.failed`, `response.incomplete`).
+pub fn is_terminal_event(data: &[u8]) -> bool {
+    let has = |needle: &[u8]| data.windows(needle.len()).any(|w| w == needle);
+    has(b"\"response.completed\"") || has(b"\"response.failed\"") || has(b"\"response.incomplete\"")
+}
+
+/// Usage in one typed SSE event's data: `response.usage` (the responses
+/// API's `response.completed`) or a top-level `usage`.
+pub fn event_usage(data: &[u8]) -> Option<Usage> {
+    let event: Value = serde_json::from_slice(data).ok()?;
+    let usage = event.get("response").and_then(|r| r.get("usage")).filter(|u| u.is_object());
+    usage.or_else(|| event.get("usage")).and_then(usage_of)
 }
 
 #[cfg(test)]
@@ -286,14 +335,5 @@ mod tests {
         let inline = br#"{"choices":[{"delta":{}}],"usage":{"prompt_tokens":1}}"#;
         assert_eq!(chunk_usage(inline).map(|(_, only)| only), Some(false));
         assert_eq!(chunk_usage(br#"{"choices":[{}],"usage":null}"#), None);
-    }
-
-    #[test]
-    fn upstream_errors_prefer_the_json_message() {
-        let s = StatusCode::TOO_MANY_REQUESTS;
-        assert_eq!(upstream_error_message(s, br#"{"error":{"message":"slow down"}}"#), "slow down");
-        assert_eq!(upstream_error_message(s, br#"{"error":"flat"}"#), "flat");
-        assert_eq!(upstream_error_message(s, b"<html>"), "Too Many Requests");
-        assert_eq!(upstream_error_message(s, &vec![b'x'; 5000]), "Too Many Requests");
     }
 }

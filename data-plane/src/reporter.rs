@@ -26,7 +26,7 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use crate::{backoff::Backoff, grpc, snapshot::Snapshot, usage::Overlay};
+use crate::{backoff::Backoff, grpc, meter::Overlay, snapshot::Snapshot};
 
 /// Most records per batch (and per spool file).
 pub const MAX_BATCH: usize = 1000;

@@ -1,9 +1,13 @@
 //! Metering: turns what a response used into a priced usage record, queues it
 //! for the reporter, and keeps the local spend overlay so a caller's next
 //! request sees its own spend before the control plane's snapshot does.
+//! Streamed answers reach the client through the one `pump`.
 //!
 //! A `Meter` records exactly once: when the response ends, or when it is
 //! dropped because the client went away.
+
+pub mod pump;
+pub mod sse;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -15,8 +19,8 @@ use gw_proto::pb;
 use tokio::sync::mpsc;
 
 use crate::{
-    auth::Caller,
     domain::{Channel, Model},
+    pipeline::Admitted,
     pricing::{Usage, cost_micros},
 };
 
@@ -83,17 +87,12 @@ pub struct Meter {
 // === impl Charge ===
 
 impl Charge {
-    /// What `caller`'s request to `endpoint` for `model` is billed as, before
-    /// a channel is chosen.
-    pub fn new(
-        request_id: &str,
-        caller: &Caller,
-        model: Arc<Model>,
-        endpoint: &'static str,
-        started: Instant,
-    ) -> Charge {
+    /// What the `admitted` request to `endpoint` for `model` is billed as,
+    /// before a channel is chosen.
+    pub fn new(admitted: &Admitted, model: Arc<Model>, endpoint: &'static str) -> Charge {
+        let caller = &admitted.caller;
         Charge {
-            request_id: request_id.to_owned(),
+            request_id: admitted.id.0.to_string(),
             token_id: caller.token.id.clone(),
             account_id: caller.account.id.clone(),
             group: caller.group.name.clone(),
@@ -101,7 +100,23 @@ impl Charge {
             channel_id: String::new(),
             endpoint,
             ratio_ppm: caller.group.ratio_ppm,
-            started,
+            started: admitted.started,
+        }
+    }
+
+    /// A charge for tests: request `id`, model `m`, channel `c`.
+    #[cfg(test)]
+    pub fn test(id: &str) -> Charge {
+        Charge {
+            request_id: id.into(),
+            token_id: "t".into(),
+            account_id: "a".into(),
+            group: "g".into(),
+            model: Arc::new(crate::snapshot::tests::model("m")),
+            channel_id: "c".into(),
+            endpoint: "/v1/chat/completions",
+            ratio_ppm: 1_000_000,
+            started: Instant::now(),
         }
     }
 
@@ -268,6 +283,28 @@ impl Meter {
         self.completion_text.push_str(text);
     }
 
+    /// The usage the upstream reported, if any.
+    #[cfg(test)]
+    pub fn seen(&self) -> Option<Usage> {
+        self.seen
+    }
+
+    /// What the answer used as far as the gateway can count it: the prompt
+    /// with the model family's tokenizer (or its size when no body was
+    /// given), the completion from the answer text seen (or one token per
+    /// content chunk when there was none).
+    pub fn estimate(&self) -> Usage {
+        let model = self.charge.as_ref().map_or("", |c| c.model.id.as_str());
+        let prompt_tokens =
+            self.prompt_body.as_ref().map_or(self.prompt_estimate, |body| crate::tokens::count_request(model, body));
+        let completion_tokens = if self.completion_text.is_empty() {
+            self.chunks
+        } else {
+            crate::tokens::count(model, &self.completion_text)
+        };
+        Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }
+    }
+
     /// Usage reported by the upstream; the last report wins.
     pub fn observe(&mut self, usage: Usage) {
         self.seen = Some(usage);
@@ -290,26 +327,14 @@ impl Meter {
     }
 
     fn record(&mut self, status: u16) {
-        let Some(charge) = self.charge.take() else {
-            return;
-        };
+        // No usage: bill an estimate rather than nothing, so cutting a
+        // stream short is not a way to get tokens for free.
         let (usage, estimated) = match self.seen {
             Some(usage) => (usage, false),
-            // No usage: bill an estimate rather than nothing, so cutting a
-            // stream short is not a way to get tokens for free.
-            None => {
-                let model = charge.model.id.as_str();
-                let prompt_tokens = self
-                    .prompt_body
-                    .as_ref()
-                    .map_or(self.prompt_estimate, |body| crate::tokens::count_request(model, body));
-                let completion_tokens = if self.completion_text.is_empty() {
-                    self.chunks
-                } else {
-                    crate::tokens::count(model, &self.completion_text)
-                };
-                (Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }, true)
-            }
+            None => (self.estimate(), true),
+        };
+        let Some(charge) = self.charge.take() else {
+            return;
         };
         self.sink.record(&charge, usage, status, estimated);
     }
@@ -328,17 +353,7 @@ mod tests {
     use super::*;
 
     fn charge(id: &str) -> Charge {
-        Charge {
-            request_id: id.into(),
-            token_id: "t".into(),
-            account_id: "a".into(),
-            group: "g".into(),
-            model: Arc::new(crate::snapshot::tests::model("m")),
-            channel_id: "c".into(),
-            endpoint: "/v1/chat/completions",
-            ratio_ppm: 1_000_000,
-            started: Instant::now(),
-        }
+        Charge::test(id)
     }
 
     #[test]

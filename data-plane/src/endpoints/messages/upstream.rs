@@ -16,36 +16,32 @@ use std::sync::Arc;
 
 use axum::{
     body::Body,
-    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    http::{HeaderMap, StatusCode},
     response::Response,
 };
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::relay::{self, ChatAsMessages, MessagesAsChat, PassMessages, Relay};
+use super::relay::{ChatAsMessages, MessagesAsChat, PassMessages};
 use crate::{
-    domain::Channel,
+    domain::{Channel, ChannelKind},
+    endpoints::json::JsonBody,
     error::ProxyError,
+    meter::{
+        Charge, Meter,
+        pump::{EventRelay, Events, pump},
+    },
     now_unix, openai,
     openai::ChatRequest,
-    proxy,
-    server::App,
+    pipeline::{self, App},
+    provider::{self, anthropic},
     translate::{self, TranslateError},
-    upstream,
-    usage::{Charge, Meter},
 };
-
-/// `anthropic-version` sent when the client named none.
-pub const DEFAULT_VERSION: &str = "2023-06-01";
-
-/// Client headers never passed to an upstream: credentials and what
-/// describes the hop to the gateway rather than the request.
-const HOP_HEADERS: &[&str] = &["x-api-key", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"];
 
 /// A `/v1/messages` request as the client sent it.
 pub struct MessagesCall {
-    /// The body as it arrived.
-    pub raw: Bytes,
+    /// The body as it arrived, fields in order.
+    pub body: JsonBody,
     /// The same body parsed (for translation and the model mapping).
     pub json: Value,
     pub model: String,
@@ -65,20 +61,17 @@ pub async fn messages(
     charge: Charge,
 ) -> Result<Response, ProxyError> {
     let upstream_model = channel.upstream_model(&call.model).to_owned();
+    let raw = Bytes::copy_from_slice(call.body.raw());
     match channel.kind {
-        crate::domain::ChannelKind::Anthropic => {
-            let body =
-                if upstream_model == call.model { call.raw.clone() } else { with_model(&call.json, &upstream_model)? };
-            let path = match &call.query {
-                Some(query) => format!("/messages?{query}"),
-                None => "/messages".to_owned(),
-            };
-            let headers = anthropic_headers(&call.headers);
+        ChannelKind::Anthropic => {
+            let body = body_for(call, &channel)?;
+            let path = anthropic::path_with_query("/messages", call.query.as_deref());
+            let headers = anthropic::headers(&call.headers);
             let response = app.upstreams.send(&channel, &path, headers, body, call.stream).await?;
-            let response = success(response, &channel).await?;
-            let mut meter = Meter::new(charge, app.usage.clone(), call.raw.len());
-            meter.estimate_prompt_from(call.raw.clone());
-            if is_sse(&response) {
+            let response = provider::accept(&app.upstreams, &channel, response).await?;
+            let mut meter = Meter::new(charge, app.usage.clone(), raw.len());
+            meter.estimate_prompt_from(raw);
+            if provider::is_sse(response.headers()) {
                 return Ok(stream(app, &channel, response, PassMessages::default(), meter));
             }
             let (bytes, mut meter) = read(app, &channel, response, meter).await?;
@@ -88,17 +81,17 @@ pub async fn messages(
                 meter.add_text(&messages_text(&answer));
             }
             meter.finish(200);
-            Ok(proxy::build(StatusCode::OK, None, Body::from(bytes), false))
+            Ok(pipeline::reply(StatusCode::OK, None, Body::from(bytes), false))
         }
-        crate::domain::ChannelKind::OpenAi => {
+        ChannelKind::OpenAi => {
             let mut request = translate::messages_to_chat_request(&call.json).map_err(untranslatable)?;
             request["model"] = Value::String(upstream_model);
             let body = Bytes::from(request.to_string());
             let response = app.upstreams.chat(&channel, body, call.stream).await?;
-            let response = success(response, &channel).await?;
-            let mut meter = Meter::new(charge, app.usage.clone(), call.raw.len());
-            meter.estimate_prompt_from(call.raw.clone());
-            if is_sse(&response) {
+            let response = provider::accept(&app.upstreams, &channel, response).await?;
+            let mut meter = Meter::new(charge, app.usage.clone(), raw.len());
+            meter.estimate_prompt_from(raw);
+            if provider::is_sse(response.headers()) {
                 return Ok(stream(app, &channel, response, ChatAsMessages::new(), meter));
             }
             let (bytes, mut meter) = read(app, &channel, response, meter).await?;
@@ -129,11 +122,11 @@ pub async fn chat(
     request["model"] = Value::String(channel.upstream_model(&chat.model).to_owned());
     let body = Bytes::from(request.to_string());
     let response =
-        app.upstreams.send(&channel, "/messages", anthropic_headers(&HeaderMap::new()), body, chat.stream).await?;
-    let response = success(response, &channel).await?;
+        app.upstreams.send(&channel, "/messages", anthropic::headers(&HeaderMap::new()), body, chat.stream).await?;
+    let response = provider::accept(&app.upstreams, &channel, response).await?;
     let mut meter = Meter::new(charge, app.usage.clone(), chat.len());
     meter.estimate_prompt_from(chat.body().clone());
-    if is_sse(&response) {
+    if provider::is_sse(response.headers()) {
         let relay = MessagesAsChat::new(chat.client_wants_usage, now_unix());
         return Ok(stream(app, &channel, response, relay, meter));
     }
@@ -149,61 +142,32 @@ pub async fn chat(
     Ok(json_response(&translate::messages_to_chat_response(&answer, now_unix())))
 }
 
-/// The headers for a messages-native upstream: JSON content, the version,
-/// and the client's `anthropic-…` and vendor `x-…` headers.
-pub fn anthropic_headers(client: &HeaderMap) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    for (name, value) in client {
-        let n = name.as_str();
-        if (n.starts_with("anthropic-") || n.starts_with("x-")) && !HOP_HEADERS.contains(&n) {
-            headers.append(name.clone(), value.clone());
-        }
-    }
-    if !headers.contains_key("anthropic-version") {
-        let version = client.get("compat-version").cloned().unwrap_or(HeaderValue::from_static(DEFAULT_VERSION));
-        headers.insert(HeaderName::from_static("anthropic-version"), version);
-    }
-    headers
-}
-
-/// `body` with `model` replaced; every other field kept.
-fn with_model(body: &Value, model: &str) -> Result<Bytes, ProxyError> {
-    let mut body = body.clone();
-    let object = body.as_object_mut().ok_or(ProxyError::MissingField("model"))?;
-    object.insert("model".into(), Value::String(model.to_owned()));
-    Ok(Bytes::from(body.to_string()))
+/// The body for a messages-native `channel`: the client's bytes, with only
+/// the `model` value replaced when the channel maps it (every other field,
+/// `cache_control` markers and signed thinking blocks included, byte for
+/// byte).
+pub fn body_for(call: &MessagesCall, channel: &Channel) -> Result<Bytes, ProxyError> {
+    let upstream_model = channel.upstream_model(&call.model);
+    let rename = (upstream_model != call.model).then_some(upstream_model);
+    Ok(call.body.rewrite(rename, false))
 }
 
 fn untranslatable(error: TranslateError) -> ProxyError {
     ProxyError::Untranslatable(error.to_string())
 }
 
-/// `response` when its status is a success, else the masked upstream error.
-async fn success(response: reqwest::Response, channel: &Channel) -> Result<reqwest::Response, ProxyError> {
-    let status = response.status();
-    if status.is_success() {
-        return Ok(response);
-    }
-    let bytes = proxy::read_capped(response, proxy::MAX_ERROR_BODY_BYTES).await;
-    let message = upstream::mask_channel(&openai::upstream_error_message(status, &bytes), channel);
-    tracing::warn!(channel = %channel.id, status = status.as_u16(), %message, "upstream refused the request");
-    Err(ProxyError::UpstreamStatus { status, message })
-}
-
-fn is_sse(response: &reqwest::Response) -> bool {
-    response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
-}
-
 /// The streamed client response for `response` sent through `relay`.
-fn stream<R: Relay>(app: &App, channel: &Channel, response: reqwest::Response, relay: R, meter: Meter) -> Response {
+fn stream<R: EventRelay>(
+    app: &App,
+    channel: &Channel,
+    response: reqwest::Response,
+    relay: R,
+    meter: Meter,
+) -> Response {
     let idle = app.upstreams.idle_timeout(channel);
-    let body = relay::relayed(Box::pin(response.bytes_stream()), relay, meter, idle);
-    proxy::build(StatusCode::OK, None, Body::from_stream(body), true)
+    let status = response.status().as_u16();
+    let body = pump(Box::pin(response.bytes_stream()), Events::new(relay), Some(meter), idle, status);
+    pipeline::reply(StatusCode::OK, None, Body::from_stream(body), true)
 }
 
 /// The whole body; a body that breaks off bills nothing and may be retried.
@@ -230,7 +194,7 @@ fn not_json(meter: Meter, channel: &Channel) -> ProxyError {
 }
 
 fn json_response(value: &Value) -> Response {
-    proxy::build(StatusCode::OK, None, Body::from(value.to_string()), false)
+    pipeline::reply(StatusCode::OK, None, Body::from(value.to_string()), false)
 }
 
 /// The text and tool arguments of a messages answer, for estimates.

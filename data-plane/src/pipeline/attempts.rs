@@ -5,17 +5,35 @@
 //! retryable error (`ProxyError::is_retryable`) leads to the next one, up to
 //! the configured number; any other error, or a response, ends the request.
 //! An attempt succeeds once its response may go to the client, so nothing is
-//! ever retried after a byte has reached it.
+//! ever retried after a byte has reached it. A new round never starts on
+//! the channel that just failed while another exists, and channels cooling
+//! down after an upstream 429 are tried only when no other is left.
+//!
+//! Channel health hears of each request at most once per channel, with the
+//! client that made it, so one client's bad requests cannot take a shared
+//! channel out of rotation (see `provider::health`).
 
 use std::{future::Future, sync::Arc};
 
-use crate::{backoff::Backoff, domain::Channel, error::ProxyError, snapshot::pick_channel, upstream::Upstreams};
+use super::Trail;
+use crate::{backoff::Backoff, domain::Channel, error::ProxyError, provider::Upstreams, snapshot::pick_channel};
+
+/// The request a run of attempts is for.
+#[derive(Clone, Copy)]
+pub struct Scope<'a> {
+    pub request_id: &'a str,
+    /// Who made the request (its token id): health counts failures per client.
+    pub client: &'a str,
+    pub trail: &'a Trail,
+}
 
 /// The channels to try for one request, in order, within a budget.
 pub struct Attempts<'a> {
     candidates: &'a [Arc<Channel>],
     /// Channels tried in the current round.
     tried: Vec<&'a str>,
+    /// The channel of the last attempt.
+    last: Option<&'a str>,
     made: u32,
     max: u32,
     backoff: Backoff,
@@ -24,24 +42,38 @@ pub struct Attempts<'a> {
 /// Runs `attempt` on channels from `candidates` (highest priority first, as
 /// `Snapshot::channels` returns them) until one succeeds, one fails with an
 /// error that is not retryable, or the attempts configured in `upstreams` are
-/// used up; returns that success or the last error. Each outcome is recorded
-/// in the channel's health. `candidates` must not be empty.
-pub async fn run<T, F, Fut>(upstreams: &Upstreams, candidates: &[Arc<Channel>], mut attempt: F) -> Result<T, ProxyError>
+/// used up; returns that success or the last error. Each channel's outcome
+/// is recorded in its health once for the request, and the channel and the
+/// number of attempts in the request's trail. `candidates` must not be empty.
+pub async fn run<T, F, Fut>(
+    upstreams: &Upstreams,
+    scope: Scope<'_>,
+    candidates: &[Arc<Channel>],
+    mut attempt: F,
+) -> Result<T, ProxyError>
 where
     F: FnMut(Arc<Channel>) -> Fut,
     Fut: Future<Output = Result<T, ProxyError>>,
 {
     let mut attempts = Attempts::new(candidates, upstreams);
     let mut last_error = None;
-    while let Some(channel) = attempts.next().await {
+    let mut counted: Vec<String> = Vec::new();
+    while let Some(channel) = attempts.next(&upstreams.health).await {
         let id = channel.id.clone();
+        scope.trail.update(|t| {
+            t.channel = Some(id.clone());
+            t.attempts = attempts.made;
+        });
         match attempt(channel).await {
             Ok(done) => {
                 upstreams.health.succeeded(&id);
                 return Ok(done);
             }
             Err(error) => {
-                upstreams.health.failed(&id, &error);
+                if !counted.contains(&id) {
+                    upstreams.health.failed(&id, &error, scope.request_id, scope.client);
+                    counted.push(id.clone());
+                }
                 if !error.is_retryable() {
                     return Err(error);
                 }
@@ -65,6 +97,7 @@ impl<'a> Attempts<'a> {
         Attempts {
             candidates,
             tried: Vec::new(),
+            last: None,
             made: 0,
             max: config.max_attempts.max(1),
             backoff: Backoff::new(config.backoff_base, config.backoff_cap),
@@ -73,22 +106,34 @@ impl<'a> Attempts<'a> {
 
     /// The channel for the next attempt, `None` when the budget is spent (or
     /// there are no candidates). Waits the backoff first when every
-    /// candidate was already tried in this round.
-    pub async fn next(&mut self) -> Option<Arc<Channel>> {
+    /// candidate was already tried in this round; the new round starts on
+    /// another channel than the last one when there is another.
+    pub async fn next(&mut self, health: &crate::provider::Health) -> Option<Arc<Channel>> {
         if self.made >= self.max || self.candidates.is_empty() {
             return None;
         }
-        let channel = match pick_channel(self.candidates, &self.tried) {
+        let channel = match self.pick(health) {
             Some(channel) => channel,
             None => {
                 tokio::time::sleep(self.backoff.next_delay()).await;
                 self.tried.clear();
-                pick_channel(self.candidates, &self.tried)?
+                if let Some(last) = self.last.filter(|_| self.candidates.len() > 1) {
+                    self.tried.push(last);
+                }
+                self.pick(health)?
             }
         };
         self.tried.push(&channel.id);
+        self.last = Some(&channel.id);
         self.made += 1;
         Some(channel.clone())
+    }
+
+    /// The next untried channel, preferring those not cooling down.
+    fn pick(&self, health: &crate::provider::Health) -> Option<&'a Arc<Channel>> {
+        let mut skip = self.tried.clone();
+        skip.extend(self.candidates.iter().filter(|c| health.cooling(&c.id)).map(|c| c.id.as_str()));
+        pick_channel(self.candidates, &skip).or_else(|| pick_channel(self.candidates, &self.tried))
     }
 }
 
@@ -103,11 +148,11 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::*;
-    use crate::{snapshot::tests::channel, upstream::Config};
+    use crate::{pipeline::Trail, provider::Config, snapshot::tests::channel};
 
     fn upstreams(max_attempts: u32) -> Upstreams {
         Config { max_attempts, backoff_base: Duration::from_millis(40), ..Config::default() }
-            .build(crate::health::Health::unreported())
+            .build(crate::provider::Health::unreported())
     }
 
     fn candidates(levels: &[(&str, i32)]) -> Vec<Arc<Channel>> {
@@ -127,7 +172,9 @@ mod tests {
         error: ProxyError,
     ) -> (Result<String, ProxyError>, Vec<String>) {
         let tried = Mutex::new(Vec::new());
-        let result = run(upstreams, list, |channel| {
+        let trail = Trail::default();
+        let scope = Scope { request_id: "r1", client: "t1", trail: &trail };
+        let result = run(upstreams, scope, list, |channel| {
             tried.lock().unwrap().push(channel.id.clone());
             let outcome =
                 if failing.contains(&channel.id.as_str()) { Err(error.clone()) } else { Ok(channel.id.clone()) };

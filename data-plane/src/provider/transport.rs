@@ -15,10 +15,10 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 
+use super::Health;
 use crate::{
     domain::{Channel, ChannelKind},
     error::ProxyError,
-    health::Health,
 };
 
 /// Defaults for channels that set no timeout of their own.
@@ -26,6 +26,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_TOTAL_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Largest non-streamed upstream answer read (images in base64 are the
+/// big ones); a larger one fails the attempt with 502.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// How this data plane talks to upstreams; a channel's own timeouts win over
 /// these defaults.
@@ -215,7 +218,8 @@ impl Upstreams {
     }
 
     /// Reads all of `response`'s body, failing if it stalls for longer than
-    /// `channel`'s idle timeout (the total timeout bounds it as a whole).
+    /// `channel`'s idle timeout (the total timeout bounds it as a whole) or
+    /// grows past `MAX_ANSWER_BYTES`.
     pub async fn read_body(&self, channel: &Channel, response: reqwest::Response) -> Result<Bytes, ProxyError> {
         let idle = self.idle_timeout(channel);
         let capacity = response.content_length().map_or(0, |n| usize::try_from(n).unwrap_or(0).min(1 << 20));
@@ -223,6 +227,11 @@ impl Upstreams {
         let mut body = response.bytes_stream();
         loop {
             match tokio::time::timeout(idle, body.next()).await {
+                Ok(Some(Ok(chunk))) if buf.len() + chunk.len() > MAX_ANSWER_BYTES => {
+                    tracing::warn!(channel = %channel.id, limit = MAX_ANSWER_BYTES, "upstream answer too large");
+                    let message = format!("upstream answer is larger than {MAX_ANSWER_BYTES} bytes");
+                    return Err(ProxyError::UpstreamStatus { status: axum::http::StatusCode::BAD_GATEWAY, message });
+                }
                 Ok(Some(Ok(chunk))) => buf.extend_from_slice(&chunk),
                 Ok(Some(Err(error))) => return Err(transport_error(channel, &error)),
                 Ok(None) => return Ok(buf.freeze()),

@@ -15,69 +15,46 @@
 use std::sync::Arc;
 
 use axum::{
-    body::Body,
     extract::{Path, Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::Response,
 };
 use base64::Engine as _;
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt as _;
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::{
     DEFAULT_SECONDS, POLL_AFTER_MS, Submission, check_size, control::Task, image_part, json_response, parse_seconds,
-    reader, request_id, respond, submit,
+    reader, submit,
 };
-use crate::{auth::Access, error::ProxyError, proxy, server::App};
+use crate::{
+    auth::Access,
+    error::ProxyError,
+    pipeline::{self, App},
+};
 
-/// Largest JSON submission (the image travels inside it, as base64).
-const MAX_BODY_BYTES: usize = proxy::MAX_BODY_BYTES;
-
-/// `POST /v1/video/generations`.
-pub async fn create(State(app): State<Arc<App>>, request: Request) -> Response {
-    let request_id = request_id(&request);
-    let result = async {
-        let snapshot = app.snapshot.load_full();
-        let (parts, body) = request.into_parts();
-        let caller = proxy::authorize_request(&app, &snapshot, &parts, Access::Spend)?;
-        app.limits.check(&caller).await?;
-        let body = read_capped(body).await?;
-        let submission = parse(&body)?;
-        let task = submit(&app, &request_id, &snapshot, &caller, submission).await?;
-        Ok(json_response(StatusCode::OK, &native_object(&task, None)))
-    }
-    .await;
-    respond(result, &request_id)
+/// `POST /v1/video/generations`: the image travels inside the JSON body, as
+/// base64, within the pipeline's body limit.
+pub async fn create(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
+    let (admitted, body) = pipeline::admit(&app, request, Access::Spend).await?;
+    let body = admitted.read_body(body).await?;
+    let submission = parse(&body)?;
+    let task = submit(&app, &admitted, submission).await?;
+    Ok(json_response(StatusCode::OK, &native_object(&task, None)))
 }
 
 /// `GET /v1/video/generations/{id}`.
-pub async fn retrieve(State(app): State<Arc<App>>, Path(id): Path<String>, request: Request) -> Response {
-    let request_id = request_id(&request);
-    let result = async {
-        let (caller, parts) = reader(&app, request)?;
-        let task = app.videos.control.get(&caller, &id).await?;
-        let base = public_base(&parts.headers, &parts.uri);
-        let mut response = json_response(StatusCode::OK, &native_object(&task, Some(&base)));
-        response.headers_mut().insert("openai-poll-after-ms", HeaderValue::from_static(POLL_AFTER_MS));
-        Ok(response)
-    }
-    .await;
-    respond(result, &request_id)
-}
-
-/// Reads a JSON body of at most `MAX_BODY_BYTES`.
-async fn read_capped(body: Body) -> Result<Bytes, ProxyError> {
-    let mut buf = BytesMut::new();
-    let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|_| ProxyError::BodyRead)?;
-        if buf.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(ProxyError::BodyTooLarge { limit: MAX_BODY_BYTES });
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
+pub async fn retrieve(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Response, ProxyError> {
+    let admitted = reader(&app, request).await?;
+    let task = app.videos.control.get(&admitted.caller, &id).await?;
+    let base = public_base(&admitted.parts.headers, &admitted.parts.uri);
+    let mut response = json_response(StatusCode::OK, &native_object(&task, Some(&base)));
+    response.headers_mut().insert("openai-poll-after-ms", HeaderValue::from_static(POLL_AFTER_MS));
+    Ok(response)
 }
 
 /// A native submission as the shared path takes it.

@@ -1,76 +1,112 @@
-//! `POST /v1/messages`: the messages dialect of chat. Same pipeline as chat
-//! completions (auth, access checks, rate limit, model routing, failover,
-//! metering), then validation of what the messages API requires: the
-//! version header (`compat-version` or `anthropic-version`), a `model`, an
-//! integer `max_tokens` and a well-formed `messages` array. Each attempt
-//! speaks its channel's dialect (see `upstream`); every error is in the
-//! messages shape.
+//! `POST /v1/messages` and `POST /v1/messages/count_tokens`: the messages
+//! dialect of chat. The pipeline's steps, plus what the messages API
+//! requires: the version header (`compat-version` or `anthropic-version`), a
+//! `model`, an integer `max_tokens` (not for counting) and a well-formed
+//! `messages` array whose entries are `user`, `assistant`, or — as coding
+//! agents send them — `system` and `developer`. Each attempt speaks its
+//! channel's dialect (see `upstream`); errors are in the messages shape.
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use axum::{
     extract::{Request, State},
+    http::{HeaderMap, StatusCode},
     response::Response,
 };
 use bytes::Bytes;
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use super::json::JsonBody;
 use crate::{
     auth::Access,
-    error::{self, ProxyError, Shape},
-    failover, proxy,
-    server::{App, RequestId},
-    usage::Charge,
+    domain::ChannelKind,
+    error::ProxyError,
+    meter::Charge,
+    pipeline::{self, Admitted, App},
+    provider, tokens,
 };
 
 mod relay;
 mod upstream;
 
 use upstream::MessagesCall;
-pub use upstream::chat as chat_to_messages_channel;
+pub use upstream::chat as to_messages_channel;
 
 /// The endpoint usage records name.
 const ENDPOINT: &str = "/v1/messages";
+const COUNT_ENDPOINT: &str = "/v1/messages/count_tokens";
 
-/// Handles `POST /v1/messages`; every failure is rendered in the messages
-/// error shape.
-pub async fn messages(State(app): State<Arc<App>>, request: Request) -> Response {
-    let request_id = request.extensions().get::<RequestId>().cloned().unwrap_or_default();
-    match handle(&app, &request_id, request).await {
-        Ok(response) => response,
-        Err(error) => {
-            tracing::debug!(request_id = %request_id.0, reason = error.reason(), "request refused");
-            error::render_as(&error, &request_id.0, Shape::Messages)
-        }
-    }
-}
-
-async fn handle(app: &App, request_id: &RequestId, request: Request) -> Result<Response, ProxyError> {
-    let started = Instant::now();
-    let snapshot = app.snapshot.load_full();
-    let (parts, body) = request.into_parts();
-    let caller = proxy::authorize_request(app, &snapshot, &parts, Access::Spend)?;
-    app.limits.check(&caller).await?;
-    if !parts.headers.contains_key("anthropic-version") && !parts.headers.contains_key("compat-version") {
-        return Err(ProxyError::MissingVersionHeader);
-    }
-    let raw = proxy::read_body(body, &parts.headers).await?;
-    let call = parse(raw, parts.headers, parts.uri.query().map(str::to_owned))?;
-    let (model, candidates) = proxy::route(&snapshot, &caller, &call.model)?;
-    let charge = Charge::new(&request_id.0, &caller, model.clone(), ENDPOINT, started);
-    let (call, charge) = (&call, &charge);
-    failover::run(&app.upstreams, candidates, |channel| {
+/// Handles `POST /v1/messages`.
+pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
+    let (admitted, call) = admit(&app, request, Access::Spend, true).await?;
+    let (model, candidates) = pipeline::route(&admitted, &call.model, ENDPOINT)?;
+    let charge = Charge::new(&admitted, model.clone(), ENDPOINT);
+    let (app, call, charge) = (&*app, &call, &charge);
+    pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);
         upstream::messages(app, channel, call, charge)
     })
     .await
 }
 
+/// Handles `POST /v1/messages/count_tokens`: passed through to
+/// messages-native channels, counted here with the model family's tokenizer
+/// (system prompt, messages and tools) for the others. Free: it records no
+/// usage and takes no rate-limit permit.
+pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
+    let (admitted, call) = admit(&app, request, Access::Read, false).await?;
+    let (_, candidates) = pipeline::route(&admitted, &call.model, COUNT_ENDPOINT)?;
+    let (app, call) = (&*app, &call);
+    pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| async move {
+        if channel.kind != ChannelKind::Anthropic {
+            let input_tokens = tokens::count_request(&call.model, call.body.raw());
+            return Ok(pipeline::reply(
+                StatusCode::OK,
+                None,
+                json!({ "input_tokens": input_tokens }).to_string().into(),
+                false,
+            ));
+        }
+        let body = upstream::body_for(call, &channel)?;
+        let path = provider::anthropic::path_with_query("/messages/count_tokens", call.query.as_deref());
+        let headers = provider::anthropic::headers(&call.headers);
+        let response = app.upstreams.send(&channel, &path, headers, body, false).await?;
+        let response = provider::accept(&app.upstreams, &channel, response).await?;
+        let status = response.status();
+        let bytes = app.upstreams.read_body(&channel, response).await?;
+        Ok(pipeline::reply(status, None, bytes.into(), false))
+    })
+    .await
+}
+
+/// Admits a messages request and validates its headers and body.
+async fn admit(
+    app: &App,
+    request: Request,
+    access: Access,
+    needs_max_tokens: bool,
+) -> Result<(Admitted, MessagesCall), ProxyError> {
+    let (admitted, body) = pipeline::admit(app, request, access).await?;
+    let headers = &admitted.parts.headers;
+    if !headers.contains_key("anthropic-version") && !headers.contains_key("compat-version") {
+        return Err(ProxyError::MissingVersionHeader);
+    }
+    let raw = admitted.read_body(body).await?;
+    let query = admitted.parts.uri.query().map(str::to_owned);
+    let call = parse(raw, admitted.parts.headers.clone(), query, needs_max_tokens)?;
+    Ok((admitted, call))
+}
+
 /// Validates a messages body: a JSON object with a non-empty string
-/// `model`, a non-negative integer `max_tokens`, and a `messages` array of
-/// objects each with a `role` of `user` or `assistant` and a string or
-/// array `content`.
-fn parse(raw: Bytes, headers: axum::http::HeaderMap, query: Option<String>) -> Result<MessagesCall, ProxyError> {
+/// `model`, a non-negative integer `max_tokens` (when `needs_max_tokens`),
+/// and a `messages` array of objects each with a `role` of `user`,
+/// `assistant`, `system` or `developer` and a string or array `content`.
+fn parse(
+    raw: Bytes,
+    headers: HeaderMap,
+    query: Option<String>,
+    needs_max_tokens: bool,
+) -> Result<MessagesCall, ProxyError> {
     let json = serde_json::from_slice::<Value>(&raw).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
     if !json.is_object() {
         return Err(ProxyError::InvalidJson("the body must be a JSON object".into()));
@@ -82,7 +118,8 @@ fn parse(raw: Bytes, headers: axum::http::HeaderMap, query: Option<String>) -> R
         .ok_or(ProxyError::MissingField("model"))?
         .to_owned();
     match json.get("max_tokens") {
-        None | Some(Value::Null) => return Err(ProxyError::MissingField("max_tokens")),
+        None | Some(Value::Null) if needs_max_tokens => return Err(ProxyError::MissingField("max_tokens")),
+        None | Some(Value::Null) => {}
         Some(v) if !v.is_u64() => {
             let reason = "must be a non-negative integer".to_owned();
             return Err(ProxyError::InvalidField { field: "max_tokens", reason });
@@ -100,8 +137,8 @@ fn parse(raw: Bytes, headers: axum::http::HeaderMap, query: Option<String>) -> R
     for (i, message) in messages.iter().enumerate() {
         let role = message.get("role").and_then(Value::as_str);
         let content = message.get("content");
-        if !matches!(role, Some("user" | "assistant")) {
-            let reason = format!("messages[{i}].role must be \"user\" or \"assistant\"");
+        if !matches!(role, Some("user" | "assistant" | "system" | "developer")) {
+            let reason = format!("messages[{i}].role must be \"user\", \"assistant\", \"system\" or \"developer\"");
             return Err(ProxyError::InvalidField { field: "messages", reason });
         }
         if !matches!(content, Some(Value::String(_) | Value::Array(_))) {
@@ -110,7 +147,8 @@ fn parse(raw: Bytes, headers: axum::http::HeaderMap, query: Option<String>) -> R
         }
     }
     let stream = json.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    Ok(MessagesCall { raw, json, model, stream, headers, query })
+    let body = JsonBody::parse(raw)?;
+    Ok(MessagesCall { body, json, model, stream, headers, query })
 }
 
 #[cfg(test)]
@@ -121,7 +159,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        server::{
+        http::{
             router,
             tests::{KEY, app, json_body, policy},
         },
@@ -164,7 +202,7 @@ mod tests {
             ),
             (
                 &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
-                r#"{"model":"gpt-a","max_tokens":5,"messages":[{"role":"system","content":"x"}]}"#,
+                r#"{"model":"gpt-a","max_tokens":5,"messages":[{"role":"tool","content":"x"}]}"#,
                 "messages[0].role must be",
             ),
             (
@@ -200,13 +238,13 @@ mod tests {
         client.insert("x-vendor-trace", "abc".parse().unwrap());
         client.insert("x-forwarded-for", "10.0.0.1".parse().unwrap());
         client.insert("compat-version", "2024-01-01".parse().unwrap());
-        let headers = upstream::anthropic_headers(&client);
+        let headers = provider::anthropic::headers(&client);
         assert_eq!(headers["anthropic-version"], "2024-01-01");
         assert_eq!(headers["anthropic-beta"], "tools-2024");
         assert_eq!(headers["x-vendor-trace"], "abc");
         assert!(!headers.contains_key("x-api-key") && !headers.contains_key("authorization"));
         assert!(!headers.contains_key("x-forwarded-for"));
-        let headers = upstream::anthropic_headers(&axum::http::HeaderMap::new());
-        assert_eq!(headers["anthropic-version"], upstream::DEFAULT_VERSION);
+        let headers = provider::anthropic::headers(&axum::http::HeaderMap::new());
+        assert_eq!(headers["anthropic-version"], provider::anthropic::DEFAULT_VERSION);
     }
 }

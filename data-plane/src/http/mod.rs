@@ -1,5 +1,6 @@
-//! The client-facing HTTP surface: the route table, the request-id and
-//! access-log layer every response passes through, the health endpoints and
+//! The client-facing HTTP surface: the route table, the layer every
+//! response passes through (request id, a tracing span carrying it, the
+//! rendering of refusals, the access log line), the health endpoints and
 //! `GET /v1/models`. Unknown paths (and wrong methods) get the catalogue's
 //! `Invalid URL (METHOD /path)` 404.
 
@@ -8,7 +9,6 @@ use std::{
     time::Instant,
 };
 
-use arc_swap::ArcSwap;
 use axum::{
     Json, Router,
     extract::{Request, State},
@@ -17,39 +17,18 @@ use axum::{
     response::{IntoResponse as _, Response},
     routing::{get, post},
 };
-use ipnet::IpNet;
 use serde_json::json;
+use tracing::Instrument as _;
 
 use crate::{
     auth::Access,
-    error::{self, ProxyError},
-    limits::Limiter,
-    proxy,
-    snapshot::Snapshot,
-    upstream::Upstreams,
-    usage::UsageSink,
+    endpoints,
+    error::{self, ProxyError, Refused, Shape},
+    pipeline::{self, App, RequestId, Trail},
 };
 
 /// `created` of every model in `/v1/models`; the catalogue has no dates.
 const MODEL_CREATED: i64 = 1_700_000_000;
-
-/// Everything a request handler needs, shared by all requests.
-pub struct App {
-    /// The policy in use; a request loads it once.
-    pub snapshot: Arc<ArcSwap<Snapshot>>,
-    pub usage: UsageSink,
-    pub upstreams: Upstreams,
-    /// Peers whose `X-Forwarded-For` / `X-Real-IP` are believed.
-    pub trusted_proxies: Vec<IpNet>,
-    /// Request-rate limits, shared with the other data planes.
-    pub limits: Limiter,
-    /// Video tasks: the control plane's answers and the upstreams' files.
-    pub videos: crate::video::Videos,
-}
-
-/// The id of one request, as sent in `x-request-id` and error messages.
-#[derive(Debug, Clone, Default)]
-pub struct RequestId(pub Arc<str>);
 
 /// The data plane's router with all its layers.
 pub fn router(app: Arc<App>) -> Router {
@@ -58,13 +37,14 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(healthz))
         .route("/ready", get(ready))
         .route("/v1/models", get(list_models))
-        .route("/v1/chat/completions", post(proxy::chat_completions))
-        .route("/v1/messages", post(crate::messages::messages))
-        .merge(crate::video::routes())
-        .merge(crate::endpoints::routes())
+        .route("/v1/chat/completions", post(endpoints::chat::handle))
+        .route("/v1/messages", post(endpoints::messages::handle))
+        .route("/v1/messages/count_tokens", post(endpoints::messages::count_tokens))
+        .merge(endpoints::video::routes())
+        .merge(endpoints::routes())
         .fallback(invalid_url)
         .method_not_allowed_fallback(invalid_url)
-        .layer(middleware::from_fn(request_id))
+        .layer(middleware::from_fn(request_layer))
         .with_state(app)
 }
 
@@ -80,26 +60,43 @@ static REQUEST_ID_HEADER: LazyLock<header::HeaderName> =
     LazyLock::new(|| header::HeaderName::from_static("x-request-id"));
 
 /// Gives each request an id (extension + `x-request-id` response header)
-/// and writes the access log line.
-async fn request_id(mut request: Request, next: Next) -> Response {
+/// and a span carrying it, renders a refusal in the shape of the path's API
+/// (the one place that does), and writes the access log line with what the
+/// pipeline noted in the request's `Trail`.
+async fn request_layer(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = RequestId(new_request_id().into());
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
+    let trail = Arc::new(Trail::default());
     request.extensions_mut().insert(id.clone());
-    let mut response = next.run(request).await;
+    request.extensions_mut().insert(trail.clone());
+    let span = tracing::info_span!("request", request_id = %id.0);
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let refusal = response.extensions_mut().remove::<Refused>().map(|Refused(error)| error);
+    if let Some(error) = &refusal {
+        response = error::render_as(error, &id.0, Shape::for_path(&path));
+    }
     if let Ok(value) = HeaderValue::from_str(&id.0) {
         response.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
     }
-    tracing::info!(
-        target: "gw_data_plane::access",
-        request_id = %id.0,
-        %method,
-        path,
-        status = response.status().as_u16(),
-        latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        "request"
-    );
+    let fields = trail.fields();
+    span.in_scope(|| {
+        tracing::info!(
+            target: "gw_data_plane::access",
+            %method,
+            path,
+            status = response.status().as_u16(),
+            duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            model = fields.model.as_deref().unwrap_or(""),
+            token = fields.token.as_deref().unwrap_or(""),
+            account = fields.account.as_deref().unwrap_or(""),
+            channel = fields.channel.as_deref().unwrap_or(""),
+            attempts = fields.attempts,
+            refusal = refusal.as_ref().map_or("", ProxyError::reason),
+            "request"
+        );
+    });
     response
 }
 
@@ -119,22 +116,17 @@ async fn ready(State(app): State<Arc<App>>) -> Response {
     }
 }
 
-async fn invalid_url(method: Method, uri: Uri) -> Response {
-    let error = ProxyError::InvalidUrl { method: method.to_string(), path: uri.path().to_owned() };
-    error::render_for(&error, "", uri.path())
+async fn invalid_url(method: Method, uri: Uri) -> ProxyError {
+    ProxyError::InvalidUrl { method: method.to_string(), path: uri.path().to_owned() }
 }
 
 /// `GET /v1/models`: the catalogue models the caller's token may use.
-async fn list_models(State(app): State<Arc<App>>, request: Request) -> Response {
-    let request_id = request.extensions().get::<RequestId>().cloned().unwrap_or_default();
-    let snapshot = app.snapshot.load_full();
-    let (parts, _) = request.into_parts();
-    let caller = match proxy::authorize_request(&app, &snapshot, &parts, Access::Read) {
-        Ok(caller) => caller,
-        Err(error) => return error::render(&error, &request_id.0),
-    };
+async fn list_models(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
+    let (admitted, _) = pipeline::admit(&app, request, Access::Read).await?;
+    let caller = &admitted.caller;
     let allowlist = &caller.token.models;
-    let data: Vec<_> = snapshot
+    let data: Vec<_> = admitted
+        .snapshot
         .group_models(&caller.group.name)
         .into_iter()
         .filter(|m| allowlist.is_empty() || allowlist.contains(&m.id))
@@ -143,12 +135,13 @@ async fn list_models(State(app): State<Arc<App>>, request: Request) -> Response 
             json!({ "id": m.id, "object": "model", "created": MODEL_CREATED, "owned_by": owned_by })
         })
         .collect();
-    Json(json!({ "object": "list", "data": data })).into_response()
+    Ok(Json(json!({ "object": "list", "data": data })).into_response())
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 pub(crate) mod tests {
+    use arc_swap::ArcSwap;
     use axum::body::Body;
     use tokio::sync::mpsc;
     use tower::ServiceExt as _;
@@ -156,8 +149,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::{
         domain::{Account, Group, RateLimit, Resource, Token},
-        snapshot::tests as fx,
-        usage::Overlay,
+        meter::Overlay,
+        snapshot::{Snapshot, tests as fx},
     };
 
     pub const KEY: &str = "sk-models-test";
@@ -166,11 +159,11 @@ pub(crate) mod tests {
         let (tx, _rx) = mpsc::unbounded_channel();
         Arc::new(App {
             snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
-            usage: UsageSink::new(tx, Arc::new(Overlay::default()), "test-node"),
-            upstreams: Upstreams::default(),
+            usage: crate::meter::UsageSink::new(tx, Arc::new(Overlay::default()), "test-node"),
+            upstreams: crate::provider::Upstreams::default(),
             trusted_proxies: vec![],
-            limits: Limiter::new(Arc::new(crate::limits::LocalOnly)),
-            videos: crate::video::Videos::new(
+            limits: crate::limits::Limiter::new(Arc::new(crate::limits::LocalOnly)),
+            videos: crate::endpoints::video::Videos::new(
                 crate::grpc::ControlPlane::new("http://127.0.0.1:1", "test-node-key").unwrap(),
                 "test-node",
             )

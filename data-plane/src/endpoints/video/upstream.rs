@@ -4,33 +4,23 @@
 //! with an idle deadline). Failures become `ProxyError`s free of keys and
 //! addresses.
 
-use std::{pin::Pin, time::Duration};
+use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
-use bytes::{Bytes, BytesMut};
-use futures_util::{Stream, StreamExt as _};
 use serde_json::Value;
 
 use crate::{
     domain::Channel,
     error::ProxyError,
-    openai,
-    upstream::{mask, transport_error},
+    provider::{self, transport_error},
 };
 
 /// Defaults for channels that set no timeout of their own.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Submitting includes uploading the reference file.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(600);
-/// Longest silence while downloading.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Most of an upstream error body read to find its message.
-const MAX_ERROR_BODY: usize = 64 << 10;
 /// Largest submission answer read.
 const MAX_ANSWER_BODY: usize = 1 << 20;
-
-/// A byte stream on its way to the client.
-pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
 /// Pooled HTTP client for channels' video APIs.
 #[derive(Clone)]
@@ -77,7 +67,7 @@ impl VideoUpstream {
         if !status.is_success() {
             return Err(refusal(channel, status, response).await);
         }
-        let bytes = read_capped(response, MAX_ANSWER_BODY).await;
+        let bytes = provider::read_capped(response, MAX_ANSWER_BODY).await;
         match serde_json::from_slice(&bytes) {
             Ok(Value::Object(answer)) if answer.get("id").is_some_and(|id| id.is_string() || id.is_number()) => {
                 Ok(answer)
@@ -117,27 +107,6 @@ impl VideoUpstream {
     }
 }
 
-/// A body stream that fails once `idle` passes without a chunk.
-pub fn with_idle_timeout(response: reqwest::Response, idle: Option<Duration>) -> ByteStream {
-    let idle = idle.unwrap_or(IDLE_TIMEOUT);
-    let stream = Box::pin(response.bytes_stream());
-    Box::pin(futures_util::stream::unfold(Some(stream), move |stream| async move {
-        let mut stream = stream?;
-        match tokio::time::timeout(idle, stream.next()).await {
-            Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(stream))),
-            Ok(Some(Err(error))) => {
-                tracing::warn!(%error, "video download from the upstream broke");
-                Some((Err(std::io::Error::other("upstream download failed")), None))
-            }
-            Ok(None) => None,
-            Err(_) => {
-                tracing::warn!(?idle, "video download from the upstream stalled");
-                Some((Err(std::io::Error::other("upstream download stalled")), None))
-            }
-        }
-    }))
-}
-
 fn authorization(channel: &Channel) -> Result<HeaderValue, ProxyError> {
     let mut value = HeaderValue::from_str(&format!("Bearer {}", channel.api_key)).map_err(|_| {
         tracing::error!(channel = %channel.id, "channel api key is not a valid header value");
@@ -149,25 +118,11 @@ fn authorization(channel: &Channel) -> Result<HeaderValue, ProxyError> {
 
 /// The client-facing error for an upstream's non-2xx answer.
 async fn refusal(channel: &Channel, status: reqwest::StatusCode, response: reqwest::Response) -> ProxyError {
-    let bytes = read_capped(response, MAX_ERROR_BODY).await;
+    let bytes = provider::read_capped(response, provider::MAX_ERROR_BODY_BYTES).await;
     let status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let message = mask(&openai::upstream_error_message(status, &bytes), &channel.api_key);
+    let message = provider::error_message(status, &bytes, channel);
     tracing::warn!(channel = %channel.id, status = status.as_u16(), %message, "upstream refused a video request");
     ProxyError::UpstreamStatus { status, message }
-}
-
-/// The first `cap` bytes of `response`'s body (fewer if it fails midway).
-async fn read_capped(response: reqwest::Response, cap: usize) -> Bytes {
-    let mut buf = BytesMut::new();
-    let mut stream = response.bytes_stream();
-    while let Some(Ok(chunk)) = stream.next().await {
-        let room = cap.saturating_sub(buf.len());
-        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if buf.len() >= cap {
-            break;
-        }
-    }
-    buf.freeze()
 }
 
 /// `id` made safe for one URL path segment.

@@ -17,7 +17,7 @@ mod form;
 mod native;
 mod upstream;
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use axum::{
     Router,
@@ -37,11 +37,11 @@ use self::{
 use crate::{
     auth::{Access, Caller},
     domain::{Channel, Model},
-    error::{self, ProxyError},
+    error::ProxyError,
     grpc::ControlPlane,
-    proxy,
-    server::{App, RequestId},
-    snapshot::{Snapshot, pick_channel},
+    meter::pump::{Raw, pump},
+    pipeline::{self, Admitted, App},
+    snapshot::pick_channel,
 };
 
 /// What `openai-poll-after-ms` tells SDK pollers (SPEC §8: 5 to 10 s).
@@ -89,30 +89,10 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/v1/video/generations/{id}", get(native::retrieve))
 }
 
-/// Renders `result`, logging refusals.
-fn respond(result: Result<Response, ProxyError>, request_id: &RequestId) -> Response {
-    result.unwrap_or_else(|error| {
-        tracing::debug!(request_id = %request_id.0, reason = error.reason(), "video request refused");
-        error::render(&error, &request_id.0)
-    })
-}
-
-fn request_id(request: &Request) -> RequestId {
-    request.extensions().get::<RequestId>().cloned().unwrap_or_default()
-}
-
 /// `POST /v1/videos`: a multipart submission.
-async fn create(State(app): State<Arc<App>>, request: Request) -> Response {
-    let request_id = request_id(&request);
-    respond(create_compatible(&app, &request_id, request).await, &request_id)
-}
-
-async fn create_compatible(app: &App, request_id: &RequestId, request: Request) -> Result<Response, ProxyError> {
-    let snapshot = app.snapshot.load_full();
-    let (parts, body) = request.into_parts();
-    let caller = proxy::authorize_request(app, &snapshot, &parts, Access::Spend)?;
-    app.limits.check(&caller).await?;
-    let boundary = form::boundary(&parts.headers)?;
+async fn create(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
+    let (admitted, body) = pipeline::admit(&app, request, Access::Spend).await?;
+    let boundary = form::boundary(&admitted.parts.headers)?;
     let received = form::read(body, boundary).await?;
     let submission = match parse_fields(received.text) {
         Ok(fields) => Submission { file: received.file, rest: received.rest, ..fields },
@@ -121,7 +101,7 @@ async fn create_compatible(app: &App, request_id: &RequestId, request: Request) 
             return Err(error);
         }
     };
-    let task = submit(app, request_id, &snapshot, &caller, submission).await?;
+    let task = submit(&app, &admitted, submission).await?;
     Ok(json_response(StatusCode::OK, &compatible_object(&task)))
 }
 
@@ -176,16 +156,10 @@ fn check_size(size: &str) -> Result<(), ProxyError> {
 /// against the local view, the task created (and charged) by the control
 /// plane, the upload to the upstream, and its outcome recorded. A failed
 /// upload fails the task, which refunds it.
-async fn submit(
-    app: &App,
-    request_id: &RequestId,
-    snapshot: &Snapshot,
-    caller: &Caller,
-    submission: Submission,
-) -> Result<Task, ProxyError> {
-    let started = Instant::now();
+async fn submit(app: &App, request: &Admitted, submission: Submission) -> Result<Task, ProxyError> {
+    let (request_id, caller, started) = (&request.id, &request.caller, request.started);
     let admitted = async {
-        let (model, channel) = route(snapshot, caller, &submission.model)?;
+        let (model, channel) = route(request, &submission.model)?;
         let cost = cost_micros(&model, submission.seconds, caller.group.ratio_ppm);
         can_pay(app, caller, cost)?;
         let new = NewTask {
@@ -246,19 +220,16 @@ async fn submit(
     }
 }
 
-/// The model must be in the token's allowlist, the catalogue's video
-/// category, and served to the caller's group by an enabled channel.
-fn route(snapshot: &Snapshot, caller: &Caller, model: &str) -> Result<(Arc<Model>, Arc<Channel>), ProxyError> {
-    let allowlist = &caller.token.models;
-    if !allowlist.is_empty() && !allowlist.iter().any(|m| m == model) {
-        return Err(ProxyError::ModelForbidden { model: model.to_owned() });
-    }
-    let entry = snapshot.model(model).ok_or_else(|| ProxyError::ModelNotFound { model: model.to_owned() })?;
-    if entry.category != "video" {
-        return Err(ProxyError::InvalidField { field: "model", reason: format!("{model} is not a video model") });
-    }
-    let no_channel = || ProxyError::NoChannel { group: caller.group.name.clone(), model: model.to_owned() };
-    let channel = pick_channel(snapshot.channels(&caller.group.name, model), &[]).ok_or_else(no_channel)?;
+/// The model's entry and one channel for it (pipeline routing, video
+/// category), noted in the request's trail.
+fn route(request: &Admitted, model: &str) -> Result<(Arc<Model>, Arc<Channel>), ProxyError> {
+    let (entry, candidates) = pipeline::route(request, model, "/v1/videos")?;
+    let no_channel = || ProxyError::NoChannel { group: request.caller.group.name.clone(), model: model.to_owned() };
+    let channel = pick_channel(candidates, &[]).ok_or_else(no_channel)?;
+    request.trail.update(|t| {
+        t.channel = Some(channel.id.clone());
+        t.attempts = 1;
+    });
     Ok((entry.clone(), channel.clone()))
 }
 
@@ -283,45 +254,39 @@ fn can_pay(app: &App, caller: &Caller, cost: i64) -> Result<(), ProxyError> {
     Ok(())
 }
 
-/// `GET /v1/videos/{id}`.
-async fn retrieve(State(app): State<Arc<App>>, Path(id): Path<String>, request: Request) -> Response {
-    let request_id = request_id(&request);
-    let result = async {
-        let (caller, _) = reader(&app, request)?;
-        let task = app.videos.control.get(&caller, &id).await?;
-        let mut response = json_response(StatusCode::OK, &compatible_object(&task));
-        response.headers_mut().insert("openai-poll-after-ms", HeaderValue::from_static(POLL_AFTER_MS));
-        Ok(response)
-    }
-    .await;
-    respond(result, &request_id)
+/// `GET /v1/videos/{id}`. Status and download are read-only (`reader`):
+/// polling a task must work even after its charge used up the balance.
+async fn retrieve(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Response, ProxyError> {
+    let admitted = reader(&app, request).await?;
+    let task = app.videos.control.get(&admitted.caller, &id).await?;
+    let mut response = json_response(StatusCode::OK, &compatible_object(&task));
+    response.headers_mut().insert("openai-poll-after-ms", HeaderValue::from_static(POLL_AFTER_MS));
+    Ok(response)
 }
 
-/// Authorizes a read-only request (status, download): polling a task must
-/// work even after its charge used up the balance.
-fn reader(app: &App, request: Request) -> Result<(Caller, axum::http::request::Parts), ProxyError> {
-    let snapshot = app.snapshot.load_full();
-    let (parts, _) = request.into_parts();
-    let caller = proxy::authorize_request(app, &snapshot, &parts, Access::Read)?;
-    Ok((caller, parts))
+/// Admits a read-only request (status, download).
+async fn reader(app: &App, request: Request) -> Result<Admitted, ProxyError> {
+    Ok(pipeline::admit(app, request, Access::Read).await?.0)
 }
 
 /// `GET /v1/videos/{id}/content[?variant=…]`: the upstream's file streamed
 /// through, with its type and length; 404 until the task completed.
-async fn content(State(app): State<Arc<App>>, Path(id): Path<String>, request: Request) -> Response {
-    let request_id = request_id(&request);
-    respond(download(&app, &id, request).await, &request_id)
-}
-
-async fn download(app: &App, id: &str, request: Request) -> Result<Response, ProxyError> {
+async fn content(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Response, ProxyError> {
     let variant = variant(request.uri().query())?;
-    let (caller, _) = reader(app, request)?;
-    let task = app.videos.control.get(&caller, id).await?;
+    let admitted = reader(&app, request).await?;
+    let task = app.videos.control.get(&admitted.caller, &id).await?;
     if task.status != "completed" {
         return Err(ProxyError::VideoNotReady { id: task.id, status: task.status });
     }
-    let snapshot = app.snapshot.load_full();
-    let Some(channel) = snapshot.channel_by_id(&task.channel_id).cloned() else {
+    let Some(channel) = admitted.snapshot.channel_by_id(&task.channel_id).cloned() else {
         let message = "the channel that made this video was removed".to_owned();
         return Err(ProxyError::UpstreamStatus { status: StatusCode::BAD_GATEWAY, message });
     };
@@ -342,7 +307,10 @@ async fn download(app: &App, id: &str, request: Request) -> Result<Response, Pro
         }
     }
     response.headers_mut().entry(header::CONTENT_TYPE).or_insert(HeaderValue::from_static("application/octet-stream"));
-    *response.body_mut() = Body::from_stream(upstream::with_idle_timeout(upstream, channel.timeouts.idle));
+    let idle = app.upstreams.idle_timeout(&channel);
+    let (status, expected) = (upstream.status().as_u16(), upstream.content_length());
+    *response.body_mut() =
+        Body::from_stream(pump(Box::pin(upstream.bytes_stream()), Raw::new(expected), None, idle, status));
     Ok(response)
 }
 
@@ -411,7 +379,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        server::{
+        http::{
             router,
             tests::{KEY, app, json_body, policy},
         },

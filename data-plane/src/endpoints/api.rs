@@ -1,0 +1,372 @@
+//! The OpenAI endpoints besides chat: `/v1/completions`, `/v1/responses`,
+//! `/v1/responses/compact`, `/v1/embeddings`, `/v1/moderations`,
+//! `/v1/images/generations`, `/v1/images/edits`, `/v1/audio/transcriptions`,
+//! `/v1/audio/translations` and `/v1/audio/speech`. Each runs chat's
+//! pipeline (auth, rate limit, body limit, model checks, failover) and goes
+//! to the same path under the channel's base URL. Bodies pass through as
+//! bytes; the only rewrites are the mapped model and, for streamed
+//! completions, `stream_options.include_usage`. Answers are JSON, SSE
+//! (completions and responses stream; metered event by event) or, for
+//! speech, binary audio streamed chunk by chunk.
+//!
+//! Pricing (`bill`): tokens at the model's token prices plus its request
+//! price, as for chat; images at the image price each; transcriptions and
+//! translations by tokens when the upstream reports them, else per second of
+//! audio (reported, or estimated from the file size); speech by input
+//! characters at the input price per 1M. All but the request price scale
+//! with the group ratio.
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    body::Body,
+    extract::{Request, State},
+    http::{HeaderMap, HeaderValue, header},
+    response::Response,
+    routing::post,
+};
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{
+    json::JsonBody,
+    multipart::{self, Form},
+};
+use crate::{
+    auth::Access,
+    domain::Channel,
+    error::ProxyError,
+    meter::{
+        Charge, Meter,
+        pump::{Events, Raw, pump},
+        sse::SseFilter,
+    },
+    openai::usage_of,
+    pipeline::{self, App},
+    pricing::{Units, Usage, units_cost_micros},
+    provider, tokens,
+};
+
+/// The model of a moderation request that names none (OpenAI's default).
+pub const DEFAULT_MODERATION_MODEL: &str = "omni-moderation-latest";
+/// Audio bitrate assumed when the upstream reports no duration: 128 kbit/s.
+pub const ESTIMATED_AUDIO_BYTES_PER_SECOND: u64 = 16_000;
+
+/// One of the endpoints served here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Completions,
+    Responses,
+    ResponsesCompact,
+    Embeddings,
+    Moderations,
+    ImageGenerations,
+    ImageEdits,
+    Transcriptions,
+    Translations,
+    Speech,
+}
+
+const ALL: [Api; 10] = [
+    Api::Completions,
+    Api::Responses,
+    Api::ResponsesCompact,
+    Api::Embeddings,
+    Api::Moderations,
+    Api::ImageGenerations,
+    Api::ImageEdits,
+    Api::Transcriptions,
+    Api::Translations,
+    Api::Speech,
+];
+
+/// A validated request.
+struct Call {
+    api: Api,
+    model: String,
+    /// The client named no model (moderations only).
+    defaulted: bool,
+    body: CallBody,
+    stream: bool,
+    client_wants_usage: bool,
+    /// Images asked for (`n`, default 1).
+    images: i64,
+    /// Characters of a speech request's `input`.
+    characters: i64,
+    /// Bytes of the uploaded audio file(s).
+    audio_bytes: u64,
+}
+
+enum CallBody {
+    Json(JsonBody),
+    Form(Form),
+}
+
+/// The routes of every endpoint served here.
+pub fn routes() -> Router<Arc<App>> {
+    ALL.into_iter().fold(Router::new(), |router, api| {
+        router.route(api.path(), post(move |State(app): State<Arc<App>>, request: Request| handle(app, api, request)))
+    })
+}
+
+/// Handles a request to `api`.
+async fn handle(app: Arc<App>, api: Api, request: Request) -> Result<Response, ProxyError> {
+    let (admitted, body) = pipeline::admit(&app, request, Access::Spend).await?;
+    let body = admitted.read_body(body).await?;
+    let call = Call::parse(api, &admitted.parts.headers, body).await?;
+    let (model, candidates) = pipeline::route(&admitted, &call.model, api.path())?;
+    let charge = Charge::new(&admitted, model.clone(), api.path());
+    let (app, call, charge) = (&*app, &call, &charge);
+    pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
+        let charge = charge.on_channel(&channel);
+        forward(app, channel, call, charge)
+    })
+    .await
+}
+
+/// One attempt on `channel`; it fails, without having sent the client anything, on an upstream error status, a transport failure, or a plain answer that breaks off.
+async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) -> Result<Response, ProxyError> {
+    let body = call.upstream_body(channel.upstream_model(&call.model)).await?;
+    let streams = call.stream || call.api == Api::Speech;
+    let response = app.upstreams.post(&channel, call.api.upstream_path(), call.content_type(), body, streams).await?;
+    let response = provider::accept(&app.upstreams, &channel, response).await?;
+    let status = response.status();
+    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let idle = app.upstreams.idle_timeout(&channel);
+    if provider::is_sse(response.headers()) {
+        let filter = match call.api {
+            Api::Completions => SseFilter::new(call.client_wants_usage),
+            _ => SseFilter::typed_events(),
+        };
+        let mut meter = Meter::new(charge, app.usage.clone(), call.len());
+        if let CallBody::Json(json) = &call.body {
+            meter.estimate_prompt_from(Bytes::copy_from_slice(json.raw()));
+        }
+        let body = pump(Box::pin(response.bytes_stream()), Events::new(filter), Some(meter), idle, status.as_u16());
+        return Ok(pipeline::reply(status, content_type, Body::from_stream(body), true));
+    }
+    if call.api == Api::Speech {
+        let mut meter = Meter::new(charge, app.usage.clone(), call.len());
+        meter.observe(Usage { prompt_tokens: call.characters, ..Usage::default() });
+        let expected = response.content_length();
+        let body = pump(Box::pin(response.bytes_stream()), Raw::new(expected), Some(meter), idle, status.as_u16());
+        let content_type = content_type.or(Some(HeaderValue::from_static("application/octet-stream")));
+        return Ok(pipeline::reply(status, content_type, Body::from_stream(body), false));
+    }
+    let bytes = app.upstreams.read_body(&channel, response).await?;
+    let (usage, units, estimated) = call.bill(&bytes);
+    let extra = units_cost_micros(&units, &charge.model, charge.ratio_ppm);
+    app.usage.record_with(&charge, usage, extra, status.as_u16(), estimated);
+    Ok(pipeline::reply(status, content_type, Body::from(bytes), false))
+}
+
+// === impl Api ===
+
+impl Api {
+    /// The client-facing path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Completions => "/v1/completions",
+            Api::Responses => "/v1/responses",
+            Api::ResponsesCompact => "/v1/responses/compact",
+            Api::Embeddings => "/v1/embeddings",
+            Api::Moderations => "/v1/moderations",
+            Api::ImageGenerations => "/v1/images/generations",
+            Api::ImageEdits => "/v1/images/edits",
+            Api::Transcriptions => "/v1/audio/transcriptions",
+            Api::Translations => "/v1/audio/translations",
+            Api::Speech => "/v1/audio/speech",
+        }
+    }
+
+    /// The path under a channel's base URL (which ends in `/v1`).
+    fn upstream_path(self) -> &'static str {
+        &self.path()["/v1".len()..]
+    }
+
+    /// Whether the endpoint takes multipart forms (it may also take JSON).
+    fn takes_forms(self) -> bool {
+        matches!(self, Api::ImageEdits | Api::Transcriptions | Api::Translations)
+    }
+}
+
+// === impl Call ===
+
+impl Call {
+    async fn parse(api: Api, headers: &HeaderMap, body: Bytes) -> Result<Call, ProxyError> {
+        let body = if api.takes_forms() && multipart::is_multipart(headers) {
+            CallBody::Form(Form::parse(body, headers).await?)
+        } else {
+            CallBody::Json(JsonBody::parse(body)?)
+        };
+        let text = |name: &str| match &body {
+            CallBody::Json(json) => json.string(name),
+            CallBody::Form(form) => form.field(name).map(str::to_owned),
+        };
+        let number = |name: &str| match &body {
+            CallBody::Json(json) => json.field(name).and_then(|v| v.parse::<i64>().ok()),
+            CallBody::Form(form) => form.field(name).and_then(|v| v.trim().parse::<i64>().ok()),
+        };
+        let (model, defaulted) = match text("model").filter(|m| !m.is_empty()) {
+            Some(model) => (model, false),
+            None if api == Api::Moderations => (DEFAULT_MODERATION_MODEL.to_owned(), true),
+            None => return Err(ProxyError::MissingField("model")),
+        };
+        let (stream, client_wants_usage) = match &body {
+            CallBody::Json(json) => (json.is_true("stream"), json.wants_usage()),
+            CallBody::Form(form) => (form.field("stream").is_some_and(|v| v.trim() == "true"), false),
+        };
+        let images = match api {
+            Api::ImageGenerations | Api::ImageEdits => number("n").unwrap_or(1).max(1),
+            _ => 0,
+        };
+        let characters = match api {
+            Api::Speech => {
+                let input = text("input").ok_or(ProxyError::MissingField("input"))?;
+                i64::try_from(input.chars().count()).unwrap_or(i64::MAX)
+            }
+            _ => 0,
+        };
+        let audio_bytes = match &body {
+            CallBody::Form(form) if api != Api::ImageEdits => form.files.iter().map(|(_, size)| size).sum(),
+            _ => 0,
+        };
+        Ok(Call { api, model, defaulted, body, stream, client_wants_usage, images, characters, audio_bytes })
+    }
+
+    fn len(&self) -> usize {
+        match &self.body {
+            CallBody::Json(json) => json.len(),
+            CallBody::Form(form) => form.len(),
+        }
+    }
+
+    fn content_type(&self) -> HeaderValue {
+        match &self.body {
+            CallBody::Json(_) => HeaderValue::from_static("application/json"),
+            CallBody::Form(form) => form.content_type(),
+        }
+    }
+
+    /// The body for a channel that calls the model `upstream_model`.
+    async fn upstream_body(&self, upstream_model: &str) -> Result<Bytes, ProxyError> {
+        let rename = (upstream_model != self.model || self.defaulted).then_some(upstream_model);
+        // A defaulted model that the channel does not map stays unnamed.
+        let rename = rename.filter(|m| !(self.defaulted && *m == self.model));
+        match &self.body {
+            CallBody::Json(json) => {
+                let force_usage = self.api == Api::Completions && self.stream && !self.client_wants_usage;
+                Ok(json.rewrite(rename, force_usage))
+            }
+            CallBody::Form(form) => form.upstream_body(rename).await,
+        }
+    }
+
+    /// What a plain (non-streamed) answer `body` costs: token usage, other
+    /// units, and whether any of it is an estimate.
+    fn bill(&self, body: &[u8]) -> (Usage, Units, bool) {
+        let answer: Option<Value> = serde_json::from_slice(body).ok();
+        let reported = answer.as_ref().and_then(|a| a.get("usage")).and_then(usage_of);
+        let mut units = Units::default();
+        match self.api {
+            Api::Moderations => return (reported.unwrap_or_default(), units, false),
+            Api::ImageGenerations | Api::ImageEdits => {
+                let delivered = answer.as_ref().and_then(|a| a.get("data")).and_then(Value::as_array).map(Vec::len);
+                units.images = delivered.map_or(self.images, |n| i64::try_from(n).unwrap_or(i64::MAX));
+                return (reported.unwrap_or_default(), units, false);
+            }
+            Api::Transcriptions | Api::Translations => {
+                if let Some(usage) = reported {
+                    return (usage, units, false);
+                }
+                let usage = answer.as_ref().and_then(|a| a.get("usage"));
+                let seconds = usage
+                    .and_then(|u| u.get("seconds"))
+                    .or_else(|| answer.as_ref().and_then(|a| a.get("duration")))
+                    .and_then(Value::as_f64);
+                return match seconds {
+                    Some(seconds) => {
+                        units.audio_millis = (seconds.max(0.0) * 1000.0).ceil() as i64;
+                        (Usage::default(), units, false)
+                    }
+                    None => {
+                        let millis = (self.audio_bytes * 1000).div_ceil(ESTIMATED_AUDIO_BYTES_PER_SECOND);
+                        units.audio_millis = i64::try_from(millis).unwrap_or(i64::MAX);
+                        (Usage::default(), units, true)
+                    }
+                };
+            }
+            _ => {}
+        }
+        match reported {
+            Some(usage) => (usage, units, false),
+            // No usage: count locally with the model family's tokenizer
+            // (chars / 4 for unknown families); marked as an estimate.
+            None => {
+                let prompt_tokens = match &self.body {
+                    CallBody::Json(json) => tokens::count_request(&self.model, json.raw()),
+                    CallBody::Form(_) => i64::try_from(self.len().div_ceil(4)).unwrap_or(i64::MAX),
+                };
+                let completion_tokens = tokens::count_request(&self.model, body);
+                (Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }, units, true)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+    use crate::openai::event_usage;
+
+    async fn call(api: Api, body: &str) -> Result<Call, ProxyError> {
+        Call::parse(api, &HeaderMap::new(), Bytes::from(body.to_owned())).await
+    }
+
+    #[test]
+    fn usage_is_read_in_both_namings() {
+        let chat = serde_json::json!({"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}});
+        assert_eq!(usage_of(&chat), Some(Usage { prompt_tokens: 5, completion_tokens: 2, cached_tokens: 1 }));
+        let responses =
+            serde_json::json!({"input_tokens": 9, "output_tokens": 4, "input_tokens_details": {"cached_tokens": 3}});
+        assert_eq!(usage_of(&responses), Some(Usage { prompt_tokens: 9, completion_tokens: 4, cached_tokens: 3 }));
+        assert_eq!(usage_of(&serde_json::json!({"type": "duration", "seconds": 3})), None);
+        let completed = br#"{"type":"response.completed","response":{"usage":{"input_tokens":1,"output_tokens":2}}}"#;
+        assert_eq!(event_usage(completed).map(|u| u.completion_tokens), Some(2));
+        assert_eq!(event_usage(br#"{"type":"response.output_text.delta","delta":"usage"}"#), None);
+    }
+
+    #[tokio::test]
+    async fn models_are_required_except_for_moderations() {
+        assert_eq!(call(Api::Embeddings, r#"{"input":"x"}"#).await.err(), Some(ProxyError::MissingField("model")));
+        let moderation = call(Api::Moderations, r#"{"input":"x"}"#).await.unwrap();
+        assert_eq!(moderation.model, DEFAULT_MODERATION_MODEL);
+        assert_eq!(moderation.upstream_body(DEFAULT_MODERATION_MODEL).await.unwrap(), r#"{"input":"x"}"#.as_bytes());
+        let mapped = moderation.upstream_body("omni-2").await.unwrap();
+        assert_eq!(mapped, r#"{"input":"x","model":"omni-2"}"#.as_bytes());
+        assert_eq!(call(Api::Speech, r#"{"model":"tts"}"#).await.err(), Some(ProxyError::MissingField("input")));
+    }
+
+    #[tokio::test]
+    async fn answers_are_billed_by_what_they_report() {
+        let images = call(Api::ImageGenerations, r#"{"model":"img","prompt":"p","n":3}"#).await.unwrap();
+        assert_eq!(images.bill(br#"{"created":1,"data":[{},{}]}"#).1.images, 2);
+        assert_eq!(images.bill(b"garbage").1.images, 3);
+        let speech = call(Api::Speech, r#"{"model":"tts","input":"héllo"}"#).await.unwrap();
+        assert_eq!(speech.characters, 5);
+        let text = call(Api::Transcriptions, r#"{"model":"w"}"#).await.unwrap();
+        assert_eq!(
+            text.bill(br#"{"text":"x","duration":2.5}"#),
+            (Usage::default(), Units { images: 0, audio_millis: 2500 }, false)
+        );
+        let tokens = text.bill(br#"{"text":"x","usage":{"type":"tokens","input_tokens":7,"output_tokens":3}}"#);
+        assert_eq!((tokens.0.prompt_tokens, tokens.1.audio_millis, tokens.2), (7, 0, false));
+        assert!(text.bill(b"plain text").2, "no duration: estimated");
+        let completion = call(Api::Completions, r#"{"model":"m","prompt":"p"}"#).await.unwrap();
+        let (usage, _, estimated) = completion.bill(br#"{"usage":{"prompt_tokens":3,"completion_tokens":4}}"#);
+        assert_eq!((usage.prompt_tokens, usage.completion_tokens, estimated), (3, 4, false));
+        assert!(completion.bill(b"{}").2);
+    }
+}

@@ -1,0 +1,167 @@
+//! The event relays of the messages dialect, for the one streaming pump
+//! (`meter::pump`): messages events passed through byte for byte, and the
+//! two dialect translators. Usage and answer text go to the meter as they
+//! pass; each relay knows the event that ends its stream.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::{
+    meter::{Meter, pump::EventRelay},
+    translate::{ChatToMessagesStream, MessagesStreamUsage, MessagesToChatStream, SseEvent},
+};
+
+/// Messages events passed through untouched, usage read on the way.
+#[derive(Default)]
+pub struct PassMessages {
+    usage: MessagesStreamUsage,
+    done: bool,
+}
+
+/// A chat-completions stream from the upstream, as messages events.
+pub struct ChatAsMessages {
+    translator: ChatToMessagesStream,
+    done: bool,
+}
+
+/// A messages stream from the upstream, as chat-completion chunks.
+pub struct MessagesAsChat {
+    translator: MessagesToChatStream,
+    done: bool,
+}
+
+/// The answer text in one messages event (`text_delta`, tool arguments).
+fn messages_event_text(data: &[u8]) -> Option<String> {
+    if !data.windows(19).any(|w| w == b"content_block_delta") {
+        return None;
+    }
+    let event = serde_json::from_slice::<Value>(data).ok()?;
+    let delta = event.get("delta")?;
+    delta.get("text").or_else(|| delta.get("partial_json")).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Feeds the text of translated messages `events` to `meter`.
+fn meter_messages_events(events: &[SseEvent], meter: &mut Meter) {
+    for event in events.iter().filter(|e| e.event == Some("content_block_delta")) {
+        if let Some(text) = messages_event_text(event.data.as_bytes()) {
+            meter.add_text(&text);
+        }
+    }
+}
+
+/// Whether a messages event is the stream's last (`message_stop`).
+fn is_message_stop(data: &[u8]) -> bool {
+    data.windows(14).any(|w| w == b"\"message_stop\"")
+}
+
+/// Whether translated messages `events` include the last one.
+fn ends_messages(events: &[SseEvent]) -> bool {
+    events.iter().any(|e| e.event == Some("message_stop"))
+}
+
+// === impl PassMessages ===
+
+impl EventRelay for PassMessages {
+    fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+        self.usage.observe_data(data);
+        if let Some(meter) = meter {
+            if let Some(text) = messages_event_text(data) {
+                meter.add_text(&text);
+            }
+            if let Some(usage) = self.usage.usage() {
+                meter.observe(usage);
+            }
+            if !data.is_empty() {
+                meter.add_chunks(1);
+            }
+        }
+        self.done |= is_message_stop(data);
+        raw
+    }
+
+    fn finish(&mut self, _meter: Option<&mut Meter>) -> Bytes {
+        Bytes::new()
+    }
+
+    fn complete(&self) -> bool {
+        self.done
+    }
+}
+
+// === impl ChatAsMessages ===
+
+impl ChatAsMessages {
+    /// A relay for one stream.
+    pub fn new() -> ChatAsMessages {
+        ChatAsMessages { translator: ChatToMessagesStream::new(), done: false }
+    }
+
+    fn translated(&mut self, events: Vec<SseEvent>, meter: Option<&mut Meter>) -> Bytes {
+        if let Some(meter) = meter {
+            meter_messages_events(&events, meter);
+            if let Some(usage) = self.translator.usage() {
+                meter.observe(usage);
+            }
+        }
+        self.done |= ends_messages(&events);
+        SseEvent::encode(&events)
+    }
+}
+
+impl EventRelay for ChatAsMessages {
+    fn event(&mut self, _raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+        if data.is_empty() {
+            return Bytes::new();
+        }
+        let events = self.translator.push(data);
+        self.translated(events, meter)
+    }
+
+    fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes {
+        let events = self.translator.finish();
+        self.translated(events, meter)
+    }
+
+    fn complete(&self) -> bool {
+        self.done
+    }
+}
+
+// === impl MessagesAsChat ===
+
+impl MessagesAsChat {
+    /// A relay whose chunks say they were `created` then; the usage chunk
+    /// is sent only if the client asked (`include_usage`).
+    pub fn new(include_usage: bool, created: i64) -> MessagesAsChat {
+        MessagesAsChat { translator: MessagesToChatStream::new(include_usage, created), done: false }
+    }
+}
+
+impl EventRelay for MessagesAsChat {
+    fn event(&mut self, _raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+        if data.is_empty() {
+            return Bytes::new();
+        }
+        if let Some(meter) = meter {
+            if let Some(text) = messages_event_text(data) {
+                meter.add_text(&text);
+            }
+            let out = SseEvent::encode(&self.translator.push(data));
+            if let Some(usage) = self.translator.usage() {
+                meter.observe(usage);
+            }
+            self.done |= is_message_stop(data);
+            return out;
+        }
+        self.done |= is_message_stop(data);
+        SseEvent::encode(&self.translator.push(data))
+    }
+
+    fn finish(&mut self, _meter: Option<&mut Meter>) -> Bytes {
+        SseEvent::encode(&self.translator.finish())
+    }
+
+    fn complete(&self) -> bool {
+        self.done
+    }
+}

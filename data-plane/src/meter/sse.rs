@@ -1,0 +1,296 @@
+//! SSE framing (event boundaries in every line-ending style, `data:` lines)
+//! and the relay for OpenAI-style streams passed through event by event:
+//! chat completions, completions, and the typed events of the responses API.
+//! Events are forwarded byte for byte; the only one ever withheld is the
+//! usage-only chunk the gateway itself asked for when the client did not,
+//! and the only one ever added is a usage chunk carrying the gateway's
+//! estimate when the client asked for usage and the upstream sent none.
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+
+use super::{Meter, pump::EventRelay};
+use crate::openai;
+
+/// Passes an OpenAI-style stream through, reading usage and answer text.
+#[derive(Debug)]
+pub struct SseFilter {
+    /// Forward usage-only chunks (the client asked for them).
+    keep_usage_chunk: bool,
+    /// Usage comes in typed events (`response.completed`'s `response.usage`,
+    /// a top-level `usage` with `input_tokens`…), never in a chunk to
+    /// withhold: the responses API and others (see `endpoints`).
+    typed_events: bool,
+    usage_seen: bool,
+    /// `id`, `model`, `created` of the first chunk, for an added usage chunk.
+    first: Option<ChunkHead>,
+    done: bool,
+}
+
+/// The identifying fields of a chat chunk.
+#[derive(Debug, Clone, Deserialize)]
+struct ChunkHead {
+    #[serde(default)]
+    id: serde_json::Value,
+    #[serde(default)]
+    model: serde_json::Value,
+    #[serde(default)]
+    created: serde_json::Value,
+}
+
+// === impl SseFilter ===
+
+impl SseFilter {
+    /// A filter that drops the usage-only chunk unless `client_wants_usage`.
+    pub fn new(client_wants_usage: bool) -> SseFilter {
+        SseFilter {
+            keep_usage_chunk: client_wants_usage,
+            typed_events: false,
+            usage_seen: false,
+            first: None,
+            done: false,
+        }
+    }
+
+    /// A filter for streams whose usage rides in typed events; it forwards
+    /// every event.
+    pub fn typed_events() -> SseFilter {
+        SseFilter { typed_events: true, ..SseFilter::new(true) }
+    }
+
+    /// The usage chunk a client that asked for usage gets when the upstream
+    /// sent none: the meter's estimate, in the upstream's chunk shape.
+    fn estimated_usage_chunk(&self, meter: &Meter) -> Bytes {
+        let usage = meter.estimate();
+        let head = self.first.clone().unwrap_or(ChunkHead {
+            id: serde_json::Value::Null,
+            model: serde_json::Value::Null,
+            created: serde_json::Value::Null,
+        });
+        let chunk = serde_json::json!({
+            "id": head.id,
+            "object": "chat.completion.chunk",
+            "created": head.created,
+            "model": head.model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            },
+        });
+        Bytes::from(format!("data: {chunk}\n\n"))
+    }
+}
+
+impl EventRelay for SseFilter {
+    fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+        let Some(meter) = meter else { return raw };
+        if data.trim_ascii() == b"[DONE]" {
+            self.done = true;
+            if self.keep_usage_chunk && !self.usage_seen && !self.typed_events {
+                let mut out = BytesMut::from(&self.estimated_usage_chunk(meter)[..]);
+                out.extend_from_slice(&raw);
+                return out.freeze();
+            }
+            return raw;
+        }
+        if data.is_empty() {
+            return raw;
+        }
+        if self.typed_events {
+            if let Some(usage) = openai::event_usage(data) {
+                self.usage_seen = true;
+                meter.observe(usage);
+            }
+            if let Some(text) = openai::event_text(data) {
+                meter.add_text(&text);
+            }
+            if openai::is_terminal_event(data) {
+                self.done = true;
+            }
+            meter.add_chunks(1);
+            return raw;
+        }
+        if self.first.is_none() {
+            self.first = serde_json::from_slice::<ChunkHead>(data).ok();
+        }
+        if let Some((usage, usage_only)) = openai::chunk_usage(data) {
+            self.usage_seen = true;
+            meter.observe(usage);
+            if usage_only {
+                return if self.keep_usage_chunk { raw } else { Bytes::new() };
+            }
+        }
+        let text = openai::answer_text(data);
+        if !text.is_empty() {
+            meter.add_text(&text);
+        }
+        meter.add_chunks(1);
+        raw
+    }
+
+    fn finish(&mut self, _meter: Option<&mut Meter>) -> Bytes {
+        Bytes::new()
+    }
+
+    fn complete(&self) -> bool {
+        self.done
+    }
+}
+
+/// The event's `data:` lines joined with `\n` (SSE's own rule).
+pub(crate) fn event_data(event: &[u8]) -> Vec<u8> {
+    let mut data = Vec::new();
+    let mut first = true;
+    for line in event.split(|&b| b == b'\n' || b == b'\r') {
+        let Some(value) = line.strip_prefix(b"data:") else {
+            continue;
+        };
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        if !first {
+            data.push(b'\n');
+        }
+        first = false;
+        data.extend_from_slice(value);
+    }
+    data
+}
+
+/// End (exclusive) of the first event in `buf`, i.e. just past the first
+/// blank line, searching from `from`. A lone `\r` at the very end waits:
+/// it may be the first half of `\r\n`.
+pub(crate) fn find_event_end(buf: &[u8], from: usize) -> Option<usize> {
+    let terminator = |i: usize| -> Option<Option<usize>> {
+        // Some(Some(end)) = a line ends at i; Some(None) = undecidable yet.
+        match buf.get(i)? {
+            b'\n' => Some(Some(i + 1)),
+            b'\r' => match buf.get(i + 1) {
+                Some(b'\n') => Some(Some(i + 2)),
+                Some(_) => Some(Some(i + 1)),
+                None => Some(None),
+            },
+            _ => None,
+        }
+    };
+    let mut i = from;
+    while i < buf.len() {
+        match terminator(i) {
+            None => i += 1,
+            Some(None) => return None,
+            Some(Some(line_end)) => match terminator(line_end) {
+                Some(Some(end)) => return Some(end),
+                Some(None) => return None,
+                None if line_end >= buf.len() => return None,
+                None => i = line_end,
+            },
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    use std::sync::Arc;
+
+    use tokio::sync::mpsc;
+
+    use crate::{
+        meter::{
+            Charge, UsageSink,
+            pump::{Events, Relay as _},
+        },
+        pricing::Usage,
+    };
+
+    const CONTENT: &str = "data: {\"id\":\"c1\",\"model\":\"m\",\"created\":5,\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n";
+    const USAGE: &str = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\n";
+    const DONE: &str = "data: [DONE]\n\n";
+
+    fn meter() -> (Meter, mpsc::UnboundedReceiver<gw_proto::pb::UsageRecord>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sink = UsageSink::new(tx, Arc::default(), "node");
+        (Meter::new(Charge::test("r1"), sink, 40), rx)
+    }
+
+    fn run(filter: SseFilter, chunks: &[&[u8]], meter: &mut Meter) -> (Vec<u8>, bool) {
+        let mut events = Events::new(filter);
+        let mut out = Vec::new();
+        for c in chunks {
+            out.extend_from_slice(&events.push(Bytes::copy_from_slice(c), Some(meter)));
+        }
+        out.extend_from_slice(&events.finish(Some(meter)));
+        (out, events.complete())
+    }
+
+    #[test]
+    fn usage_chunk_is_dropped_unless_the_client_asked() {
+        let stream = format!("{CONTENT}{CONTENT}{USAGE}{DONE}");
+        let (mut m, _rx) = meter();
+        let (out, complete) = run(SseFilter::new(false), &[stream.as_bytes()], &mut m);
+        assert_eq!(out, format!("{CONTENT}{CONTENT}{DONE}").as_bytes());
+        assert!(complete);
+        assert_eq!(m.seen(), Some(Usage { prompt_tokens: 7, completion_tokens: 3, cached_tokens: 0 }));
+
+        let (mut m, _rx) = meter();
+        assert_eq!(run(SseFilter::new(true), &[stream.as_bytes()], &mut m).0, stream.as_bytes());
+        assert!(m.seen().is_some());
+    }
+
+    #[test]
+    fn a_client_that_asked_for_usage_gets_an_estimate_when_the_upstream_sends_none() {
+        let stream = format!("{CONTENT}{DONE}");
+        let (mut m, _rx) = meter();
+        let (out, _) = run(SseFilter::new(true), &[stream.as_bytes()], &mut m);
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.starts_with(CONTENT) && out.ends_with(DONE), "{out}");
+        let added = out[CONTENT.len()..out.len() - DONE.len()].strip_prefix("data: ").unwrap();
+        let chunk: serde_json::Value = serde_json::from_str(added.trim()).unwrap();
+        assert_eq!((chunk["id"].as_str(), chunk["created"].as_i64()), (Some("c1"), Some(5)));
+        assert_eq!(chunk["choices"], serde_json::json!([]));
+        assert!(chunk["usage"]["prompt_tokens"].as_i64().unwrap() > 0);
+        assert_eq!(chunk["usage"]["completion_tokens"], 1, "\"hi\" is one token");
+        let (mut m, _rx) = meter();
+        assert_eq!(run(SseFilter::new(false), &[stream.as_bytes()], &mut m).0, stream.as_bytes());
+    }
+
+    #[test]
+    fn events_split_anywhere_are_reassembled_exactly() {
+        let stream = format!("{CONTENT}{USAGE}{DONE}").replace("\n", "\r\n");
+        let bytes = stream.as_bytes();
+        for cut in 1..bytes.len() {
+            let (mut m, _rx) = meter();
+            let (out, _) = run(SseFilter::new(false), &[&bytes[..cut], &bytes[cut..]], &mut m);
+            let want = format!("{CONTENT}{DONE}").replace("\n", "\r\n");
+            assert_eq!(String::from_utf8_lossy(&out), want, "cut at {cut}");
+            assert_eq!(m.seen().map(|u| u.prompt_tokens), Some(7), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn one_byte_at_a_time_and_comments_pass_through() {
+        let stream = format!(": keep-alive\n\n{CONTENT}event: x\ndata: {{\"a\":\n data: 1}}\n\n{DONE}partial");
+        let chunks: Vec<&[u8]> = stream.as_bytes().chunks(1).collect();
+        let (mut m, _rx) = meter();
+        assert_eq!(run(SseFilter::new(false), &chunks, &mut m).0, stream.as_bytes());
+    }
+
+    #[test]
+    fn boundaries_in_every_line_ending_style() {
+        assert_eq!(find_event_end(b"data: a\n\nrest", 0), Some(9));
+        assert_eq!(find_event_end(b"data: a\r\n\r\nrest", 0), Some(11));
+        assert_eq!(find_event_end(b"data: a\r\rrest", 0), Some(9));
+        assert_eq!(find_event_end(b"data: a\r\n\nrest", 0), Some(10));
+        assert_eq!(find_event_end(b"data: a\n", 0), None);
+        assert_eq!(find_event_end(b"data: a\r\n\r", 0), None);
+        assert_eq!(find_event_end(b"data: a\ndata: b\n", 0), None);
+    }
+
+    #[test]
+    fn multi_line_data_joins_with_newlines() {
+        assert_eq!(event_data(b"event: e\ndata: {\"a\":\ndata:1}\n\n"), b"{\"a\":\n1}");
+    }
+}

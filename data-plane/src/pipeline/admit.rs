@@ -1,0 +1,72 @@
+//! The first step of every `/v1` request: one snapshot load, the client's
+//! address, authentication and the access checks of the error catalogue in
+//! its order, then (for requests that spend) the rate limit. The result is
+//! one value the later steps read instead of looking anything up again.
+
+use std::{net::SocketAddr, sync::Arc, time::Instant};
+
+use axum::{
+    body::Body,
+    extract::{ConnectInfo, Request},
+    http::request::Parts,
+};
+
+use super::{App, RequestId, Trail};
+use crate::{
+    auth::{self, Access, Caller},
+    client_ip::client_ip,
+    error::ProxyError,
+    now_unix,
+    snapshot::Snapshot,
+};
+
+/// A request that passed admission.
+pub struct Admitted {
+    pub id: RequestId,
+    /// When the gateway received the request.
+    pub started: Instant,
+    /// The one snapshot this request sees, whatever updates arrive meanwhile.
+    pub snapshot: Arc<Snapshot>,
+    pub caller: Caller,
+    pub parts: Parts,
+    /// Where the later steps note what they learn, for the access log.
+    pub trail: Arc<Trail>,
+}
+
+/// Admits `request`: loads the snapshot once, authenticates and authorizes
+/// the caller for `access`, and takes a rate-limit permit when the request
+/// spends. Returns the request's state and its unread body (kept apart: a
+/// body is not `Sync`, the state is shared by reference across awaits).
+/// Fails with the first refusal of the error catalogue.
+pub async fn admit(app: &App, request: Request, access: Access) -> Result<(Admitted, Body), ProxyError> {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let id = parts.extensions.get::<RequestId>().cloned().unwrap_or_default();
+    let trail = parts.extensions.get::<Arc<Trail>>().cloned().unwrap_or_default();
+    let snapshot = app.snapshot.load_full();
+    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let ip = client_ip(peer, &parts.headers, &app.trusted_proxies);
+    let caller = auth::authorize(&snapshot, app.usage.overlay(), &parts.headers, ip, now_unix(), access)?;
+    trail.update(|t| {
+        t.token = Some(caller.token.id.clone());
+        t.account = Some(caller.account.id.clone());
+    });
+    if access == Access::Spend {
+        app.limits.check(&caller).await?;
+    }
+    Ok((Admitted { id, started, snapshot, caller, parts, trail }, body))
+}
+
+// === impl Admitted ===
+
+impl Admitted {
+    /// The scope of this request's upstream attempts.
+    pub fn scope(&self) -> super::Scope<'_> {
+        super::Scope { request_id: &self.id.0, client: &self.caller.token.id, trail: &self.trail }
+    }
+
+    /// Reads the whole `body` of this request (see `read_body`).
+    pub async fn read_body(&self, body: Body) -> Result<bytes::Bytes, ProxyError> {
+        super::read_body(body, &self.parts.headers).await
+    }
+}

@@ -1,0 +1,95 @@
+//! The request pipeline every `/v1` handler runs, each step written once:
+//! `admit` (request id, one snapshot, client address, authentication and
+//! access checks, rate limit) → the handler's own parse → `route` (model
+//! allowlist, catalogue, endpoint category, channels) → `attempts` over the
+//! channels with a provider adapter → metering (`meter`). Handlers return
+//! `Result<Response, ProxyError>`; the HTTP layer renders refusals.
+
+mod admit;
+mod attempts;
+pub(crate) mod body;
+mod route;
+
+pub use self::{
+    admit::{Admitted, admit},
+    attempts::{Scope, run as attempts},
+    body::read_body,
+    route::route,
+};
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
+use axum::{
+    body::Body,
+    http::{HeaderValue, StatusCode, header},
+    response::Response,
+};
+use ipnet::IpNet;
+
+use crate::{limits::Limiter, meter::UsageSink, provider::Upstreams, snapshot::Snapshot};
+
+/// Everything a request needs, shared by all requests.
+pub struct App {
+    /// The policy in use; a request loads it once.
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub usage: UsageSink,
+    pub upstreams: Upstreams,
+    /// Peers whose `X-Forwarded-For` / `X-Real-IP` are believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Request-rate limits, shared with the other data planes.
+    pub limits: Limiter,
+    /// Video tasks: the control plane's answers and the upstreams' files.
+    pub videos: crate::endpoints::video::Videos,
+}
+
+/// The id of one request, as sent in `x-request-id` and error messages.
+#[derive(Debug, Clone, Default)]
+pub struct RequestId(pub Arc<str>);
+
+/// What the pipeline learned about one request, for its access log line:
+/// filled in by the steps as they run, read once the response is ready.
+#[derive(Debug, Default)]
+pub struct Trail {
+    inner: Mutex<TrailFields>,
+}
+
+/// The fields of a `Trail`.
+#[derive(Debug, Default, Clone)]
+pub struct TrailFields {
+    pub token: Option<String>,
+    pub account: Option<String>,
+    pub model: Option<String>,
+    pub channel: Option<String>,
+    pub attempts: u32,
+}
+
+// === impl Trail ===
+
+impl Trail {
+    /// Changes the fields with `f`.
+    pub fn update(&self, f: impl FnOnce(&mut TrailFields)) {
+        f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    /// A copy of the fields.
+    pub fn fields(&self) -> TrailFields {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// A client response: `status`, the upstream's content type (else JSON or
+/// SSE), and for streams the headers that keep proxies from buffering.
+pub fn reply(status: StatusCode, content_type: Option<HeaderValue>, body: Body, streaming: bool) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    let default_type = if streaming { "text/event-stream" } else { "application/json" };
+    headers.insert(header::CONTENT_TYPE, content_type.unwrap_or(HeaderValue::from_static(default_type)));
+    if streaming {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        // Tells nginx-style proxies in front of us not to buffer the stream.
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    }
+    response
+}

@@ -1,0 +1,109 @@
+//! Routing a parsed request: the model must be in the token's allowlist (if
+//! any) and the catalogue, its catalogue category must fit the endpoint, and
+//! some enabled channel must serve it to the caller's group. Nothing reaches
+//! an upstream before all of that holds.
+
+use std::sync::Arc;
+
+use super::Admitted;
+use crate::{
+    domain::{Channel, Model},
+    error::ProxyError,
+};
+
+/// The model's catalogue entry and the channels to try, highest priority
+/// first, for a request to `endpoint` (its client-facing path).
+pub fn route<'a>(
+    admitted: &'a Admitted,
+    model: &str,
+    endpoint: &'static str,
+) -> Result<(&'a Arc<Model>, &'a [Arc<Channel>]), ProxyError> {
+    admitted.trail.update(|t| t.model = Some(model.to_owned()));
+    let caller = &admitted.caller;
+    let allowlist = &caller.token.models;
+    if !allowlist.is_empty() && !allowlist.iter().any(|m| m == model) {
+        return Err(ProxyError::ModelForbidden { model: model.to_owned() });
+    }
+    let snapshot = &admitted.snapshot;
+    let entry = snapshot.model(model).ok_or_else(|| ProxyError::ModelNotFound { model: model.to_owned() })?;
+    if !serves(&entry.category, endpoint) {
+        return Err(ProxyError::WrongEndpoint {
+            model: model.to_owned(),
+            category: category_name(&entry.category).to_owned(),
+            wanted: wanted(endpoint),
+            endpoint,
+        });
+    }
+    let candidates = snapshot.channels(&caller.group.name, model);
+    if candidates.is_empty() {
+        return Err(ProxyError::NoChannel { group: caller.group.name.clone(), model: model.to_owned() });
+    }
+    Ok((entry, candidates))
+}
+
+/// The category an entry without one has (the control plane's default).
+fn category_name(category: &str) -> &str {
+    if category.is_empty() { "chat" } else { category }
+}
+
+/// The category a model needs for `endpoint`, as error messages name it.
+fn wanted(endpoint: &str) -> &'static str {
+    let endpoint = endpoint.strip_prefix("/v1").unwrap_or(endpoint);
+    match endpoint {
+        "/embeddings" => "embedding",
+        "/moderations" => "moderation",
+        "/audio/transcriptions" | "/audio/translations" => "audio",
+        "/audio/speech" => "speech",
+        "/videos" | "/video/generations" => "video",
+        e if e.starts_with("/images/") => "image",
+        _ => "chat",
+    }
+}
+
+/// Whether a model of catalogue `category` may be called on `endpoint`.
+/// Chat and responses models serve both chat dialects, token counting,
+/// the responses API and legacy completions; every other category serves
+/// only its own endpoints.
+pub fn serves(category: &str, endpoint: &str) -> bool {
+    let endpoint = endpoint.strip_prefix("/v1").unwrap_or(endpoint);
+    match category_name(category) {
+        "chat" | "responses" => matches!(
+            endpoint,
+            "/chat/completions"
+                | "/messages"
+                | "/messages/count_tokens"
+                | "/responses"
+                | "/responses/compact"
+                | "/completions"
+        ),
+        "completion" => endpoint == "/completions",
+        "embedding" => endpoint == "/embeddings",
+        "moderation" => endpoint == "/moderations",
+        "image" => endpoint.starts_with("/images/"),
+        "audio" => matches!(endpoint, "/audio/transcriptions" | "/audio/translations"),
+        "speech" => endpoint == "/audio/speech",
+        "video" => matches!(endpoint, "/videos" | "/video/generations"),
+        // A category this data plane does not know yet (a newer control
+        // plane): let the upstream decide.
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::serves;
+
+    #[test]
+    fn categories_fit_their_endpoints_only() {
+        assert!(serves("", "/v1/chat/completions"));
+        assert!(serves("chat", "/v1/messages/count_tokens"));
+        assert!(serves("chat", "/v1/responses"));
+        assert!(!serves("chat", "/v1/embeddings"));
+        assert!(!serves("embedding", "/v1/chat/completions"));
+        assert!(serves("embedding", "/v1/embeddings"));
+        assert!(serves("image", "/v1/images/edits"));
+        assert!(!serves("speech", "/v1/audio/transcriptions"));
+        assert!(serves("video", "/v1/video/generations"));
+        assert!(serves("something-new", "/v1/embeddings"));
+    }
+}

@@ -1,0 +1,143 @@
+//! Upstream providers: the transport that sends (pooled clients, timeouts,
+//! credentials), channel health, and what every attempt does with an
+//! upstream's status: a success goes on to metering, anything else becomes
+//! one `ProxyError` whose message is masked of the channel's key and address
+//! before it is cut to length. Messages-native channels' headers live in
+//! `anthropic`.
+
+pub mod anthropic;
+mod health;
+mod transport;
+
+pub use self::{
+    health::Health,
+    transport::{Config, Upstreams, mask_channel, transport_error},
+};
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode, header};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt as _;
+
+use crate::{domain::Channel, error::ProxyError};
+
+/// Most of an upstream error body read to find its message.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
+/// Longest upstream error message passed on to the client.
+const MAX_UPSTREAM_MESSAGE: usize = 1000;
+
+/// `response` when its status is a success. Otherwise the upstream's refusal
+/// as `ProxyError::UpstreamStatus` (logged), with its message masked; a 429
+/// also cools `channel` down for its `Retry-After`.
+pub async fn accept(
+    upstreams: &Upstreams,
+    channel: &Channel,
+    response: reqwest::Response,
+) -> Result<reqwest::Response, ProxyError> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        upstreams.health.throttled(&channel.id, retry_after(response.headers()));
+    }
+    let bytes = read_capped(response, MAX_ERROR_BODY_BYTES).await;
+    let message = error_message(status, &bytes, channel);
+    tracing::warn!(channel = %channel.id, status = status.as_u16(), %message, "upstream refused the request");
+    Err(ProxyError::UpstreamStatus { status, message })
+}
+
+/// Whether `headers` announce an SSE stream.
+pub fn is_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
+}
+
+/// The first `cap` bytes of `response`'s body (fewer if it fails midway).
+pub async fn read_capped(response: reqwest::Response, cap: usize) -> Bytes {
+    let mut buf = BytesMut::new();
+    let mut stream = response.bytes_stream();
+    while let Some(Ok(chunk)) = stream.next().await {
+        let room = cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if buf.len() >= cap {
+            break;
+        }
+    }
+    buf.freeze()
+}
+
+/// A `Retry-After` in seconds (`retry-after-ms` too), if the upstream sent one.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let number = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok().filter(|n| *n >= 0.0);
+    number("retry-after-ms")
+        .map(|ms| Duration::from_millis(ms as u64))
+        .or_else(|| number("retry-after").map(Duration::from_secs_f64))
+}
+
+/// The message to show for an upstream's non-2xx answer `body`: its
+/// `error.message` (or a string `error`/`message`) when the body is JSON,
+/// else the status reason; masked of `channel`'s secrets first, then cut to
+/// `MAX_UPSTREAM_MESSAGE` bytes, so no part of a key survives the cut.
+pub fn error_message(status: StatusCode, body: &[u8], channel: &Channel) -> String {
+    let from_json = serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| {
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+        v.get("error")
+            .and_then(|e| e.get("message").and_then(text).or_else(|| text(e)))
+            .or_else(|| v.get("message").and_then(text))
+    });
+    let message = from_json
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("unknown status").to_owned());
+    let mut message = mask_channel(&message, channel);
+    if message.len() > MAX_UPSTREAM_MESSAGE {
+        let mut cut = MAX_UPSTREAM_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    message
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_across_the_length_cut_is_masked_whole() {
+        let mut channel = crate::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
+        channel.api_key = "sk-upstream-secret-0123456789".into();
+        for pad in 980..1000 {
+            let text = format!("{}{}", "x".repeat(pad), channel.api_key);
+            let body = serde_json::json!({ "error": { "message": text } }).to_string();
+            let message = error_message(StatusCode::UNAUTHORIZED, body.as_bytes(), &channel);
+            assert!(message.len() <= MAX_UPSTREAM_MESSAGE);
+            assert!(!message.contains("sk-up"), "pad {pad}: {}", &message[pad.min(message.len())..]);
+        }
+    }
+
+    #[test]
+    fn messages_come_from_either_error_shape_or_the_status() {
+        let channel = crate::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
+        let openai = br#"{"error":{"message":"bad thing","type":"x"}}"#;
+        assert_eq!(error_message(StatusCode::BAD_REQUEST, openai, &channel), "bad thing");
+        let messages = br#"{"type":"error","error":{"type":"x","message":"overloaded"}}"#;
+        assert_eq!(error_message(StatusCode::SERVICE_UNAVAILABLE, messages, &channel), "overloaded");
+        assert_eq!(error_message(StatusCode::BAD_GATEWAY, b"<html>", &channel), "Bad Gateway");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_milliseconds() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(retry_after(&headers), None);
+        headers.insert("retry-after", "7".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
+        headers.insert("retry-after-ms", "250".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
+    }
+}
