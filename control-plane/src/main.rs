@@ -36,14 +36,15 @@ struct Args {
     /// How often auto-disabled channels are probed (GET /models) and re-enabled if they answer.
     #[arg(long, env = "GW_CP_PROBE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     probe_interval: Duration,
+    /// Log lines as `text` (colour only on a terminal) or `json` (one object a line).
+    #[arg(long, env = "GW_LOG_FORMAT", default_value = "text")]
+    log_format: gw_telemetry::LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    gw_telemetry::init_logs(args.log_format);
     let config = gw_control_plane::Config {
         listen: args.listen,
         store: args.store,

@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 use gw_data_plane::{Config, parse_trusted_proxies, read_node_key};
+use gw_telemetry::LogFormat;
 
 /// The gateway's data plane: the OpenAI-compatible /v1 proxy.
 #[derive(Debug, Parser)]
@@ -39,9 +40,12 @@ struct Cli {
     /// Deadline of a whole upstream exchange, in ms
     #[arg(long, env = "GW_DP_TOTAL_TIMEOUT_MS", default_value_t = 600_000)]
     total_timeout_ms: u64,
+    /// Log lines as `text` (colour only on a terminal) or `json` (one object a line)
+    #[arg(long, env = "GW_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
 }
 
-fn config() -> Result<Config, String> {
+fn config() -> Result<(Config, LogFormat), String> {
     let cli = Cli::try_parse().map_err(|e| if e.use_stderr() { e.to_string() } else { e.exit() })?;
     let node_key = match cli.node_key.filter(|k| !k.trim().is_empty()) {
         Some(key) => key,
@@ -57,20 +61,19 @@ fn config() -> Result<Config, String> {
     config.upstream.idle_timeout = Duration::from_millis(cli.idle_timeout_ms);
     config.upstream.total_timeout = Duration::from_millis(cli.total_timeout_ms);
     config.validate().map_err(|e| format!("{e:#}"))?;
-    Ok(config)
+    Ok((config, cli.log_format))
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = match config() {
+    let (config, log_format) = match config() {
         Ok(config) => config,
         Err(message) => {
             eprintln!("gw-data-plane: {}", message.trim_end());
             return ExitCode::from(64);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    gw_telemetry::init_logs(log_format);
     match gw_data_plane::start(config).await {
         Ok(handle) => {
             gw_data_plane::shutdown_signal().await;

@@ -138,18 +138,11 @@ async fn shutdown_signal() -> Result<()> {
     }
 }
 
-/// Logs to stderr, `info` unless `RUST_LOG` says otherwise.
+/// Logs to stderr as `GW_LOG_FORMAT` says (text unless `json`), `info`
+/// unless `RUST_LOG` says otherwise.
 fn init_logs() {
-    use std::io::IsTerminal;
-
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Fails only if a subscriber is already set, which is then kept.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+    let format = std::env::var("GW_LOG_FORMAT").ok().and_then(|f| f.parse().ok()).unwrap_or_default();
+    gw_telemetry::init_logs(format);
 }
 
 #[cfg(test)]
