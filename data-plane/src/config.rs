@@ -11,7 +11,7 @@ use std::{
 use anyhow::Context as _;
 use ipnet::IpNet;
 
-use crate::reporter::write_durably;
+use crate::durable::write_durably;
 
 /// File in the data directory that keeps a generated node id.
 pub const NODE_ID_FILE: &str = "node.id";
@@ -117,7 +117,7 @@ pub fn parse_trusted_proxies(list: &str) -> Result<Vec<IpNet>, String> {
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| crate::convert::parse_allow_ip(s).map_err(|_| format!("{s:?} is not an IP address or CIDR")))
+        .map(|s| crate::policy::convert::parse_allow_ip(s).map_err(|_| format!("{s:?} is not an IP address or CIDR")))
         .collect()
 }
 

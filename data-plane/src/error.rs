@@ -159,7 +159,10 @@ impl ProxyError {
             ModelForbidden { model } => format!("该令牌无权访问模型 {model}"),
             ModelNotFound { model } => format!("模型不存在: {model}"),
             WrongEndpoint { model, category, wanted, endpoint } => {
-                format!("{model} is not a {wanted} model (its category is {category}), so {endpoint} cannot serve it")
+                let article = if wanted.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+                format!(
+                    "{model} is not {article} {wanted} model (its category is {category}), so {endpoint} cannot serve it"
+                )
             }
             NoChannel { group, model } => format!("分组 {group} 下模型 {model} 无可用渠道"),
             InvalidUrl { method, path } => format!("Invalid URL ({method} {path})"),

@@ -6,28 +6,23 @@
 //! `start` runs the whole thing in-process and returns a `Handle`; the
 //! `gw-data-plane` binary is a thin wrapper around it.
 
-mod auth;
 mod backoff;
-mod client_ip;
 mod config;
-mod convert;
-mod discovery;
-mod domain;
+mod durable;
 mod endpoints;
 mod error;
 mod grpc;
 mod http;
-mod limits;
 mod meter;
 mod openai;
-mod persist;
 mod pipeline;
+mod policy;
 mod pricing;
 mod provider;
 mod reporter;
-mod snapshot;
 mod tokens;
 mod translate;
+mod videos;
 
 pub use config::{Config, parse_trusted_proxies, read_node_key};
 pub use provider::Config as UpstreamConfig;
@@ -43,12 +38,12 @@ use tokio::{
 };
 
 use crate::{
-    discovery::Discovery,
     grpc::ControlPlane,
-    meter::{Overlay, UsageSink},
     pipeline::App,
+    policy::discovery::Discovery,
+    policy::snapshot::Snapshot,
     reporter::Reporter,
-    snapshot::Snapshot,
+    {meter::UsageSink, policy::overlay::Overlay},
 };
 
 /// How long `Handle::shutdown` lets in-flight requests finish.
@@ -122,7 +117,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let node_id = config.resolve_node_id().context("resolving the node id")?;
     let control = ControlPlane::new(&config.control_plane, &config.node_key)?;
-    let initial = match persist::load(&data_dir) {
+    let initial = match policy::persist::load(&data_dir) {
         Ok(Some(snapshot)) => {
             tracing::info!(
                 revision = snapshot.revision,
@@ -147,7 +142,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let (stop_reporter, reporter_stopped) = watch::channel(false);
     let (persist_tx, persist_rx) = watch::channel(snapshot.load_full());
 
-    let persister = tokio::spawn(persist::run(data_dir.clone(), persist_rx, tasks_stopped.clone()));
+    let persister = tokio::spawn(policy::persist::run(data_dir.clone(), persist_rx, tasks_stopped.clone()));
     let discovery = Discovery {
         control: control.clone(),
         node_id: node_id.clone(),
@@ -158,8 +153,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         shutdown: tasks_stopped,
     };
     let discovery = tokio::spawn(discovery.run());
-    let videos = endpoints::video::Videos::new(control.clone(), &node_id).context("building the video client")?;
-    let permits = limits::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
+    let videos = videos::Videos::new(control.clone(), &node_id);
+    let permits = policy::limits::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
     let health = provider::Health::new(control.clone(), &node_id);
     let reporter = Reporter {
         rx: usage_rx,
@@ -178,7 +173,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         usage: UsageSink::new(usage_tx, overlay, &node_id),
         upstreams: config.upstream.build(health),
         trusted_proxies: config.trusted_proxies.clone(),
-        limits: limits::Limiter::new(Arc::new(permits)),
+        limits: policy::limits::Limiter::new(Arc::new(permits)),
         videos,
     });
     let (stop_server, server_stopped) = oneshot::channel::<()>();

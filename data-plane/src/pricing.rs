@@ -2,7 +2,7 @@
 //! 1M tokens and the group ratio is in parts per million, so the product is
 //! divided by 10^12 and rounded up: no request that used tokens is free.
 
-use crate::domain::Model;
+use crate::policy::domain::Model;
 
 /// Token counts metered from one response.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -8,7 +8,6 @@
 
 use std::{
     collections::VecDeque,
-    io::Write as _,
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -26,7 +25,7 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use crate::{backoff::Backoff, grpc, meter::Overlay, snapshot::Snapshot};
+use crate::{backoff::Backoff, durable::write_durably, grpc, policy::overlay::Overlay, policy::snapshot::Snapshot};
 
 /// Most records per batch (and per spool file).
 pub const MAX_BATCH: usize = 1000;
@@ -262,23 +261,6 @@ impl Spool {
             tracing::error!(%error, file = %path.display(), "cannot set aside a usage batch");
         }
     }
-}
-
-/// Writes `bytes` to `tmp`, fsyncs, renames it to `path` and fsyncs the
-/// directory, so `path` holds either nothing or all of `bytes`.
-pub fn write_durably(tmp: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let mut file = std::fs::File::create(tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    file.write_all(bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    file.sync_all().with_context(|| format!("syncing {}", tmp.display()))?;
-    drop(file);
-    std::fs::rename(tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    if let Some(dir) = path.parent() {
-        // Makes the rename itself durable; not possible on every platform.
-        if let Ok(dir) = std::fs::File::open(dir) {
-            let _ = dir.sync_all();
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -34,8 +34,6 @@ use super::{
     multipart::{self, Form},
 };
 use crate::{
-    auth::Access,
-    domain::Channel,
     error::ProxyError,
     meter::{
         Charge, Meter,
@@ -44,6 +42,8 @@ use crate::{
     },
     openai::usage_of,
     pipeline::{self, App},
+    policy::auth::Access,
+    policy::domain::Channel,
     pricing::{Units, Usage, units_cost_micros},
     provider, tokens,
 };
@@ -116,7 +116,7 @@ async fn handle(app: Arc<App>, api: Api, request: Request) -> Result<Response, P
     let body = admitted.read_body(body).await?;
     let call = Call::parse(api, &admitted.parts.headers, body).await?;
     let (model, candidates) = pipeline::route(&admitted, &call.model, api.path())?;
-    let charge = Charge::new(&admitted, model.clone(), api.path());
+    let charge = admitted.charge(model.clone(), api.path());
     let (app, call, charge) = (&*app, &call, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);

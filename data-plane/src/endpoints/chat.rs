@@ -15,8 +15,6 @@ use axum::{
 };
 
 use crate::{
-    auth::Access,
-    domain::{Channel, ChannelKind},
     error::ProxyError,
     meter::{
         Charge, Meter,
@@ -25,6 +23,8 @@ use crate::{
     },
     openai::{self, ChatRequest},
     pipeline::{self, App},
+    policy::auth::Access,
+    policy::domain::{Channel, ChannelKind},
     provider,
 };
 
@@ -35,7 +35,7 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let (admitted, body) = pipeline::admit(&app, request, Access::Spend).await?;
     let chat = ChatRequest::parse(admitted.read_body(body).await?)?;
     let (model, candidates) = pipeline::route(&admitted, &chat.model, ENDPOINT)?;
-    let charge = Charge::new(&admitted, model.clone(), ENDPOINT);
+    let charge = admitted.charge(model.clone(), ENDPOINT);
     let (app, chat, charge) = (&*app, &chat, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);
@@ -88,13 +88,13 @@ mod tests {
 
     use super::*;
     use crate::{
-        domain::Token,
         http::{
             router,
             tests::{KEY, app, json_body, policy},
         },
         pipeline::body::MAX_BODY_BYTES,
-        snapshot::tests as fx,
+        policy::domain::Token,
+        policy::snapshot::tests as fx,
     };
 
     async fn post(app: Arc<App>, key: Option<&str>, body: &str, length: Option<u64>) -> (StatusCode, Response) {
@@ -157,5 +157,21 @@ mod tests {
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.starts_with("upstream connection failed (request id: "), "{message}");
         assert!(!message.contains("key-c1") && !message.contains("127.0.0.1"));
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_does_not_fit_the_models_category_is_refused_before_any_upstream() {
+        let app = app(policy(fx::token("t1", KEY), 1_000_000));
+        let request = Request::post("/v1/embeddings")
+            .header("authorization", format!("Bearer {KEY}"))
+            .body(Body::from(r#"{"model":"gpt-a","input":"x"}"#))
+            .unwrap();
+        let response = router(app).oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let body = json_body(response).await;
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("gpt-a is not an embedding model"), "{message}");
+        assert!(message.contains("/v1/embeddings"), "{message}");
+        assert_eq!(body["error"]["code"], "model_not_supported");
     }
 }

@@ -21,10 +21,10 @@ use serde_json::json;
 use tracing::Instrument as _;
 
 use crate::{
-    auth::Access,
     endpoints,
     error::{self, ProxyError, Refused, Shape},
     pipeline::{self, App, RequestId, Trail},
+    policy::auth::Access,
 };
 
 /// `created` of every model in `/v1/models`; the catalogue has no dates.
@@ -148,9 +148,9 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::{
-        domain::{Account, Group, RateLimit, Resource, Token},
-        meter::Overlay,
-        snapshot::{Snapshot, tests as fx},
+        policy::domain::{Account, Group, RateLimit, Resource, Token},
+        policy::overlay::Overlay,
+        policy::snapshot::{Snapshot, tests as fx},
     };
 
     pub const KEY: &str = "sk-models-test";
@@ -162,12 +162,11 @@ pub(crate) mod tests {
             usage: crate::meter::UsageSink::new(tx, Arc::new(Overlay::default()), "test-node"),
             upstreams: crate::provider::Upstreams::default(),
             trusted_proxies: vec![],
-            limits: crate::limits::Limiter::new(Arc::new(crate::limits::LocalOnly)),
-            videos: crate::endpoints::video::Videos::new(
+            limits: crate::policy::limits::Limiter::new(Arc::new(crate::policy::limits::LocalOnly)),
+            videos: crate::videos::Videos::new(
                 crate::grpc::ControlPlane::new("http://127.0.0.1:1", "test-node-key").unwrap(),
                 "test-node",
-            )
-            .unwrap(),
+            ),
         })
     }
 
@@ -191,7 +190,7 @@ pub(crate) mod tests {
             rate_limit: RateLimit::default(),
         };
         let mut disabled = fx::channel("off", 0, 1, &["default"], &["gpt-off"]);
-        disabled.status = crate::domain::ChannelStatus::Disabled;
+        disabled.status = crate::policy::domain::ChannelStatus::Disabled;
         Snapshot::build(
             3,
             [

@@ -193,3 +193,57 @@ impl Relay for Raw {
         self.expected.is_some_and(|n| self.seen >= n)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::meter::{Charge, UsageSink, sse::SseFilter};
+
+    fn upstream(chunks: &[&'static str]) -> Upstream {
+        let chunks: Vec<reqwest::Result<Bytes>> = chunks.iter().map(|c| Ok(Bytes::from_static(c.as_bytes()))).collect();
+        Box::pin(futures_util::stream::iter(chunks))
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_reached_its_end_keeps_its_status_when_the_client_leaves_at_once() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let meter = Meter::new(Charge::test("r1"), UsageSink::new(tx, Arc::default(), "node"), 40);
+        let body = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        let chunks = upstream(&[body, "data: [DONE]\n\n"]);
+        let mut stream =
+            Box::pin(pump(chunks, Events::new(SseFilter::new(false)), Some(meter), Duration::from_secs(5), 200));
+        assert_eq!(stream.next().await.unwrap().unwrap(), body.as_bytes());
+        assert_eq!(stream.next().await.unwrap().unwrap(), "data: [DONE]\n\n".as_bytes());
+        // The client closes right after the last byte, before the upstream's end.
+        drop(stream);
+        let record = rx.try_recv().unwrap();
+        assert_eq!(record.status, 200);
+        assert!(rx.try_recv().is_err(), "recorded once");
+    }
+
+    #[tokio::test]
+    async fn a_client_leaving_mid_stream_is_a_499_and_a_declared_length_completes_raw_bodies() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let sink = UsageSink::new(tx, Arc::default(), "node");
+        let chunks = upstream(&["data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n", "data: [DONE]\n\n"]);
+        let meter = Meter::new(Charge::test("r1"), sink.clone(), 40);
+        let mut stream =
+            Box::pin(pump(chunks, Events::new(SseFilter::new(false)), Some(meter), Duration::from_secs(5), 200));
+        stream.next().await.unwrap().unwrap();
+        drop(stream);
+        assert_eq!(rx.try_recv().unwrap().status, 499);
+
+        let meter = Meter::new(Charge::test("r2"), sink, 40);
+        let mut stream =
+            Box::pin(pump(upstream(&["abc", "de"]), Raw::new(Some(5)), Some(meter), Duration::from_secs(5), 200));
+        stream.next().await.unwrap().unwrap();
+        stream.next().await.unwrap().unwrap();
+        drop(stream);
+        assert_eq!(rx.try_recv().unwrap().status, 200);
+    }
+}

@@ -13,11 +13,13 @@ use axum::{
 
 use super::{App, RequestId, Trail};
 use crate::{
-    auth::{self, Access, Caller},
-    client_ip::client_ip,
     error::ProxyError,
+    meter::Charge,
     now_unix,
-    snapshot::Snapshot,
+    policy::auth::{self, Access, Caller},
+    policy::client_ip::client_ip,
+    policy::domain::Model,
+    policy::snapshot::Snapshot,
 };
 
 /// A request that passed admission.
@@ -63,6 +65,23 @@ impl Admitted {
     /// The scope of this request's upstream attempts.
     pub fn scope(&self) -> super::Scope<'_> {
         super::Scope { request_id: &self.id.0, client: &self.caller.token.id, trail: &self.trail }
+    }
+
+    /// What this request to `endpoint` for `model` is billed as, before a
+    /// channel is chosen.
+    pub fn charge(&self, model: Arc<Model>, endpoint: &'static str) -> Charge {
+        let caller = &self.caller;
+        Charge {
+            request_id: self.id.0.to_string(),
+            token_id: caller.token.id.clone(),
+            account_id: caller.account.id.clone(),
+            group: caller.group.name.clone(),
+            model,
+            channel_id: String::new(),
+            endpoint,
+            ratio_ppm: caller.group.ratio_ppm,
+            started: self.started,
+        }
     }
 
     /// Reads the whole `body` of this request (see `read_body`).

@@ -16,7 +16,9 @@
 use std::{future::Future, sync::Arc};
 
 use super::Trail;
-use crate::{backoff::Backoff, domain::Channel, error::ProxyError, provider::Upstreams, snapshot::pick_channel};
+use crate::{
+    backoff::Backoff, error::ProxyError, policy::domain::Channel, policy::snapshot::pick_channel, provider::Upstreams,
+};
 
 /// The request a run of attempts is for.
 #[derive(Clone, Copy)]
@@ -148,7 +150,7 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::*;
-    use crate::{pipeline::Trail, provider::Config, snapshot::tests::channel};
+    use crate::{pipeline::Trail, policy::snapshot::tests::channel, provider::Config};
 
     fn upstreams(max_attempts: u32) -> Upstreams {
         Config { max_attempts, backoff_base: Duration::from_millis(40), ..Config::default() }

@@ -27,7 +27,7 @@ use axum::{
 };
 use ipnet::IpNet;
 
-use crate::{limits::Limiter, meter::UsageSink, provider::Upstreams, snapshot::Snapshot};
+use crate::{meter::UsageSink, policy::limits::Limiter, policy::snapshot::Snapshot, provider::Upstreams};
 
 /// Everything a request needs, shared by all requests.
 pub struct App {
@@ -40,7 +40,7 @@ pub struct App {
     /// Request-rate limits, shared with the other data planes.
     pub limits: Limiter,
     /// Video tasks: the control plane's answers and the upstreams' files.
-    pub videos: crate::endpoints::video::Videos,
+    pub videos: crate::videos::Videos,
 }
 
 /// The id of one request, as sent in `x-request-id` and error messages.

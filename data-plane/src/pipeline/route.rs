@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::Admitted;
 use crate::{
-    domain::{Channel, Model},
     error::ProxyError,
+    policy::domain::{Channel, Model},
 };
 
 /// The model's catalogue entry and the channels to try, highest priority

@@ -8,10 +8,11 @@
 pub mod anthropic;
 mod health;
 mod transport;
+pub mod video;
 
 pub use self::{
     health::Health,
-    transport::{Config, Upstreams, mask_channel, transport_error},
+    transport::{Config, Upstreams, mask_channel},
 };
 
 use std::time::Duration;
@@ -20,7 +21,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 
-use crate::{domain::Channel, error::ProxyError};
+use crate::{error::ProxyError, policy::domain::Channel};
 
 /// Most of an upstream error body read to find its message.
 pub const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
@@ -110,7 +111,7 @@ mod tests {
 
     #[test]
     fn a_key_across_the_length_cut_is_masked_whole() {
-        let mut channel = crate::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
+        let mut channel = crate::policy::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
         channel.api_key = "sk-upstream-secret-0123456789".into();
         for pad in 980..1000 {
             let text = format!("{}{}", "x".repeat(pad), channel.api_key);
@@ -123,7 +124,7 @@ mod tests {
 
     #[test]
     fn messages_come_from_either_error_shape_or_the_status() {
-        let channel = crate::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
+        let channel = crate::policy::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
         let openai = br#"{"error":{"message":"bad thing","type":"x"}}"#;
         assert_eq!(error_message(StatusCode::BAD_REQUEST, openai, &channel), "bad thing");
         let messages = br#"{"type":"error","error":{"type":"x","message":"overloaded"}}"#;

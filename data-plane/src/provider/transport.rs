@@ -11,14 +11,14 @@ use std::{
     time::Duration,
 };
 
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 
 use super::Health;
 use crate::{
-    domain::{Channel, ChannelKind},
     error::ProxyError,
+    policy::domain::{Channel, ChannelKind},
 };
 
 /// Defaults for channels that set no timeout of their own.
@@ -178,8 +178,24 @@ impl Upstreams {
         &self,
         channel: &Channel,
         path: &str,
-        mut headers: HeaderMap,
+        headers: HeaderMap,
         body: Bytes,
+        stream: bool,
+    ) -> Result<reqwest::Response, ProxyError> {
+        self.request(channel, Method::POST, path, headers, reqwest::Body::from(body), stream).await
+    }
+
+    /// The one way to an upstream: `method` on `channel`'s base URL + `path`
+    /// with `headers`, `body` and the channel's key (see `send`); redirects
+    /// are followed (the key is dropped when one leaves the channel's host).
+    /// Timeouts as for `chat`; `stream` says whether the answer streams.
+    pub async fn request(
+        &self,
+        channel: &Channel,
+        method: Method,
+        path: &str,
+        mut headers: HeaderMap,
+        body: reqwest::Body,
         stream: bool,
     ) -> Result<reqwest::Response, ProxyError> {
         let timeouts = channel.timeouts;
@@ -201,7 +217,7 @@ impl Upstreams {
             ChannelKind::OpenAi => headers.insert(header::AUTHORIZATION, credential),
             ChannelKind::Anthropic => headers.insert("x-api-key", credential),
         };
-        let send = client.post(url).headers(headers).timeout(total).body(body).send();
+        let send = client.request(method, url).headers(headers).timeout(total).body(body).send();
         let default_first_byte = if stream { self.config.first_byte_timeout } else { total };
         let first_byte = timeouts.first_byte.unwrap_or(default_first_byte).min(total);
         match tokio::time::timeout(first_byte, send).await {
@@ -295,7 +311,7 @@ mod tests {
     fn secrets_are_masked() {
         assert_eq!(mask("bad key sk-up-123 given (sk-up-123)", "sk-up-123"), "bad key *** given (***)");
         assert_eq!(mask("nothing", ""), "nothing");
-        let mut channel = crate::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
+        let mut channel = crate::policy::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
         channel.base_url = "https://user:pw@llm.internal:8443/v1".into();
         channel.api_key = "sk-up-123".into();
         let text = "key sk-up-123 refused by https://user:pw@llm.internal:8443/v1/chat (user:pw@llm.internal:8443)";

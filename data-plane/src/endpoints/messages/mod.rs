@@ -18,11 +18,10 @@ use serde_json::{Value, json};
 
 use super::json::JsonBody;
 use crate::{
-    auth::Access,
-    domain::ChannelKind,
     error::ProxyError,
-    meter::Charge,
     pipeline::{self, Admitted, App},
+    policy::auth::Access,
+    policy::domain::ChannelKind,
     provider, tokens,
 };
 
@@ -40,7 +39,7 @@ const COUNT_ENDPOINT: &str = "/v1/messages/count_tokens";
 pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
     let (admitted, call) = admit(&app, request, Access::Spend, true).await?;
     let (model, candidates) = pipeline::route(&admitted, &call.model, ENDPOINT)?;
-    let charge = Charge::new(&admitted, model.clone(), ENDPOINT);
+    let charge = admitted.charge(model.clone(), ENDPOINT);
     let (app, call, charge) = (&*app, &call, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);
@@ -163,7 +162,7 @@ mod tests {
             router,
             tests::{KEY, app, json_body, policy},
         },
-        snapshot::tests as fx,
+        policy::snapshot::tests as fx,
     };
 
     type Headers<'a> = &'a [(&'a str, &'a str)];
@@ -246,5 +245,14 @@ mod tests {
         assert!(!headers.contains_key("x-forwarded-for"));
         let headers = provider::anthropic::headers(&axum::http::HeaderMap::new());
         assert_eq!(headers["anthropic-version"], provider::anthropic::DEFAULT_VERSION);
+    }
+
+    #[tokio::test]
+    async fn system_and_developer_entries_inside_messages_are_accepted() {
+        let body = r#"{"model":"gpt-a","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"system","content":"be brief"},{"role":"developer","content":[{"type":"text","text":"x"}]}]}"#;
+        let (status, json) = post(&[("x-api-key", KEY), ("anthropic-version", "2023-06-01")], body).await;
+        // Validation passed: the request went on to the fixture's channel,
+        // where nothing listens.
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{json}");
     }
 }

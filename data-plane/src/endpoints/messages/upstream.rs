@@ -24,7 +24,6 @@ use serde_json::Value;
 
 use super::relay::{ChatAsMessages, MessagesAsChat, PassMessages};
 use crate::{
-    domain::{Channel, ChannelKind},
     endpoints::json::JsonBody,
     error::ProxyError,
     meter::{
@@ -34,6 +33,7 @@ use crate::{
     now_unix, openai,
     openai::ChatRequest,
     pipeline::{self, App},
+    policy::domain::{Channel, ChannelKind},
     provider::{self, anthropic},
     translate::{self, TranslateError},
 };

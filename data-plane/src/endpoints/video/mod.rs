@@ -12,10 +12,8 @@
 //! task exists). The reference file and the video stream through, never held
 //! whole.
 
-mod control;
 mod form;
 mod native;
-mod upstream;
 
 use std::sync::Arc;
 
@@ -29,19 +27,16 @@ use axum::{
 };
 use serde_json::{Map, Value, json};
 
-use self::{
-    control::{Control, NewTask, Task},
-    form::{FileBody, FilePart, Outgoing},
-    upstream::VideoUpstream,
-};
+use self::form::{FileBody, FilePart, Outgoing};
 use crate::{
-    auth::{Access, Caller},
-    domain::{Channel, Model},
     error::ProxyError,
-    grpc::ControlPlane,
     meter::pump::{Raw, pump},
     pipeline::{self, Admitted, App},
-    snapshot::pick_channel,
+    policy::auth::{Access, Caller},
+    policy::domain::{Channel, Model},
+    policy::snapshot::pick_channel,
+    provider,
+    videos::{NewTask, Task},
 };
 
 /// What `openai-poll-after-ms` tells SDK pollers (SPEC §8: 5 to 10 s).
@@ -50,13 +45,6 @@ const POLL_AFTER_MS: &str = "5000";
 const DEFAULT_SECONDS: u32 = 4;
 /// Longest video a submission may ask for (the control plane agrees).
 const MAX_SECONDS: u32 = 600;
-
-/// The video handlers' links: the control plane and the upstream client.
-#[derive(Clone)]
-pub struct Videos {
-    control: Control,
-    upstream: VideoUpstream,
-}
 
 /// A submission in either family, once parsed.
 struct Submission {
@@ -68,15 +56,6 @@ struct Submission {
     other: Vec<(String, String)>,
     file: Option<FilePart>,
     rest: Option<multer::Multipart<'static>>,
-}
-
-// === impl Videos ===
-
-impl Videos {
-    /// Video handling through `control`, reporting as node `node_id`.
-    pub fn new(control: ControlPlane, node_id: &str) -> anyhow::Result<Videos> {
-        Ok(Videos { control: Control::new(control, node_id), upstream: VideoUpstream::new()? })
-    }
 }
 
 /// The video routes, to merge into the data plane's router.
@@ -169,7 +148,7 @@ async fn submit(app: &App, request: &Admitted, submission: Submission) -> Result
             seconds: submission.seconds,
             size: &submission.size,
         };
-        let task = app.videos.control.create(caller, new).await?;
+        let task = app.videos.create(caller, new).await?;
         Ok::<_, ProxyError>((model, channel, task))
     };
     let (model, channel, task) = match admitted.await {
@@ -192,7 +171,7 @@ async fn submit(app: &App, request: &Admitted, submission: Submission) -> Result
     let boundary = form::new_boundary();
     let outgoing = Outgoing { text, file: submission.file, rest: submission.rest };
     let (body, client_fault) = outgoing.into_body(boundary.clone());
-    let answer = app.videos.upstream.submit(&channel, &boundary, body).await;
+    let answer = provider::video::submit(&app.upstreams, &channel, &boundary, body).await;
     let answer = answer.map_err(|error| {
         // A broken upload is the client's doing, not the upstream's.
         client_fault.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take().unwrap_or(error)
@@ -200,7 +179,7 @@ async fn submit(app: &App, request: &Admitted, submission: Submission) -> Result
     match answer {
         Ok(answer) => {
             let answer = Value::Object(answer);
-            let recorded = app.videos.control.accepted(&task.id, &answer).await;
+            let recorded = app.videos.accepted(&task.id, &answer).await;
             tracing::info!(
                 request_id = %request_id.0,
                 video = %task.id,
@@ -211,7 +190,7 @@ async fn submit(app: &App, request: &Admitted, submission: Submission) -> Result
             recorded
         }
         Err(error) => {
-            if let Err(record_error) = app.videos.control.rejected(&task.id, &error).await {
+            if let Err(record_error) = app.videos.rejected(&task.id, &error).await {
                 // The control plane's poller fails and refunds it later.
                 tracing::warn!(video = %task.id, reason = record_error.reason(), "could not record a failed video submission");
             }
@@ -262,7 +241,7 @@ async fn retrieve(
     request: Request,
 ) -> Result<Response, ProxyError> {
     let admitted = reader(&app, request).await?;
-    let task = app.videos.control.get(&admitted.caller, &id).await?;
+    let task = app.videos.get(&admitted.caller, &id).await?;
     let mut response = json_response(StatusCode::OK, &compatible_object(&task));
     response.headers_mut().insert("openai-poll-after-ms", HeaderValue::from_static(POLL_AFTER_MS));
     Ok(response)
@@ -282,7 +261,7 @@ async fn content(
 ) -> Result<Response, ProxyError> {
     let variant = variant(request.uri().query())?;
     let admitted = reader(&app, request).await?;
-    let task = app.videos.control.get(&admitted.caller, &id).await?;
+    let task = app.videos.get(&admitted.caller, &id).await?;
     if task.status != "completed" {
         return Err(ProxyError::VideoNotReady { id: task.id, status: task.status });
     }
@@ -290,7 +269,7 @@ async fn content(
         let message = "the channel that made this video was removed".to_owned();
         return Err(ProxyError::UpstreamStatus { status: StatusCode::BAD_GATEWAY, message });
     };
-    let upstream = app.videos.upstream.content(&channel, &task.upstream_id, variant.as_deref()).await?;
+    let upstream = provider::video::content(&app.upstreams, &channel, &task.upstream_id, variant.as_deref()).await?;
     let mut response = Response::new(Body::empty());
     let passed = [
         header::CONTENT_TYPE,
@@ -383,7 +362,7 @@ mod tests {
             router,
             tests::{KEY, app, json_body, policy},
         },
-        snapshot::tests as fx,
+        policy::snapshot::tests as fx,
     };
 
     async fn call(method: &str, path: &str, key: Option<&str>, content_type: &str) -> (StatusCode, Value) {

@@ -24,13 +24,13 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::{
-    DEFAULT_SECONDS, POLL_AFTER_MS, Submission, check_size, control::Task, image_part, json_response, parse_seconds,
-    reader, submit,
+    DEFAULT_SECONDS, POLL_AFTER_MS, Submission, check_size, image_part, json_response, parse_seconds, reader, submit,
 };
 use crate::{
-    auth::Access,
     error::ProxyError,
     pipeline::{self, App},
+    policy::auth::Access,
+    videos::Task,
 };
 
 /// `POST /v1/video/generations`: the image travels inside the JSON body, as
@@ -50,7 +50,7 @@ pub async fn retrieve(
     request: Request,
 ) -> Result<Response, ProxyError> {
     let admitted = reader(&app, request).await?;
-    let task = app.videos.control.get(&admitted.caller, &id).await?;
+    let task = app.videos.get(&admitted.caller, &id).await?;
     let base = public_base(&admitted.parts.headers, &admitted.parts.uri);
     let mut response = json_response(StatusCode::OK, &native_object(&task, Some(&base)));
     response.headers_mut().insert("openai-poll-after-ms", HeaderValue::from_static(POLL_AFTER_MS));

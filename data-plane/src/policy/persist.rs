@@ -16,7 +16,10 @@ use gw_proto::pb;
 use prost::Message as _;
 use tokio::sync::watch;
 
-use crate::{convert, reporter::write_durably, snapshot::Snapshot};
+use crate::{
+    durable::write_durably,
+    policy::{convert, snapshot::Snapshot},
+};
 
 /// File name of the snapshot inside the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.pb";
@@ -95,7 +98,7 @@ async fn save_blocking(data_dir: &Path, snapshot: Arc<Snapshot>) {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
-    use crate::{domain::Resource, snapshot::tests as fx};
+    use crate::{policy::domain::Resource, policy::snapshot::tests as fx};
 
     #[test]
     fn saved_snapshot_loads_back_with_its_revision_and_indexes() {

@@ -45,7 +45,7 @@ pub fn allowed(ip: Option<IpAddr>, allow: &[IpNet]) -> bool {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
-    use crate::convert::parse_allow_ip;
+    use crate::policy::convert::parse_allow_ip;
 
     fn nets(entries: &[&str]) -> Vec<IpNet> {
         entries.iter().map(|e| parse_allow_ip(e).unwrap()).collect()

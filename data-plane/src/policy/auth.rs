@@ -8,11 +8,11 @@ use axum::http::HeaderMap;
 use sha2::{Digest as _, Sha256};
 
 use crate::{
-    client_ip,
-    domain::{Account, Group, KeyHash, Token},
     error::ProxyError,
-    meter::Overlay,
-    snapshot::Snapshot,
+    policy::client_ip,
+    policy::domain::{Account, Group, KeyHash, Token},
+    policy::overlay::Overlay,
+    policy::snapshot::Snapshot,
 };
 
 /// An authenticated, authorized caller: the request extension later steps
@@ -106,9 +106,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        convert::parse_allow_ip,
-        domain::{RateLimit, Resource},
-        snapshot::tests as fx,
+        policy::convert::parse_allow_ip,
+        policy::domain::{RateLimit, Resource},
+        policy::snapshot::tests as fx,
     };
 
     const KEY: &str = "sk-test-key";

@@ -15,11 +15,11 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::{
     backoff::Backoff,
-    convert,
-    domain::{Kind, Resource},
     grpc::ControlPlane,
-    meter::Overlay,
-    snapshot::Snapshot,
+    policy::convert,
+    policy::domain::{Kind, Resource},
+    policy::overlay::Overlay,
+    policy::snapshot::Snapshot,
 };
 
 /// Largest message accepted on the watch stream: a full snapshot of a

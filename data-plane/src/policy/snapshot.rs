@@ -13,7 +13,7 @@ use std::{
 
 use rand::Rng as _;
 
-use crate::domain::{Account, Channel, Group, KeyHash, Kind, Model, Resource, Token};
+use crate::policy::domain::{Account, Channel, Group, KeyHash, Kind, Model, Resource, Token};
 
 const SHARDS: usize = 64;
 
@@ -317,7 +317,7 @@ pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::domain::{ChannelKind, ChannelStatus, RateLimit, Timeouts};
+    use crate::policy::domain::{ChannelKind, ChannelStatus, RateLimit, Timeouts};
 
     pub fn channel(id: &str, priority: i32, weight: u32, groups: &[&str], models: &[&str]) -> Channel {
         Channel {

@@ -8,7 +8,7 @@ use std::{net::IpAddr, time::Duration};
 use gw_proto::pb;
 use ipnet::IpNet;
 
-use crate::domain::{
+use crate::policy::domain::{
     Account, Channel, ChannelKind, ChannelStatus, Group, Kind, Model, RateLimit, Resource, Timeouts, Token,
 };
 

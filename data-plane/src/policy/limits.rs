@@ -21,7 +21,7 @@ use std::{
 use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
 use tokio::{sync::watch, time::Instant};
 
-use crate::{auth::Caller, backoff::Backoff, domain::RateLimit, error::ProxyError, grpc::ControlPlane};
+use crate::{backoff::Backoff, error::ProxyError, grpc::ControlPlane, policy::auth::Caller, policy::domain::RateLimit};
 
 /// How long a request waits for a lease before its key is counted locally.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -591,10 +591,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        domain::{Account, Group, Token},
         http as server,
         pipeline::App,
-        snapshot::tests as fx,
+        policy::domain::{Account, Group, Token},
+        policy::snapshot::tests as fx,
     };
 
     /// Unix ms at the start of a minute (1_699_999_980 = 28_333_333 × 60).

@@ -1,5 +1,6 @@
-//! The data plane's video calls to the control plane, the authority on
-//! video tasks, and the task as handlers see it (the protobuf boundary).
+//! Video tasks as the control plane, their authority, keeps them: the data
+//! plane's calls to it and the task as handlers see it (the protobuf
+//! boundary).
 //! A control plane that does not answer is `ControlPlaneUnavailable` (503);
 //! one that does not know the task, or knows it as another account's, is
 //! `VideoNotFound` (404).
@@ -10,7 +11,7 @@ use gw_proto::pb;
 use serde_json::{Map, Value};
 use tonic::{Code, Status};
 
-use crate::{auth::Caller, error::ProxyError, grpc::ControlPlane};
+use crate::{error::ProxyError, grpc::ControlPlane, policy::auth::Caller};
 
 /// Deadline of a create or record call.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,16 +51,17 @@ pub struct NewTask<'a> {
 
 /// The control-plane client of the video handlers.
 #[derive(Clone)]
-pub struct Control {
+pub struct Videos {
     control: ControlPlane,
     node_id: String,
 }
 
-// === impl Control ===
+// === impl Videos ===
 
-impl Control {
-    pub fn new(control: ControlPlane, node_id: &str) -> Control {
-        Control { control, node_id: node_id.to_owned() }
+impl Videos {
+    /// Video task calls to `control`, made as node `node_id`.
+    pub fn new(control: ControlPlane, node_id: &str) -> Videos {
+        Videos { control, node_id: node_id.to_owned() }
     }
 
     fn client(&self) -> pb::policy_service_client::PolicyServiceClient<tonic::transport::Channel> {
