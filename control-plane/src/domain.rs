@@ -37,6 +37,7 @@ pub struct Account {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Group {
     pub name: String,
+    /// The price ratio as gateway.v1 carries it; prices use [`Group::ratio_ppm`].
     pub ratio: f64,
     pub deprecated: bool,
     pub description: String,
@@ -171,6 +172,16 @@ pub struct UsageFilter {
     pub account_id: String,
     pub model: String,
     pub limit: usize,
+}
+
+// === impl Group ===
+
+impl Group {
+    /// The price ratio in parts per million, rounded as the data planes round
+    /// it. A ratio the admin API refuses (NaN, infinite, negative) is 0.
+    pub fn ratio_ppm(&self) -> i64 {
+        gw_pricing::wire::ratio_ppm(self.ratio).unwrap_or(0)
+    }
 }
 
 // === impl Kind ===

@@ -1,5 +1,6 @@
 //! Local token counts for the usage records an upstream left without usage
-//! (a stream cut short, an upstream that never reports any). Models of the
+//! (a stream cut short, an upstream that never reports any), and for
+//! `count_tokens` requests to channels that cannot count. Models of the
 //! GPT and `o` families are counted with their real BPE (tiktoken's
 //! `o200k_base` / `cl100k_base`, embedded in the binary, so no download);
 //! every other model is estimated at one token per four characters, rounded
@@ -44,6 +45,39 @@ pub fn count_request(model: &str, body: &[u8]) -> i64 {
     count(model, &text).saturating_add(PER_MESSAGE * i64::try_from(messages).unwrap_or(0))
 }
 
+/// Input tokens of a messages request (the body of
+/// `POST /v1/messages/count_tokens`) as a chat upstream would see it, for
+/// `model`: the system prompt (a string or text blocks), every message's
+/// text, `tool_use` name and input JSON and `tool_result` content, and each
+/// custom tool's name, description and `input_schema` JSON, plus
+/// `PER_MESSAGE` per message. What the translation to chat drops is not
+/// counted (thinking blocks, server tools); nor are images and documents,
+/// whose cost is unknown without decoding them. A body without any of
+/// these counts 0.
+pub fn count_messages_input(model: &str, body: &Value) -> i64 {
+    let mut text = String::new();
+    if let Some(system) = body.get("system") {
+        push_content(system, &mut text);
+    }
+    let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    for message in messages {
+        if let Some(content) = message.get("content") {
+            push_content(content, &mut text);
+        }
+    }
+    let tools = body.get("tools").and_then(Value::as_array).into_iter().flatten();
+    for tool in tools.filter(|t| matches!(t.get("type").and_then(Value::as_str), None | Some("custom"))) {
+        for key in ["name", "description"] {
+            push_line(tool.get(key).and_then(Value::as_str).unwrap_or_default(), &mut text);
+        }
+        if let Some(schema) = tool.get("input_schema") {
+            push_line(&schema.to_string(), &mut text);
+        }
+    }
+    let per_message = PER_MESSAGE.saturating_mul(i64::try_from(messages.len()).unwrap_or(i64::MAX));
+    count(model, &text).saturating_add(per_message)
+}
+
 /// Builds the embedded tokenizers now (a fraction of a second in release
 /// builds), so that counting never waits for them.
 pub fn warm_up() {
@@ -62,6 +96,46 @@ fn tokenizer(model: &str) -> Option<&'static CoreBPE> {
         Some(tiktoken_rs::cl100k_base_singleton())
     } else {
         None
+    }
+}
+
+/// Appends the text a model reads in messages `content` (a string or
+/// blocks) to `out`, one piece per line.
+fn push_content(content: &Value, out: &mut String) {
+    let blocks = match content {
+        Value::String(text) => return push_line(text, out),
+        Value::Array(blocks) => blocks,
+        _ => return,
+    };
+    for block in blocks {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => push_line(str_at(block, "/text"), out),
+            Some("tool_use") => {
+                push_line(str_at(block, "/name"), out);
+                push_line(&block.get("input").map(Value::to_string).unwrap_or_default(), out);
+            }
+            Some("tool_result") => {
+                if let Some(result) = block.get("content") {
+                    push_content(result, out);
+                }
+            }
+            Some("document") if str_at(block, "/source/type") == "text" => {
+                push_line(str_at(block, "/source/data"), out);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The string at `pointer` in `value`; empty if there is none.
+fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
+    value.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn push_line(text: &str, out: &mut String) {
+    if !text.is_empty() {
+        out.push_str(text);
+        out.push('\n');
     }
 }
 
@@ -100,6 +174,54 @@ mod tests {
     fn other_models_are_estimated_at_four_characters_a_token() {
         assert_eq!(count("claude-sonnet-4", "Hello world"), 3);
         assert_eq!(count("mystery", "ab"), 1);
+    }
+
+    #[test]
+    fn a_messages_request_counts_its_system_prompt_messages_and_tools() {
+        let model = "gpt-4o";
+        let bare = serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "messages": [{ "role": "user", "content": "Hello world" }],
+        });
+        assert_eq!(count_messages_input(model, &bare), count(model, "Hello world\n") + 3);
+
+        let mut with_system = bare.clone();
+        with_system["system"] = serde_json::json!([{ "type": "text", "text": "You are terse." }]);
+        let system = count_messages_input(model, &with_system);
+        assert_eq!(system, count(model, "You are terse.\nHello world\n") + 3);
+        with_system["system"] = serde_json::json!("You are terse.");
+        assert_eq!(count_messages_input(model, &with_system), system, "a string system prompt counts the same");
+
+        let schema = serde_json::json!({ "type": "object", "properties": { "city": { "type": "string" } } });
+        let mut with_tools = bare.clone();
+        with_tools["tools"] = serde_json::json!([
+            { "name": "weather", "description": "Current weather", "input_schema": schema },
+            { "type": "web_search_20250305", "name": "web_search" },
+        ]);
+        let expected = count(model, &format!("Hello world\nweather\nCurrent weather\n{schema}\n")) + 3;
+        assert_eq!(count_messages_input(model, &with_tools), expected, "server tools are not counted");
+        assert!(expected > count_messages_input(model, &bare));
+    }
+
+    #[test]
+    fn tool_calls_and_results_count_but_thinking_does_not() {
+        let model = "gpt-4o";
+        let body = serde_json::json!({
+            "messages": [
+                { "role": "user", "content": "Weather in Paris?" },
+                { "role": "assistant", "content": [
+                    { "type": "thinking", "thinking": "The user wants weather.", "signature": "c2ln" },
+                    { "type": "tool_use", "id": "toolu_1", "name": "weather", "input": { "city": "Paris" } },
+                ] },
+                { "role": "user", "content": [
+                    { "type": "tool_result", "tool_use_id": "toolu_1", "content": [{ "type": "text", "text": "Sunny" }] },
+                    { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": "QUJD" } },
+                ] },
+            ],
+        });
+        let text = "Weather in Paris?\nweather\n{\"city\":\"Paris\"}\nSunny\n";
+        assert_eq!(count_messages_input(model, &body), count(model, text) + 9);
+        assert_eq!(count_messages_input(model, &serde_json::json!({})), 0);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! every token in them. A group is named by its name.
 
 use anyhow::Result;
+use gw_pricing::wire;
 use gw_proto::pb;
 use serde_json::Value;
 
@@ -30,9 +31,9 @@ pub enum Command {
 pub struct CreateArgs {
     #[arg(long)]
     name: String,
-    /// Price multiplier for every request in the group.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_ratio)]
-    ratio: f64,
+    /// Price multiplier for every request in the group (at most 6 decimals).
+    #[arg(long, default_value = "1", value_parser = gw_pricing::parse_ratio_ppm)]
+    ratio: i64,
     /// Refuse requests of tokens in this group.
     #[arg(long)]
     deprecated: bool,
@@ -46,8 +47,8 @@ pub struct CreateArgs {
 #[derive(Debug, clap::Args)]
 pub struct UpdateArgs {
     name: String,
-    #[arg(long, value_parser = parse_ratio)]
-    ratio: Option<f64>,
+    #[arg(long, value_parser = gw_pricing::parse_ratio_ppm)]
+    ratio: Option<i64>,
     #[arg(long)]
     deprecated: Option<bool>,
     #[arg(long)]
@@ -63,7 +64,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
         Command::Create(args) => {
             let group = pb::Group {
                 name: args.name,
-                ratio: args.ratio,
+                ratio: wire::ratio(args.ratio),
                 deprecated: args.deprecated,
                 description: args.description,
                 rate_limit: args.rate_limit,
@@ -78,7 +79,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
         Command::Update(args) => {
             let request = pb::UpdateGroupRequest {
                 name: args.name,
-                ratio: args.ratio,
+                ratio: args.ratio.map(wire::ratio),
                 deprecated: args.deprecated,
                 description: args.description,
                 rate_limit: args.rate_limit,
@@ -92,10 +93,12 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
     }
 }
 
-fn parse_ratio(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(ratio) if ratio.is_finite() && ratio >= 0.0 => Ok(ratio),
-        _ => Err(format!("invalid ratio {text:?}: expected a number such as 1 or 0.5")),
+/// A group's ratio for people, as the planes price with it: `1.5`.
+fn ratio(group: &pb::Group) -> String {
+    match wire::ratio_ppm(group.ratio) {
+        Some(ppm) => gw_pricing::format_ratio(ppm),
+        // The control plane refuses such ratios; show what arrived.
+        None => group.ratio.to_string(),
     }
 }
 
@@ -111,7 +114,7 @@ impl Render for pb::Group {
     fn row(&self) -> Vec<String> {
         vec![
             self.name.clone(),
-            self.ratio.to_string(),
+            ratio(self),
             self.deprecated.to_string(),
             output::rate_limit(self.rate_limit.as_ref()),
             self.description.clone(),
@@ -121,7 +124,7 @@ impl Render for pb::Group {
     fn fields(&self) -> Vec<(&'static str, String)> {
         vec![
             ("name", self.name.clone()),
-            ("ratio", self.ratio.to_string()),
+            ("ratio", ratio(self)),
             ("deprecated", self.deprecated.to_string()),
             ("rate limit", output::rate_limit(self.rate_limit.as_ref())),
             ("description", self.description.clone()),
@@ -134,13 +137,33 @@ impl Render for pb::Group {
 mod tests {
     use super::*;
 
+    fn parse(args: &[&str]) -> Result<CreateArgs, clap::Error> {
+        #[derive(Debug, clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: CreateArgs,
+        }
+        let argv = ["group", "--name", "vip"].iter().chain(args);
+        <Cli as clap::Parser>::try_parse_from(argv).map(|cli| cli.args)
+    }
+
     #[test]
     fn ratio_must_be_a_non_negative_number() {
-        assert_eq!(parse_ratio("2"), Ok(2.0));
-        assert_eq!(parse_ratio("0.5"), Ok(0.5));
-        for text in ["-1", "NaN", "inf", "x"] {
-            assert!(parse_ratio(text).is_err(), "{text:?} should be refused");
+        assert_eq!(parse(&["--ratio", "2"]).unwrap().ratio, 2_000_000);
+        assert_eq!(parse(&["--ratio", "0.5"]).unwrap().ratio, 500_000);
+        assert_eq!(parse(&[]).unwrap().ratio, 1_000_000, "1 by default");
+        for text in ["-1", "NaN", "inf", "x", "0.0000001"] {
+            assert!(parse(&["--ratio", text]).is_err(), "{text:?} should be refused");
         }
+    }
+
+    #[test]
+    fn ratios_reach_the_wire_and_come_back_as_typed() {
+        let group = pb::Group { ratio: wire::ratio(parse(&["--ratio", "0.1"]).unwrap().ratio), ..Default::default() };
+        assert_eq!(group.ratio, 0.1);
+        assert_eq!(group.row()[1], "0.1");
+        let tiny = pb::Group { ratio: wire::ratio(1), ..Default::default() };
+        assert_eq!(tiny.fields()[1], ("ratio", "0.000001".to_string()), "{}", tiny.ratio);
     }
 
     #[test]
@@ -153,6 +176,7 @@ mod tests {
         };
         let json = group.to_json();
         assert_eq!(json["ratio"], 2.0);
+        assert_eq!(group.row()[1], "2");
         assert_eq!(json["rate_limit"], serde_json::json!({"window_minutes": 1, "max_requests": 60}));
         assert_eq!(group.row()[3], "60/1min");
     }

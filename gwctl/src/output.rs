@@ -5,7 +5,11 @@
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use serde_json::{Map, Value};
+use serde::Serialize as _;
+use serde_json::{
+    Map, Value,
+    ser::{Formatter, PrettyFormatter},
+};
 
 use crate::money;
 
@@ -15,6 +19,10 @@ pub enum Output {
     Table,
     Json,
 }
+
+/// serde_json's pretty layout with floats in plain decimal notation: its own
+/// float printer writes 1 µ$ (`0.000001`) as `1e-6`.
+struct PlainNumbers<'a>(PrettyFormatter<'a>);
 
 /// A resource gwctl can print.
 pub trait Render {
@@ -71,7 +79,7 @@ pub fn to_object<T: serde::Serialize>(message: &T) -> Map<String, Value> {
 /// Adds a US-dollar number for each `(name, micros)` pair.
 pub fn add_usd(object: &mut Map<String, Value>, fields: &[(&str, i64)]) {
     for &(name, micros) in fields {
-        object.insert(name.to_string(), Value::from(money::usd_number(micros)));
+        object.insert(name.to_string(), money::usd_number(micros));
     }
 }
 
@@ -84,9 +92,13 @@ pub fn emit(text: &str) -> Result<()> {
     }
 }
 
-/// Pretty JSON with a trailing newline.
+/// Pretty JSON with a trailing newline; numbers are plain decimals
+/// (`0.000001`, never `1e-6`).
 pub fn json_text(value: &Value) -> Result<String> {
-    let mut text = serde_json::to_string_pretty(value).context("encoding JSON")?;
+    let mut bytes = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut bytes, PlainNumbers(PrettyFormatter::new()));
+    value.serialize(&mut serializer).context("encoding JSON")?;
+    let mut text = String::from_utf8(bytes).context("encoding JSON")?;
     text.push('\n');
     Ok(text)
 }
@@ -150,6 +162,55 @@ pub fn usd(micros: i64) -> String {
     format!("${}", money::format_usd(micros))
 }
 
+// === impl PlainNumbers ===
+
+impl Formatter for PlainNumbers<'_> {
+    fn write_f64<W: ?Sized + Write>(&mut self, writer: &mut W, value: f64) -> std::io::Result<()> {
+        // `Display` is the shortest text that reads back as the same double,
+        // like serde_json's, but never uses an exponent; `.0` keeps whole
+        // numbers looking like floats (`5.0`) as serde_json writes them.
+        let text = value.to_string();
+        writer.write_all(text.as_bytes())?;
+        if text.contains('.') { Ok(()) } else { writer.write_all(b".0") }
+    }
+
+    fn begin_array<W: ?Sized + Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(writer)
+    }
+
+    fn end_array<W: ?Sized + Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_array(writer)
+    }
+
+    fn begin_array_value<W: ?Sized + Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        self.0.begin_array_value(writer, first)
+    }
+
+    fn end_array_value<W: ?Sized + Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(writer)
+    }
+
+    fn begin_object<W: ?Sized + Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(writer)
+    }
+
+    fn end_object<W: ?Sized + Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_object(writer)
+    }
+
+    fn begin_object_key<W: ?Sized + Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        self.0.begin_object_key(writer, first)
+    }
+
+    fn begin_object_value<W: ?Sized + Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(writer)
+    }
+
+    fn end_object_value<W: ?Sized + Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(writer)
+    }
+}
+
 /// A rate limit for people: `60/1min`, or `-` when off.
 pub fn rate_limit(limit: Option<&gw_proto::pb::RateLimit>) -> String {
     match limit {
@@ -190,5 +251,18 @@ mod tests {
         let mut object = Map::new();
         add_usd(&mut object, &[("balance", 100_000), ("used", 5_500_000)]);
         assert_eq!(Value::Object(object), serde_json::json!({"balance": 0.1, "used": 5.5}));
+    }
+
+    #[test]
+    fn json_numbers_print_as_plain_decimals() {
+        let mut object = Map::new();
+        add_usd(&mut object, &[("cost", 1), ("used", 5_000_000), ("balance", 100_100_000)]);
+        object.insert("ratio".into(), serde_json::json!(1e-6));
+        object.insert("tokens".into(), serde_json::json!([7, -2]));
+        let text = json_text(&Value::Object(object)).unwrap();
+        let expected = "{\n  \"balance\": 100.1,\n  \"cost\": 0.000001,\n  \"ratio\": 0.000001,\n  \"tokens\": [\n    7,\n    -2\n  ],\n  \"used\": 5.0\n}\n";
+        assert_eq!(text, expected);
+        let same = serde_json::to_string_pretty(&serde_json::json!({"a": [1.5, {}], "b": {"c": []}})).unwrap();
+        assert_eq!(json_text(&serde_json::json!({"a": [1.5, {}], "b": {"c": []}})).unwrap(), same + "\n");
     }
 }

@@ -1,25 +1,73 @@
 //! Runs the real gateway for end-to-end suites: a control plane and data
-//! planes as child processes of the built binaries, on free ports, in a
-//! temporary directory, driven with the real `gwctl` binary.
+//! planes in a temporary directory, either started in-process with their
+//! `start()` handles on port 0 in the test's own runtime (the default), or as
+//! child processes of the built binaries (for tests that kill or restart
+//! them). Admin calls go through an in-process gRPC `AdminService` client;
+//! the `gwctl` binary is run only by tests about gwctl itself.
 //!
-//! The binaries are looked up next to the test executable (`target/<profile>`)
-//! or in `GW_BIN_DIR`; build them first with `cargo build --workspace --bins`.
+//! Process mode looks the binaries up next to the test executable
+//! (`target/<profile>`) or in `GW_BIN_DIR`; build them first with
+//! `cargo build --workspace --bins`.
 
 use std::{
     future::Future,
     net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::Stdio,
+    sync::Once,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
+use gw_proto::pb::admin_service_client::AdminServiceClient;
 use serde_json::Value;
 use tokio::process::{Child, Command};
+use tonic::{
+    metadata::{Ascii, MetadataValue},
+    service::{Interceptor, interceptor::InterceptedService},
+    transport::{Channel, Endpoint},
+};
+
+pub use gw_control_plane::video::Config as VideoConfig;
+
+/// How long a started control plane or data plane has to get ready.
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
+/// An `AdminService` client that sends the cluster's admin key with every
+/// call, the way gwctl does.
+pub type Admin = AdminServiceClient<InterceptedService<Channel, AdminKey>>;
+
+/// Adds `authorization: Bearer <admin key>` to every admin call.
+#[derive(Clone)]
+pub struct AdminKey(MetadataValue<Ascii>);
+
+/// How a cluster runs its control plane and data planes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `gw_control_plane::start` and `gw_data_plane::start` in the test's
+    /// runtime, on port 0. Stopping one calls its `shutdown()`, which is what
+    /// the binaries do on SIGTERM.
+    InProcess,
+    /// The built binaries as child processes, on free ports: for tests that
+    /// crash (SIGKILL) or restart them.
+    Processes,
+}
 
 /// Polls `check` every 20 ms until it yields `Some`, or panics naming `what`
-/// after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+/// after `timeout`. The one way suites wait for asynchronous state.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match try_eventually(timeout, check).await {
+        Some(value) => value,
+        None => panic!("timed out after {timeout:?} waiting for {what}"),
+    }
+}
+
+/// `eventually`, returning `None` instead of panicking after `timeout`.
+pub async fn try_eventually<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -27,13 +75,44 @@ where
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = check().await {
-            return value;
+            return Some(value);
         }
         if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Runs the Python SDK script `tests/sdk/<script>` with `args` and `env`
+/// using `GW_PYTHON` (default `python3`), and parses the JSON it prints.
+/// Panics with the script's output when it fails.
+pub async fn sdk(script: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
+    let python = std::env::var("GW_PYTHON").unwrap_or_else(|_| "python3".into());
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk").join(script);
+    let output = Command::new(&python)
+        .arg(&path)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap_or_else(|error| panic!("running {python}: {error} (run tests/run, which sets GW_PYTHON)"));
+    assert!(
+        output.status.success(),
+        "SDK script {script} {args:?} failed (run tests/run, which installs the pinned SDKs):\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!("SDK script {script} printed no JSON ({error}): {}", String::from_utf8_lossy(&output.stdout))
+    })
+}
+
+/// A protobuf message as JSON, the way `gwctl -o json` shows it (less the
+/// US-dollar figures gwctl adds beside the micro-USD fields).
+pub fn json<T: serde::Serialize>(message: &T) -> Value {
+    serde_json::to_value(message).unwrap_or_else(|error| panic!("a message that is not JSON: {error}"))
 }
 
 /// Path of a workspace binary built by `cargo build --workspace --bins`.
@@ -61,9 +140,77 @@ pub fn free_port() -> u16 {
         .unwrap_or_else(|error| panic!("no free port: {error}"))
 }
 
+/// Logs of in-process control and data planes go to the test's output, as
+/// a child process's stderr did; `RUST_LOG` filters them (default `info`).
+fn init_logging() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    });
+}
+
 /// A child process that is killed when dropped.
 struct Process {
     child: Child,
+}
+
+/// A running control plane or data plane.
+enum Running<H> {
+    InProcess(H),
+    Process(Process),
+}
+
+/// The control plane of a cluster.
+pub struct ControlPlane {
+    /// Its gRPC address; the first in-process start picks it (port 0), and
+    /// restarts bind it again.
+    pub addr: SocketAddr,
+    pub store: String,
+    pub data_dir: PathBuf,
+    /// Video task timing (`--video-*` flags of the binary).
+    pub video: VideoConfig,
+    /// Extra environment of the process (process mode only).
+    pub env: Vec<(String, String)>,
+    running: Option<Running<gw_control_plane::Handle>>,
+}
+
+/// One data plane of a cluster.
+pub struct DataPlane {
+    /// Its client-facing address; kept across restarts.
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub node_id: String,
+    running: Option<Running<gw_data_plane::Handle>>,
+}
+
+/// A control plane, data planes and the keys that reach them.
+pub struct Cluster {
+    pub control_plane: ControlPlane,
+    pub data_planes: Vec<DataPlane>,
+    pub admin_key: String,
+    pub node_key: String,
+    mode: Mode,
+    admin: Option<Admin>,
+    http: reqwest::Client,
+    dir: tempfile::TempDir,
+}
+
+// === impl AdminKey ===
+
+impl AdminKey {
+    /// Fails when the key cannot travel in a header.
+    pub fn new(key: &str) -> anyhow::Result<AdminKey> {
+        let value = format!("Bearer {key}").parse().context("the admin key is not a valid header value")?;
+        Ok(AdminKey(value))
+    }
+}
+
+impl Interceptor for AdminKey {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        request.metadata_mut().insert("authorization", self.0.clone());
+        Ok(request)
+    }
 }
 
 // === impl Process ===
@@ -92,105 +239,144 @@ impl Process {
     }
 }
 
-/// The control plane as a child process.
-pub struct ControlPlane {
-    pub addr: SocketAddr,
-    pub store: String,
-    pub data_dir: PathBuf,
-    /// Extra environment of the process (e.g. `GW_CP_VIDEO_POLL_INTERVAL`).
-    pub env: Vec<(String, String)>,
-    process: Option<Process>,
-}
-
-/// One data plane as a child process.
-pub struct DataPlane {
-    pub addr: SocketAddr,
-    pub data_dir: PathBuf,
-    pub node_id: String,
-    process: Option<Process>,
-}
-
-/// A control plane, data planes and the keys that reach them.
-pub struct Cluster {
-    pub control_plane: ControlPlane,
-    pub data_planes: Vec<DataPlane>,
-    pub admin_key: String,
-    pub node_key: String,
-    http: reqwest::Client,
-    dir: tempfile::TempDir,
-}
-
 // === impl Cluster ===
 
 impl Cluster {
     /// Starts a control plane on `store` (a `redis://` URL, or "" for the
-    /// embedded store) and `data_planes` data planes, and waits until every
-    /// data plane is ready.
+    /// embedded store) and `data_planes` data planes in-process, and waits
+    /// until every data plane is ready.
     pub async fn start(store: &str, data_planes: usize) -> anyhow::Result<Cluster> {
-        Cluster::start_with_env(store, data_planes, &[]).await
+        Cluster::start_with(Mode::InProcess, store, data_planes, |_| {}).await
     }
 
-    /// `start`, with `env` set for the control plane (kept across restarts).
+    /// `start`, as child processes of the built binaries.
+    pub async fn start_processes(store: &str, data_planes: usize) -> anyhow::Result<Cluster> {
+        Cluster::start_with(Mode::Processes, store, data_planes, |_| {}).await
+    }
+
+    /// `start_processes`, with `env` set for the control plane process (kept
+    /// across restarts).
     pub async fn start_with_env(store: &str, data_planes: usize, env: &[(&str, &str)]) -> anyhow::Result<Cluster> {
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Cluster::start_with(Mode::Processes, store, data_planes, |cp| cp.env = env).await
+    }
+
+    /// Starts a cluster in `mode`, after `configure` has adjusted the control
+    /// plane's settings (kept across restarts).
+    pub async fn start_with(
+        mode: Mode,
+        store: &str,
+        data_planes: usize,
+        configure: impl FnOnce(&mut ControlPlane),
+    ) -> anyhow::Result<Cluster> {
+        if mode == Mode::InProcess {
+            init_logging();
+        }
         let dir = tempfile::tempdir().context("creating a temp dir")?;
+        // Port 0 in-process: the control plane's `start` picks the port.
+        let port = |mode| if mode == Mode::InProcess { 0 } else { free_port() };
+        let mut control_plane = ControlPlane {
+            addr: SocketAddr::from(([127, 0, 0, 1], port(mode))),
+            store: store.to_owned(),
+            data_dir: dir.path().join("control-plane"),
+            video: VideoConfig::default(),
+            env: Vec::new(),
+            running: None,
+        };
+        configure(&mut control_plane);
         let mut cluster = Cluster {
-            control_plane: ControlPlane {
-                addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
-                store: store.to_owned(),
-                data_dir: dir.path().join("control-plane"),
-                env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-                process: None,
-            },
+            control_plane,
             data_planes: Vec::new(),
             admin_key: format!("gwadm-test-{}", free_port()),
             node_key: format!("gwnode-test-{}", free_port()),
+            mode,
+            admin: None,
             http: reqwest::Client::new(),
             dir,
         };
         cluster.start_control_plane().await?;
         for i in 0..data_planes {
-            let data_plane = DataPlane {
-                addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            cluster.data_planes.push(DataPlane {
+                addr: SocketAddr::from(([127, 0, 0, 1], port(mode))),
                 data_dir: cluster.dir.path().join(format!("data-plane-{i}")),
                 node_id: format!("dp-{i}"),
-                process: None,
-            };
-            cluster.data_planes.push(data_plane);
+                running: None,
+            });
             cluster.start_data_plane(i).await?;
         }
         Ok(cluster)
     }
 
-    /// Starts (or restarts) the control plane on its address and store.
+    /// How this cluster runs its planes.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Starts (or restarts) the control plane on its address and store, and
+    /// waits until it accepts connections.
     pub async fn start_control_plane(&mut self) -> anyhow::Result<()> {
         let cp = &mut self.control_plane;
-        let mut command = Command::new(binary("gw-control-plane"));
-        command
-            .arg("--listen")
-            .arg(cp.addr.to_string())
-            .arg("--store")
-            .arg(&cp.store)
-            .arg("--data-dir")
-            .arg(&cp.data_dir)
-            .env("GW_ADMIN_KEY", &self.admin_key)
-            .env("GW_NODE_KEY", &self.node_key)
-            .envs(cp.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        cp.process = Some(Process::spawn(command)?);
-        let addr = cp.addr;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            if Instant::now() > deadline {
-                bail!("control plane did not listen on {addr}");
+        match self.mode {
+            Mode::InProcess => {
+                let config = gw_control_plane::Config {
+                    listen: cp.addr,
+                    store: cp.store.clone(),
+                    data_dir: cp.data_dir.clone(),
+                    admin_key: Some(self.admin_key.clone()),
+                    node_key: Some(self.node_key.clone()),
+                    video: cp.video.clone(),
+                    probe: gw_control_plane::probe::Config::default(),
+                };
+                let handle = gw_control_plane::start(config).await.context("starting the control plane")?;
+                cp.addr = handle.addr;
+                cp.running = Some(Running::InProcess(handle));
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            Mode::Processes => {
+                let mut command = Command::new(binary("gw-control-plane"));
+                command
+                    .arg("--listen")
+                    .arg(cp.addr.to_string())
+                    .arg("--store")
+                    .arg(&cp.store)
+                    .arg("--data-dir")
+                    .arg(&cp.data_dir);
+                // Only settings changed from the defaults become flags, so
+                // `GW_CP_VIDEO_*` in `env` still count.
+                let default = VideoConfig::default();
+                for (flag, value, default) in [
+                    ("--video-timeout", cp.video.timeout, default.timeout),
+                    ("--video-poll-interval", cp.video.poll_interval, default.poll_interval),
+                    ("--video-refresh-after", cp.video.refresh_after, default.refresh_after),
+                ] {
+                    if value != default {
+                        command.arg(flag).arg(format!("{}ms", value.as_millis()));
+                    }
+                }
+                command
+                    .env("GW_ADMIN_KEY", &self.admin_key)
+                    .env("GW_NODE_KEY", &self.node_key)
+                    .envs(cp.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                cp.running = Some(Running::Process(Process::spawn(command)?));
+                let addr = cp.addr;
+                let listening =
+                    try_eventually(READY_WITHIN, || async { tokio::net::TcpStream::connect(addr).await.ok() }).await;
+                if listening.is_none() {
+                    bail!("control plane did not listen on {addr}");
+                }
+            }
+        }
+        if self.admin.is_none() {
+            self.admin = Some(admin_client(self.control_plane.addr, &self.admin_key));
         }
         Ok(())
     }
 
-    /// Stops the control plane (SIGTERM).
+    /// Stops the control plane gracefully (`shutdown()`, or SIGTERM).
     pub async fn stop_control_plane(&mut self) {
-        if let Some(process) = self.control_plane.process.take() {
-            process.stop().await;
+        match self.control_plane.running.take() {
+            Some(Running::InProcess(handle)) => handle.shutdown().await,
+            Some(Running::Process(process)) => process.stop().await,
+            None => {}
         }
     }
 
@@ -198,45 +384,73 @@ impl Cluster {
     pub async fn start_data_plane(&mut self, i: usize) -> anyhow::Result<()> {
         let endpoint = format!("http://{}", self.control_plane.addr);
         let dp = &mut self.data_planes[i];
-        let mut command = Command::new(binary("gw-data-plane"));
-        command
-            .arg("--listen")
-            .arg(dp.addr.to_string())
-            .arg("--control-plane")
-            .arg(endpoint)
-            .arg("--data-dir")
-            .arg(&dp.data_dir)
-            .arg("--node-id")
-            .arg(&dp.node_id)
-            .env("GW_NODE_KEY", &self.node_key);
-        dp.process = Some(Process::spawn(command)?);
+        match self.mode {
+            Mode::InProcess => {
+                let mut config =
+                    gw_data_plane::Config::new(dp.addr, endpoint, dp.data_dir.clone(), self.node_key.clone());
+                config.node_id = Some(dp.node_id.clone());
+                let handle = gw_data_plane::start(config).await.with_context(|| format!("starting data plane {i}"))?;
+                dp.addr = handle.addr;
+                dp.running = Some(Running::InProcess(handle));
+            }
+            Mode::Processes => {
+                let mut command = Command::new(binary("gw-data-plane"));
+                command
+                    .arg("--listen")
+                    .arg(dp.addr.to_string())
+                    .arg("--control-plane")
+                    .arg(endpoint)
+                    .arg("--data-dir")
+                    .arg(&dp.data_dir)
+                    .arg("--node-id")
+                    .arg(&dp.node_id)
+                    .env("GW_NODE_KEY", &self.node_key);
+                dp.running = Some(Running::Process(Process::spawn(command)?));
+            }
+        }
         let url = format!("http://{}/ready", dp.addr);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(response) = self.http.get(&url).send().await
-                && response.status().is_success()
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("data plane {i} was not ready at {url}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let http = &self.http;
+        let ready = try_eventually(READY_WITHIN, || async {
+            let response = http.get(&url).send().await.ok()?;
+            response.status().is_success().then_some(())
+        })
+        .await;
+        if ready.is_none() {
+            bail!("data plane {i} was not ready at {url}");
         }
+        Ok(())
     }
 
-    /// Stops data plane `i` (SIGTERM: it flushes its usage spool).
+    /// Stops data plane `i` gracefully (`shutdown()`, or SIGTERM): it
+    /// flushes its usage spool.
     pub async fn stop_data_plane(&mut self, i: usize) {
-        if let Some(process) = self.data_planes[i].process.take() {
-            process.stop().await;
+        match self.data_planes[i].running.take() {
+            Some(Running::InProcess(handle)) => handle.shutdown().await,
+            Some(Running::Process(process)) => process.stop().await,
+            None => {}
         }
     }
 
-    /// Kills data plane `i` without warning.
+    /// Kills data plane `i` without warning (SIGKILL). Only a process can be
+    /// killed that way: panics in `Mode::InProcess`.
     pub async fn crash_data_plane(&mut self, i: usize) {
-        if let Some(process) = self.data_planes[i].process.take() {
-            process.crash().await;
+        match self.data_planes[i].running.take() {
+            Some(Running::Process(process)) => process.crash().await,
+            Some(Running::InProcess(_)) => panic!("crash_data_plane needs a cluster started in Mode::Processes"),
+            None => {}
         }
+    }
+
+    /// Usage batches data plane `i` has spooled and not yet had
+    /// acknowledged: files in its spool directory, so this reads the same in
+    /// both modes.
+    pub fn pending_usage_batches(&self, i: usize) -> usize {
+        let spool = self.data_planes[i].data_dir.join("spool");
+        std::fs::read_dir(spool)
+            .map(|entries| {
+                entries.filter_map(Result::ok).filter(|e| e.path().extension().is_some_and(|x| x == "batch")).count()
+            })
+            .unwrap_or(0)
     }
 
     /// `http://addr/v1` of data plane `i`, as an SDK's base URL.
@@ -244,8 +458,18 @@ impl Cluster {
         format!("http://{}/v1", self.data_planes[i].addr)
     }
 
-    /// Runs `gwctl -o json <args>` against the control plane and parses its
-    /// output; fails with gwctl's stderr when it exits non-zero.
+    /// An in-process client of the control plane's `AdminService`, sending
+    /// the admin key. It connects lazily and reconnects after a restart.
+    pub fn admin(&self) -> Admin {
+        match &self.admin {
+            Some(admin) => admin.clone(),
+            None => admin_client(self.control_plane.addr, &self.admin_key),
+        }
+    }
+
+    /// Runs the `gwctl` binary with `-o json <args>` against the control
+    /// plane and parses its output; fails with gwctl's stderr when it exits
+    /// non-zero. For tests about gwctl; other tests use [`Cluster::admin`].
     pub async fn gwctl(&self, args: &[&str]) -> anyhow::Result<Value> {
         let output = self.gwctl_raw(args).await?;
         if !output.status.success() {
@@ -281,4 +505,15 @@ impl Cluster {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// A lazily connecting admin client for the control plane at `addr`.
+fn admin_client(addr: SocketAddr, key: &str) -> Admin {
+    let key = AdminKey::new(key).unwrap_or_else(|error| panic!("{error:#}"));
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap_or_else(|error| panic!("control plane address {addr}: {error}"))
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(60))
+        .connect_lazy();
+    AdminServiceClient::with_interceptor(channel, key)
 }

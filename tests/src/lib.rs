@@ -1,6 +1,7 @@
 //! End-to-end support: a mock upstream provider, a real `redis-server` on a
-//! free port, and a harness that runs the real control plane, data planes and
-//! `gwctl` against them.
+//! free port, and a harness that runs the real control plane and data planes
+//! against them (in-process, or as processes for crash and restart tests),
+//! with an in-process admin client and one runner for the SDK scripts.
 
 pub mod harness;
 pub mod mock_endpoints;

@@ -1,8 +1,9 @@
 //! The mock upstream's messages API: `POST /v1/messages`, plain and SSE,
-//! answering from the same [`Script`] as chat completions. The shared handler
-//! in `mock_upstream` records each request (headers included: `x-api-key`,
-//! `anthropic-version`, `anthropic-beta`) and applies scripted failures and
-//! the expected key before a request gets here.
+//! answering from the same [`Script`] as chat completions, and
+//! `POST /v1/messages/count_tokens`, which counts the script's prompt. The
+//! shared handler in `mock_upstream` records each request (headers included:
+//! `x-api-key`, `anthropic-version`, `anthropic-beta`) and applies scripted
+//! failures and the expected key before a request gets here.
 //!
 //! Token counts are read the chat way: `Script::prompt_tokens` is the whole
 //! prompt and `cached_tokens` a part of it, so the answer reports
@@ -70,6 +71,27 @@ pub(crate) async fn messages(
     }
     let answer = Answer { id: format!("msg_mock{id}"), model: model.to_string(), script, tool };
     if stream { answer.stream(on_abandon) } else { answer.whole() }
+}
+
+/// Answers `POST /v1/messages/count_tokens` with
+/// `{"input_tokens": Script::prompt_tokens}`, the whole prompt as the
+/// messages answer reports it. Requires the `anthropic-version` header, a
+/// `model` and a `messages` array (else 400 in the messages error shape).
+pub(crate) fn count_tokens(script: &Script, headers: &HeaderMap, body: &[u8]) -> Response {
+    if !headers.contains_key("anthropic-version") {
+        return error(StatusCode::BAD_REQUEST, "anthropic-version: header is required");
+    }
+    let request: Value = match serde_json::from_slice(body) {
+        Ok(request @ Value::Object(_)) => request,
+        _ => return error(StatusCode::BAD_REQUEST, "There was an error parsing the body of your request"),
+    };
+    if !request.get("model").is_some_and(Value::is_string) {
+        return error(StatusCode::BAD_REQUEST, "model: Field required");
+    }
+    if !request.get("messages").is_some_and(Value::is_array) {
+        return error(StatusCode::BAD_REQUEST, "messages: Field required");
+    }
+    (StatusCode::OK, axum::Json(json!({ "input_tokens": script.prompt_tokens }))).into_response()
 }
 
 /// A messages error body: `{"type":"error","error":{"type","message"}}`
@@ -387,6 +409,41 @@ mod tests {
         // Without tools in the request the script's call is not made.
         let plain: Value = post(&mock, &request(false)).await.json().await.unwrap();
         assert_eq!(plain["stop_reason"], "end_turn");
+    }
+
+    #[tokio::test]
+    async fn count_tokens_counts_the_scripted_prompt_and_checks_the_request() {
+        let mock = MockUpstream::start().await.unwrap();
+        mock.set_script(Script { prompt_tokens: 23, ..Script::default() });
+        let count = |body: Value| {
+            reqwest::Client::new()
+                .post(format!("{}/messages/count_tokens?beta=true", mock.base_url()))
+                .header("x-api-key", "sk-ant-upstream")
+                .header("anthropic-version", "2023-06-01")
+                .json(&body)
+                .send()
+        };
+        let mut body = request(false);
+        body.as_object_mut().unwrap().remove("max_tokens");
+        let response = count(body).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.json::<Value>().await.unwrap(), json!({ "input_tokens": 23 }));
+        let recorded = mock.last_request().unwrap();
+        assert_eq!(
+            (recorded.path.as_str(), recorded.query.as_deref()),
+            ("/v1/messages/count_tokens", Some("beta=true"))
+        );
+
+        let response = count(json!({ "model": "claude-sonnet-4-5" })).await.unwrap();
+        assert_eq!(response.status(), 400);
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["message"], "messages: Field required");
+
+        mock.fail_next(529, 1);
+        let response = count(request(false)).await.unwrap();
+        assert_eq!(response.status(), 529);
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["type"], "overloaded_error", "failures on count_tokens use the messages shape");
     }
 
     #[tokio::test]

@@ -1,7 +1,8 @@
 //! A scripted OpenAI-compatible upstream for end-to-end tests.
 //!
 //! Serves `POST /v1/chat/completions` (plain and SSE), `GET /v1/models` and
-//! the messages API (`POST /v1/messages`, see [`crate::mock_messages`]) on
+//! the messages API (`POST /v1/messages` and `/v1/messages/count_tokens`, see
+//! [`crate::mock_messages`]) on
 //! 127.0.0.1 at a free port, records every request it receives, and replays
 //! the current [`Script`]: reply text, token counts, latency, a cut stream, a
 //! required key, or a number of scripted failures. The server task stops when
@@ -295,6 +296,7 @@ async fn handle(
             };
             crate::mock_messages::messages(script, id, &headers, &body, on_abandon).await
         }
+        (&Method::POST, "/v1/messages/count_tokens") => crate::mock_messages::count_tokens(&script, &headers, &body),
         _ => error(StatusCode::NOT_FOUND, &format!("Invalid URL ({method} {})", uri.path())),
     }
 }
@@ -431,9 +433,13 @@ fn models() -> Response {
 }
 
 /// An error body in the dialect of `path`: the messages shape on
-/// `/v1/messages`, else OpenAI's.
+/// `/v1/messages` and below it, else OpenAI's.
 fn error_at(path: &str, status: StatusCode, message: &str) -> Response {
-    if path == "/v1/messages" { crate::mock_messages::error(status, message) } else { error(status, message) }
+    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+        crate::mock_messages::error(status, message)
+    } else {
+        error(status, message)
+    }
 }
 
 /// An OpenAI error body with a type and code that fit the status.

@@ -1,6 +1,7 @@
 //! Validates JSON against the component schemas of the OpenAI OpenAPI
-//! document in `shared/reference/`, so tests can prove that what the gateway
-//! returns on OpenAI paths has the official shape.
+//! document kept in `tests/reference/` (the schemas the tests use, copied from
+//! the official document), so tests can prove that what the gateway returns on
+//! OpenAI paths has the official shape.
 //!
 //! The document is OpenAPI 3.1 (JSON Schema 2020-12) but keeps two 3.0
 //! idioms, rewritten on load: `nullable: true` means "or null", and a boolean
@@ -17,8 +18,9 @@ use std::sync::LazyLock;
 use anyhow::{Context, anyhow};
 use serde_json::{Map, Value, json};
 
-/// Where the shared OpenAPI document lives: `shared/` beside the repository.
-pub const OPENAPI_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference/openai-openapi.yml");
+/// Where the OpenAPI document lives: inside this crate, so a clone of the
+/// repository alone has everything the tests read.
+pub const OPENAPI_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/reference/openai-openapi.yml");
 
 const REF_PREFIX: &str = "#/components/schemas/";
 

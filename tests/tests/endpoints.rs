@@ -1,5 +1,5 @@
 //! The OpenAI endpoints besides chat, end to end: real Redis, the real
-//! control plane and a data plane as processes, the official OpenAI Python
+//! control plane and a data plane in-process, the official OpenAI Python
 //! SDK as the client (`tests/sdk/openai_endpoints.py`), the mock upstream's
 //! endpoints (`gw_tests::mock_endpoints`). Checks what came back (content,
 //! schema), what reached the upstream (mapped models, usage options, files
@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
+use gw_proto::pb;
 use gw_tests::{
-    harness::{Cluster, eventually},
+    harness::{self, Cluster, eventually},
     mock_endpoints::{self as mock, MockEndpoints, speech_bytes},
     mock_upstream::MockUpstream,
     redis::RedisServer,
@@ -21,18 +22,72 @@ const UPSTREAM_KEY: &str = "sk-upstream-endpoints-0123456789";
 const START: i64 = 10_000_000;
 const SPEECH_INPUT: &str = "Hello from the gateway test";
 
-/// (model, gwctl price flags) of the catalogue.
-const MODELS: [(&str, &[&str]); 9] = [
-    ("gpt-3.5-turbo-instruct", &["--category", "completion", "--input-price", "1.5", "--output-price", "2"]),
-    ("gpt-4.1-mini", &["--input-price", "2", "--output-price", "8", "--cached-price", "0.5"]),
-    ("text-embedding-3-small", &["--category", "embedding", "--input-price", "0.02"]),
-    ("omni-moderation-latest", &["--category", "moderation", "--request-price", "0.0001"]),
-    ("gpt-image-1", &["--category", "image", "--image-price", "0.04", "--input-price", "5", "--output-price", "40"]),
-    ("whisper-1", &["--category", "audio", "--second-price", "0.0001"]),
-    ("gpt-4o-transcribe", &["--category", "audio", "--input-price", "2.5", "--output-price", "10"]),
-    ("tts-1", &["--category", "speech", "--input-price", "15"]),
-    ("gpt-4o", &["--input-price", "2.5", "--output-price", "10"]),
-];
+/// The catalogue: (model, category, prices in µ$ per 1M tokens, per
+/// request, per second and per image).
+fn models() -> [pb::Model; 9] {
+    let model = |id: &str, category: &str| pb::Model { id: id.into(), category: category.into(), ..Default::default() };
+    [
+        pb::Model {
+            input_price_micros: 1_500_000,
+            output_price_micros: 2_000_000,
+            ..model("gpt-3.5-turbo-instruct", "completion")
+        },
+        pb::Model {
+            input_price_micros: 2_000_000,
+            output_price_micros: 8_000_000,
+            cached_price_micros: 500_000,
+            ..model("gpt-4.1-mini", "chat")
+        },
+        pb::Model { input_price_micros: 20_000, ..model("text-embedding-3-small", "embedding") },
+        pb::Model { request_price_micros: 100, ..model("omni-moderation-latest", "moderation") },
+        pb::Model {
+            image_price_micros: 40_000,
+            input_price_micros: 5_000_000,
+            output_price_micros: 40_000_000,
+            ..model("gpt-image-1", "image")
+        },
+        pb::Model { second_price_micros: 100, ..model("whisper-1", "audio") },
+        pb::Model {
+            input_price_micros: 2_500_000,
+            output_price_micros: 10_000_000,
+            ..model("gpt-4o-transcribe", "audio")
+        },
+        pb::Model { input_price_micros: 15_000_000, ..model("tts-1", "speech") },
+        pb::Model { input_price_micros: 2_500_000, output_price_micros: 10_000_000, ..model("gpt-4o", "chat") },
+    ]
+}
+
+/// A channel named `name` to `base_url` serving `models` to `default`.
+fn channel(name: &str, base_url: String, models: Vec<String>) -> pb::Channel {
+    pb::Channel {
+        name: name.into(),
+        r#type: "openai".into(),
+        base_url,
+        api_key: UPSTREAM_KEY.into(),
+        has_key: true,
+        models,
+        groups: vec!["default".into()],
+        weight: 1,
+        ..Default::default()
+    }
+}
+
+/// An account with `START` in `default` and a token bounded only by it:
+/// (token id, key).
+async fn customer(cluster: &Cluster) -> (String, String) {
+    let mut admin = cluster.admin();
+    let account = pb::CreateAccountRequest {
+        name: "acme".into(),
+        balance_micros: START,
+        groups: vec!["default".into()],
+        ..Default::default()
+    };
+    let account = admin.create_account(account).await.expect("account").into_inner().id;
+    let token =
+        pb::CreateTokenRequest { account_id: account, group: "default".into(), unlimited: true, ..Default::default() };
+    let created = admin.create_token(token).await.expect("token create").into_inner();
+    (created.token.unwrap_or_default().id, created.key)
+}
 
 /// (endpoint, model, cost in µ$, estimated) of every call the script makes.
 fn expected_charges(audio_len: usize) -> Vec<(String, String, i64, bool)> {
@@ -118,37 +173,19 @@ async fn the_openai_sdk_uses_every_endpoint_and_each_call_is_billed() {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let endpoints = MockEndpoints::of(&upstream);
     let cluster = Cluster::start(&redis.url(), 1).await.expect("cluster");
-    for (id, prices) in MODELS {
-        let mut args = vec!["model", "create", "--id", id];
-        args.extend_from_slice(prices);
-        cluster.gwctl(&args).await.expect("model create");
+    let mut admin = cluster.admin();
+    for model in models() {
+        admin.create_model(model).await.expect("model create");
     }
-    let models = MODELS.map(|(id, _)| id).join(",");
-    let base_url = upstream.base_url();
-    cluster
-        .gwctl(&[
-            "channel",
-            "create",
-            "--name",
-            "openai",
-            "--base-url",
-            &base_url,
-            "--key",
-            UPSTREAM_KEY,
-            "--models",
-            &models,
-            "--groups",
-            "default",
-            "--map",
-            "text-embedding-3-small=text-embedding-3-small-v2,whisper-1=whisper-large-v3",
-        ])
-        .await
-        .expect("channel create");
-    let account = cluster.gwctl(&["account", "create", "--name", "acme", "--balance", "10"]).await.expect("account");
-    let account = str_field(&account, "id");
-    let created = cluster.gwctl(&["token", "create", "--account", &account]).await.expect("token create");
-    let key = str_field(&created, "key");
-    let token = str_field(created.get("token").unwrap_or(&created), "id");
+    let mut openai = channel("openai", upstream.base_url(), models().map(|m| m.id).to_vec());
+    openai.model_map = [
+        ("text-embedding-3-small".to_owned(), "text-embedding-3-small-v2".to_owned()),
+        ("whisper-1".to_owned(), "whisper-large-v3".to_owned()),
+    ]
+    .into();
+    admin.create_channel(openai).await.expect("channel create");
+    let (token, key) = customer(&cluster).await;
+    let account = admin.get_token(pb::GetRequest { id: token.clone() }).await.expect("token").into_inner().account_id;
     let models_url = format!("{}/models", cluster.base_url(0));
     eventually("the data plane to know the token", Duration::from_secs(10), || async {
         let response = cluster.http().get(&models_url).bearer_auth(&key).send().await.ok()?;
@@ -161,26 +198,18 @@ async fn the_openai_sdk_uses_every_endpoint_and_each_call_is_billed() {
         (dir.path().join("in.png"), dir.path().join("in.mp3"), dir.path().join("out.mp3"));
     std::fs::write(&image_path, image()).expect("write image");
     std::fs::write(&audio_path, audio()).expect("write audio");
-    let python = std::env::var("GW_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/openai_endpoints.py");
-    let output = tokio::process::Command::new(&python)
-        .arg(script)
-        .env("GW_BASE_URL", cluster.base_url(0))
-        .env("GW_API_KEY", &key)
-        .env("GW_IMAGE", &image_path)
-        .env("GW_AUDIO", &audio_path)
-        .env("GW_OUT", &speech_path)
-        .env("GW_SPEECH_INPUT", SPEECH_INPUT)
-        .output()
-        .await
-        .unwrap_or_else(|error| panic!("running {python}: {error} (run tests/run, which sets GW_PYTHON)"));
-    assert!(
-        output.status.success(),
-        "SDK script failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let out: Value = serde_json::from_slice(&output.stdout).expect("script prints JSON");
+    let base_url = cluster.base_url(0);
+    let (image_file, audio_file, speech_file) =
+        (image_path.to_string_lossy(), audio_path.to_string_lossy(), speech_path.to_string_lossy());
+    let env = [
+        ("GW_BASE_URL", base_url.as_str()),
+        ("GW_API_KEY", key.as_str()),
+        ("GW_IMAGE", &image_file),
+        ("GW_AUDIO", &audio_file),
+        ("GW_OUT", &speech_file),
+        ("GW_SPEECH_INPUT", SPEECH_INPUT),
+    ];
+    let out = harness::sdk("openai_endpoints.py", &[], &env).await;
 
     // What came back, and its shape.
     assert_eq!(out["completion"]["text"], mock::REPLY);
@@ -241,8 +270,9 @@ async fn the_openai_sdk_uses_every_endpoint_and_each_call_is_billed() {
     // What was billed.
     let expected = expected_charges(audio().len());
     let records = eventually("13 usage records", Duration::from_secs(15), || async {
-        let records = cluster.gwctl(&["usage", "list", "--token", &token]).await.ok()?;
-        let records = records.as_array()?.clone();
+        let request = pb::ListUsageRequest { token_id: token.clone(), limit: 100, ..Default::default() };
+        let records: Vec<Value> =
+            admin.clone().list_usage(request).await.ok()?.into_inner().items.iter().map(harness::json).collect();
         (records.len() == expected.len()).then_some(records)
     })
     .await;
@@ -263,8 +293,8 @@ async fn the_openai_sdk_uses_every_endpoint_and_each_call_is_billed() {
     assert_eq!(speech["prompt_tokens"], SPEECH_INPUT.chars().count(), "characters are the speech's prompt units");
     let total: i64 = expected.iter().map(|(_, _, cost, _)| cost).sum();
     eventually("the balance to reflect every call", Duration::from_secs(15), || async {
-        let account = cluster.gwctl(&["account", "get", &account]).await.ok()?;
-        (account["balance_micros"].as_i64() == Some(START - total)).then_some(())
+        let account = admin.clone().get_account(pb::GetRequest { id: account.clone() }).await.ok()?.into_inner();
+        (account.balance_micros == START - total).then_some(())
     })
     .await;
 }
@@ -274,26 +304,12 @@ async fn refusals_follow_the_chat_pipeline() {
     let redis = RedisServer::start().await.expect("redis-server");
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let cluster = Cluster::start(&redis.url(), 1).await.expect("cluster");
-    cluster.gwctl(&["model", "create", "--id", "whisper-1", "--second-price", "0.0001"]).await.expect("model");
-    let base_url = upstream.base_url();
-    cluster
-        .gwctl(&[
-            "channel",
-            "create",
-            "--name",
-            "c",
-            "--base-url",
-            &base_url,
-            "--key",
-            UPSTREAM_KEY,
-            "--models",
-            "whisper-1",
-        ])
-        .await
-        .expect("channel");
-    let account = cluster.gwctl(&["account", "create", "--name", "acme", "--balance", "10"]).await.expect("account");
-    let created = cluster.gwctl(&["token", "create", "--account", &str_field(&account, "id")]).await.expect("token");
-    let key = str_field(&created, "key");
+    let mut admin = cluster.admin();
+    let whisper =
+        pb::Model { id: "whisper-1".into(), category: "chat".into(), second_price_micros: 100, ..Default::default() };
+    admin.create_model(whisper).await.expect("model");
+    admin.create_channel(channel("c", upstream.base_url(), vec!["whisper-1".into()])).await.expect("channel");
+    let (_, key) = customer(&cluster).await;
     let base = cluster.base_url(0);
     let post = |path: &str, body: Value, key: Option<&str>| {
         let mut request = cluster.http().post(format!("{base}{path}")).json(&body);

@@ -4,9 +4,10 @@
 
 mod support;
 
+use gw_proto::pb;
 use gw_tests::mock_upstream::MockUpstream;
 use serde_json::{Value, json};
-use support::{Gateway, MODEL, Reply, UPSTREAM_KEY, str_field};
+use support::{Gateway, MODEL, Reply, UPSTREAM_KEY};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// What one catalogue row promises.
@@ -56,17 +57,20 @@ fn row(what: &'static str, status: u16, code: Option<&'static str>, message: imp
     Row { what, status, code, message: message.into(), request_id_suffix: true, no_retry }
 }
 
-/// Creates an account with `balance` dollars allowed `groups`; returns its id.
-async fn account(gw: &Gateway, name: &str, balance: &str, groups: &str) -> String {
-    let args = ["account", "create", "--name", name, "--balance", balance, "--groups", groups];
-    str_field(&gw.cluster.gwctl(&args).await.expect("account create"), "id")
+/// Creates an account with `balance_micros` allowed `groups`; returns its id.
+async fn account(gw: &Gateway, name: &str, balance_micros: i64, groups: &[&str]) -> String {
+    let request = pb::CreateAccountRequest {
+        name: name.into(),
+        balance_micros,
+        groups: groups.iter().map(|g| (*g).into()).collect(),
+        ..Default::default()
+    };
+    gw.admin().create_account(request).await.expect("account create").into_inner().id
 }
 
-/// Creates a token of `account` with `extra` flags; returns its key.
-async fn token(gw: &Gateway, account: &str, extra: &[&str]) -> String {
-    let mut args = vec!["token", "create", "--account", account];
-    args.extend_from_slice(extra);
-    str_field(&gw.cluster.gwctl(&args).await.expect("token create"), "key")
+/// Creates the token `request` describes; returns its key.
+async fn token(gw: &Gateway, request: pb::CreateTokenRequest) -> String {
+    gw.admin().create_token(request).await.expect("token create").into_inner().key
 }
 
 /// Sends a request whose declared body is over the 32 MiB limit, without
@@ -100,19 +104,29 @@ async fn every_catalogue_row_has_its_status_code_message_shape_and_headers() {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     gw.channel("main", &upstream.base_url(), 0, &[]).await;
     let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
-    gw.cluster.gwctl(&["model", "create", "--id", "gpt-lonely"]).await.expect("model create");
-    gw.cluster.gwctl(&["group", "create", "--name", "old", "--deprecated"]).await.expect("group create");
+    let mut admin = gw.admin();
+    let lonely = pb::Model { id: "gpt-lonely".into(), category: "chat".into(), ..Default::default() };
+    admin.create_model(lonely).await.expect("model create");
+    admin.create_group(pb::Group { deprecated: true, ..support::group("old") }).await.expect("group create");
 
-    let quota_spent = token(&gw, &gw.account, &["--quota", "0"]).await;
-    let poor = account(&gw, "poor", "0", "default").await;
-    let poor = token(&gw, &poor, &[]).await;
-    let restricted = token(&gw, &gw.account, &["--models", "gpt-other"]).await;
-    let narrow = account(&gw, "narrow", "10", "default,vip").await;
-    let narrow_vip = token(&gw, &narrow, &["--group", "vip"]).await;
-    gw.cluster.gwctl(&["account", "update", &narrow, "--groups", "default"]).await.expect("account update");
-    let oldies = account(&gw, "oldies", "10", "old").await;
-    let deprecated = token(&gw, &oldies, &["--group", "old"]).await;
-    let fenced = token(&gw, &gw.account, &["--allow-ip", "10.9.8.7,2001:db8::/32"]).await;
+    let quota_spent = token(&gw, pb::CreateTokenRequest { unlimited: false, ..support::token(&gw.account) }).await;
+    let poor = account(&gw, "poor", 0, &["default"]).await;
+    let poor = token(&gw, support::token(&poor)).await;
+    let restricted =
+        token(&gw, pb::CreateTokenRequest { models: vec!["gpt-other".into()], ..support::token(&gw.account) }).await;
+    let narrow = account(&gw, "narrow", 10_000_000, &["default", "vip"]).await;
+    let narrow_vip = token(&gw, pb::CreateTokenRequest { group: "vip".into(), ..support::token(&narrow) }).await;
+    let update = pb::UpdateAccountRequest {
+        id: narrow.clone(),
+        set_groups: true,
+        groups: vec!["default".into()],
+        ..Default::default()
+    };
+    admin.update_account(update).await.expect("account update");
+    let oldies = account(&gw, "oldies", 10_000_000, &["old"]).await;
+    let deprecated = token(&gw, pb::CreateTokenRequest { group: "old".into(), ..support::token(&oldies) }).await;
+    let allow_ips = vec!["10.9.8.7".into(), "2001:db8::/32".into()];
+    let fenced = token(&gw, pb::CreateTokenRequest { allow_ips, ..support::token(&gw.account) }).await;
     gw.synced().await;
 
     let key = Some(gw.key.as_str());
@@ -227,7 +241,8 @@ async fn a_token_over_its_rate_limit_gets_the_catalogue_429() {
     let gw = Gateway::start(1).await;
     let upstream = MockUpstream::start().await.expect("mock upstream");
     gw.channel("main", &upstream.base_url(), 0, &[]).await;
-    let limited = token(&gw, &gw.account, &["--rate-limit", "2/1"]).await;
+    let rate_limit = Some(pb::RateLimit { max_requests: 2, window_minutes: 1 });
+    let limited = token(&gw, pb::CreateTokenRequest { rate_limit, ..support::token(&gw.account) }).await;
     gw.synced().await;
 
     let path = "/v1/chat/completions";

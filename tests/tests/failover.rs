@@ -1,13 +1,14 @@
 //! Upstream failures end to end: failover between channels and priority
 //! levels, retries that stop at the first byte, clean errors when every
 //! channel is down, timeouts, client disconnects, and channels taken out of
-//! rotation after repeated failures. Real Redis, control plane and data
-//! planes as processes, mock upstreams.
+//! rotation after repeated failures. Real Redis, the control plane and data
+//! planes in-process, mock upstreams.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
+use gw_proto::pb;
 use gw_tests::{
     harness::{eventually, free_port},
     mock_upstream::{MockUpstream, Script},
@@ -103,7 +104,12 @@ async fn all_channels_down_is_one_clean_5xx_after_bounded_attempts() {
     assert!(!reply.text.contains(&dead), "{}", reply.text);
 
     // With only upstream error answers left, the last one reaches the client.
-    gw.cluster.gwctl(&["channel", "disable", &channel_id(&gw, "dead").await]).await.expect("disable");
+    let disable = pb::UpdateChannelRequest {
+        id: channel_id(&gw, "dead").await,
+        status: Some("disabled".into()),
+        ..Default::default()
+    };
+    gw.admin().update_channel(disable).await.expect("disable");
     gw.synced().await;
     let reply = gw.chat(0, true).await;
     // a, b, then a second round from the top after a backoff.
@@ -113,9 +119,9 @@ async fn all_channels_down_is_one_clean_5xx_after_bounded_attempts() {
 }
 
 async fn channel_id(gw: &Gateway, name: &str) -> String {
-    let list = gw.cluster.gwctl(&["channel", "list"]).await.expect("channel list");
-    let found = list.as_array().and_then(|items| items.iter().find(|c| c["name"] == name)).cloned();
-    support::str_field(&found.unwrap_or_else(|| panic!("no channel {name}")), "id")
+    let list = gw.admin().list_channels(pb::ListRequest {}).await.expect("channel list").into_inner();
+    let found = list.items.into_iter().find(|c| c.name == name);
+    found.unwrap_or_else(|| panic!("no channel {name}")).id
 }
 
 #[tokio::test]
@@ -268,7 +274,8 @@ async fn a_channel_that_keeps_failing_is_auto_disabled_everywhere_until_enabled(
     assert_eq!(a.request_count(), 5, "no data plane sends to an auto-disabled channel");
 
     a.fail_next(500, 0);
-    gw.cluster.gwctl(&["channel", "enable", &a_id]).await.expect("channel enable");
+    let enable = pb::UpdateChannelRequest { id: a_id.clone(), status: Some("enabled".into()), ..Default::default() };
+    gw.admin().update_channel(enable).await.expect("channel enable");
     assert_eq!(gw.channel_status(&a_id).await, "enabled");
     gw.synced().await;
     for i in [0, 1] {

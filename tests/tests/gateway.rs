@@ -1,10 +1,12 @@
 //! End-to-end scenarios of the foundation: real Redis, the real control plane
-//! and two data planes as processes, gwctl as a process, a mock upstream.
+//! and two data planes (in-process; as processes for the restart scenarios),
+//! the in-process admin client, a mock upstream.
 
 use std::time::{Duration, Instant};
 
+use gw_proto::pb;
 use gw_tests::{
-    harness::{Cluster, eventually},
+    harness::{self, Cluster, Mode, eventually},
     mock_upstream::{MockUpstream, Script},
     redis::RedisServer,
 };
@@ -26,56 +28,42 @@ struct Fixture {
 }
 
 /// A cluster on Redis with one upstream, one account ($100) and one token in
-/// group `vip`, served by every data plane.
+/// group `vip`, served by every data plane; in-process.
 async fn setup() -> Fixture {
+    setup_in(Mode::InProcess).await
+}
+
+/// `setup`, with the control plane and data planes run in `mode`.
+async fn setup_in(mode: Mode) -> Fixture {
     let redis = RedisServer::start().await.expect("redis-server");
     let upstream = MockUpstream::start().await.expect("mock upstream");
-    let cluster = Cluster::start(&redis.url(), 2).await.expect("cluster");
-    cluster
-        .gwctl(&[
-            "model",
-            "create",
-            "--id",
-            "gpt-4o",
-            "--category",
-            "chat",
-            "--input-price",
-            "2.5",
-            "--output-price",
-            "10",
-        ])
-        .await
-        .expect("model create");
-    cluster.gwctl(&["group", "create", "--name", "vip", "--ratio", "2"]).await.expect("group create");
-    let base_url = upstream.base_url();
-    let channel = cluster
-        .gwctl(&[
-            "channel",
-            "create",
-            "--name",
-            "main",
-            "--type",
-            "openai",
-            "--base-url",
-            &base_url,
-            "--key",
-            UPSTREAM_KEY,
-            "--models",
-            "gpt-4o",
-            "--groups",
-            "default,vip",
-            "--map",
-            "gpt-4o=gpt-4o-2024-08-06",
-        ])
-        .await
-        .expect("channel create");
-    assert!(!channel.to_string().contains(UPSTREAM_KEY), "channel create printed the upstream key: {channel}");
-    let account = cluster
-        .gwctl(&["account", "create", "--name", "acme", "--balance", "100", "--groups", "default,vip"])
-        .await
-        .expect("account create");
-    let account = str_field(&account, "id");
-    let (token, key) = create_token(&cluster, &account, &["--quota", "5"]).await;
+    let cluster = Cluster::start_with(mode, &redis.url(), 2, |_| {}).await.expect("cluster");
+    let mut admin = cluster.admin();
+    let model = pb::Model {
+        id: "gpt-4o".into(),
+        category: "chat".into(),
+        input_price_micros: 2_500_000,
+        output_price_micros: 10_000_000,
+        ..Default::default()
+    };
+    admin.create_model(model).await.expect("model create");
+    admin.create_group(pb::Group { name: "vip".into(), ratio: 2.0, ..Default::default() }).await.expect("group create");
+    let channel = pb::Channel {
+        name: "main".into(),
+        r#type: "openai".into(),
+        base_url: upstream.base_url(),
+        api_key: UPSTREAM_KEY.into(),
+        has_key: true,
+        models: vec!["gpt-4o".into()],
+        model_map: [("gpt-4o".to_owned(), "gpt-4o-2024-08-06".to_owned())].into(),
+        groups: vec!["default".into(), "vip".into()],
+        weight: 1,
+        ..Default::default()
+    };
+    let channel = admin.create_channel(channel).await.expect("channel create").into_inner();
+    assert!(!format!("{channel:?}").contains(UPSTREAM_KEY), "channel create answered the upstream key: {channel:?}");
+    let account = customer(&cluster, "acme", 100_000_000).await;
+    let (token, key) = create_token(&cluster, quota(&account, 5_000_000)).await;
     let fixture = Fixture { cluster, upstream, account, token, key, _redis: redis };
     for i in 0..2 {
         wait_until_served(&fixture, i, &fixture.key).await;
@@ -83,22 +71,37 @@ async fn setup() -> Fixture {
     fixture
 }
 
-async fn create_token(cluster: &Cluster, account: &str, extra: &[&str]) -> (String, String) {
-    let mut args = vec!["token", "create", "--account", account, "--group", "vip"];
-    args.extend_from_slice(extra);
-    let created = cluster.gwctl(&args).await.expect("token create");
-    let key = str_field(&created, "key");
+/// A new account with `balance_micros` in `default` and `vip`; its id.
+async fn customer(cluster: &Cluster, name: &str, balance_micros: i64) -> String {
+    let request = pb::CreateAccountRequest {
+        name: name.into(),
+        balance_micros,
+        groups: vec!["default".into(), "vip".into()],
+        ..Default::default()
+    };
+    cluster.admin().create_account(request).await.expect("account create").into_inner().id
+}
+
+/// A token of `account` in `vip` bounded only by its account.
+fn vip_token(account: &str) -> pb::CreateTokenRequest {
+    pb::CreateTokenRequest { account_id: account.into(), group: "vip".into(), unlimited: true, ..Default::default() }
+}
+
+/// A token of `account` in `vip` with a quota of `micros`.
+fn quota(account: &str, micros: i64) -> pb::CreateTokenRequest {
+    pb::CreateTokenRequest { unlimited: false, quota_micros: micros, ..vip_token(account) }
+}
+
+async fn create_token(cluster: &Cluster, request: pb::CreateTokenRequest) -> (String, String) {
+    let created = cluster.admin().create_token(request).await.expect("token create").into_inner();
+    let key = created.key;
     assert!(key.starts_with("sk-") && key.len() >= 43, "bad key {key:?}");
-    let token = created.get("token").unwrap_or(&created);
-    (str_field(token, "id"), key)
+    (created.token.unwrap_or_default().id, key)
 }
 
-fn str_field(value: &Value, field: &str) -> String {
-    value[field].as_str().unwrap_or_else(|| panic!("no string {field:?} in {value}")).to_owned()
-}
-
-fn int_field(value: &Value, field: &str) -> i64 {
-    value[field].as_i64().unwrap_or_else(|| panic!("no integer {field:?} in {value}"))
+async fn usage(f: &Fixture) -> Vec<pb::UsageRecord> {
+    let request = pb::ListUsageRequest { token_id: f.token.clone(), limit: 100, ..Default::default() };
+    f.cluster.admin().list_usage(request).await.expect("usage list").into_inner().items
 }
 
 /// Waits until data plane `i` accepts `key` (its snapshot has the token).
@@ -129,11 +132,18 @@ async fn chat(f: &Fixture, i: usize, key: &str, stream: bool) -> (u16, String, S
 }
 
 async fn account_balance(f: &Fixture) -> i64 {
-    int_field(&f.cluster.gwctl(&["account", "get", &f.account]).await.expect("account get"), "balance_micros")
+    let request = pb::GetRequest { id: f.account.clone() };
+    f.cluster.admin().get_account(request).await.expect("account get").into_inner().balance_micros
 }
 
 async fn token_used(f: &Fixture) -> i64 {
-    int_field(&f.cluster.gwctl(&["token", "get", &f.token]).await.expect("token get"), "used_micros")
+    let request = pb::GetRequest { id: f.token.clone() };
+    f.cluster.admin().get_token(request).await.expect("token get").into_inner().used_micros
+}
+
+async fn set_token_status(f: &Fixture, status: &str) {
+    let request = pb::UpdateTokenRequest { id: f.token.clone(), status: Some(status.into()), ..Default::default() };
+    f.cluster.admin().update_token(request).await.unwrap_or_else(|e| panic!("token {status}: {e}"));
 }
 
 /// Waits until the ledger shows exactly `requests` charged requests.
@@ -182,13 +192,12 @@ async fn chat_and_stream_through_two_data_planes_are_billed_exactly() {
     }
     assert_eq!(sent[1].body["stream_options"]["include_usage"], true, "stream did not ask the upstream for usage");
 
-    let usage = f.cluster.gwctl(&["usage", "list", "--token", &f.token]).await.expect("usage list");
-    let records = usage.as_array().expect("usage list is an array");
-    assert_eq!(records.len(), 2, "{usage}");
-    for record in records {
-        assert_eq!(int_field(record, "cost_micros"), COST);
-        assert_eq!(int_field(record, "prompt_tokens"), 11);
-        assert_eq!(int_field(record, "completion_tokens"), 7);
+    let records = usage(&f).await;
+    assert_eq!(records.len(), 2, "{records:?}");
+    for record in &records {
+        assert_eq!(record.cost_micros, COST);
+        assert_eq!(record.prompt_tokens, 11);
+        assert_eq!(record.completion_tokens, 7);
     }
 }
 
@@ -219,7 +228,7 @@ async fn disabled_token_is_refused_by_every_data_plane_within_a_second() {
     let f = setup().await;
     assert_eq!(chat(&f, 0, &f.key, false).await.0, 200);
 
-    f.cluster.gwctl(&["token", "disable", &f.token]).await.expect("token disable");
+    set_token_status(&f, "disabled").await;
     let disabled_at = Instant::now();
     for i in 0..2 {
         eventually(&format!("data plane {i} to refuse the disabled token"), Duration::from_secs(1), || async {
@@ -230,7 +239,7 @@ async fn disabled_token_is_refused_by_every_data_plane_within_a_second() {
     let elapsed = disabled_at.elapsed();
     assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
 
-    f.cluster.gwctl(&["token", "enable", &f.token]).await.expect("token enable");
+    set_token_status(&f, "enabled").await;
     for i in 0..2 {
         eventually("the token to work again", Duration::from_secs(2), || async {
             (chat(&f, i, &f.key, false).await.0 == 200).then_some(())
@@ -241,7 +250,7 @@ async fn disabled_token_is_refused_by_every_data_plane_within_a_second() {
 
 #[tokio::test]
 async fn data_planes_serve_without_the_control_plane_and_usage_lands_once() {
-    let mut f = setup().await;
+    let mut f = setup_in(Mode::Processes).await;
     assert_eq!(chat(&f, 0, &f.key, false).await.0, 200);
     wait_for_charges(&f, 1).await;
 
@@ -255,16 +264,20 @@ async fn data_planes_serve_without_the_control_plane_and_usage_lands_once() {
     f.cluster.start_control_plane().await.expect("restart control plane");
 
     wait_for_charges(&f, 5).await;
-    // Settled: give any duplicate report time to show up, then check again.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Settled: once no data plane holds an unacknowledged batch, no
+    // duplicate report can still arrive; then check again.
+    eventually("every spooled usage batch to be acknowledged", Duration::from_secs(15), || async {
+        (0..2).all(|i| f.cluster.pending_usage_batches(i) == 0).then_some(())
+    })
+    .await;
     assert_eq!(token_used(&f).await, 5 * COST);
-    let usage = f.cluster.gwctl(&["usage", "list", "--token", &f.token]).await.expect("usage list");
-    assert_eq!(usage.as_array().map(Vec::len), Some(5), "{usage}");
+    let records = usage(&f).await;
+    assert_eq!(records.len(), 5, "{records:?}");
 }
 
 #[tokio::test]
 async fn restarted_data_plane_serves_from_its_disk_snapshot() {
-    let mut f = setup().await;
+    let mut f = setup_in(Mode::Processes).await;
     f.cluster.stop_control_plane().await;
     f.cluster.stop_data_plane(0).await;
     f.cluster.start_data_plane(0).await.expect("data plane restarts without the control plane");
@@ -329,13 +342,15 @@ async fn errors_carry_the_exact_catalogue_messages() {
     let (s, id, b) = raw(&f, "POST", chat_path, Some("Bearer sk-unknown")).await;
     assert_error(s, &id, &b, 401, "无效的令牌", None);
 
-    let (_, expired) = create_token(&f.cluster, &f.account, &["--expires", "2020-01-01T00:00:00Z"]).await;
+    // 2020-01-01T00:00:00Z
+    let expires = pb::CreateTokenRequest { expires_at: 1_577_836_800, ..vip_token(&f.account) };
+    let (_, expired) = create_token(&f.cluster, expires).await;
     wait_for_revision(&f).await;
     let (s, id, b) = raw(&f, "POST", chat_path, Some(&format!("Bearer {expired}"))).await;
     assert_error(s, &id, &b, 401, "无效的令牌", None);
 
     // Token quota: $0.0001 is spent by one request of 195 µ$.
-    let (_, small) = create_token(&f.cluster, &f.account, &["--quota", "0.0001"]).await;
+    let (_, small) = create_token(&f.cluster, quota(&f.account, 100)).await;
     wait_until_served(&f, 0, &small).await;
     assert_eq!(chat(&f, 0, &small, false).await.0, 200);
     let (s, id, b) = eventually("the token quota to run out", Duration::from_secs(10), || async {
@@ -346,12 +361,14 @@ async fn errors_carry_the_exact_catalogue_messages() {
     assert_error(s, &id, &b, 403, "该令牌额度已用尽", None);
 
     // Account balance: $0.0001 left, one request leaves -95 µ$.
-    let poor = f
-        .cluster
-        .gwctl(&["account", "create", "--name", "poor", "--balance", "0.0001", "--groups", "vip"])
-        .await
-        .expect("account create");
-    let (_, poor_key) = create_token(&f.cluster, &str_field(&poor, "id"), &["--unlimited"]).await;
+    let poor = pb::CreateAccountRequest {
+        name: "poor".into(),
+        balance_micros: 100,
+        groups: vec!["vip".into()],
+        ..Default::default()
+    };
+    let poor = f.cluster.admin().create_account(poor).await.expect("account create").into_inner().id;
+    let (_, poor_key) = create_token(&f.cluster, vip_token(&poor)).await;
     wait_until_served(&f, 0, &poor_key).await;
     assert_eq!(chat(&f, 0, &poor_key, false).await.0, 200);
     let (s, id, b) = eventually("the balance to run out", Duration::from_secs(10), || async {
@@ -375,10 +392,9 @@ async fn errors_carry_the_exact_catalogue_messages() {
 /// Waits until the first data plane has acknowledged the newest revision.
 async fn wait_for_revision(f: &Fixture) {
     eventually("data planes to ACK the newest revision", Duration::from_secs(5), || async {
-        let planes = f.cluster.gwctl(&["dataplanes", "list"]).await.ok()?;
-        let items = planes.as_array()?;
-        let current = |p: &Value| p["acked_revision"].as_u64() >= p["control_plane_revision"].as_u64();
-        (items.len() == 2 && items.iter().all(current)).then_some(())
+        let planes = f.cluster.admin().list_data_planes(pb::ListRequest {}).await.ok()?.into_inner();
+        let current = |p: &pb::DataPlane| p.acked_revision >= planes.revision;
+        (planes.items.len() == 2 && planes.items.iter().all(current)).then_some(())
     })
     .await;
 }
@@ -404,23 +420,9 @@ async fn models_list_shows_what_the_token_may_use() {
 #[tokio::test]
 async fn the_openai_python_sdk_chats_and_streams() {
     let f = setup().await;
-    let python = std::env::var("GW_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/openai_chat.py");
-    let output = tokio::process::Command::new(&python)
-        .arg(script)
-        .env("GW_BASE_URL", f.cluster.base_url(0))
-        .env("GW_API_KEY", &f.key)
-        .env("GW_MODEL", "gpt-4o")
-        .output()
-        .await
-        .unwrap_or_else(|error| panic!("running {python}: {error} (run tests/run, which sets GW_PYTHON)"));
-    assert!(
-        output.status.success(),
-        "SDK script failed (run tests/run, which installs the pinned SDKs):\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: Value = serde_json::from_slice(&output.stdout).expect("script prints JSON");
+    let base_url = f.cluster.base_url(0);
+    let env = [("GW_BASE_URL", base_url.as_str()), ("GW_API_KEY", &f.key), ("GW_MODEL", "gpt-4o")];
+    let result = harness::sdk("openai_chat.py", &[], &env).await;
     assert_eq!(result["text"], Script::default().reply);
     assert_eq!(result["streamed"], Script::default().reply);
     assert_eq!(result["prompt_tokens"], 11);

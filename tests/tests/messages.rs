@@ -9,13 +9,14 @@ mod support;
 
 use std::time::Duration;
 
+use gw_proto::pb;
 use gw_tests::{
-    harness::eventually,
+    harness::{self, eventually},
     mock_messages::ToolUse,
     mock_upstream::{MockUpstream, Recorded, Script},
 };
 use serde_json::{Value, json};
-use support::{Gateway, MODEL, UPSTREAM_KEY, str_field};
+use support::{Gateway, MODEL, UPSTREAM_KEY};
 
 /// gpt-4o at $2.5 / $10 per 1M tokens, ratio 1, the mock's 11 prompt + 7
 /// completion tokens: ceil(11 × 2.5 + 7 × 10) = 98 µ$ per request.
@@ -25,24 +26,9 @@ const REPLY: &str = "Hello from the mock upstream";
 
 /// Runs `anthropic_messages.py case` as `key`; returns its JSON summary.
 async fn sdk(gw: &Gateway, case: &str, key: &str) -> Value {
-    let python = std::env::var("GW_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/anthropic_messages.py");
-    let output = tokio::process::Command::new(&python)
-        .arg(script)
-        .arg(case)
-        .env("GW_HOST", format!("http://{}", gw.cluster.data_planes[0].addr))
-        .env("GW_API_KEY", key)
-        .env("GW_MODEL", MODEL)
-        .output()
-        .await
-        .unwrap_or_else(|error| panic!("running {python}: {error} (run tests/run, which sets GW_PYTHON)"));
-    assert!(
-        output.status.success(),
-        "SDK script {case} failed (run tests/run, which installs the pinned SDKs):\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("script prints JSON")
+    let host = format!("http://{}", gw.cluster.data_planes[0].addr);
+    let env = [("GW_HOST", host.as_str()), ("GW_API_KEY", key), ("GW_MODEL", MODEL)];
+    harness::sdk("anthropic_messages.py", &[case], &env).await
 }
 
 /// A gateway whose one channel, of `kind`, is the mock; `gpt-4o` maps to
@@ -54,18 +40,13 @@ async fn gateway(upstream: &MockUpstream, kind: &str) -> Gateway {
     gw
 }
 
-async fn balance(gw: &Gateway) -> i64 {
-    let account = gw.cluster.gwctl(&["account", "get", &gw.account]).await.expect("account get");
-    account["balance_micros"].as_i64().unwrap_or_else(|| panic!("no balance in {account}"))
-}
-
 /// Waits for `n` usage records and for the balance to have dropped by
 /// exactly `n × COST`; returns the records.
 async fn billed(gw: &Gateway, n: usize) -> Vec<Value> {
     let records = gw.wait_for_usage(n).await;
     let want = START_BALANCE - COST * i64::try_from(n).unwrap_or(0);
     eventually("the balance to drop by the usage billed", Duration::from_secs(15), || async {
-        (balance(gw).await == want).then_some(())
+        (gw.balance().await == want).then_some(())
     })
     .await;
     records
@@ -236,10 +217,8 @@ async fn the_openai_sdk_chats_through_a_messages_channel() {
 async fn messages_errors_are_400s_in_the_messages_shape_and_403_is_final() {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let gw = gateway(&upstream, "openai").await;
-    let spent = str_field(
-        &gw.cluster.gwctl(&["token", "create", "--account", &gw.account, "--quota", "0"]).await.expect("token"),
-        "key",
-    );
+    let spent = pb::CreateTokenRequest { unlimited: false, quota_micros: 0, ..support::token(&gw.account) };
+    let spent = gw.admin().create_token(spent).await.expect("token").into_inner().key;
     gw.synced().await;
 
     let result = sdk(&gw, "errors", &gw.key).await;

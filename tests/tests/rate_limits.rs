@@ -7,8 +7,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
+use gw_proto::pb;
 use gw_tests::{
-    harness::{Cluster, eventually},
+    harness::{self, Cluster, eventually},
     mock_upstream::MockUpstream,
     redis::RedisServer,
 };
@@ -34,42 +35,45 @@ struct Answer {
 
 /// Redis, a control plane, two data planes, one upstream serving `gpt-4o`
 /// to groups `plain` (no limit) and `limited`, whose limit is given.
-async fn setup(group_limit: &str) -> Fixture {
+async fn setup(group_limit: pb::RateLimit) -> Fixture {
     stay_clear_of_a_window_edge().await;
     let redis = RedisServer::start().await.expect("redis-server");
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let cluster = Cluster::start(&redis.url(), 2).await.expect("cluster");
-    cluster
-        .gwctl(&["model", "create", "--id", "gpt-4o", "--input-price", "2.5", "--output-price", "10"])
-        .await
-        .expect("model create");
-    cluster.gwctl(&["group", "create", "--name", "plain"]).await.expect("group create");
-    cluster
-        .gwctl(&["group", "create", "--name", "limited", "--rate-limit", group_limit])
-        .await
-        .expect("group create with a rate limit");
-    let base_url = upstream.base_url();
-    cluster
-        .gwctl(&[
-            "channel",
-            "create",
-            "--name",
-            "main",
-            "--type",
-            "openai",
-            "--base-url",
-            &base_url,
-            "--key",
-            "sk-upstream-rate-limits",
-            "--models",
-            "gpt-4o",
-            "--groups",
-            "plain,limited",
-        ])
-        .await
-        .expect("channel create");
+    let mut admin = cluster.admin();
+    let model = pb::Model {
+        id: "gpt-4o".into(),
+        category: "chat".into(),
+        input_price_micros: 2_500_000,
+        output_price_micros: 10_000_000,
+        ..Default::default()
+    };
+    admin.create_model(model).await.expect("model create");
+    let group = |name: &str, rate_limit| pb::Group { name: name.into(), ratio: 1.0, rate_limit, ..Default::default() };
+    admin.create_group(group("plain", None)).await.expect("group create");
+    admin.create_group(group("limited", Some(group_limit))).await.expect("group create with a rate limit");
+    let channel = pb::Channel {
+        name: "main".into(),
+        r#type: "openai".into(),
+        base_url: upstream.base_url(),
+        api_key: "sk-upstream-rate-limits".into(),
+        has_key: true,
+        models: vec!["gpt-4o".into()],
+        groups: vec!["plain".into(), "limited".into()],
+        weight: 1,
+        ..Default::default()
+    };
+    admin.create_channel(channel).await.expect("channel create");
     Fixture { cluster, _upstream: upstream, _redis: redis }
 }
+
+/// `max` requests per window of [`WINDOW_MINUTES`].
+fn per_window(max: u32) -> pb::RateLimit {
+    pb::RateLimit { max_requests: max, window_minutes: WINDOW_MINUTES as u32 }
+}
+
+/// No limit (`--rate-limit off`).
+const OFF: pb::RateLimit = pb::RateLimit { max_requests: 0, window_minutes: 0 };
 
 /// Waits, when less than a minute of the current hour-long window is left,
 /// until the next window starts: a window edge inside a test would let the
@@ -85,21 +89,26 @@ async fn stay_clear_of_a_window_edge() {
 
 /// Creates an account in groups `plain,limited`; returns its id.
 async fn account(f: &Fixture, name: &str) -> String {
-    let created = f
-        .cluster
-        .gwctl(&["account", "create", "--name", name, "--balance", "100", "--groups", "plain,limited"])
-        .await
-        .expect("account create");
-    created["id"].as_str().expect("account id").to_owned()
+    let request = pb::CreateAccountRequest {
+        name: name.into(),
+        balance_micros: 100_000_000,
+        groups: vec!["plain".into(), "limited".into()],
+        ..Default::default()
+    };
+    f.cluster.admin().create_account(request).await.expect("account create").into_inner().id
 }
 
-/// Creates an unlimited-quota token; returns its key once both data planes
-/// accept it.
-async fn token(f: &Fixture, account: &str, group: &str, extra: &[&str]) -> String {
-    let mut args = vec!["token", "create", "--account", account, "--group", group, "--unlimited"];
-    args.extend_from_slice(extra);
-    let created = f.cluster.gwctl(&args).await.expect("token create");
-    let key = created["key"].as_str().expect("token key").to_owned();
+/// Creates an unlimited-quota token with `rate_limit`; returns its key once
+/// both data planes accept it.
+async fn token(f: &Fixture, account: &str, group: &str, rate_limit: Option<pb::RateLimit>) -> String {
+    let request = pb::CreateTokenRequest {
+        account_id: account.into(),
+        group: group.into(),
+        unlimited: true,
+        rate_limit,
+        ..Default::default()
+    };
+    let key = f.cluster.admin().create_token(request).await.expect("token create").into_inner().key;
     for i in 0..2 {
         let url = format!("{}/models", f.cluster.base_url(i));
         eventually(&format!("data plane {i} to know the token"), Duration::from_secs(10), || async {
@@ -180,9 +189,9 @@ fn assert_ok_or_rate_limited(answers: &[Answer], max: u32) {
 #[tokio::test]
 async fn two_data_planes_admit_exactly_a_tokens_limit_between_them() {
     const LIMIT: u32 = 30;
-    let f = setup("off").await;
+    let f = setup(OFF).await;
     let acme = account(&f, "acme").await;
-    let key = token(&f, &acme, "plain", &["--rate-limit", &format!("{LIMIT}/{WINDOW_MINUTES}")]).await;
+    let key = token(&f, &acme, "plain", Some(per_window(LIMIT))).await;
 
     // 3 × the limit, in concurrent batches of 3 per data plane.
     let answers = burst(&f, &[&key], 15, 3).await;
@@ -202,12 +211,12 @@ async fn two_data_planes_admit_exactly_a_tokens_limit_between_them() {
 #[tokio::test]
 async fn a_groups_limit_counts_per_account() {
     const LIMIT: u32 = 5;
-    let f = setup(&format!("{LIMIT}/{WINDOW_MINUTES}")).await;
+    let f = setup(per_window(LIMIT)).await;
     let (acme, beta) = (account(&f, "acme").await, account(&f, "beta").await);
-    let acme_one = token(&f, &acme, "limited", &[]).await;
-    let acme_two = token(&f, &acme, "limited", &[]).await;
-    let beta_key = token(&f, &beta, "limited", &[]).await;
-    let plain = token(&f, &acme, "plain", &[]).await;
+    let acme_one = token(&f, &acme, "limited", None).await;
+    let acme_two = token(&f, &acme, "limited", None).await;
+    let beta_key = token(&f, &beta, "limited", None).await;
+    let plain = token(&f, &acme, "plain", None).await;
 
     // Two tokens of one account share its count.
     let answers = burst(&f, &[&acme_one, &acme_two], 8, 1).await;
@@ -229,9 +238,9 @@ async fn a_groups_limit_counts_per_account() {
 #[tokio::test]
 async fn without_the_control_plane_each_data_plane_counts_the_limit_locally() {
     const LIMIT: u32 = 5;
-    let mut f = setup("off").await;
+    let mut f = setup(OFF).await;
     let acme = account(&f, "acme").await;
-    let key = token(&f, &acme, "plain", &["--rate-limit", &format!("{LIMIT}/{WINDOW_MINUTES}")]).await;
+    let key = token(&f, &acme, "plain", Some(per_window(LIMIT))).await;
 
     f.cluster.stop_control_plane().await;
     let answers = burst(&f, &[&key], 15, 1).await;
@@ -246,27 +255,12 @@ async fn without_the_control_plane_each_data_plane_counts_the_limit_locally() {
 #[tokio::test]
 async fn the_openai_python_sdk_raises_rate_limit_error_on_our_429() {
     const LIMIT: u32 = 2;
-    let f = setup("off").await;
+    let f = setup(OFF).await;
     let acme = account(&f, "acme").await;
-    let key = token(&f, &acme, "plain", &["--rate-limit", &format!("{LIMIT}/{WINDOW_MINUTES}")]).await;
-    let python = std::env::var("GW_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/openai_rate_limit.py");
-    let output = tokio::process::Command::new(&python)
-        .arg(script)
-        .env("GW_BASE_URL", f.cluster.base_url(0))
-        .env("GW_API_KEY", &key)
-        .env("GW_MODEL", "gpt-4o")
-        .env("GW_ATTEMPTS", "5")
-        .output()
-        .await
-        .unwrap_or_else(|error| panic!("running {python}: {error} (run tests/run, which sets GW_PYTHON)"));
-    assert!(
-        output.status.success(),
-        "SDK script failed (run tests/run, which installs the pinned SDKs):\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: Value = serde_json::from_slice(&output.stdout).expect("script prints JSON");
+    let key = token(&f, &acme, "plain", Some(per_window(LIMIT))).await;
+    let base_url = f.cluster.base_url(0);
+    let env = [("GW_BASE_URL", base_url.as_str()), ("GW_API_KEY", &key), ("GW_MODEL", "gpt-4o"), ("GW_ATTEMPTS", "5")];
+    let result = harness::sdk("openai_rate_limit.py", &[], &env).await;
     assert_eq!(result["admitted"], LIMIT, "{result}");
     let refusal = &result["refusal"];
     assert_eq!(refusal["class"], "RateLimitError", "{result}");
@@ -285,9 +279,9 @@ async fn permits_leased_to_an_idle_data_plane_are_spent_only_there() {
     // A limit of 30 is leased 3 at a time (a tenth of it).
     const LIMIT: u32 = 30;
     const LEASE: usize = 3;
-    let f = setup("off").await;
+    let f = setup(OFF).await;
     let acme = account(&f, "acme").await;
-    let key = token(&f, &acme, "plain", &["--rate-limit", &format!("{LIMIT}/{WINDOW_MINUTES}")]).await;
+    let key = token(&f, &acme, "plain", Some(per_window(LIMIT))).await;
 
     // Data plane 1 leases 3 permits and spends one; then only 0 is used.
     assert_eq!(chat(&f, 1, &key).await.status, 200);

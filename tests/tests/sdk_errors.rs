@@ -7,32 +7,21 @@
 
 mod support;
 
-use gw_tests::mock_upstream::{MockUpstream, Script};
+use gw_proto::pb;
+use gw_tests::{
+    harness,
+    mock_upstream::{MockUpstream, Script},
+};
 use serde_json::Value;
-use support::{Gateway, str_field};
+use support::Gateway;
 
 /// Runs `retries.py case` as `key`, letting the SDK retry `max_retries`
 /// times; returns the script's JSON summary.
 async fn sdk(gw: &Gateway, case: &str, key: &str, model: &str, max_retries: u32) -> Value {
-    let python = std::env::var("GW_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/retries.py");
-    let output = tokio::process::Command::new(&python)
-        .arg(script)
-        .arg(case)
-        .env("GW_HOST", format!("http://{}", gw.cluster.data_planes[0].addr))
-        .env("GW_API_KEY", key)
-        .env("GW_MODEL", model)
-        .env("GW_MAX_RETRIES", max_retries.to_string())
-        .output()
-        .await
-        .unwrap_or_else(|error| panic!("running {python}: {error} (run tests/run, which sets GW_PYTHON)"));
-    assert!(
-        output.status.success(),
-        "SDK script failed (run tests/run, which installs the pinned SDKs):\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("script prints JSON")
+    let host = format!("http://{}", gw.cluster.data_planes[0].addr);
+    let retries = max_retries.to_string();
+    let env = [("GW_HOST", host.as_str()), ("GW_API_KEY", key), ("GW_MODEL", model), ("GW_MAX_RETRIES", &retries)];
+    harness::sdk("retries.py", &[case], &env).await
 }
 
 /// A gateway with one channel on `upstream`, whose replies say "sdk".
@@ -43,18 +32,28 @@ async fn gateway(upstream: &MockUpstream) -> Gateway {
     gw
 }
 
-async fn token(gw: &Gateway, extra: &[&str]) -> String {
-    let mut args = vec!["token", "create", "--account", &gw.account];
-    args.extend_from_slice(extra);
-    str_field(&gw.cluster.gwctl(&args).await.expect("token create"), "key")
+/// Creates the token `request` describes; returns its key.
+async fn token(gw: &Gateway, request: pb::CreateTokenRequest) -> String {
+    gw.admin().create_token(request).await.expect("token create").into_inner().key
+}
+
+/// A token of the test account whose quota ($0) is spent.
+fn spent(gw: &Gateway) -> pb::CreateTokenRequest {
+    pb::CreateTokenRequest { unlimited: false, quota_micros: 0, ..support::token(&gw.account) }
+}
+
+/// Creates the model `gpt-lonely`, which no channel serves.
+async fn lonely_model(gw: &Gateway) {
+    let model = pb::Model { id: "gpt-lonely".into(), category: "chat".into(), ..Default::default() };
+    gw.admin().create_model(model).await.expect("model create");
 }
 
 #[tokio::test]
 async fn the_openai_sdk_does_not_retry_a_spent_quota_or_a_model_without_channels() {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let gw = gateway(&upstream).await;
-    let spent = token(&gw, &["--quota", "0"]).await;
-    gw.cluster.gwctl(&["model", "create", "--id", "gpt-lonely"]).await.expect("model create");
+    let spent = token(&gw, spent(&gw)).await;
+    lonely_model(&gw).await;
     gw.synced().await;
 
     let result = sdk(&gw, "openai-chat", &spent, "gpt-4o", 2).await;
@@ -109,7 +108,8 @@ async fn an_upstream_429_that_survives_retries_is_a_rate_limit_error_in_the_open
 async fn the_anthropic_sdk_reads_messages_errors_and_does_not_retry_final_ones() {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let gw = gateway(&upstream).await;
-    let fenced = token(&gw, &["--allow-ip", "10.9.8.7"]).await;
+    let fenced =
+        token(&gw, pb::CreateTokenRequest { allow_ips: vec!["10.9.8.7".into()], ..support::token(&gw.account) }).await;
     gw.synced().await;
 
     let result = sdk(&gw, "anthropic-unknown-messages-path", &gw.key, "gpt-4o", 2).await;
@@ -135,8 +135,8 @@ async fn the_anthropic_sdk_reads_messages_errors_and_does_not_retry_final_ones()
 async fn the_anthropic_sdk_on_messages_gets_final_errors_once_and_gateway_retries_hide_a_passing_503() {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let gw = gateway(&upstream).await;
-    let spent = token(&gw, &["--quota", "0"]).await;
-    gw.cluster.gwctl(&["model", "create", "--id", "gpt-lonely"]).await.expect("model create");
+    let spent = token(&gw, spent(&gw)).await;
+    lonely_model(&gw).await;
     gw.synced().await;
 
     let result = sdk(&gw, "anthropic-messages", &spent, "gpt-4o", 2).await;

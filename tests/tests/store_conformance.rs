@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use gw_control_plane::domain::Kind;
 use gw_control_plane::store::{EmbeddedStore, RedisStore, Store, conformance};
-use gw_tests::redis::RedisServer;
+use gw_tests::{harness::try_eventually, redis::RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_passes_the_conformance_suite() {
@@ -47,17 +47,19 @@ async fn redis_store_recovers_after_the_server_restarts() {
     assert!(waited, "subscribe still at {} after the restart", *rx.borrow());
 
     // The connection manager reconnects; a call may fail while it does.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let revision = loop {
+    let last_error = std::cell::RefCell::new(String::new());
+    let revision = try_eventually(Duration::from_secs(10), || async {
         match store.create(conformance::sample(Kind::Model, "after")).await {
-            Ok(revision) => break revision,
-            Err(error) if tokio::time::Instant::now() < deadline => {
+            Ok(revision) => Some(revision),
+            Err(error) => {
                 eprintln!("write after restart failed, retrying: {error:#}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                *last_error.borrow_mut() = format!("{error:?}");
+                None
             }
-            Err(error) => panic!("store never recovered after the restart: {error:?}"),
         }
-    };
+    })
+    .await
+    .unwrap_or_else(|| panic!("store never recovered after the restart: {}", last_error.borrow()));
     assert_eq!(revision, 1, "the restarted server starts from an empty store");
     let waited =
         tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|r| *r == 1)).await.is_ok_and(|seen| seen.is_ok());

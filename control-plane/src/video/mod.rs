@@ -140,7 +140,7 @@ impl Videos {
         if self.store.get(Kind::Channel, &new.channel_id).await?.is_none() {
             return Err(VideoError::Invalid(format!("channel {:?} not found", new.channel_id)));
         }
-        let cost = cost_micros(model.second_price_micros, new.seconds, group.ratio);
+        let cost = gw_pricing::video_cost_micros(model.second_price_micros, new.seconds, group.ratio_ppm());
         if !token.unlimited && token.used_micros.saturating_add(cost) > token.quota_micros {
             return Err(VideoError::TokenQuota);
         }
@@ -342,15 +342,6 @@ fn fail(task: &mut VideoTask, code: &str, message: &str, now_ms: i64) -> bool {
     task.updated_at = now_ms / 1000;
     task.checked_at_ms = now_ms;
     true
-}
-
-/// `second_price × seconds × ratio`, rounded up to a whole micro-USD. The
-/// ratio is taken in parts per million, as the data planes do.
-pub fn cost_micros(second_price_micros: i64, seconds: u32, ratio: f64) -> i64 {
-    let ratio_ppm = if ratio.is_finite() && ratio > 0.0 { (ratio * 1_000_000.0).round() as i128 } else { 0 };
-    let scaled = i128::from(second_price_micros.max(0)) * i128::from(seconds) * ratio_ppm;
-    let rounded_up = (scaled + 999_999).div_euclid(1_000_000);
-    i64::try_from(rounded_up).unwrap_or(i64::MAX)
 }
 
 /// The ledger record of a task's charge, or of its refund (the charge

@@ -78,12 +78,20 @@ async fn balance(store: &dyn Store) -> (i64, i64) {
 }
 
 #[test]
-fn cost_is_price_times_seconds_times_ratio_rounded_up() {
-    assert_eq!(cost_micros(100_000, 4, 1.5), COST);
-    assert_eq!(cost_micros(1, 1, 0.5), 1, "half a micro-USD rounds up");
-    assert_eq!(cost_micros(0, 10, 2.0), 0);
-    assert_eq!(cost_micros(-5, 10, 2.0), 0, "a negative price is free");
-    assert_eq!(cost_micros(i64::MAX, MAX_SECONDS, 1e9), i64::MAX, "saturates");
+fn the_price_takes_the_group_ratio_in_parts_per_million() {
+    let group = |ratio| Group {
+        name: "g".into(),
+        ratio,
+        deprecated: false,
+        description: String::new(),
+        rate_limit: RateLimit::default(),
+    };
+    assert_eq!(group(1.5).ratio_ppm(), 1_500_000);
+    assert_eq!(group(0.1).ratio_ppm(), 100_000);
+    assert_eq!(group(0.0).ratio_ppm(), 0);
+    assert_eq!(group(f64::NAN).ratio_ppm(), 0, "a ratio the admin API refuses is 0");
+    assert_eq!(group(-1.0).ratio_ppm(), 0);
+    assert_eq!(gw_pricing::video_cost_micros(100_000, 4, group(1.5).ratio_ppm()), COST);
 }
 
 #[tokio::test]

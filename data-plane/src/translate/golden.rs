@@ -1,9 +1,11 @@
 //! Golden tests. Each case under `tests/golden/translate/<direction>/` is a
 //! pair of files, `<case>.in.json` and `<case>.out.json`; the translation of
-//! the first must equal the second exactly (as JSON values). A translation
-//! error is written as `{"error": "<message>"}`. Streams are fed one event's
-//! data at a time and then ended; their output lists the events and the
-//! usage the translator exposes for metering.
+//! the first must equal the second exactly (as JSON values). Translations
+//! that report what they dropped are written as `{"request"|"response":
+//! <body>, "dropped": [<names>]}`; a translation error as
+//! `{"error": "<message>"}`. Streams are fed one event's data at a time and
+//! then ended; their output lists the events and the usage the translator
+//! exposes for metering (and, from messages, what it dropped).
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p gw-data-plane golden` rewrites the
 //! `.out.json` files from the current output: review the diff.
@@ -57,8 +59,11 @@ fn run(direction: &str, translate: impl Fn(&Value) -> Value) {
     assert!(failures.is_empty(), "{} golden case(s) differ:\n{}", failures.len(), failures.join("\n\n"));
 }
 
-fn or_error(result: Result<Value, TranslateError>) -> Value {
-    result.unwrap_or_else(|e| json!({ "error": e.to_string() }))
+fn request_or_error(result: Result<(Value, Dropped), TranslateError>) -> Value {
+    match result {
+        Ok((request, dropped)) => json!({ "request": request, "dropped": dropped.names() }),
+        Err(e) => json!({ "error": e.to_string() }),
+    }
 }
 
 fn usage_json(usage: Option<Usage>) -> Value {
@@ -92,12 +97,12 @@ fn event_json(event: &SseEvent) -> Value {
 
 #[test]
 fn messages_requests_translate_to_chat_requests() {
-    run("messages_to_chat_request", |input| or_error(messages_to_chat_request(input)));
+    run("messages_to_chat_request", |input| request_or_error(messages_to_chat_request_noted(input)));
 }
 
 #[test]
 fn chat_requests_translate_to_messages_requests() {
-    run("chat_to_messages_request", |input| or_error(chat_to_messages_request(input)));
+    run("chat_to_messages_request", |input| request_or_error(chat_to_messages_request_noted(input)));
 }
 
 #[test]
@@ -107,7 +112,10 @@ fn chat_responses_translate_to_messages_responses() {
 
 #[test]
 fn messages_responses_translate_to_chat_responses() {
-    run("messages_to_chat_response", |input| messages_to_chat_response(input, CREATED));
+    run("messages_to_chat_response", |input| {
+        let (response, dropped) = messages_to_chat_response_noted(input, CREATED);
+        json!({ "response": response, "dropped": dropped.names() })
+    });
 }
 
 #[test]
@@ -133,6 +141,10 @@ fn messages_streams_translate_to_chat_streams() {
             events.extend(stream.push(&data_of(data)));
         }
         events.extend(stream.finish());
-        json!({ "events": events.iter().map(event_json).collect::<Vec<_>>(), "usage": usage_json(stream.usage()) })
+        json!({
+            "events": events.iter().map(event_json).collect::<Vec<_>>(),
+            "usage": usage_json(stream.usage()),
+            "dropped": stream.dropped().names(),
+        })
     });
 }

@@ -3,19 +3,25 @@
 //! stateful stream translators; nothing here does I/O or reads a clock.
 //!
 //! Each direction maps every field the target has a place for. Fields of the
-//! source dialect with no place in the target are dropped on purpose (each
-//! translator lists them); fields neither dialect defines pass through
-//! untouched, so vendor extensions reach the upstream.
+//! source dialect with no place in the target are dropped on purpose: each
+//! translator's doc lists them, and the `…_noted` variants and
+//! [`MessagesToChatStream::dropped`] report the ones a given body had as a
+//! [`Dropped`] for the caller to log. Fields neither dialect defines pass
+//! through untouched, so vendor extensions reach the upstream.
 
 use serde_json::{Map, Value};
 
+mod dropped;
 mod request;
 mod response;
 mod stream;
 mod usage;
 
-pub use request::{chat_to_messages_request, messages_to_chat_request};
-pub use response::{chat_to_messages_response, messages_to_chat_response};
+pub use dropped::Dropped;
+// Public API for the handlers, which are being reworked to log what was
+// dropped and to serve count_tokens; not every entry point is called yet.
+pub use request::{chat_to_messages_request_noted, messages_to_chat_request_noted};
+pub use response::{chat_to_messages_response, messages_to_chat_response_noted};
 pub use stream::{ChatToMessagesStream, MessagesToChatStream, SseEvent};
 pub use usage::{MessagesStreamUsage, messages_body_usage};
 

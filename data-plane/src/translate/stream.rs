@@ -7,11 +7,16 @@
 //! stream cut short (no finish reason and no end marker) is left cut, with
 //! no closing events: the client sees the truncation instead of a made-up
 //! ending.
+//!
+//! Reasoning crosses as it does in whole responses: chat
+//! `delta.reasoning_content` becomes a `thinking` block (with an empty
+//! signature and no `signature_delta`), `thinking_delta` becomes
+//! `delta.reasoning_content`.
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::{answer_stop_reason, finish_reason, str_field, usage};
+use super::{Dropped, answer_stop_reason, finish_reason, response::reasoning_text, str_field, usage};
 use crate::pricing::Usage;
 
 /// One SSE event for the client.
@@ -26,18 +31,19 @@ pub struct SseEvent {
 
 /// Chat-completion chunks from an upstream as messages events for a client.
 ///
-/// Emits `message_start` with the first chunk, a text block for content and
-/// a `tool_use` block per tool call (arguments as `input_json_delta`), closes
-/// each block when the next begins or the choice finishes, and sends
-/// `message_delta` (stop reason, usage) and `message_stop` once `[DONE]`
-/// arrives, since the usage chunk follows the finish chunk.
+/// Emits `message_start` with the first chunk, a `thinking` block for
+/// reasoning, a text block for content and a `tool_use` block per tool call
+/// (arguments as `input_json_delta`), closes each block when the next begins
+/// or the choice finishes, and sends `message_delta` (stop reason, usage)
+/// and `message_stop` once `[DONE]` arrives, since the usage chunk follows
+/// the finish chunk.
 #[derive(Debug, Default)]
 pub struct ChatToMessagesStream {
     started: bool,
     ended: bool,
     next_block: u64,
-    /// The open block's index and whether it is a text block.
-    open: Option<(u64, bool)>,
+    /// The open block's index and kind.
+    open: Option<(u64, Block)>,
     /// The chat tool-call index of each tool block, and the block's index.
     tools: Vec<(u64, u64)>,
     finish_reason: Option<String>,
@@ -46,11 +52,13 @@ pub struct ChatToMessagesStream {
 
 /// Messages events from an upstream as chat-completion chunks for a client.
 ///
-/// The first chunk carries the role, text deltas become `content`, each
-/// `tool_use` block one entry of `tool_calls`, `message_delta` the finish
-/// chunk; after `message_stop` come the usage chunk (if the client asked for
-/// `stream_options.include_usage`) and `[DONE]`. Thinking and server-tool
-/// blocks are dropped.
+/// The first chunk carries the role, text deltas become `content`, thinking
+/// deltas `reasoning_content`, each `tool_use` block one entry of
+/// `tool_calls`, `message_delta` the finish chunk; after `message_stop` come
+/// the usage chunk (if the client asked for
+/// `stream_options.include_usage`) and `[DONE]`. Thinking signatures,
+/// `redacted_thinking` and server-tool blocks and citations are dropped and
+/// listed in [`MessagesToChatStream::dropped`].
 #[derive(Debug)]
 pub struct MessagesToChatStream {
     include_usage: bool,
@@ -64,6 +72,15 @@ pub struct MessagesToChatStream {
     /// and whether any arguments were sent.
     tools: Vec<(u64, u64, bool)>,
     usage: usage::MessagesStreamUsage,
+    dropped: Dropped,
+}
+
+/// The kind of a block [`ChatToMessagesStream`] has open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Thinking,
+    Text,
+    Tool,
 }
 
 // === impl SseEvent ===
@@ -162,10 +179,20 @@ impl ChatToMessagesStream {
             return out;
         };
         let delta = choice.get("delta");
+        if let Some(reasoning) = delta.and_then(reasoning_text) {
+            let index = match self.open {
+                Some((index, Block::Thinking)) => index,
+                _ => {
+                    let block = json!({ "type": "thinking", "thinking": "", "signature": "" });
+                    self.open_block(block, Block::Thinking, &mut out)
+                }
+            };
+            out.push(block_delta(index, json!({ "type": "thinking_delta", "thinking": reasoning })));
+        }
         if let Some(text) = delta.and_then(|d| str_field(d, "content")).filter(|t| !t.is_empty()) {
             let index = match self.open {
-                Some((index, true)) => index,
-                _ => self.open_block(json!({ "type": "text", "text": "" }), true, &mut out),
+                Some((index, Block::Text)) => index,
+                _ => self.open_block(json!({ "type": "text", "text": "" }), Block::Text, &mut out),
             };
             out.push(block_delta(index, json!({ "type": "text_delta", "text": text })));
         }
@@ -182,7 +209,7 @@ impl ChatToMessagesStream {
                         "name": function.and_then(|f| f.get("name")).cloned().unwrap_or_else(|| "".into()),
                         "input": {},
                     });
-                    let index = self.open_block(block, false, &mut out);
+                    let index = self.open_block(block, Block::Tool, &mut out);
                     self.tools.push((call_index, index));
                     index
                 }
@@ -212,11 +239,11 @@ impl ChatToMessagesStream {
     }
 
     /// Closes the open block and opens `block`; returns its index.
-    fn open_block(&mut self, block: Value, text: bool, out: &mut Vec<SseEvent>) -> u64 {
+    fn open_block(&mut self, block: Value, kind: Block, out: &mut Vec<SseEvent>) -> u64 {
         self.close_block(out);
         let index = self.next_block;
         self.next_block += 1;
-        self.open = Some((index, text));
+        self.open = Some((index, kind));
         let start = json!({ "type": "content_block_start", "index": index, "content_block": block });
         out.push(SseEvent::named("content_block_start", &start));
         index
@@ -272,6 +299,7 @@ impl MessagesToChatStream {
             finished: false,
             tools: Vec::new(),
             usage: usage::MessagesStreamUsage::default(),
+            dropped: Dropped::new(),
         }
     }
 
@@ -298,10 +326,16 @@ impl MessagesToChatStream {
             }
             "content_block_start" => {
                 let block = event.get("content_block").unwrap_or(&Value::Null);
-                match str_field(block, "type") {
+                let kind = str_field(block, "type");
+                match kind {
                     Some("text") => {
                         if let Some(text) = str_field(block, "text").filter(|t| !t.is_empty()) {
                             out.push(self.chunk(json!({ "content": text }), None));
+                        }
+                    }
+                    Some("thinking") => {
+                        if let Some(thinking) = str_field(block, "thinking").filter(|t| !t.is_empty()) {
+                            out.push(self.chunk(json!({ "reasoning_content": thinking }), None));
                         }
                     }
                     Some("tool_use") => {
@@ -315,7 +349,7 @@ impl MessagesToChatStream {
                         });
                         out.push(self.chunk(json!({ "tool_calls": [call] }), None));
                     }
-                    _ => {}
+                    _ => self.dropped.note_block(kind),
                 }
             }
             "content_block_delta" => {
@@ -326,12 +360,20 @@ impl MessagesToChatStream {
                             out.push(self.chunk(json!({ "content": text }), None));
                         }
                     }
+                    Some("thinking_delta") => {
+                        if let Some(thinking) = str_field(delta, "thinking").filter(|t| !t.is_empty()) {
+                            out.push(self.chunk(json!({ "reasoning_content": thinking }), None));
+                        }
+                    }
                     Some("input_json_delta") => {
                         let partial = str_field(delta, "partial_json").filter(|p| !p.is_empty());
                         if let (Some(partial), Some(call_index)) = (partial, self.tool_arguments(index)) {
                             out.push(self.arguments_chunk(call_index, partial));
                         }
                     }
+                    Some("signature_delta") => self.dropped.note("signature"),
+                    Some("citations_delta") => self.dropped.note("citations"),
+                    // Deltas of blocks already noted as dropped.
                     _ => {}
                 }
             }
@@ -377,6 +419,13 @@ impl MessagesToChatStream {
     /// and writes; `None` if it reported none.
     pub fn usage(&self) -> Option<Usage> {
         self.usage.usage()
+    }
+
+    /// What the translation has dropped so far (thinking signatures,
+    /// blocks with no chat equivalent, citations), for the caller to log
+    /// when the stream ends.
+    pub fn dropped(&self) -> &Dropped {
+        &self.dropped
     }
 
     /// Marks the tool block at `block` as having arguments; its call index.

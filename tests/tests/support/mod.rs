@@ -1,13 +1,15 @@
-//! Shared set-up of the error and failover suites: a cluster on a real Redis
-//! with the `gpt-4o` model, one funded account and one token, plus helpers to
-//! add channels, wait for the data planes to catch up, and send requests.
+//! Shared set-up of the suites that need one customer: an in-process cluster
+//! on a real Redis with the `gpt-4o` model, one funded account and one token,
+//! plus helpers to add channels, wait for the data planes to catch up, and
+//! send requests. Admin calls go through the in-process admin client.
 
 #![allow(dead_code)] // each suite uses its own subset
 
 use std::time::Duration;
 
+use gw_proto::pb;
 use gw_tests::{
-    harness::{Cluster, eventually},
+    harness::{Admin, Cluster, eventually, json},
     redis::RedisServer,
 };
 use reqwest::header::HeaderMap;
@@ -42,45 +44,69 @@ impl Gateway {
     pub async fn start(data_planes: usize) -> Gateway {
         let redis = RedisServer::start().await.expect("redis-server");
         let cluster = Cluster::start(&redis.url(), data_planes).await.expect("cluster");
-        cluster
-            .gwctl(&["model", "create", "--id", MODEL, "--input-price", "2.5", "--output-price", "10"])
-            .await
-            .expect("model create");
-        cluster.gwctl(&["group", "create", "--name", "vip"]).await.expect("group create");
-        let account = cluster
-            .gwctl(&["account", "create", "--name", "acme", "--balance", "100", "--groups", "default,vip"])
-            .await
-            .expect("account create");
-        let account = str_field(&account, "id");
-        let created = cluster.gwctl(&["token", "create", "--account", &account]).await.expect("token create");
-        let key = str_field(&created, "key");
-        let token = str_field(created.get("token").unwrap_or(&created), "id");
-        Gateway { cluster, account, token, key, _redis: redis }
+        let mut admin = cluster.admin();
+        let model = pb::Model {
+            id: MODEL.into(),
+            category: "chat".into(),
+            input_price_micros: 2_500_000,
+            output_price_micros: 10_000_000,
+            ..Default::default()
+        };
+        admin.create_model(model).await.expect("model create");
+        admin.create_group(group("vip")).await.expect("group create");
+        let account = pb::CreateAccountRequest {
+            name: "acme".into(),
+            balance_micros: 100_000_000,
+            groups: vec!["default".into(), "vip".into()],
+            ..Default::default()
+        };
+        let account = admin.create_account(account).await.expect("account create").into_inner().id;
+        let created = admin.create_token(token(&account)).await.expect("token create").into_inner();
+        let token = created.token.unwrap_or_default().id;
+        Gateway { cluster, account, token, key: created.key, _redis: redis }
+    }
+
+    /// The in-process admin client of the control plane.
+    pub fn admin(&self) -> Admin {
+        self.cluster.admin()
     }
 
     /// Creates a channel serving `gpt-4o` to `default` and `vip` at
-    /// `base_url` with `priority`, plus `extra` flags; returns its id.
+    /// `base_url` with `priority`, plus `extra` gwctl-style flags (`--type`,
+    /// `--map A=B,…`, `--weight`, `--*-timeout-ms`); returns its id.
     pub async fn channel(&self, name: &str, base_url: &str, priority: i32, extra: &[&str]) -> String {
-        let priority = priority.to_string();
-        let mut args = vec![
-            "channel",
-            "create",
-            "--name",
-            name,
-            "--base-url",
-            base_url,
-            "--key",
-            UPSTREAM_KEY,
-            "--models",
-            MODEL,
-            "--groups",
-            "default,vip",
-            "--priority",
-            &priority,
-        ];
-        args.extend_from_slice(extra);
-        let channel = self.cluster.gwctl(&args).await.expect("channel create");
-        str_field(&channel, "id")
+        let mut channel = pb::Channel {
+            name: name.into(),
+            r#type: "openai".into(),
+            base_url: base_url.into(),
+            api_key: UPSTREAM_KEY.into(),
+            has_key: true,
+            models: vec![MODEL.into()],
+            groups: vec!["default".into(), "vip".into()],
+            priority,
+            weight: 1,
+            ..Default::default()
+        };
+        for pair in extra.chunks(2) {
+            let [flag, value] = pair else { panic!("flag without a value in {extra:?}") };
+            let number = || value.parse().unwrap_or_else(|_| panic!("{flag} {value:?} is not a number"));
+            match *flag {
+                "--type" => channel.r#type = (*value).into(),
+                "--weight" => channel.weight = number(),
+                "--connect-timeout-ms" => channel.connect_timeout_ms = number(),
+                "--first-byte-timeout-ms" => channel.first_byte_timeout_ms = number(),
+                "--idle-timeout-ms" => channel.idle_timeout_ms = number(),
+                "--total-timeout-ms" => channel.total_timeout_ms = number(),
+                "--map" => {
+                    for rename in value.split(',') {
+                        let (from, to) = rename.split_once('=').unwrap_or_else(|| panic!("bad --map {value:?}"));
+                        channel.model_map.insert(from.into(), to.into());
+                    }
+                }
+                other => panic!("channel flag {other} is not supported by the test helper"),
+            }
+        }
+        self.admin().create_channel(channel).await.expect("channel create").into_inner().id
     }
 
     /// Waits until every data plane acknowledged the control plane's newest
@@ -88,13 +114,9 @@ impl Gateway {
     pub async fn synced(&self) {
         let planes = self.cluster.data_planes.len();
         eventually("data planes to ACK the newest revision", Duration::from_secs(10), || async {
-            let list = self.cluster.gwctl(&["dataplanes", "list"]).await.ok()?;
-            let items = list.as_array()?;
-            let current = |p: &Value| {
-                p["acked_revision"].as_u64().is_some()
-                    && p["acked_revision"].as_u64() >= p["control_plane_revision"].as_u64()
-            };
-            (items.len() == planes && items.iter().all(current)).then_some(())
+            let list = self.admin().list_data_planes(pb::ListRequest {}).await.ok()?.into_inner();
+            let current = |p: &pb::DataPlane| p.acked_revision >= list.revision;
+            (list.items.len() == planes && list.items.iter().all(current)).then_some(())
         })
         .await;
     }
@@ -118,10 +140,12 @@ impl Gateway {
         self.post(i, "/v1/chat/completions", Some(&self.key), &chat_body(stream)).await
     }
 
-    /// The test token's usage records, newest first as gwctl lists them.
+    /// The test token's usage records, newest first, as JSON the way gwctl
+    /// shows them.
     pub async fn usage(&self) -> Vec<Value> {
-        let usage = self.cluster.gwctl(&["usage", "list", "--token", &self.token]).await.expect("usage list");
-        usage.as_array().cloned().unwrap_or_default()
+        let request = pb::ListUsageRequest { token_id: self.token.clone(), limit: 100, ..Default::default() };
+        let usage = self.admin().list_usage(request).await.expect("usage list").into_inner();
+        usage.items.iter().map(json).collect()
     }
 
     /// Waits until the test token has `n` usage records and returns them.
@@ -133,9 +157,32 @@ impl Gateway {
         .await
     }
 
+    /// The test account's balance in micro-USD.
+    pub async fn balance(&self) -> i64 {
+        let request = pb::GetRequest { id: self.account.clone() };
+        self.admin().get_account(request).await.expect("account get").into_inner().balance_micros
+    }
+
     /// `status` of channel `id` as `gwctl channel get` shows it.
     pub async fn channel_status(&self, id: &str) -> String {
-        str_field(&self.cluster.gwctl(&["channel", "get", id]).await.expect("channel get"), "status")
+        let request = pb::GetRequest { id: id.into() };
+        self.admin().get_channel(request).await.expect("channel get").into_inner().status
+    }
+}
+
+/// A group named `name` as `gwctl group create --name <name>` makes it.
+pub fn group(name: &str) -> pb::Group {
+    pb::Group { name: name.into(), ratio: 1.0, ..Default::default() }
+}
+
+/// A token of `account` in `default` bounded only by its account, as
+/// `gwctl token create --account <account>` makes it.
+pub fn token(account: &str) -> pb::CreateTokenRequest {
+    pb::CreateTokenRequest {
+        account_id: account.into(),
+        group: "default".into(),
+        unlimited: true,
+        ..Default::default()
     }
 }
 

@@ -58,7 +58,7 @@ pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
     let (app, call) = (&*app, &call);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| async move {
         if channel.kind != ChannelKind::Anthropic {
-            let input_tokens = tokens::count_request(&call.model, call.body.raw());
+            let input_tokens = tokens::count_messages_input(&call.model, &call.json);
             return Ok(pipeline::reply(
                 StatusCode::OK,
                 None,

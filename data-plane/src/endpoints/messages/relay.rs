@@ -158,7 +158,9 @@ impl EventRelay for MessagesAsChat {
     }
 
     fn finish(&mut self, _meter: Option<&mut Meter>) -> Bytes {
-        SseEvent::encode(&self.translator.finish())
+        let out = SseEvent::encode(&self.translator.finish());
+        super::upstream::note_dropped(self.translator.dropped(), "stream");
+        out
     }
 
     fn complete(&self) -> bool {

@@ -84,7 +84,9 @@ pub async fn messages(
             Ok(pipeline::reply(StatusCode::OK, None, Body::from(bytes), false))
         }
         ChannelKind::OpenAi => {
-            let mut request = translate::messages_to_chat_request(&call.json).map_err(untranslatable)?;
+            let (mut request, dropped) =
+                translate::messages_to_chat_request_noted(&call.json).map_err(untranslatable)?;
+            note_dropped(&dropped, "request");
             request["model"] = Value::String(upstream_model);
             let body = Bytes::from(request.to_string());
             let response = app.upstreams.chat(&channel, body, call.stream).await?;
@@ -118,7 +120,8 @@ pub async fn chat(
     charge: Charge,
 ) -> Result<Response, ProxyError> {
     let json = serde_json::from_slice::<Value>(chat.body()).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
-    let mut request = translate::chat_to_messages_request(&json).map_err(untranslatable)?;
+    let (mut request, dropped) = translate::chat_to_messages_request_noted(&json).map_err(untranslatable)?;
+    note_dropped(&dropped, "request");
     request["model"] = Value::String(channel.upstream_model(&chat.model).to_owned());
     let body = Bytes::from(request.to_string());
     let response =
@@ -139,7 +142,9 @@ pub async fn chat(
         None => meter.add_text(&messages_text(&answer)),
     }
     meter.finish(200);
-    Ok(json_response(&translate::messages_to_chat_response(&answer, now_unix())))
+    let (answer, dropped) = translate::messages_to_chat_response_noted(&answer, now_unix());
+    note_dropped(&dropped, "answer");
+    Ok(json_response(&answer))
 }
 
 /// The body for a messages-native `channel`: the client's bytes, with only
@@ -150,6 +155,14 @@ pub fn body_for(call: &MessagesCall, channel: &Channel) -> Result<Bytes, ProxyEr
     let upstream_model = channel.upstream_model(&call.model);
     let rename = (upstream_model != call.model).then_some(upstream_model);
     Ok(call.body.rewrite(rename, false))
+}
+
+/// Logs what a translation could not carry into the other dialect, so it
+/// is never dropped silently.
+pub fn note_dropped(dropped: &translate::Dropped, what: &str) {
+    if !dropped.is_empty() {
+        tracing::info!(%dropped, what, "translation dropped what the other dialect cannot carry");
+    }
 }
 
 fn untranslatable(error: TranslateError) -> ProxyError {

@@ -35,7 +35,7 @@ use crate::{
     policy::auth::{Access, Caller},
     policy::domain::{Channel, Model},
     policy::snapshot::pick_channel,
-    provider,
+    pricing, provider,
     videos::{NewTask, Task},
 };
 
@@ -139,7 +139,7 @@ async fn submit(app: &App, request: &Admitted, submission: Submission) -> Result
     let (request_id, caller, started) = (&request.id, &request.caller, request.started);
     let admitted = async {
         let (model, channel) = route(request, &submission.model)?;
-        let cost = cost_micros(&model, submission.seconds, caller.group.ratio_ppm);
+        let cost = pricing::video_cost_micros(model.second_price_micros, submission.seconds, caller.group.ratio_ppm);
         can_pay(app, caller, cost)?;
         let new = NewTask {
             request_id: &request_id.0,
@@ -210,12 +210,6 @@ fn route(request: &Admitted, model: &str) -> Result<(Arc<Model>, Arc<Channel>), 
         t.attempts = 1;
     });
     Ok((entry.clone(), channel.clone()))
-}
-
-/// `second_price × seconds × ratio`, rounded up (as the control plane prices it).
-fn cost_micros(model: &Model, seconds: u32, ratio_ppm: i64) -> i64 {
-    let scaled = i128::from(model.second_price_micros.max(0)) * i128::from(seconds) * i128::from(ratio_ppm.max(0));
-    i64::try_from((scaled + 999_999).div_euclid(1_000_000)).unwrap_or(i64::MAX)
 }
 
 /// Refuses up front what the local view already shows the caller cannot
@@ -431,24 +425,6 @@ mod tests {
         assert_eq!(take_field(&mut fields, "model").as_deref(), Some("a"));
         assert_eq!(fields, [("x".to_owned(), "1".to_owned())]);
         assert_eq!(take_field(&mut fields, "model"), None);
-    }
-
-    #[test]
-    fn the_price_is_per_second_times_the_group_ratio_rounded_up() {
-        let model = Model {
-            id: "v".into(),
-            category: "video".into(),
-            input_price_micros: 0,
-            output_price_micros: 0,
-            cached_price_micros: 0,
-            request_price_micros: 0,
-            second_price_micros: 100_000,
-            image_price_micros: 0,
-            owned_by: String::new(),
-        };
-        assert_eq!(cost_micros(&model, 4, 1_500_000), 600_000);
-        let cheap = Model { second_price_micros: 1, ..model };
-        assert_eq!(cost_micros(&cheap, 1, 500_000), 1);
     }
 
     #[test]
