@@ -5,7 +5,7 @@
 use std::{net::IpAddr, sync::Arc};
 
 use gw_proto::pb;
-use rand::{Rng as _, distr::Alphanumeric};
+use rand::{RngExt as _, distr::Alphanumeric};
 use sha2::{Digest as _, Sha256};
 use tonic::{Request, Response, Status};
 

@@ -9,7 +9,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use rand::{Rng as _, distr::Alphanumeric};
+use rand::{RngExt as _, distr::Alphanumeric};
 
 /// Credentials of one control plane.
 #[derive(Debug, Clone)]

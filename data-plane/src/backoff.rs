@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rand::Rng as _;
+use rand::RngExt as _;
 
 /// Delays of `min`, `2·min`, … capped at `max`, each jittered to [d/2, d].
 #[derive(Debug, Clone)]

@@ -192,8 +192,8 @@ impl RedisStore {
     pub async fn connect(url: &str) -> Result<Self> {
         let client = Client::open(url).map_err(StoreError::Redis)?;
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_secs(5))
-            .set_response_timeout(Duration::from_secs(10))
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_response_timeout(Some(Duration::from_secs(10)))
             .set_number_of_retries(3);
         let mut conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(StoreError::Redis)?;
         let start: u64 = conn.get::<_, Option<u64>>(REV).await.map_err(StoreError::Redis)?.unwrap_or(0);
@@ -497,8 +497,8 @@ async fn follow_connected(
     backoff: &mut Duration,
 ) -> Result<(), RedisError> {
     let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Duration::from_secs(5))
-        .set_response_timeout(FOLLOW_BLOCK + Duration::from_secs(5));
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(FOLLOW_BLOCK + Duration::from_secs(5)));
     let mut conn: MultiplexedConnection = client.get_multiplexed_async_connection_with_config(&config).await?;
     *backoff = RECONNECT_MIN;
     resync(&mut conn, revision, seen).await?;
@@ -611,7 +611,7 @@ fn decode<T: serde::de::DeserializeOwned>(json: &str) -> Result<T> {
 /// The next value of a pipeline or script reply, converted.
 fn take<T: redis::FromRedisValue>(values: &mut impl Iterator<Item = Value>) -> Result<T> {
     let value = values.next().ok_or_else(|| malformed("reply shorter than expected"))?;
-    redis::from_owned_redis_value(value).map_err(StoreError::Redis)
+    redis::from_redis_value(value).map_err(|error| StoreError::Redis(error.into()))
 }
 
 /// The revision of a feed entry id `<rev>-<n>`.
@@ -628,5 +628,5 @@ fn change(entry: &StreamId) -> Result<Change> {
 }
 
 fn malformed(what: &'static str) -> StoreError {
-    StoreError::Redis(RedisError::from((ErrorKind::TypeError, what)))
+    StoreError::Redis(RedisError::from((ErrorKind::UnexpectedReturnType, what)))
 }

@@ -11,7 +11,7 @@ use std::{
     sync::Arc,
 };
 
-use rand::Rng as _;
+use rand::RngExt as _;
 
 use crate::policy::domain::{Account, Channel, Group, KeyHash, Kind, Model, Resource, Token};
 
