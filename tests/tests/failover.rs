@@ -188,7 +188,8 @@ async fn a_stream_cut_midway_reaches_the_client_is_billed_and_is_not_retried() {
     assert_eq!(record["channel_id"], a_id.as_str());
     assert_eq!(record["status"], 502);
     assert_eq!(record["estimated"], true, "{record}");
-    assert_eq!(record["completion_tokens"], 2, "{record}");
+    // The tokenizer's count of what was streamed: "one", " two", " ".
+    assert_eq!(record["completion_tokens"], 3, "{record}");
     assert!(record["cost_micros"].as_i64() > Some(0), "{record}");
 }
 
@@ -257,9 +258,13 @@ async fn a_channel_that_keeps_failing_is_auto_disabled_everywhere_until_enabled(
     gw.channel("b", &b.base_url(), 0, &[]).await;
     gw.synced().await;
 
+    // 5xx count against a channel only across different clients.
+    let other = gw.admin().create_token(support::token(&gw.account)).await.expect("token").into_inner().key;
     a.fail_next(500, 1000);
-    for _ in 0..5 {
-        assert_eq!(reply_text(&gw.chat(0, false).await), "reply from b");
+    for i in 0..5 {
+        let key = if i % 2 == 0 { &gw.key } else { &other };
+        let reply = gw.post(0, "/v1/chat/completions", Some(key), &support::chat_body(false)).await;
+        assert_eq!(reply_text(&reply), "reply from b");
     }
     assert_eq!(a.request_count(), 5);
     eventually("channel a to be auto-disabled", Duration::from_secs(10), || async {
@@ -336,4 +341,45 @@ async fn an_auto_disabled_channel_is_probed_back_into_rotation_but_a_disabled_on
     assert_eq!(status("off").await, "disabled", "an operator's disable stands");
     assert_eq!(off.request_count(), 0, "a channel an operator disabled is not probed");
     cp.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_clients_failing_requests_never_take_a_shared_channel_offline() {
+    let gw = Gateway::start(1).await;
+    let (a, b) = (upstream("a").await, upstream("b").await);
+    let a_id = gw.channel("a", &a.base_url(), 10, &[]).await;
+    gw.channel("b", &b.base_url(), 0, &[]).await;
+    gw.synced().await;
+
+    // One tenant's requests that the upstream answers 500, many times over.
+    a.fail_next(500, 12);
+    for _ in 0..12 {
+        assert_eq!(reply_text(&gw.chat(0, false).await), "reply from b");
+    }
+    assert_eq!(a.request_count(), 12, "each request tried a once, then b");
+    assert_eq!(gw.channel_status(&a_id).await, "enabled", "one client cannot disable a shared channel");
+    assert_eq!(reply_text(&gw.chat(0, false).await), "reply from a");
+}
+
+#[tokio::test]
+async fn an_upstream_429_cools_a_channel_down_but_never_disables_it() {
+    let gw = Gateway::start(1).await;
+    let (a, b) = (upstream("a").await, upstream("b").await);
+    let a_id = gw.channel("a", &a.base_url(), 10, &[]).await;
+    gw.channel("b", &b.base_url(), 0, &[]).await;
+    gw.synced().await;
+
+    a.fail_next(429, 1);
+    assert_eq!(reply_text(&gw.chat(0, false).await), "reply from b");
+    // Cooling down: the next requests go to b while a waits out its backoff.
+    for _ in 0..3 {
+        assert_eq!(reply_text(&gw.chat(0, false).await), "reply from b");
+    }
+    assert_eq!(a.request_count(), 1, "a cooling channel is not tried while another is up");
+    // The cool-down (1 s without a Retry-After) ends and a serves again.
+    eventually("a to serve again after its cool-down", Duration::from_secs(5), || async {
+        (reply_text(&gw.chat(0, false).await) == "reply from a").then_some(())
+    })
+    .await;
+    assert_eq!(gw.channel_status(&a_id).await, "enabled", "a 429 never disables a channel");
 }

@@ -251,3 +251,103 @@ async fn messages_errors_are_400s_in_the_messages_shape_and_403_is_final() {
     assert_eq!(result["requests"], 1, "the SDK retried a 403: {result}");
     assert_eq!(upstream.request_count(), 0, "no refused request reached the upstream");
 }
+
+/// POSTs `body` to `path` on the data plane as a messages client would.
+async fn messages_post(gw: &Gateway, path: &str, body: &Value) -> (u16, Value) {
+    let url = format!("http://{}{path}", gw.cluster.data_planes[0].addr);
+    let response = gw
+        .cluster
+        .http()
+        .post(url)
+        .header("x-api-key", &gw.key)
+        .header("anthropic-version", "2023-06-01")
+        .header("anthropic-beta", "claude-code-20250219,interleaved-thinking-2025-05-14")
+        .json(body)
+        .send()
+        .await
+        .expect("request to the data plane");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// What Claude Code sends: `system` turns inside `messages`, `cache_control`
+/// markers and a signed thinking block in the history.
+fn agent_request() -> Value {
+    json!({
+        "model": MODEL,
+        "max_tokens": 64,
+        "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "the user greets", "signature": "c2lnbmF0dXJl"},
+                {"type": "text", "text": "Hello"}
+            ]},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "user", "content": "list the files"}
+        ],
+        "tools": [{"name": "ls", "description": "lists files", "input_schema": {"type": "object", "properties": {}}}]
+    })
+}
+
+#[tokio::test]
+async fn coding_agent_requests_pass_through_a_messages_channel_untouched_but_the_model() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream, "anthropic").await;
+    let request = agent_request();
+    let (status, answer) = messages_post(&gw, "/v1/messages?beta=true", &request).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: Recorded = upstream.last_request().expect("the upstream got the request");
+    assert_eq!(sent.query.as_deref(), Some("beta=true"));
+    let mut want = request.clone();
+    want["model"] = json!("upstream-model");
+    assert_eq!(
+        sent.body, want,
+        "only the mapped model changes: system turns, cache_control, thinking and its signature stay"
+    );
+    let header = |name: &str| sent.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+    assert_eq!(header("anthropic-beta").as_deref(), Some("claude-code-20250219,interleaved-thinking-2025-05-14"));
+    assert_eq!(header("anthropic-version").as_deref(), Some("2023-06-01"));
+    billed(&gw, 1).await;
+}
+
+#[tokio::test]
+async fn coding_agent_requests_are_translated_for_an_openai_channel() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream, "openai").await;
+    let (status, answer) = messages_post(&gw, "/v1/messages", &agent_request()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["type"], "message", "{answer}");
+    let sent = upstream.last_request().expect("the upstream got the request");
+    assert_eq!(sent.path, "/v1/chat/completions");
+    let roles: Vec<&str> =
+        sent.body["messages"].as_array().into_iter().flatten().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "system", "user"], "{}", sent.body);
+    assert!(!sent.body.to_string().contains("c2lnbmF0dXJl"), "a thinking signature has no place in chat");
+    billed(&gw, 1).await;
+}
+
+#[tokio::test]
+async fn count_tokens_is_passed_through_or_counted_and_never_billed() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream, "anthropic").await;
+    let (status, answer) = messages_post(&gw, "/v1/messages/count_tokens?beta=true", &agent_request()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["input_tokens"], 11, "the upstream's count: {answer}");
+    let sent = upstream.last_request().expect("the upstream got the request");
+    assert_eq!((sent.path.as_str(), sent.query.as_deref()), ("/v1/messages/count_tokens", Some("beta=true")));
+    assert_eq!(sent.body["model"], "upstream-model");
+
+    let openai = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&openai, "openai").await;
+    let (status, with_tools) = messages_post(&gw, "/v1/messages/count_tokens", &agent_request()).await;
+    assert_eq!(status, 200, "{with_tools}");
+    let mut bare = agent_request();
+    bare.as_object_mut().map(|o| o.remove("tools"));
+    let (_, without_tools) = messages_post(&gw, "/v1/messages/count_tokens", &bare).await;
+    let (with_tools, without_tools) = (with_tools["input_tokens"].as_i64(), without_tools["input_tokens"].as_i64());
+    assert!(without_tools.is_some_and(|n| n > 0), "{without_tools:?}");
+    assert!(with_tools > without_tools, "tools are counted: {with_tools:?} vs {without_tools:?}");
+    assert!(openai.requests().is_empty(), "counted here, not upstream");
+    assert_eq!(gw.balance().await, START_BALANCE, "counting tokens is free");
+}

@@ -1,0 +1,108 @@
+//! What the binaries write to their logs: no colour codes when stderr is
+//! not a terminal, one JSON object a line with `--log-format json`, the
+//! request id on every line of a request, and an access line with what the
+//! pipeline learned. A real data-plane process whose control plane is away.
+
+use std::{process::Stdio, time::Duration};
+
+use gw_tests::harness::{binary, eventually, free_port};
+use serde_json::Value;
+use tokio::{
+    io::{AsyncBufReadExt as _, BufReader},
+    process::Command,
+    sync::mpsc,
+};
+
+/// Starts `gw-data-plane` with `format`; returns its address, its stderr
+/// lines as they come, and the process (killed on drop).
+async fn data_plane(
+    format: &str,
+    dir: &std::path::Path,
+) -> (String, mpsc::UnboundedReceiver<String>, tokio::process::Child) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(binary("gw-data-plane"))
+        .args(["--listen", &addr, "--control-plane", &format!("http://127.0.0.1:{}", free_port())])
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--node-key", "node-key-for-the-logs-test", "--log-format", format])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("gw-data-plane starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    (addr, rx, child)
+}
+
+/// Sends an unauthenticated `/v1/models` until the data plane answers;
+/// returns the request id it answered with.
+async fn refused_request(addr: &str) -> String {
+    let client = reqwest::Client::new();
+    eventually("the data plane to answer", Duration::from_secs(10), || async {
+        let response = client.get(format!("http://{addr}/v1/models")).send().await.ok()?;
+        assert_eq!(response.status(), 401);
+        response.headers().get("x-request-id")?.to_str().ok().map(str::to_owned)
+    })
+    .await
+}
+
+/// Collects lines until one contains `needle` (or 10 s pass).
+async fn lines_until(rx: &mut mpsc::UnboundedReceiver<String>, needle: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(line) = rx.recv().await {
+            let done = line.contains(needle);
+            lines.push(line);
+            if done {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "no line with {needle:?} in {lines:#?}");
+    lines
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_a_line_and_the_access_line_carries_the_pipelines_fields() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (addr, mut rx, _child) = data_plane("json", dir.path()).await;
+    let request_id = refused_request(&addr).await;
+    let lines = lines_until(&mut rx, &request_id).await;
+    for line in &lines {
+        let parsed: Result<Value, _> = serde_json::from_str(line);
+        assert!(parsed.is_ok(), "not a JSON line: {line}");
+        assert!(!line.contains('\u{1b}'), "colour codes in {line}");
+    }
+    let access: Value = serde_json::from_str(lines.last().expect("a line")).expect("JSON");
+    let fields = &access["fields"];
+    assert_eq!(access["target"], "gw_data_plane::access", "{access}");
+    assert_eq!(access["span"]["request_id"], request_id.as_str(), "{access}");
+    assert_eq!((fields["method"].as_str(), fields["path"].as_str()), (Some("GET"), Some("/v1/models")), "{access}");
+    assert_eq!(fields["status"], 401, "{access}");
+    assert_eq!(fields["refusal"], "missing_token", "{access}");
+    for field in ["duration_ms", "model", "token", "account", "channel", "attempts"] {
+        assert!(fields.get(field).is_some(), "{field} missing from {access}");
+    }
+}
+
+#[tokio::test]
+async fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (addr, mut rx, _child) = data_plane("text", dir.path()).await;
+    let request_id = refused_request(&addr).await;
+    let lines = lines_until(&mut rx, &request_id).await;
+    assert!(lines.iter().all(|l| !l.contains('\u{1b}')), "colour codes in {lines:#?}");
+    let access = lines.last().expect("a line");
+    assert!(access.contains(&format!("request_id={request_id}")), "{access}");
+    assert!(access.contains("status=401") && access.contains("refusal=\"missing_token\""), "{access}");
+}
