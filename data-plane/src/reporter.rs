@@ -25,7 +25,10 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use crate::{backoff::Backoff, durable::write_durably, grpc, policy::overlay::Overlay, policy::snapshot::Snapshot};
+use crate::{
+    backoff::Backoff, durable::write_durably, grpc, meter::UsageRecord, policy::overlay::Overlay,
+    policy::snapshot::Snapshot,
+};
 
 /// Most records per batch (and per spool file).
 pub const MAX_BATCH: usize = 1000;
@@ -36,7 +39,7 @@ const SHUTDOWN_REPORT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The usage reporter task; see the module docs.
 pub struct Reporter {
-    pub rx: mpsc::UnboundedReceiver<pb::UsageRecord>,
+    pub rx: mpsc::UnboundedReceiver<UsageRecord>,
     pub control: grpc::ControlPlane,
     pub node_id: String,
     pub spool: Spool,
@@ -91,7 +94,7 @@ impl Reporter {
                 _ = self.shutdown.changed() => break,
                 record = self.rx.recv() => match record {
                     Some(record) => {
-                        buffer.push(record);
+                        buffer.push(pb::UsageRecord::from(record));
                         if buffer.len() >= MAX_BATCH {
                             self.spool_batch(&mut buffer, &mut queue);
                             retry_at = retry_at.or_else(|| Some(Instant::now()));
@@ -118,7 +121,7 @@ impl Reporter {
         }
         // Shutting down: whatever is queued goes to disk, then one try.
         while let Ok(record) = self.rx.try_recv() {
-            buffer.push(record);
+            buffer.push(pb::UsageRecord::from(record));
         }
         while !buffer.is_empty() {
             self.spool_batch(&mut buffer, &mut queue);
@@ -259,6 +262,29 @@ impl Spool {
             .and_then(|()| std::fs::rename(path, dir.join(path.file_name().unwrap_or_default())));
         if let Err(error) = moved {
             tracing::error!(%error, file = %path.display(), "cannot set aside a usage batch");
+        }
+    }
+}
+
+impl From<UsageRecord> for pb::UsageRecord {
+    fn from(r: UsageRecord) -> pb::UsageRecord {
+        pb::UsageRecord {
+            request_id: r.request_id,
+            token_id: r.token_id,
+            account_id: r.account_id,
+            group: r.group,
+            model: r.model,
+            channel_id: r.channel_id,
+            endpoint: r.endpoint,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            cached_tokens: r.cached_tokens,
+            cost_micros: r.cost_micros,
+            latency_ms: r.latency_ms,
+            status: u32::from(r.status),
+            created_at: r.created_at,
+            node_id: r.node_id,
+            estimated: r.estimated,
         }
     }
 }

@@ -11,7 +11,6 @@ pub mod sse;
 
 use std::{sync::Arc, time::Instant};
 
-use gw_proto::pb;
 use tokio::sync::mpsc;
 
 use crate::{
@@ -35,10 +34,36 @@ pub struct Charge {
     pub started: Instant,
 }
 
+/// What one request used and cost, as the reporter sends it (it turns it
+/// into the protocol's record at its edge).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRecord {
+    /// The idempotency key: the control plane applies a record once per id.
+    pub request_id: String,
+    pub token_id: String,
+    pub account_id: String,
+    pub group: String,
+    pub model: String,
+    pub channel_id: String,
+    pub endpoint: String,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cached_tokens: i64,
+    pub cost_micros: i64,
+    pub latency_ms: u32,
+    /// The HTTP status the request ended with (499: the client went away).
+    pub status: u16,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub node_id: String,
+    /// Whether the gateway counted the tokens itself.
+    pub estimated: bool,
+}
+
 /// Queues usage records for the reporter and adds them to the overlay.
 #[derive(Clone)]
 pub struct UsageSink {
-    tx: mpsc::UnboundedSender<pb::UsageRecord>,
+    tx: mpsc::UnboundedSender<UsageRecord>,
     overlay: Arc<Overlay>,
     node_id: Arc<str>,
 }
@@ -88,7 +113,7 @@ impl Charge {
 
 impl UsageSink {
     /// A sink feeding `tx`, stamping records with `node_id`.
-    pub fn new(tx: mpsc::UnboundedSender<pb::UsageRecord>, overlay: Arc<Overlay>, node_id: &str) -> UsageSink {
+    pub fn new(tx: mpsc::UnboundedSender<UsageRecord>, overlay: Arc<Overlay>, node_id: &str) -> UsageSink {
         UsageSink { tx, overlay, node_id: node_id.into() }
     }
 
@@ -103,7 +128,7 @@ impl UsageSink {
     pub fn record_with(&self, charge: &Charge, usage: Usage, extra_micros: i64, status: u16, estimated: bool) -> i64 {
         let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm).saturating_add(extra_micros.max(0));
         self.overlay.add(&charge.request_id, &charge.account_id, &charge.token_id, cost);
-        let record = pb::UsageRecord {
+        let record = UsageRecord {
             request_id: charge.request_id.clone(),
             token_id: charge.token_id.clone(),
             account_id: charge.account_id.clone(),
@@ -116,7 +141,7 @@ impl UsageSink {
             cached_tokens: usage.cached_tokens,
             cost_micros: cost,
             latency_ms: u32::try_from(charge.started.elapsed().as_millis()).unwrap_or(u32::MAX),
-            status: u32::from(status),
+            status,
             created_at: crate::now_unix(),
             node_id: self.node_id.to_string(),
             estimated,
