@@ -1,10 +1,18 @@
-//! What a messages-native (`anthropic`) channel expects besides its key:
+//! What a messages-native (`anthropic`) channel expects: messages at
+//! `/messages`, its key as `x-api-key`,
 //! JSON content, an `anthropic-version` (the client's, else
 //! [`DEFAULT_VERSION`]), and the client's other `anthropic-…` and vendor
 //! `x-…` headers passed on unchanged, never the client's own key or the
 //! headers that describe the hop to the gateway.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+
+use crate::{error::ProxyError, policy::domain::Channel};
+
+/// Where messages go under the channel's base URL.
+pub const MESSAGES_PATH: &str = "/messages";
+/// Where token counts go under the channel's base URL.
+pub const COUNT_TOKENS_PATH: &str = "/messages/count_tokens";
 
 /// `anthropic-version` sent when the client named none.
 pub const DEFAULT_VERSION: &str = "2023-06-01";
@@ -28,6 +36,11 @@ pub fn headers(client: &HeaderMap) -> HeaderMap {
         headers.insert(HeaderName::from_static("anthropic-version"), version);
     }
     headers
+}
+
+/// The channel's key as this kind of upstream takes it: `x-api-key`.
+pub fn credential(channel: &Channel) -> Result<(HeaderName, HeaderValue), ProxyError> {
+    Ok((HeaderName::from_static("x-api-key"), super::secret(channel, &channel.api_key)?))
 }
 
 /// `path` under the channel's base URL with the client's `query`, if any.

@@ -1,12 +1,15 @@
-//! Upstream providers: the transport that sends (pooled clients, timeouts,
-//! credentials), channel health, and what every attempt does with an
-//! upstream's status: a success goes on to metering, anything else becomes
-//! one `ProxyError` whose message is masked of the channel's key and address
-//! before it is cut to length. Messages-native channels' headers live in
-//! `anthropic`.
+//! Upstream providers: one adapter module per channel kind (`openai`,
+//! `anthropic`: paths, how the key is sent, the headers a kind expects), the
+//! transport that sends (pooled clients, timeouts), channel health, the
+//! video API, and what every attempt does with an upstream's status: a
+//! success goes on to metering, anything else becomes one `ProxyError` whose
+//! message is masked of the channel's key and address before it is cut to
+//! length. Request and answer translation between the dialects is in
+//! `translate`; which one an attempt uses, in its endpoint.
 
 pub mod anthropic;
 mod health;
+pub mod openai;
 mod transport;
 pub mod video;
 
@@ -21,12 +24,42 @@ use axum::http::{HeaderMap, StatusCode, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 
-use crate::{error::ProxyError, policy::domain::Channel};
+use crate::{
+    error::ProxyError,
+    policy::domain::{Channel, ChannelKind},
+};
 
 /// Most of an upstream error body read to find its message.
 pub const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
 /// Longest upstream error message passed on to the client.
 const MAX_UPSTREAM_MESSAGE: usize = 1000;
+
+/// Where chat goes on a channel of `kind`.
+pub fn chat_path(kind: ChannelKind) -> &'static str {
+    match kind {
+        ChannelKind::OpenAi => openai::CHAT_PATH,
+        ChannelKind::Anthropic => anthropic::MESSAGES_PATH,
+    }
+}
+
+/// The header carrying `channel`'s key, as its kind's adapter sends it.
+pub fn credential(channel: &Channel) -> Result<(axum::http::HeaderName, axum::http::HeaderValue), ProxyError> {
+    match channel.kind {
+        ChannelKind::OpenAi => openai::credential(channel),
+        ChannelKind::Anthropic => anthropic::credential(channel),
+    }
+}
+
+/// `value` as a header value marked sensitive (never logged by the HTTP
+/// stack); a key that cannot be one fails the attempt.
+fn secret(channel: &Channel, value: &str) -> Result<axum::http::HeaderValue, ProxyError> {
+    let mut value = axum::http::HeaderValue::from_str(value).map_err(|_| {
+        tracing::error!(channel = %channel.id, "channel api key is not a valid header value");
+        ProxyError::UpstreamConnect
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
 
 /// `response` when its status is a success. Otherwise the upstream's refusal
 /// as `ProxyError::UpstreamStatus` (logged), with its message masked; a 429

@@ -16,10 +16,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 
 use super::Health;
-use crate::{
-    error::ProxyError,
-    policy::domain::{Channel, ChannelKind},
-};
+use crate::{error::ProxyError, policy::domain::Channel};
 
 /// Defaults for channels that set no timeout of their own.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -147,10 +144,7 @@ impl Upstreams {
     /// body. Dropping the response (or its body stream) closes the upstream
     /// connection, cancelling the request.
     pub async fn chat(&self, channel: &Channel, body: Bytes, stream: bool) -> Result<reqwest::Response, ProxyError> {
-        let path = match channel.kind {
-            ChannelKind::OpenAi => "/chat/completions",
-            ChannelKind::Anthropic => "/messages",
-        };
+        let path = super::chat_path(channel.kind);
         self.post(channel, path, HeaderValue::from_static("application/json"), body, stream).await
     }
 
@@ -170,10 +164,9 @@ impl Upstreams {
     }
 
     /// Sends `body` to `channel`'s base URL + `path` (which may carry a query
-    /// string) with `headers` and the channel's key: `Authorization: Bearer`
-    /// for OpenAI-compatible channels, `x-api-key` for messages-native ones
-    /// (the key wins over any header of that name in `headers`). Timeouts as
-    /// for `chat`.
+    /// string) with `headers` and the channel's key as its kind's adapter
+    /// sends it (`provider::credential`; the key wins over any header of that
+    /// name in `headers`). Timeouts as for `chat`.
     pub async fn send(
         &self,
         channel: &Channel,
@@ -202,21 +195,10 @@ impl Upstreams {
         let client = self.client(timeouts.connect.unwrap_or(self.config.connect_timeout))?;
         let total = timeouts.total.unwrap_or(self.config.total_timeout);
         let url = format!("{}{path}", channel.base_url);
-        let credential = match channel.kind {
-            ChannelKind::OpenAi => format!("Bearer {}", channel.api_key),
-            ChannelKind::Anthropic => channel.api_key.clone(),
-        };
-        let mut credential = HeaderValue::from_str(&credential).map_err(|_| {
-            tracing::error!(channel = %channel.id, "channel api key is not a valid header value");
-            ProxyError::UpstreamConnect
-        })?;
-        credential.set_sensitive(true);
         headers.remove(header::AUTHORIZATION);
         headers.remove("x-api-key");
-        match channel.kind {
-            ChannelKind::OpenAi => headers.insert(header::AUTHORIZATION, credential),
-            ChannelKind::Anthropic => headers.insert("x-api-key", credential),
-        };
+        let (name, credential) = super::credential(channel)?;
+        headers.insert(name, credential);
         let send = client.request(method, url).headers(headers).timeout(total).body(body).send();
         let default_first_byte = if stream { self.config.first_byte_timeout } else { total };
         let first_byte = timeouts.first_byte.unwrap_or(default_first_byte).min(total);

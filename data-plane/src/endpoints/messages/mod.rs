@@ -67,7 +67,7 @@ pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
             ));
         }
         let body = upstream::body_for(call, &channel)?;
-        let path = provider::anthropic::path_with_query("/messages/count_tokens", call.query.as_deref());
+        let path = provider::anthropic::path_with_query(provider::anthropic::COUNT_TOKENS_PATH, call.query.as_deref());
         let headers = provider::anthropic::headers(&call.headers);
         let response = app.upstreams.send(&channel, &path, headers, body, false).await?;
         let response = provider::accept(&app.upstreams, &channel, response).await?;

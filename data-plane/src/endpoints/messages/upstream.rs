@@ -65,7 +65,7 @@ pub async fn messages(
     match channel.kind {
         ChannelKind::Anthropic => {
             let body = body_for(call, &channel)?;
-            let path = anthropic::path_with_query("/messages", call.query.as_deref());
+            let path = anthropic::path_with_query(anthropic::MESSAGES_PATH, call.query.as_deref());
             let headers = anthropic::headers(&call.headers);
             let response = app.upstreams.send(&channel, &path, headers, body, call.stream).await?;
             let response = provider::accept(&app.upstreams, &channel, response).await?;
@@ -124,8 +124,10 @@ pub async fn chat(
     note_dropped(&dropped, "request");
     request["model"] = Value::String(channel.upstream_model(&chat.model).to_owned());
     let body = Bytes::from(request.to_string());
-    let response =
-        app.upstreams.send(&channel, "/messages", anthropic::headers(&HeaderMap::new()), body, chat.stream).await?;
+    let response = app
+        .upstreams
+        .send(&channel, anthropic::MESSAGES_PATH, anthropic::headers(&HeaderMap::new()), body, chat.stream)
+        .await?;
     let response = provider::accept(&app.upstreams, &channel, response).await?;
     let mut meter = Meter::new(charge, app.usage.clone(), chat.len());
     meter.estimate_prompt_from(chat.body().clone());
