@@ -10,9 +10,9 @@ use serde::{
     Deserialize,
     de::{MapAccess, Visitor},
 };
-use serde_json::{Value, value::RawValue};
+use serde_json::value::RawValue;
 
-use crate::{error::ProxyError, pricing::Usage};
+use crate::error::ProxyError;
 
 /// A validated `POST /v1/chat/completions` body.
 #[derive(Debug)]
@@ -30,32 +30,6 @@ pub struct ChatRequest {
 
 /// Top-level fields of a JSON object, in order, values kept as raw JSON.
 pub(crate) struct OrderedFields(pub(crate) Vec<(String, Box<RawValue>)>);
-
-/// The parts of a response (or stream chunk) that metering reads.
-#[derive(Debug, Default, Deserialize)]
-struct UsageJson {
-    #[serde(default)]
-    prompt_tokens: Option<i64>,
-    #[serde(default)]
-    completion_tokens: Option<i64>,
-    #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct PromptDetails {
-    #[serde(default)]
-    cached_tokens: Option<i64>,
-}
-
-/// A streamed chunk, as far as usage stripping needs it.
-#[derive(Debug, Deserialize)]
-struct ChunkProbe {
-    #[serde(default)]
-    choices: Option<Vec<serde::de::IgnoredAny>>,
-    #[serde(default)]
-    usage: Option<UsageJson>,
-}
 
 // === impl ChatRequest ===
 
@@ -164,112 +138,6 @@ impl<'de> Deserialize<'de> for OrderedFields {
     }
 }
 
-// === impl UsageJson ===
-
-impl UsageJson {
-    fn usage(&self) -> Usage {
-        Usage {
-            prompt_tokens: self.prompt_tokens.unwrap_or(0),
-            completion_tokens: self.completion_tokens.unwrap_or(0),
-            cached_tokens: self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
-        }
-    }
-}
-
-/// The text of a chat completion's choices (content and tool-call
-/// arguments), for an estimate when the answer reports no usage.
-pub fn answer_text(body: &[u8]) -> String {
-    let Ok(answer) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return String::new();
-    };
-    let mut text = String::new();
-    for choice in answer.get("choices").and_then(|c| c.as_array()).into_iter().flatten() {
-        let message = choice.get("message").or_else(|| choice.get("delta"));
-        push_message_text(message, &mut text);
-        if let Some(t) = choice.get("text").and_then(|t| t.as_str()) {
-            text.push_str(t);
-        }
-    }
-    text
-}
-
-/// Appends a chat message's (or delta's) content and tool-call arguments.
-pub fn push_message_text(message: Option<&serde_json::Value>, text: &mut String) {
-    let Some(message) = message else { return };
-    if let Some(content) = message.get("content").and_then(|c| c.as_str()) {
-        text.push_str(content);
-    }
-    for call in message.get("tool_calls").and_then(|c| c.as_array()).into_iter().flatten() {
-        if let Some(arguments) = call.get("function").and_then(|f| f.get("arguments")).and_then(|a| a.as_str()) {
-            text.push_str(arguments);
-        }
-    }
-}
-
-/// Usage of a non-streamed response body, if it reports any.
-pub fn response_usage(body: &[u8]) -> Option<Usage> {
-    #[derive(Deserialize)]
-    struct Body {
-        #[serde(default)]
-        usage: Option<UsageJson>,
-    }
-    serde_json::from_slice::<Body>(body).ok()?.usage.map(|u| u.usage())
-}
-
-/// What a stream chunk's JSON says: its usage, and whether it is the extra
-/// usage-only chunk (`choices` empty) that `include_usage` adds.
-pub fn chunk_usage(data: &[u8]) -> Option<(Usage, bool)> {
-    let probe = serde_json::from_slice::<ChunkProbe>(data).ok()?;
-    let usage = probe.usage?.usage();
-    Some((usage, probe.choices.is_none_or(|c| c.is_empty())))
-}
-
-/// Token usage in an OpenAI usage object, in either naming: chat's
-/// (`prompt_tokens`, `completion_tokens`, `prompt_tokens_details`) or the
-/// responses API's (`input_tokens`, `output_tokens`, `input_tokens_details`).
-/// `None` when it counts no tokens (e.g. `{"type":"duration"}`).
-pub fn usage_of(usage: &Value) -> Option<Usage> {
-    let int = |names: [&str; 2]| names.iter().find_map(|n| usage.get(*n).and_then(Value::as_i64));
-    let prompt = int(["prompt_tokens", "input_tokens"]);
-    let completion = int(["completion_tokens", "output_tokens"]);
-    if prompt.is_none() && completion.is_none() {
-        return None;
-    }
-    let cached = ["prompt_tokens_details", "input_tokens_details"]
-        .iter()
-        .find_map(|n| usage.get(*n).and_then(|d| d.get("cached_tokens")).and_then(Value::as_i64));
-    Some(Usage {
-        prompt_tokens: prompt.unwrap_or(0),
-        completion_tokens: completion.unwrap_or(0),
-        cached_tokens: cached.unwrap_or(0),
-    })
-}
-
-/// The answer text in one typed SSE event (`response.output_text.delta`,
-/// function-call argument deltas), for estimates.
-pub fn event_text(data: &[u8]) -> Option<String> {
-    if !data.windows(6).any(|w| w == b".delta") {
-        return None;
-    }
-    let event: Value = serde_json::from_slice(data).ok()?;
-    event.get("delta").and_then(Value::as_str).map(str::to_owned)
-}
-
-/// Whether a typed SSE event ends the answer (`response.completed`,
-/// `response.failed`, `response.incomplete`).
-pub fn is_terminal_event(data: &[u8]) -> bool {
-    let has = |needle: &[u8]| data.windows(needle.len()).any(|w| w == needle);
-    has(b"\"response.completed\"") || has(b"\"response.failed\"") || has(b"\"response.incomplete\"")
-}
-
-/// Usage in one typed SSE event's data: `response.usage` (the responses
-/// API's `response.completed`) or a top-level `usage`.
-pub fn event_usage(data: &[u8]) -> Option<Usage> {
-    let event: Value = serde_json::from_slice(data).ok()?;
-    let usage = event.get("response").and_then(|r| r.get("usage")).filter(|u| u.is_object());
-    usage.or_else(|| event.get("usage")).and_then(usage_of)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
@@ -322,18 +190,5 @@ mod tests {
         let req = parse(asked).unwrap();
         assert!(req.client_wants_usage);
         assert_eq!(req.upstream_body("m"), asked.as_bytes());
-    }
-
-    #[test]
-    fn usage_is_read_from_bodies_and_chunks() {
-        let body = br#"{"id":"x","usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":4}}}"#;
-        assert_eq!(response_usage(body), Some(Usage { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 4 }));
-        assert_eq!(response_usage(br#"{"usage":null}"#), None);
-        assert_eq!(response_usage(b"not json"), None);
-        let extra = br#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#;
-        assert_eq!(chunk_usage(extra).map(|(_, only)| only), Some(true));
-        let inline = br#"{"choices":[{"delta":{}}],"usage":{"prompt_tokens":1}}"#;
-        assert_eq!(chunk_usage(inline).map(|(_, only)| only), Some(false));
-        assert_eq!(chunk_usage(br#"{"choices":[{}],"usage":null}"#), None);
     }
 }

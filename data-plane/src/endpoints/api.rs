@@ -35,12 +35,12 @@ use super::{
 };
 use crate::{
     error::ProxyError,
+    meter::answer::usage_of,
     meter::{
         Charge, Meter,
         pump::{Events, Raw, pump},
         sse::SseFilter,
     },
-    openai::usage_of,
     pipeline::{self, App},
     policy::auth::Access,
     policy::domain::Channel,
@@ -319,23 +319,9 @@ impl Call {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
-    use crate::openai::event_usage;
 
     async fn call(api: Api, body: &str) -> Result<Call, ProxyError> {
         Call::parse(api, &HeaderMap::new(), Bytes::from(body.to_owned())).await
-    }
-
-    #[test]
-    fn usage_is_read_in_both_namings() {
-        let chat = serde_json::json!({"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}});
-        assert_eq!(usage_of(&chat), Some(Usage { prompt_tokens: 5, completion_tokens: 2, cached_tokens: 1 }));
-        let responses =
-            serde_json::json!({"input_tokens": 9, "output_tokens": 4, "input_tokens_details": {"cached_tokens": 3}});
-        assert_eq!(usage_of(&responses), Some(Usage { prompt_tokens: 9, completion_tokens: 4, cached_tokens: 3 }));
-        assert_eq!(usage_of(&serde_json::json!({"type": "duration", "seconds": 3})), None);
-        let completed = br#"{"type":"response.completed","response":{"usage":{"input_tokens":1,"output_tokens":2}}}"#;
-        assert_eq!(event_usage(completed).map(|u| u.completion_tokens), Some(2));
-        assert_eq!(event_usage(br#"{"type":"response.output_text.delta","delta":"usage"}"#), None);
     }
 
     #[tokio::test]

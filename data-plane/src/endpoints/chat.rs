@@ -17,11 +17,11 @@ use axum::{
 use crate::{
     error::ProxyError,
     meter::{
-        Charge, Meter,
+        Charge, Meter, answer,
         pump::{Events, pump},
         sse::SseFilter,
     },
-    openai::{self, ChatRequest},
+    openai::ChatRequest,
     pipeline::{self, App},
     policy::auth::Access,
     policy::domain::{Channel, ChannelKind},
@@ -72,9 +72,9 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
             return Err(error);
         }
     };
-    match openai::response_usage(&bytes) {
+    match answer::response_usage(&bytes) {
         Some(usage) => meter.observe(usage),
-        None => meter.add_text(&openai::answer_text(&bytes)),
+        None => meter.add_text(&answer::answer_text(&bytes)),
     }
     meter.finish(status.as_u16());
     Ok(pipeline::reply(status, content_type, Body::from(bytes), false))

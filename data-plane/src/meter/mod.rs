@@ -6,6 +6,7 @@
 //! A `Meter` records exactly once: when the response ends, or when it is
 //! dropped because the client went away.
 
+pub mod answer;
 pub mod pump;
 pub mod sse;
 

@@ -9,8 +9,7 @@
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 
-use super::{Meter, pump::EventRelay};
-use crate::openai;
+use super::{Meter, answer, pump::EventRelay};
 
 /// Passes an OpenAI-style stream through, reading usage and answer text.
 #[derive(Debug)]
@@ -99,14 +98,14 @@ impl EventRelay for SseFilter {
             return raw;
         }
         if self.typed_events {
-            if let Some(usage) = openai::event_usage(data) {
+            if let Some(usage) = answer::event_usage(data) {
                 self.usage_seen = true;
                 meter.observe(usage);
             }
-            if let Some(text) = openai::event_text(data) {
+            if let Some(text) = answer::event_text(data) {
                 meter.add_text(&text);
             }
-            if openai::is_terminal_event(data) {
+            if answer::is_terminal_event(data) {
                 self.done = true;
             }
             meter.add_chunks(1);
@@ -115,14 +114,14 @@ impl EventRelay for SseFilter {
         if self.first.is_none() {
             self.first = serde_json::from_slice::<ChunkHead>(data).ok();
         }
-        if let Some((usage, usage_only)) = openai::chunk_usage(data) {
+        if let Some((usage, usage_only)) = answer::chunk_usage(data) {
             self.usage_seen = true;
             meter.observe(usage);
             if usage_only {
                 return if self.keep_usage_chunk { raw } else { Bytes::new() };
             }
         }
-        let text = openai::answer_text(data);
+        let text = answer::answer_text(data);
         if !text.is_empty() {
             meter.add_text(&text);
         }

@@ -23,7 +23,6 @@ pub use dropped::Dropped;
 pub use request::{chat_to_messages_request_noted, messages_to_chat_request_noted};
 pub use response::{chat_to_messages_response, messages_to_chat_response_noted};
 pub use stream::{ChatToMessagesStream, MessagesToChatStream, SseEvent};
-pub use usage::{MessagesStreamUsage, messages_body_usage};
 
 /// Why a request could not be translated; the client's fault (400).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

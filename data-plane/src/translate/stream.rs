@@ -71,7 +71,7 @@ pub struct MessagesToChatStream {
     /// Per tool block: its messages block index, its chat tool-call index,
     /// and whether any arguments were sent.
     tools: Vec<(u64, u64, bool)>,
-    usage: usage::MessagesStreamUsage,
+    usage: crate::meter::answer::MessagesStreamUsage,
     dropped: Dropped,
 }
 
@@ -298,7 +298,7 @@ impl MessagesToChatStream {
             ended: false,
             finished: false,
             tools: Vec::new(),
-            usage: usage::MessagesStreamUsage::default(),
+            usage: crate::meter::answer::MessagesStreamUsage::default(),
             dropped: Dropped::new(),
         }
     }

@@ -4,11 +4,11 @@
 //! pass; each relay knows the event that ends its stream.
 
 use bytes::Bytes;
-use serde_json::Value;
 
 use crate::{
-    meter::{Meter, pump::EventRelay},
-    translate::{ChatToMessagesStream, MessagesStreamUsage, MessagesToChatStream, SseEvent},
+    meter::answer::MessagesStreamUsage,
+    meter::{Meter, answer::messages_event_text, pump::EventRelay},
+    translate::{ChatToMessagesStream, MessagesToChatStream, SseEvent},
 };
 
 /// Messages events passed through untouched, usage read on the way.
@@ -28,16 +28,6 @@ pub struct ChatAsMessages {
 pub struct MessagesAsChat {
     translator: MessagesToChatStream,
     done: bool,
-}
-
-/// The answer text in one messages event (`text_delta`, tool arguments).
-fn messages_event_text(data: &[u8]) -> Option<String> {
-    if !data.windows(19).any(|w| w == b"content_block_delta") {
-        return None;
-    }
-    let event = serde_json::from_slice::<Value>(data).ok()?;
-    let delta = event.get("delta")?;
-    delta.get("text").or_else(|| delta.get("partial_json")).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// Feeds the text of translated messages `events` to `meter`.

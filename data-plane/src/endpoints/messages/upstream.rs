@@ -27,10 +27,10 @@ use crate::{
     endpoints::json::JsonBody,
     error::ProxyError,
     meter::{
-        Charge, Meter,
+        Charge, Meter, answer,
         pump::{EventRelay, Events, pump},
     },
-    now_unix, openai,
+    now_unix,
     openai::ChatRequest,
     pipeline::{self, App},
     policy::domain::{Channel, ChannelKind},
@@ -75,7 +75,7 @@ pub async fn messages(
                 return Ok(stream(app, &channel, response, PassMessages::default(), meter));
             }
             let (bytes, mut meter) = read(app, &channel, response, meter).await?;
-            if let Some(usage) = translate::messages_body_usage(&bytes) {
+            if let Some(usage) = answer::messages_body_usage(&bytes) {
                 meter.observe(usage);
             } else if let Ok(answer) = serde_json::from_slice::<Value>(&bytes) {
                 meter.add_text(&messages_text(&answer));
@@ -100,7 +100,7 @@ pub async fn messages(
             let Ok(completion) = serde_json::from_slice::<Value>(&bytes) else {
                 return Err(not_json(meter, &channel));
             };
-            if let Some(usage) = openai::response_usage(&bytes) {
+            if let Some(usage) = answer::response_usage(&bytes) {
                 meter.observe(usage);
             }
             let answer = translate::chat_to_messages_response(&completion);
@@ -139,7 +139,7 @@ pub async fn chat(
     let Ok(answer) = serde_json::from_slice::<Value>(&bytes) else {
         return Err(not_json(meter, &channel));
     };
-    match translate::messages_body_usage(&bytes) {
+    match answer::messages_body_usage(&bytes) {
         Some(usage) => meter.observe(usage),
         None => meter.add_text(&messages_text(&answer)),
     }

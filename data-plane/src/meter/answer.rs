@@ -1,0 +1,293 @@
+//! What upstream answers say, read in one place for both dialects: token
+//! usage (chat, responses and messages namings, bodies and stream events),
+//! the answer's text (for estimates when no usage comes), and whether a
+//! stream event is the answer's last.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::pricing::Usage;
+
+/// The parts of a response (or stream chunk) that metering reads.
+#[derive(Debug, Default, Deserialize)]
+struct UsageJson {
+    #[serde(default)]
+    prompt_tokens: Option<i64>,
+    #[serde(default)]
+    completion_tokens: Option<i64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<i64>,
+}
+
+/// A streamed chunk, as far as usage stripping needs it.
+#[derive(Debug, Deserialize)]
+struct ChunkProbe {
+    #[serde(default)]
+    choices: Option<Vec<serde::de::IgnoredAny>>,
+    #[serde(default)]
+    usage: Option<UsageJson>,
+}
+
+// === impl UsageJson ===
+
+impl UsageJson {
+    fn usage(&self) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens.unwrap_or(0),
+            completion_tokens: self.completion_tokens.unwrap_or(0),
+            cached_tokens: self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
+        }
+    }
+}
+
+/// The text of a chat completion's choices (content and tool-call
+/// arguments), for an estimate when the answer reports no usage.
+pub fn answer_text(body: &[u8]) -> String {
+    let Ok(answer) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return String::new();
+    };
+    let mut text = String::new();
+    for choice in answer.get("choices").and_then(|c| c.as_array()).into_iter().flatten() {
+        let message = choice.get("message").or_else(|| choice.get("delta"));
+        push_message_text(message, &mut text);
+        if let Some(t) = choice.get("text").and_then(|t| t.as_str()) {
+            text.push_str(t);
+        }
+    }
+    text
+}
+
+/// Appends a chat message's (or delta's) content and tool-call arguments.
+pub fn push_message_text(message: Option<&serde_json::Value>, text: &mut String) {
+    let Some(message) = message else { return };
+    if let Some(content) = message.get("content").and_then(|c| c.as_str()) {
+        text.push_str(content);
+    }
+    for call in message.get("tool_calls").and_then(|c| c.as_array()).into_iter().flatten() {
+        if let Some(arguments) = call.get("function").and_then(|f| f.get("arguments")).and_then(|a| a.as_str()) {
+            text.push_str(arguments);
+        }
+    }
+}
+
+/// Usage of a non-streamed response body, if it reports any.
+pub fn response_usage(body: &[u8]) -> Option<Usage> {
+    #[derive(Deserialize)]
+    struct Body {
+        #[serde(default)]
+        usage: Option<UsageJson>,
+    }
+    serde_json::from_slice::<Body>(body).ok()?.usage.map(|u| u.usage())
+}
+
+/// What a stream chunk's JSON says: its usage, and whether it is the extra
+/// usage-only chunk (`choices` empty) that `include_usage` adds.
+pub fn chunk_usage(data: &[u8]) -> Option<(Usage, bool)> {
+    let probe = serde_json::from_slice::<ChunkProbe>(data).ok()?;
+    let usage = probe.usage?.usage();
+    Some((usage, probe.choices.is_none_or(|c| c.is_empty())))
+}
+
+/// Token usage in an OpenAI usage object, in either naming: chat's
+/// (`prompt_tokens`, `completion_tokens`, `prompt_tokens_details`) or the
+/// responses API's (`input_tokens`, `output_tokens`, `input_tokens_details`).
+/// `None` when it counts no tokens (e.g. `{"type":"duration"}`).
+pub fn usage_of(usage: &Value) -> Option<Usage> {
+    let int = |names: [&str; 2]| names.iter().find_map(|n| usage.get(*n).and_then(Value::as_i64));
+    let prompt = int(["prompt_tokens", "input_tokens"]);
+    let completion = int(["completion_tokens", "output_tokens"]);
+    if prompt.is_none() && completion.is_none() {
+        return None;
+    }
+    let cached = ["prompt_tokens_details", "input_tokens_details"]
+        .iter()
+        .find_map(|n| usage.get(*n).and_then(|d| d.get("cached_tokens")).and_then(Value::as_i64));
+    Some(Usage {
+        prompt_tokens: prompt.unwrap_or(0),
+        completion_tokens: completion.unwrap_or(0),
+        cached_tokens: cached.unwrap_or(0),
+    })
+}
+
+/// The answer text in one typed SSE event (`response.output_text.delta`,
+/// function-call argument deltas), for estimates.
+pub fn event_text(data: &[u8]) -> Option<String> {
+    if !data.windows(6).any(|w| w == b".delta") {
+        return None;
+    }
+    let event: Value = serde_json::from_slice(data).ok()?;
+    event.get("delta").and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Whether a typed SSE event ends the answer (`response.completed`,
+/// `response.failed`, `response.incomplete`).
+pub fn is_terminal_event(data: &[u8]) -> bool {
+    let has = |needle: &[u8]| data.windows(needle.len()).any(|w| w == needle);
+    has(b"\"response.completed\"") || has(b"\"response.failed\"") || has(b"\"response.incomplete\"")
+}
+
+/// Usage in one typed SSE event's data: `response.usage` (the responses
+/// API's `response.completed`) or a top-level `usage`.
+pub fn event_usage(data: &[u8]) -> Option<Usage> {
+    let event: Value = serde_json::from_slice(data).ok()?;
+    let usage = event.get("response").and_then(|r| r.get("usage")).filter(|u| u.is_object());
+    usage.or_else(|| event.get("usage")).and_then(usage_of)
+}
+
+/// Accumulates usage over a messages event stream: `message_start` carries
+/// the prompt counts, each `message_delta` the cumulative output count (and,
+/// from newer upstreams, final prompt counts too).
+#[derive(Debug, Default, Clone)]
+pub struct MessagesStreamUsage {
+    input: i64,
+    cache_read: i64,
+    cache_creation: i64,
+    output: i64,
+    seen: bool,
+}
+
+// === impl MessagesStreamUsage ===
+
+impl MessagesStreamUsage {
+    /// Reads the usage of one event's data, if it is JSON and has any.
+    pub fn observe_data(&mut self, data: &[u8]) {
+        if let Ok(event) = serde_json::from_slice::<Value>(data) {
+            self.observe(&event);
+        }
+    }
+
+    /// Reads the usage of one parsed event, if it has any.
+    pub fn observe(&mut self, event: &Value) {
+        let usage = match event.get("type").and_then(Value::as_str) {
+            Some("message_start") => event.pointer("/message/usage"),
+            Some("message_delta") => event.get("usage"),
+            _ => None,
+        };
+        let Some(usage @ Value::Object(_)) = usage else { return };
+        self.seen = true;
+        let count = |key: &str| usage.get(key).and_then(Value::as_i64);
+        if let Some(n) = count("input_tokens") {
+            self.input = n;
+        }
+        if let Some(n) = count("cache_read_input_tokens") {
+            self.cache_read = n;
+        }
+        if let Some(n) = count("cache_creation_input_tokens") {
+            self.cache_creation = n;
+        }
+        if let Some(n) = count("output_tokens") {
+            self.output = n;
+        }
+    }
+
+    /// The usage so far; `None` until an event reported any.
+    pub fn usage(&self) -> Option<Usage> {
+        self.seen.then(|| Usage {
+            prompt_tokens: self.input + self.cache_read + self.cache_creation,
+            completion_tokens: self.output,
+            cached_tokens: self.cache_read,
+        })
+    }
+}
+
+/// The usage of a non-streamed messages response body, if it reports any.
+pub fn messages_body_usage(body: &[u8]) -> Option<Usage> {
+    let body = serde_json::from_slice::<Value>(body).ok()?;
+    from_messages(body.get("usage")?)
+}
+
+/// A messages `usage` object as the gateway's usage.
+pub fn from_messages(usage: &Value) -> Option<Usage> {
+    let mut acc = MessagesStreamUsage::default();
+    acc.observe(&json!({ "type": "message_delta", "usage": usage }));
+    acc.usage()
+}
+
+/// A chat `usage` object as the gateway's usage.
+pub fn from_chat(usage: &Value) -> Option<Usage> {
+    if !usage.is_object() {
+        return None;
+    }
+    let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_i64).unwrap_or(0);
+    Some(Usage {
+        prompt_tokens: count("/prompt_tokens"),
+        completion_tokens: count("/completion_tokens"),
+        cached_tokens: count("/prompt_tokens_details/cached_tokens"),
+    })
+}
+
+/// The answer text in one messages event (`text_delta`, tool arguments).
+pub fn messages_event_text(data: &[u8]) -> Option<String> {
+    if !data.windows(19).any(|w| w == b"content_block_delta") {
+        return None;
+    }
+    let event = serde_json::from_slice::<Value>(data).ok()?;
+    let delta = event.get("delta")?;
+    delta.get("text").or_else(|| delta.get("partial_json")).and_then(Value::as_str).map(str::to_owned)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_is_read_from_bodies_and_chunks() {
+        let body = br#"{"id":"x","usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":4}}}"#;
+        assert_eq!(response_usage(body), Some(Usage { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 4 }));
+        assert_eq!(response_usage(br#"{"usage":null}"#), None);
+        assert_eq!(response_usage(b"not json"), None);
+        let extra = br#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#;
+        assert_eq!(chunk_usage(extra).map(|(_, only)| only), Some(true));
+        let inline = br#"{"choices":[{"delta":{}}],"usage":{"prompt_tokens":1}}"#;
+        assert_eq!(chunk_usage(inline).map(|(_, only)| only), Some(false));
+        assert_eq!(chunk_usage(br#"{"choices":[{}],"usage":null}"#), None);
+    }
+    #[test]
+    fn usage_is_read_in_both_namings() {
+        let chat = serde_json::json!({"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}});
+        assert_eq!(usage_of(&chat), Some(Usage { prompt_tokens: 5, completion_tokens: 2, cached_tokens: 1 }));
+        let responses =
+            serde_json::json!({"input_tokens": 9, "output_tokens": 4, "input_tokens_details": {"cached_tokens": 3}});
+        assert_eq!(usage_of(&responses), Some(Usage { prompt_tokens: 9, completion_tokens: 4, cached_tokens: 3 }));
+        assert_eq!(usage_of(&serde_json::json!({"type": "duration", "seconds": 3})), None);
+        let completed = br#"{"type":"response.completed","response":{"usage":{"input_tokens":1,"output_tokens":2}}}"#;
+        assert_eq!(event_usage(completed).map(|u| u.completion_tokens), Some(2));
+        assert_eq!(event_usage(br#"{"type":"response.output_text.delta","delta":"usage"}"#), None);
+    }
+
+    #[test]
+    fn messages_prompt_parts_add_up_to_the_prompt() {
+        let usage = json!({
+            "input_tokens": 5, "output_tokens": 9,
+            "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20
+        });
+        let usage = from_messages(&usage);
+        assert_eq!(usage, Some(Usage { prompt_tokens: 125, completion_tokens: 9, cached_tokens: 100 }));
+        assert_eq!(
+            messages_body_usage(br#"{"usage":{"input_tokens":3,"output_tokens":4}}"#).map(|u| u.prompt_tokens),
+            Some(3)
+        );
+        assert_eq!(messages_body_usage(br#"{"id":"msg"}"#), None);
+    }
+
+    #[test]
+    fn stream_usage_takes_prompt_from_start_and_last_output_from_deltas() {
+        let mut acc = MessagesStreamUsage::default();
+        assert_eq!(acc.usage(), None);
+        acc.observe_data(br#"{"type":"ping"}"#);
+        assert_eq!(acc.usage(), None);
+        acc.observe_data(
+            br#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":4,"output_tokens":1}}}"#,
+        );
+        acc.observe_data(br#"{"type":"message_delta","delta":{},"usage":{"output_tokens":6}}"#);
+        acc.observe_data(br#"{"type":"message_delta","delta":{},"usage":{"output_tokens":8}}"#);
+        assert_eq!(acc.usage(), Some(Usage { prompt_tokens: 14, completion_tokens: 8, cached_tokens: 4 }));
+    }
+}
