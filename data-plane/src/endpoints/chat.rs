@@ -50,7 +50,7 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
 /// breaks off; a streamed answer is committed once its headers arrived.
 async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: Charge) -> Result<Response, ProxyError> {
     if channel.kind == ChannelKind::Anthropic {
-        return super::messages::to_messages_channel(app, channel, chat, charge).await;
+        return super::dialect::chat(app, channel, chat, charge).await;
     }
     let body = chat.upstream_body(channel.upstream_model(&chat.model));
     let response = app.upstreams.chat(&channel, body, chat.stream).await?;

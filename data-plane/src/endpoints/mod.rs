@@ -4,6 +4,7 @@
 
 mod api;
 pub mod chat;
+mod dialect;
 mod json;
 pub mod messages;
 mod multipart;

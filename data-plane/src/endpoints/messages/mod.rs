@@ -25,11 +25,7 @@ use crate::{
     provider, tokens,
 };
 
-mod relay;
-mod upstream;
-
-use upstream::MessagesCall;
-pub use upstream::chat as to_messages_channel;
+use super::dialect::{self as upstream, MessagesCall};
 
 /// The endpoint usage records name.
 const ENDPOINT: &str = "/v1/messages";

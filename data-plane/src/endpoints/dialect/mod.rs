@@ -1,5 +1,6 @@
 //! One upstream attempt for each pairing of client dialect and channel type
-//! that needs more than the chat passthrough in `proxy`:
+//! that needs more than the chat passthrough in `chat`, shared by the chat
+//! and messages handlers (neither imports the other):
 //!
 //! | client | channel | what happens |
 //! |---|---|---|
@@ -9,7 +10,7 @@
 //!
 //! Calls to a messages-native channel carry its key as `x-api-key`, the
 //! client's `anthropic-version` (or `compat-version`, else
-//! [`DEFAULT_VERSION`]) and the client's other `anthropic-…` and vendor
+//! `provider::anthropic::DEFAULT_VERSION`) and the client's other `anthropic-…` and vendor
 //! `x-…` headers, never the client's own key.
 
 use std::sync::Arc;
@@ -22,7 +23,9 @@ use axum::{
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::relay::{ChatAsMessages, MessagesAsChat, PassMessages};
+mod relay;
+
+use self::relay::{ChatAsMessages, MessagesAsChat, PassMessages};
 use crate::{
     endpoints::json::JsonBody,
     error::ProxyError,

@@ -149,7 +149,7 @@ impl EventRelay for MessagesAsChat {
 
     fn finish(&mut self, _meter: Option<&mut Meter>) -> Bytes {
         let out = SseEvent::encode(&self.translator.finish());
-        super::upstream::note_dropped(self.translator.dropped(), "stream");
+        super::note_dropped(self.translator.dropped(), "stream");
         out
     }
 
