@@ -13,6 +13,7 @@ mod endpoints;
 mod error;
 mod grpc;
 mod http;
+mod json_body;
 mod meter;
 mod openai;
 mod pipeline;

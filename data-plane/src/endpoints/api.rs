@@ -29,12 +29,10 @@ use axum::{
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{
-    json::JsonBody,
-    multipart::{self, Form},
-};
+use super::multipart::{self, Form};
 use crate::{
     error::ProxyError,
+    json_body::JsonBody,
     meter::answer::usage_of,
     meter::{
         Charge, Meter,
@@ -144,7 +142,7 @@ async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) 
             meter.estimate_prompt_from(Bytes::copy_from_slice(json.raw()));
         }
         let body = pump(Box::pin(response.bytes_stream()), Events::new(filter), Some(meter), idle, status.as_u16());
-        return Ok(pipeline::reply(status, content_type, Body::from_stream(body), true));
+        return Ok(provider::reply(status, content_type, Body::from_stream(body), true));
     }
     if call.api == Api::Speech {
         let mut meter = Meter::new(charge, app.usage.clone(), call.len());
@@ -152,13 +150,13 @@ async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) 
         let expected = response.content_length();
         let body = pump(Box::pin(response.bytes_stream()), Raw::new(expected), Some(meter), idle, status.as_u16());
         let content_type = content_type.or(Some(HeaderValue::from_static("application/octet-stream")));
-        return Ok(pipeline::reply(status, content_type, Body::from_stream(body), false));
+        return Ok(provider::reply(status, content_type, Body::from_stream(body), false));
     }
     let bytes = app.upstreams.read_body(&channel, response).await?;
     let (usage, units, estimated) = call.bill(&bytes);
     let extra = units_cost_micros(&units, &charge.model, charge.ratio_ppm);
     app.usage.record_with(&charge, usage, extra, status.as_u16(), estimated);
-    Ok(pipeline::reply(status, content_type, Body::from(bytes), false))
+    Ok(provider::reply(status, content_type, Body::from(bytes), false))
 }
 
 // === impl Api ===

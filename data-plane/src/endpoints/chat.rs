@@ -50,7 +50,7 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
 /// breaks off; a streamed answer is committed once its headers arrived.
 async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: Charge) -> Result<Response, ProxyError> {
     if channel.kind == ChannelKind::Anthropic {
-        return super::dialect::chat(app, channel, chat, charge).await;
+        return provider::dialect::chat(app.attempt(), channel, chat, charge).await;
     }
     let body = chat.upstream_body(channel.upstream_model(&chat.model));
     let response = app.upstreams.chat(&channel, body, chat.stream).await?;
@@ -63,7 +63,7 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
         let idle = app.upstreams.idle_timeout(&channel);
         let filter = SseFilter::new(chat.client_wants_usage);
         let body = pump(Box::pin(response.bytes_stream()), Events::new(filter), Some(meter), idle, status.as_u16());
-        return Ok(pipeline::reply(status, content_type, Body::from_stream(body), true));
+        return Ok(provider::reply(status, content_type, Body::from_stream(body), true));
     }
     let bytes = match app.upstreams.read_body(&channel, response).await {
         Ok(bytes) => bytes,
@@ -77,7 +77,7 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
         None => meter.add_text(&answer::answer_text(&bytes)),
     }
     meter.finish(status.as_u16());
-    Ok(pipeline::reply(status, content_type, Body::from(bytes), false))
+    Ok(provider::reply(status, content_type, Body::from(bytes), false))
 }
 
 #[cfg(test)]

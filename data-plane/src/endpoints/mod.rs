@@ -4,8 +4,6 @@
 
 mod api;
 pub mod chat;
-mod dialect;
-mod json;
 pub mod messages;
 mod multipart;
 pub mod video;

@@ -20,11 +20,6 @@ pub use self::{
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
-use axum::{
-    body::Body,
-    http::{HeaderValue, StatusCode, header},
-    response::Response,
-};
 use ipnet::IpNet;
 
 use crate::{meter::UsageSink, policy::limits::Limiter, policy::snapshot::Snapshot, provider::Upstreams};
@@ -64,6 +59,15 @@ pub struct TrailFields {
     pub attempts: u32,
 }
 
+// === impl App ===
+
+impl App {
+    /// What an upstream attempt needs from the shared state.
+    pub fn attempt(&self) -> crate::provider::Attempt<'_> {
+        crate::provider::Attempt { upstreams: &self.upstreams, usage: &self.usage }
+    }
+}
+
 // === impl Trail ===
 
 impl Trail {
@@ -76,20 +80,4 @@ impl Trail {
     pub fn fields(&self) -> TrailFields {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
-}
-
-/// A client response: `status`, the upstream's content type (else JSON or
-/// SSE), and for streams the headers that keep proxies from buffering.
-pub fn reply(status: StatusCode, content_type: Option<HeaderValue>, body: Body, streaming: bool) -> Response {
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    let default_type = if streaming { "text/event-stream" } else { "application/json" };
-    headers.insert(header::CONTENT_TYPE, content_type.unwrap_or(HeaderValue::from_static(default_type)));
-    if streaming {
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        // Tells nginx-style proxies in front of us not to buffer the stream.
-        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    }
-    response
 }

@@ -4,10 +4,12 @@
 //! video API, and what every attempt does with an upstream's status: a
 //! success goes on to metering, anything else becomes one `ProxyError` whose
 //! message is masked of the channel's key and address before it is cut to
-//! length. Request and answer translation between the dialects is in
-//! `translate`; which one an attempt uses, in its endpoint.
+//! length. `dialect` prepares bodies (passthrough, model mapping,
+//! translation through `translate`) and picks the relay for each pairing of
+//! client dialect and channel kind.
 
 pub mod anthropic;
+pub mod dialect;
 mod health;
 pub mod openai;
 mod transport;
@@ -28,6 +30,14 @@ use crate::{
     error::ProxyError,
     policy::domain::{Channel, ChannelKind},
 };
+
+/// What an attempt needs besides its request: the transport and where usage
+/// goes.
+#[derive(Clone, Copy)]
+pub struct Attempt<'a> {
+    pub upstreams: &'a Upstreams,
+    pub usage: &'a crate::meter::UsageSink,
+}
 
 /// Most of an upstream error body read to find its message.
 pub const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
@@ -80,6 +90,28 @@ pub async fn accept(
     let message = error_message(status, &bytes, channel);
     tracing::warn!(channel = %channel.id, status = status.as_u16(), %message, "upstream refused the request");
     Err(ProxyError::UpstreamStatus { status, message })
+}
+
+/// A client response: `status`, the upstream's content type (else JSON or
+/// SSE), and for streams the headers that keep proxies from buffering.
+pub fn reply(
+    status: StatusCode,
+    content_type: Option<axum::http::HeaderValue>,
+    body: axum::body::Body,
+    streaming: bool,
+) -> axum::response::Response {
+    use axum::http::HeaderValue;
+    let mut response = axum::response::Response::new(body);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    let default_type = if streaming { "text/event-stream" } else { "application/json" };
+    headers.insert(header::CONTENT_TYPE, content_type.unwrap_or(HeaderValue::from_static(default_type)));
+    if streaming {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        // Tells nginx-style proxies in front of us not to buffer the stream.
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    }
+    response
 }
 
 /// Whether `headers` announce an SSE stream.

@@ -16,7 +16,7 @@ use axum::{
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::json::JsonBody;
+use crate::json_body::JsonBody;
 use crate::{
     error::ProxyError,
     pipeline::{self, Admitted, App},
@@ -25,7 +25,7 @@ use crate::{
     provider, tokens,
 };
 
-use super::dialect::{self as upstream, MessagesCall};
+use crate::provider::dialect::{self, MessagesCall};
 
 /// The endpoint usage records name.
 const ENDPOINT: &str = "/v1/messages";
@@ -39,7 +39,7 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let (app, call, charge) = (&*app, &call, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);
-        upstream::messages(app, channel, call, charge)
+        dialect::messages(app.attempt(), channel, call, charge)
     })
     .await
 }
@@ -55,21 +55,21 @@ pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| async move {
         if channel.kind != ChannelKind::Anthropic {
             let input_tokens = tokens::count_messages_input(&call.model, &call.json);
-            return Ok(pipeline::reply(
+            return Ok(provider::reply(
                 StatusCode::OK,
                 None,
                 json!({ "input_tokens": input_tokens }).to_string().into(),
                 false,
             ));
         }
-        let body = upstream::body_for(call, &channel)?;
+        let body = dialect::body_for(call, &channel)?;
         let path = provider::anthropic::path_with_query(provider::anthropic::COUNT_TOKENS_PATH, call.query.as_deref());
         let headers = provider::anthropic::headers(&call.headers);
         let response = app.upstreams.send(&channel, &path, headers, body, false).await?;
         let response = provider::accept(&app.upstreams, &channel, response).await?;
         let status = response.status();
         let bytes = app.upstreams.read_body(&channel, response).await?;
-        Ok(pipeline::reply(status, None, bytes.into(), false))
+        Ok(provider::reply(status, None, bytes.into(), false))
     })
     .await
 }

@@ -27,17 +27,16 @@ mod relay;
 
 use self::relay::{ChatAsMessages, MessagesAsChat, PassMessages};
 use crate::{
-    endpoints::json::JsonBody,
     error::ProxyError,
+    json_body::JsonBody,
     meter::{
         Charge, Meter, answer,
         pump::{EventRelay, Events, pump},
     },
     now_unix,
     openai::ChatRequest,
-    pipeline::{self, App},
     policy::domain::{Channel, ChannelKind},
-    provider::{self, anthropic},
+    provider::{self, Attempt, anthropic},
     translate::{self, TranslateError},
 };
 
@@ -58,7 +57,7 @@ pub struct MessagesCall {
 /// Sends `call` to `channel` in the channel's dialect and answers in the
 /// messages dialect; metered like chat.
 pub async fn messages(
-    app: &App,
+    app: Attempt<'_>,
     channel: Arc<Channel>,
     call: &MessagesCall,
     charge: Charge,
@@ -71,7 +70,7 @@ pub async fn messages(
             let path = anthropic::path_with_query(anthropic::MESSAGES_PATH, call.query.as_deref());
             let headers = anthropic::headers(&call.headers);
             let response = app.upstreams.send(&channel, &path, headers, body, call.stream).await?;
-            let response = provider::accept(&app.upstreams, &channel, response).await?;
+            let response = provider::accept(app.upstreams, &channel, response).await?;
             let mut meter = Meter::new(charge, app.usage.clone(), raw.len());
             meter.estimate_prompt_from(raw);
             if provider::is_sse(response.headers()) {
@@ -84,7 +83,7 @@ pub async fn messages(
                 meter.add_text(&messages_text(&answer));
             }
             meter.finish(200);
-            Ok(pipeline::reply(StatusCode::OK, None, Body::from(bytes), false))
+            Ok(super::reply(StatusCode::OK, None, Body::from(bytes), false))
         }
         ChannelKind::OpenAi => {
             let (mut request, dropped) =
@@ -93,7 +92,7 @@ pub async fn messages(
             request["model"] = Value::String(upstream_model);
             let body = Bytes::from(request.to_string());
             let response = app.upstreams.chat(&channel, body, call.stream).await?;
-            let response = provider::accept(&app.upstreams, &channel, response).await?;
+            let response = provider::accept(app.upstreams, &channel, response).await?;
             let mut meter = Meter::new(charge, app.usage.clone(), raw.len());
             meter.estimate_prompt_from(raw);
             if provider::is_sse(response.headers()) {
@@ -117,7 +116,7 @@ pub async fn messages(
 /// Sends the chat request `chat` to the messages-native `channel`,
 /// translated, and answers in the chat dialect; metered like chat.
 pub async fn chat(
-    app: &App,
+    app: Attempt<'_>,
     channel: Arc<Channel>,
     chat: &ChatRequest,
     charge: Charge,
@@ -131,7 +130,7 @@ pub async fn chat(
         .upstreams
         .send(&channel, anthropic::MESSAGES_PATH, anthropic::headers(&HeaderMap::new()), body, chat.stream)
         .await?;
-    let response = provider::accept(&app.upstreams, &channel, response).await?;
+    let response = provider::accept(app.upstreams, &channel, response).await?;
     let mut meter = Meter::new(charge, app.usage.clone(), chat.len());
     meter.estimate_prompt_from(chat.body().clone());
     if provider::is_sse(response.headers()) {
@@ -176,7 +175,7 @@ fn untranslatable(error: TranslateError) -> ProxyError {
 
 /// The streamed client response for `response` sent through `relay`.
 fn stream<R: EventRelay>(
-    app: &App,
+    app: Attempt<'_>,
     channel: &Channel,
     response: reqwest::Response,
     relay: R,
@@ -185,13 +184,13 @@ fn stream<R: EventRelay>(
     let idle = app.upstreams.idle_timeout(channel);
     let status = response.status().as_u16();
     let body = pump(Box::pin(response.bytes_stream()), Events::new(relay), Some(meter), idle, status);
-    pipeline::reply(StatusCode::OK, None, Body::from_stream(body), true)
+    super::reply(StatusCode::OK, None, Body::from_stream(body), true)
 }
 
 /// The whole body; a body that breaks off bills nothing and may be retried.
 /// (The meter is live while reading, so a client that leaves is billed.)
 async fn read(
-    app: &App,
+    app: Attempt<'_>,
     channel: &Channel,
     response: reqwest::Response,
     meter: Meter,
@@ -212,7 +211,7 @@ fn not_json(meter: Meter, channel: &Channel) -> ProxyError {
 }
 
 fn json_response(value: &Value) -> Response {
-    pipeline::reply(StatusCode::OK, None, Body::from(value.to_string()), false)
+    super::reply(StatusCode::OK, None, Body::from(value.to_string()), false)
 }
 
 /// The text and tool arguments of a messages answer, for estimates.
