@@ -1,9 +1,12 @@
 //! Which address a request came from, and whether a token admits it.
 //!
 //! The socket peer is the truth unless it is one of the configured trusted
-//! proxies; only then are `X-Forwarded-For` (its first hop) and `X-Real-IP`
-//! believed. Addresses are compared in canonical form, so an IPv4 client
-//! seen through a dual-stack socket (`::ffff:a.b.c.d`) matches v4 entries.
+//! proxies; only then are `X-Forwarded-For` and `X-Real-IP` believed.
+//! `X-Forwarded-For` is read from the right, as each proxy appends the
+//! address it saw: the client is the first address that is not a trusted
+//! proxy, so whatever a client writes into the header itself is never
+//! taken. Addresses are compared in canonical form, so an IPv4 client seen
+//! through a dual-stack socket (`::ffff:a.b.c.d`) matches v4 entries.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -17,13 +20,30 @@ pub fn client_ip(peer: Option<SocketAddr>, headers: &HeaderMap, trusted: &[IpNet
     if !trusted.iter().any(|net| net.contains(&peer)) {
         return Some(peer);
     }
-    let forwarded = headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(',').next())
-        .and_then(parse_ip)
-        .or_else(|| headers.get("x-real-ip").and_then(|v| v.to_str().ok()).and_then(parse_ip));
-    Some(forwarded.unwrap_or(peer))
+    let hops: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|hop| !hop.is_empty())
+        .collect();
+    if hops.is_empty() {
+        let real = headers.get("x-real-ip").and_then(|v| v.to_str().ok()).and_then(parse_ip);
+        return Some(real.unwrap_or(peer));
+    }
+    // From the nearest hop outwards: the first untrusted address is the
+    // client; a hop that is not an address ends the walk at the proxy that
+    // wrote it.
+    let mut nearest = peer;
+    for hop in hops.iter().rev() {
+        let Some(ip) = parse_ip(hop) else { break };
+        nearest = ip;
+        if !trusted.iter().any(|net| net.contains(&ip)) {
+            break;
+        }
+    }
+    Some(nearest)
 }
 
 /// Parses `1.2.3.4`, `::1`, `1.2.3.4:80` or `[::1]:80`.
@@ -75,8 +95,31 @@ mod tests {
     }
 
     #[test]
+    fn forwarded_for_is_read_from_the_right_so_a_forged_first_entry_is_never_taken() {
+        let trusted = nets(&["127.0.0.0/8", "10.0.0.0/8"]);
+        let proxy: SocketAddr = "127.0.0.1:5555".parse().unwrap();
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        // The client wrote "1.2.3.4" itself; the trusted proxy appended what it saw.
+        let forged = headers(&[("x-forwarded-for", "1.2.3.4, 198.51.100.7")]);
+        assert_eq!(client_ip(Some(proxy), &forged, &trusted), ip("198.51.100.7"));
+        // Through two trusted proxies.
+        let chain = headers(&[("x-forwarded-for", "1.2.3.4, 198.51.100.7, 10.1.2.3")]);
+        assert_eq!(client_ip(Some(proxy), &chain, &trusted), ip("198.51.100.7"));
+        // Only trusted hops: the farthest one.
+        let inside = headers(&[("x-forwarded-for", "10.9.9.9, 10.1.2.3")]);
+        assert_eq!(client_ip(Some(proxy), &inside, &trusted), ip("10.9.9.9"));
+        // A hop that is not an address stops at the proxy that wrote it.
+        let junk = headers(&[("x-forwarded-for", "198.51.100.7, junk, 10.1.2.3")]);
+        assert_eq!(client_ip(Some(proxy), &junk, &trusted), ip("10.1.2.3"));
+        // Several headers are one list, in order.
+        let mut split = headers(&[("x-forwarded-for", "1.2.3.4")]);
+        split.append("x-forwarded-for", "198.51.100.9".parse().unwrap());
+        assert_eq!(client_ip(Some(proxy), &split, &trusted), ip("198.51.100.9"));
+    }
+
+    #[test]
     fn forwarded_headers_count_only_from_trusted_proxies() {
-        let trusted = nets(&["127.0.0.0/8"]);
+        let trusted = nets(&["127.0.0.0/8", "10.0.0.0/8"]);
         let h = headers(&[("x-forwarded-for", "203.0.113.9, 10.0.0.1"), ("x-real-ip", "198.51.100.1")]);
         let proxy: SocketAddr = "127.0.0.1:5555".parse().unwrap();
         let stranger: SocketAddr = "192.0.2.1:5555".parse().unwrap();
