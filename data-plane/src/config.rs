@@ -36,6 +36,8 @@ pub struct Config {
     /// Upstream timeouts (defaults for channels without their own) and the
     /// retry budget per request.
     pub upstream: crate::provider::Config,
+    /// Limits on client connections: how many, how slow.
+    pub limits: crate::http::Limits,
 }
 
 // === impl Config ===
@@ -58,6 +60,7 @@ impl Config {
             trusted_proxies: Vec::new(),
             report_interval: Duration::from_millis(200),
             upstream: crate::provider::Config::default(),
+            limits: crate::http::Limits::default(),
         }
     }
 
@@ -73,6 +76,7 @@ impl Config {
         if self.node_key.is_empty() || axum::http::HeaderValue::from_str(&self.node_key).is_err() {
             anyhow::bail!("the node key is empty or has characters a header cannot carry");
         }
+        self.limits.validate()?;
         self.upstream.validate()
     }
 

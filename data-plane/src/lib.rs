@@ -26,6 +26,7 @@ mod translate;
 mod videos;
 
 pub use config::{Config, parse_trusted_proxies, read_node_key};
+pub use http::Limits;
 pub use provider::Config as UpstreamConfig;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
@@ -178,14 +179,10 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         videos,
     });
     let (stop_server, server_stopped) = oneshot::channel::<()>();
-    let service = http::router(app).into_make_service_with_connect_info::<SocketAddr>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, service)
-            .with_graceful_shutdown(async move {
-                let _ = server_stopped.await;
-            })
-            .await
-    });
+    let router = http::router(app);
+    let server = tokio::spawn(http::serve(listener, router, config.limits, async move {
+        let _ = server_stopped.await;
+    }));
     tracing::info!(%addr, node_id, control_plane = %config.control_plane, "data plane listening");
     Ok(Handle {
         addr,

@@ -40,6 +40,15 @@ struct Cli {
     /// Deadline of a whole upstream exchange, in ms
     #[arg(long, env = "GW_DP_TOTAL_TIMEOUT_MS", default_value_t = 600_000)]
     total_timeout_ms: u64,
+    /// Client connections served at once (more wait in the listen backlog)
+    #[arg(long, env = "GW_DP_MAX_CONNECTIONS", default_value_t = 10_000)]
+    max_connections: usize,
+    /// Time a client has to send request headers; also how long an idle keep-alive connection stays open, in ms
+    #[arg(long, env = "GW_DP_HEADER_READ_TIMEOUT_MS", default_value_t = 30_000)]
+    header_read_timeout_ms: u64,
+    /// Slowest request body accepted, in bytes per second on average after a 10 s grace
+    #[arg(long, env = "GW_DP_BODY_MIN_RATE", default_value_t = 1024)]
+    body_min_rate: u64,
     /// Log lines as `text` (colour only on a terminal) or `json` (one object a line)
     #[arg(long, env = "GW_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -60,6 +69,9 @@ fn config() -> Result<(Config, LogFormat), String> {
     config.upstream.first_byte_timeout = Duration::from_millis(cli.first_byte_timeout_ms);
     config.upstream.idle_timeout = Duration::from_millis(cli.idle_timeout_ms);
     config.upstream.total_timeout = Duration::from_millis(cli.total_timeout_ms);
+    config.limits.max_connections = cli.max_connections;
+    config.limits.header_read_timeout = Duration::from_millis(cli.header_read_timeout_ms);
+    config.limits.body_min_bytes_per_sec = cli.body_min_rate;
     config.validate().map_err(|e| format!("{e:#}"))?;
     Ok((config, cli.log_format))
 }

@@ -1,4 +1,5 @@
-//! The client-facing HTTP surface: the route table, the layer every
+//! The client-facing HTTP surface: the accept loop and its limits
+//! (`serve`), the route table, the layer every
 //! response passes through (request id, a tracing span carrying it, the
 //! rendering of refusals, the access log line), the health endpoints and
 //! `GET /v1/models`. Unknown paths (and wrong methods) get the catalogue's
@@ -19,6 +20,10 @@ use axum::{
 };
 use serde_json::json;
 use tracing::Instrument as _;
+
+mod serve;
+
+pub use serve::{Limits, serve};
 
 use crate::{
     endpoints,
