@@ -104,6 +104,13 @@ impl Handle {
 pub async fn start(config: Config) -> anyhow::Result<Handle> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    // It holds the keys and the embedded store: the owner's alone.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} private", config.data_dir.display()))?;
+    }
     let store = store::open(&config.store, &config.data_dir).await.context("opening the store")?;
     let first_start = store.revision().await.context("reading the store's revision")? == 0;
     let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone(), first_start)

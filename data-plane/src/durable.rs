@@ -1,14 +1,36 @@
-//! Writing a file so that a crash leaves either the old contents or all of
-//! the new ones: the policy snapshot, usage spool batches, generated keys.
+//! Files the data plane keeps: written so that a crash leaves either the old
+//! contents or all of the new ones (the policy snapshot, usage spool
+//! batches, the node id), readable by the owner only (0600, in 0700
+//! directories), since the snapshot holds upstream keys and the spool what
+//! callers spent.
 
 use std::{io::Write as _, path::Path};
 
 use anyhow::Context as _;
 
-/// Writes `bytes` to `tmp`, fsyncs, renames it to `path` and fsyncs the
-/// directory, so `path` holds either nothing or all of `bytes`.
+/// Creates `dir` (and its parents) if missing and makes it private (0700).
+pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} private", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `tmp` (mode 0600), fsyncs, renames it to `path` and
+/// fsyncs the directory, so `path` holds either nothing or all of `bytes`.
 pub fn write_durably(tmp: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let mut file = std::fs::File::create(tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut file = options.open(tmp).with_context(|| format!("creating {}", tmp.display()))?;
     file.write_all(bytes).with_context(|| format!("writing {}", tmp.display()))?;
     file.sync_all().with_context(|| format!("syncing {}", tmp.display()))?;
     drop(file);
@@ -20,4 +42,28 @@ pub fn write_durably(tmp: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()
         }
     }
     Ok(())
+}
+
+#[cfg(all(test, unix))]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn files_and_directories_are_the_owners_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("data/dp");
+        private_dir(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        let path = dir.join("snapshot.pb");
+        write_durably(&dir.join("snapshot.pb.tmp"), &path, b"secret").unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(std::fs::read(&path).unwrap(), b"secret");
+    }
 }

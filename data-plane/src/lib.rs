@@ -116,7 +116,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     // would otherwise stall a runtime thread while they are built.
     std::thread::spawn(tokens::warm_up);
     let data_dir: PathBuf = config.data_dir.clone();
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    durable::private_dir(&data_dir).with_context(|| format!("preparing data dir {}", data_dir.display()))?;
     let node_id = config.resolve_node_id().context("resolving the node id")?;
     let control = ControlPlane::new(&config.control_plane, &config.node_key)?;
     let initial = match policy::persist::load(&data_dir) {

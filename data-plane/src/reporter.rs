@@ -201,7 +201,7 @@ impl Spool {
     /// The spool in `dir`, created if missing.
     pub fn open(dir: impl Into<PathBuf>) -> anyhow::Result<Spool> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating spool dir {}", dir.display()))?;
+        crate::durable::private_dir(&dir).with_context(|| format!("preparing spool dir {}", dir.display()))?;
         Ok(Spool { dir, seq: AtomicU64::new(0) })
     }
 

@@ -69,6 +69,13 @@ impl EmbeddedStore {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::Embedded(Box::new(e)))?;
         }
         let db = Database::create(path).map_err(db_err)?;
+        // The store holds upstream keys and key hashes: the owner's alone.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let private = std::fs::Permissions::from_mode(0o600);
+            std::fs::set_permissions(path, private).map_err(|e| StoreError::Embedded(Box::new(e)))?;
+        }
         // Create every table once so that read transactions can always open them.
         let txn = db.begin_write().map_err(db_err)?;
         for kind in Kind::ALL {
@@ -562,6 +569,16 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = EmbeddedStore::open(&dir.path().join("nested/store.redb")).expect("open store");
         conformance::run(Arc::new(store)).await;
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_store_file_is_the_owners_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store.redb");
+        let _store = EmbeddedStore::open(&path).expect("open store");
+        assert_eq!(std::fs::metadata(&path).expect("metadata").permissions().mode() & 0o777, 0o600);
     }
 
     #[tokio::test]
