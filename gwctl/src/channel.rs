@@ -1,10 +1,13 @@
 //! `gwctl channel`: upstream providers. A channel serves a set of models to a
 //! set of groups; the data plane picks by priority, then weight. Its API key
 //! is write-only: the control plane never returns it, gwctl never prints it.
+//! The key is read from a file or standard input (`--key-file F`, `--key -`)
+//! so it need not appear in the process list; an empty key (an unset
+//! variable) is refused unless `--no-key` says the upstream needs none.
 
 use std::collections::HashMap;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result, bail};
 use gw_proto::pb;
 use serde_json::Value;
 
@@ -43,9 +46,11 @@ pub struct CreateArgs {
     /// Base address including /v1, as given to the SDKs.
     #[arg(long)]
     base_url: String,
-    /// Upstream API key.
-    #[arg(long)]
-    key: Option<String>,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Create the channel without a key: its upstream needs none.
+    #[arg(long, conflicts_with_all = ["key", "key_file"])]
+    no_key: bool,
     /// Models served, comma-separated.
     #[arg(long)]
     models: CsvList,
@@ -85,8 +90,8 @@ pub struct UpdateArgs {
     #[arg(long)]
     base_url: Option<String>,
     /// Replaces the upstream API key.
-    #[arg(long)]
-    key: Option<String>,
+    #[command(flatten)]
+    key: KeyArgs,
     /// Replaces the models served.
     #[arg(long)]
     models: Option<CsvList>,
@@ -104,16 +109,61 @@ pub struct UpdateArgs {
     status: Option<Status>,
 }
 
+/// Where an upstream key comes from.
+#[derive(Debug, Default, clap::Args)]
+pub struct KeyArgs {
+    /// Upstream API key; `-` reads it from standard input. Prefer
+    /// `--key-file` or `-`: a key on the command line is visible to every
+    /// local user.
+    #[arg(long, conflicts_with = "key_file")]
+    key: Option<String>,
+    /// File holding the upstream API key (surrounding white space ignored).
+    #[arg(long, value_name = "PATH")]
+    key_file: Option<std::path::PathBuf>,
+}
+
+// === impl KeyArgs ===
+
+impl KeyArgs {
+    /// The key given, if any, read from its file or standard input; an
+    /// empty one is an error.
+    fn read(self, stdin: impl FnOnce() -> std::io::Result<String>) -> Result<Option<String>> {
+        let key = match (self.key, self.key_file) {
+            (Some(key), _) if key == "-" => stdin().context("reading the upstream key from standard input")?,
+            (Some(key), _) => key,
+            (None, Some(path)) => {
+                std::fs::read_to_string(&path).with_context(|| format!("reading the key file {}", path.display()))?
+            }
+            (None, None) => return Ok(None),
+        };
+        let key = key.trim().to_owned();
+        if key.is_empty() {
+            bail!("the upstream key is empty (an unset variable?); pass --no-key if the upstream needs none");
+        }
+        Ok(Some(key))
+    }
+}
+
+fn read_stdin() -> std::io::Result<String> {
+    std::io::read_to_string(std::io::stdin())
+}
+
 /// Runs one channel verb; returns what to print.
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
-        Command::Create(args) => output::render_one(out, &admin.create_channel(create_request(args)).await.rpc()?),
+        Command::Create(args) => {
+            let request = create_request(args, read_stdin)?;
+            output::render_one(out, &admin.create_channel(request).await.rpc()?)
+        }
         Command::List => {
             let list = admin.list_channels(pb::ListRequest {}).await.rpc()?;
             output::render_list(out, &list.items)
         }
         Command::Get { id } => output::render_one(out, &admin.get_channel(pb::GetRequest { id }).await.rpc()?),
-        Command::Update(args) => output::render_one(out, &admin.update_channel(update_request(args)).await.rpc()?),
+        Command::Update(args) => {
+            let request = update_request(args, read_stdin)?;
+            output::render_one(out, &admin.update_channel(request).await.rpc()?)
+        }
         Command::Disable { id } => set_status(admin, out, id, Status::Disabled).await,
         Command::Enable { id } => set_status(admin, out, id, Status::Enabled).await,
         Command::Delete { id } => {
@@ -128,13 +178,17 @@ async fn set_status(admin: &mut Admin, out: Output, id: String, status: Status) 
     output::render_one(out, &admin.update_channel(request).await.rpc()?)
 }
 
-fn create_request(args: CreateArgs) -> pb::Channel {
-    pb::Channel {
+fn create_request(args: CreateArgs, stdin: impl FnOnce() -> std::io::Result<String>) -> Result<pb::Channel> {
+    let key = args.key.read(stdin)?;
+    if key.is_none() && !args.no_key {
+        bail!("give the upstream key with --key-file PATH, --key - (standard input) or --key KEY, or --no-key");
+    }
+    Ok(pb::Channel {
         name: args.name,
         r#type: args.kind,
         base_url: args.base_url,
-        has_key: args.key.is_some(),
-        api_key: args.key.unwrap_or_default(),
+        has_key: key.is_some(),
+        api_key: key.unwrap_or_default(),
         models: args.models.into(),
         model_map: args.map.unwrap_or_default(),
         groups: args.groups.into(),
@@ -145,15 +199,18 @@ fn create_request(args: CreateArgs) -> pb::Channel {
         idle_timeout_ms: args.idle_timeout_ms,
         total_timeout_ms: args.total_timeout_ms,
         ..Default::default()
-    }
+    })
 }
 
-fn update_request(args: UpdateArgs) -> pb::UpdateChannelRequest {
-    pb::UpdateChannelRequest {
+fn update_request(
+    args: UpdateArgs,
+    stdin: impl FnOnce() -> std::io::Result<String>,
+) -> Result<pb::UpdateChannelRequest> {
+    Ok(pb::UpdateChannelRequest {
         id: args.id,
         name: args.name,
         base_url: args.base_url,
-        api_key: args.key,
+        api_key: args.key.read(stdin)?,
         set_models: args.models.is_some(),
         models: args.models.map(Vec::from).unwrap_or_default(),
         set_groups: args.groups.is_some(),
@@ -164,7 +221,7 @@ fn update_request(args: UpdateArgs) -> pb::UpdateChannelRequest {
         weight: args.weight,
         status: args.status.map(|s| s.as_str().to_string()),
         r#type: args.kind,
-    }
+    })
 }
 
 fn model_map(channel: &pb::Channel) -> String {
@@ -261,7 +318,7 @@ mod tests {
             name: None,
             kind: None,
             base_url: None,
-            key: None,
+            key: KeyArgs::default(),
             models: Some("a,b".parse().unwrap()),
             groups: None,
             priority: Some(-1),
@@ -269,11 +326,44 @@ mod tests {
             map: Some(HashMap::new()),
             status: None,
         };
-        let request = update_request(args);
+        let request = update_request(args, || unreachable!("no key was given")).unwrap();
         assert!(request.set_models && !request.set_groups && request.set_model_map);
         assert_eq!(request.models, ["a", "b"]);
         assert!(request.model_map.is_empty());
         assert_eq!(request.priority, Some(-1));
         assert_eq!(request.api_key, None);
+    }
+
+    fn create(key: KeyArgs, no_key: bool) -> CreateArgs {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: CreateArgs,
+        }
+        let mut args = Cli::parse_from(["gwctl", "--name", "n", "--base-url", "http://u/v1", "--models", "m"]).args;
+        args.key = key;
+        args.no_key = no_key;
+        args
+    }
+
+    #[test]
+    fn the_upstream_key_comes_from_a_file_or_standard_input_and_is_never_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, "sk-from-file\n").unwrap();
+        let from_file = KeyArgs { key: None, key_file: Some(file) };
+        assert_eq!(create_request(create(from_file, false), || unreachable!()).unwrap().api_key, "sk-from-file");
+        let from_stdin = KeyArgs { key: Some("-".into()), key_file: None };
+        let request = create_request(create(from_stdin, false), || Ok(" sk-from-stdin\n".into())).unwrap();
+        assert_eq!((request.api_key.as_str(), request.has_key), ("sk-from-stdin", true));
+
+        let empty = KeyArgs { key: Some(String::new()), key_file: None };
+        let error = create_request(create(empty, false), || unreachable!()).unwrap_err().to_string();
+        assert!(error.contains("empty") && error.contains("--no-key"), "{error}");
+        let missing = create_request(create(KeyArgs::default(), false), || unreachable!()).unwrap_err();
+        assert!(missing.to_string().contains("--key-file"), "{missing}");
+        let keyless = create_request(create(KeyArgs::default(), true), || unreachable!()).unwrap();
+        assert!(!keyless.has_key && keyless.api_key.is_empty());
     }
 }

@@ -112,7 +112,7 @@ fn banner(dp: SocketAddr, cp: SocketAddr, key_file: Option<&Path>, global: &Glob
     }
     text.push_str(
         "  gwctl model create --id gpt-4o-mini --category chat --input-price 0.15 --output-price 0.6\n\
-         \x20 gwctl channel create --name main --type openai --base-url https://api.openai.com/v1 --key sk-... --models gpt-4o-mini\n\
+         \x20 gwctl channel create --name main --type openai --base-url https://api.openai.com/v1 --key-file ~/.config/openai.key --models gpt-4o-mini\n\
          \x20 gwctl account create --name me --balance 10\n\
          \x20 gwctl token create --account <account id from above>\n",
     );
