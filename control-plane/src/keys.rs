@@ -1,7 +1,9 @@
 //! The admin and node credentials. Given ones win; otherwise each is read from
 //! its file in the data dir, or generated there (mode 0600) when the store is
 //! still empty. A replica joining a store that is already in use never mints
-//! keys of its own: it must be given the fleet's keys.
+//! keys of its own: it must be given the fleet's keys. A key must have at
+//! least `MIN_KEY_LEN` characters and the two keys must differ, so a node's
+//! credential never opens the admin API.
 
 use std::{
     io::Write as _,
@@ -10,6 +12,9 @@ use std::{
 
 use anyhow::Context as _;
 use rand::{RngExt as _, distr::Alphanumeric};
+
+/// Shortest admin or node key accepted.
+pub const MIN_KEY_LEN: usize = 32;
 
 /// Credentials of one control plane.
 #[derive(Debug, Clone)]
@@ -42,8 +47,21 @@ impl Keys {
             Some(key) => key,
             None => read_or_create(&data_dir.join("node.key"), "gwnode-", first_start, "--node-key / GW_NODE_KEY")?,
         };
+        check(&admin, "admin")?;
+        check(&node, "node")?;
+        anyhow::ensure!(admin != node, "the admin key and the node key must differ");
         Ok(Keys { admin, node, admin_file })
     }
+}
+
+/// Refuses a `role` key that is too short to resist guessing.
+fn check(key: &str, role: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        key.chars().count() >= MIN_KEY_LEN,
+        "the {role} key must have at least {MIN_KEY_LEN} characters (it has {})",
+        key.chars().count()
+    );
+    Ok(())
 }
 
 /// A random credential: `prefix` + 48 alphanumeric characters.
@@ -103,9 +121,10 @@ mod tests {
     #[test]
     fn given_keys_win_over_files() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let keys = Keys::load(dir.path(), Some("a".into()), Some("n".into()), false).expect("load");
-        assert_eq!((keys.admin.as_str(), keys.node.as_str()), ("a", "n"));
+        let (admin, node) = ("a".repeat(MIN_KEY_LEN), "n".repeat(MIN_KEY_LEN));
+        let keys = Keys::load(dir.path(), Some(admin.clone()), Some(node.clone()), false).expect("load");
         assert!(keys.admin_file.is_none());
+        assert_eq!((keys.admin, keys.node), (admin, node));
     }
 
     #[test]
@@ -114,5 +133,16 @@ mod tests {
         let error = Keys::load(dir.path(), None, None, false).expect_err("must refuse");
         assert!(error.to_string().contains("GW_ADMIN_KEY"), "{error}");
         assert!(!dir.path().join("admin.key").exists());
+    }
+
+    #[test]
+    fn short_or_shared_keys_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let long = |c: char| c.to_string().repeat(MIN_KEY_LEN);
+        let short = Keys::load(dir.path(), Some("x".into()), Some(long('n')), false).expect_err("short");
+        assert!(short.to_string().contains("admin key must have at least 32"), "{short}");
+        let shared = Keys::load(dir.path(), Some(long('k')), Some(long('k')), false).expect_err("shared");
+        assert!(shared.to_string().contains("must differ"), "{shared}");
+        assert!(Keys::load(dir.path(), Some(long('a')), Some(long('n')), false).is_ok());
     }
 }

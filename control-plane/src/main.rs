@@ -18,12 +18,18 @@ struct Args {
     /// Holds the embedded store and the generated admin.key and node.key.
     #[arg(long, env = "GW_CP_DATA_DIR", default_value = "gw-control-plane")]
     data_dir: PathBuf,
-    /// Admin credential (default: data-dir/admin.key, generated on first start).
-    #[arg(long, env = "GW_ADMIN_KEY", hide_env_values = true)]
+    /// Admin credential, at least 32 characters (default: data-dir/admin.key, generated on first start).
+    #[arg(long, env = "GW_ADMIN_KEY", hide_env_values = true, conflicts_with = "admin_key_file")]
     admin_key: Option<String>,
-    /// Data-plane credential (default: data-dir/node.key, generated on first start).
-    #[arg(long, env = "GW_NODE_KEY", hide_env_values = true)]
+    /// File holding the admin credential (keeps it out of the process list).
+    #[arg(long, env = "GW_ADMIN_KEY_FILE")]
+    admin_key_file: Option<PathBuf>,
+    /// Data-plane credential, at least 32 characters and not the admin key (default: data-dir/node.key).
+    #[arg(long, env = "GW_NODE_KEY", hide_env_values = true, conflicts_with = "node_key_file")]
     node_key: Option<String>,
+    /// File holding the data-plane credential.
+    #[arg(long, env = "GW_NODE_KEY_FILE")]
+    node_key_file: Option<PathBuf>,
     /// A video task not finished this long after submission fails and is refunded (`90s`, `30m`, `2h`).
     #[arg(long, env = "GW_CP_VIDEO_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
     video_timeout: Duration,
@@ -45,12 +51,20 @@ struct Args {
 async fn main() -> ExitCode {
     let args = Args::parse();
     gw_telemetry::init_logs(args.log_format);
+    let (admin_key, node_key) = match (key(args.admin_key, args.admin_key_file), key(args.node_key, args.node_key_file))
+    {
+        (Ok(admin), Ok(node)) => (admin, node),
+        (Err(message), _) | (_, Err(message)) => {
+            eprintln!("gw-control-plane: {message}");
+            return ExitCode::from(64);
+        }
+    };
     let config = gw_control_plane::Config {
         listen: args.listen,
         store: args.store,
         data_dir: args.data_dir,
-        admin_key: args.admin_key,
-        node_key: args.node_key,
+        admin_key,
+        node_key,
         video: gw_control_plane::video::Config {
             timeout: args.video_timeout,
             poll_interval: args.video_poll_interval,
@@ -113,5 +127,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     match n.saturating_mul(millis) {
         0 => Err(format!("{text:?} must be longer than zero")),
         millis => Ok(Duration::from_millis(millis)),
+    }
+}
+
+/// A key given directly, or read (trimmed) from `file`.
+fn key(given: Option<String>, file: Option<PathBuf>) -> Result<Option<String>, String> {
+    match file {
+        Some(path) => std::fs::read_to_string(&path)
+            .map(|key| Some(key.trim().to_owned()))
+            .map_err(|error| format!("reading {}: {error}", path.display())),
+        None => Ok(given),
     }
 }

@@ -18,8 +18,11 @@ struct Cli {
     #[arg(long, env = "GW_DP_DATA_DIR", default_value = "gw-data-plane")]
     data_dir: PathBuf,
     /// Node credential [default: contents of <data-dir>/node.key]
-    #[arg(long, env = "GW_NODE_KEY", hide_env_values = true)]
+    #[arg(long, env = "GW_NODE_KEY", hide_env_values = true, conflicts_with = "node_key_file")]
     node_key: Option<String>,
+    /// File holding the node credential (keeps it out of the process list)
+    #[arg(long, env = "GW_NODE_KEY_FILE")]
+    node_key_file: Option<PathBuf>,
     #[arg(long, env = "GW_DP_NODE_ID")]
     node_id: Option<String>,
     /// Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are believed
@@ -56,7 +59,11 @@ struct Cli {
 
 fn config() -> Result<(Config, LogFormat), String> {
     let cli = Cli::try_parse().map_err(|e| if e.use_stderr() { e.to_string() } else { e.exit() })?;
-    let node_key = match cli.node_key.filter(|k| !k.trim().is_empty()) {
+    let given = match &cli.node_key_file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?),
+        None => cli.node_key.clone(),
+    };
+    let node_key = match given.filter(|k| !k.trim().is_empty()) {
         Some(key) => key,
         None => read_node_key(&cli.data_dir)?,
     };

@@ -26,6 +26,10 @@ pub struct Global {
     #[arg(long, env = "GW_ADMIN_KEY", hide_env_values = true, global = true)]
     pub admin_key: Option<String>,
 
+    /// File holding the admin key (keeps it out of the process list).
+    #[arg(long, env = "GW_ADMIN_KEY_FILE", global = true)]
+    pub admin_key_file: Option<PathBuf>,
+
     /// Directory of the single-node gateway and its admin key [default: $HOME/.gw].
     #[arg(long, env = "GW_DATA_DIR", global = true)]
     pub data_dir: Option<PathBuf>,
@@ -50,9 +54,14 @@ impl Global {
         }
     }
 
-    /// The admin key: the flag or `GW_ADMIN_KEY`, else the trimmed contents
-    /// of `<data-dir>/admin.key`. Fails when none is available.
+    /// The admin key: from `--admin-key-file`, the flag or `GW_ADMIN_KEY`,
+    /// else the trimmed contents of `<data-dir>/admin.key`. Fails when none
+    /// is available.
     pub fn admin_key(&self) -> Result<String> {
+        if let Some(path) = &self.admin_key_file {
+            let key = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            return Ok(key.trim().to_string());
+        }
         if let Some(key) = &self.admin_key {
             return Ok(key.trim().to_string());
         }
@@ -97,6 +106,7 @@ mod tests {
         Global {
             endpoint: "127.0.0.1:7070".into(),
             admin_key: admin_key.map(String::from),
+            admin_key_file: None,
             data_dir: data_dir.map(Path::to_path_buf),
             output: Output::Table,
         }

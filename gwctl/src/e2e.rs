@@ -28,6 +28,7 @@ impl Gateway {
         let global = Global {
             endpoint: String::new(),
             admin_key: None,
+            admin_key_file: None,
             data_dir: Some(dir.path().to_path_buf()),
             output: Output::Table,
         };

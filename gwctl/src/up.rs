@@ -155,6 +155,7 @@ mod tests {
         Global {
             endpoint: config::DEFAULT_ENDPOINT.into(),
             admin_key: None,
+            admin_key_file: None,
             data_dir: data_dir.map(Into::into),
             output: Output::Table,
         }

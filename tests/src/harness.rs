@@ -287,8 +287,8 @@ impl Cluster {
         let mut cluster = Cluster {
             control_plane,
             data_planes: Vec::new(),
-            admin_key: format!("gwadm-test-{}", free_port()),
-            node_key: format!("gwnode-test-{}", free_port()),
+            admin_key: format!("gwadm-test-{}-0123456789abcdefghijklmnop", free_port()),
+            node_key: format!("gwnode-test-{}-0123456789abcdefghijklmnop", free_port()),
             mode,
             admin: None,
             http: reqwest::Client::new(),
