@@ -225,3 +225,22 @@ async fn wrong_admin_key_is_refused_and_the_key_file_is_the_default() {
     }
     gw.node.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_second_up_on_the_same_data_dir_says_a_gateway_is_already_running() {
+    let gw = Gateway::start().await;
+    let global = Global {
+        endpoint: String::new(),
+        admin_key: None,
+        admin_key_file: None,
+        data_dir: Some(gw.dir.path().to_path_buf()),
+        output: Output::Table,
+    };
+    let args =
+        up::Args { listen: "127.0.0.1:0".parse().unwrap(), admin_listen: "127.0.0.1:0".parse().unwrap(), store: None };
+    let Err(error) = up::start(args, &global).await else { panic!("a second gateway started on the same data dir") };
+    let message = format!("{error:#}");
+    assert!(message.starts_with("a gateway is already running on "), "{message}");
+    assert!(!message.contains("Database already open"), "{message}");
+    gw.node.shutdown().await;
+}

@@ -32,7 +32,7 @@ pub struct CreateArgs {
     /// Model name as clients send it.
     #[arg(long)]
     id: String,
-    /// chat, completion, embedding, image, audio, speech, moderation or video.
+    /// chat, responses, completion, embedding, image, audio, speech, moderation or video: the endpoints the model serves.
     #[arg(long, default_value = "chat")]
     category: String,
     #[command(flatten)]
@@ -44,6 +44,7 @@ pub struct CreateArgs {
 #[derive(Debug, clap::Args)]
 pub struct UpdateArgs {
     id: String,
+    /// chat, responses, completion, embedding, image, audio, speech, moderation or video.
     #[arg(long)]
     category: Option<String>,
     #[command(flatten)]

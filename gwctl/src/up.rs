@@ -5,7 +5,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use gw_control_plane::domain::Kind;
 
 use crate::config::{self, Global};
 
@@ -40,7 +41,18 @@ pub struct Node {
 pub async fn run(args: Args, global: &Global) -> Result<()> {
     init_logs();
     let node = start(args, global).await?;
-    print!("{}", banner(node.api, node.control_plane, node.admin_key_file.as_deref(), global));
+    let store = node.cp.store.clone();
+    let count = |kind| {
+        let store = store.clone();
+        async move { store.list(kind).await.map(|items| items.len()).unwrap_or(0) }
+    };
+    let (accounts, channels) = (count(Kind::Account).await, count(Kind::Channel).await);
+    if accounts == 0 && channels == 0 {
+        print!("{}", banner(node.api, node.control_plane, node.admin_key_file.as_deref(), global));
+    } else {
+        let tokens = count(Kind::Token).await;
+        println!("{}", summary(node.api, accounts, tokens, channels));
+    }
     let signal = shutdown_signal().await;
     tracing::info!("shutting down");
     node.shutdown().await;
@@ -59,7 +71,15 @@ pub async fn start(args: Args, global: &Global) -> Result<Node> {
     let mut cp_config = gw_control_plane::Config::new(args.admin_listen, &data_dir);
     cp_config.store = args.store.unwrap_or_default();
     cp_config.admin_key = global.admin_key.clone();
-    let cp = gw_control_plane::start(cp_config).await.context("starting the control plane")?;
+    let cp = match gw_control_plane::start(cp_config).await {
+        Ok(cp) => cp,
+        // redb's words for a store another process holds open.
+        Err(err) if format!("{err:#}").contains("Cannot acquire lock") => bail!(
+            "a gateway is already running on {} (its store is locked): stop it first, or give another --data-dir",
+            data_dir.display()
+        ),
+        Err(err) => return Err(err.context("starting the control plane")),
+    };
 
     let control_plane = reachable(cp.addr);
     let dp_config =
@@ -117,6 +137,17 @@ fn banner(dp: SocketAddr, cp: SocketAddr, key_file: Option<&Path>, global: &Glob
          \x20 gwctl token create --account <account id from above>\n",
     );
     text
+}
+
+/// One line for a gateway that is already set up.
+fn summary(api: SocketAddr, accounts: usize, tokens: usize, channels: usize) -> String {
+    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    format!(
+        "gateway is up at http://{api}/v1: {}, {}, {} (`gwctl dataplanes list` for the data planes)",
+        plural(accounts, "account"),
+        plural(tokens, "token"),
+        plural(channels, "channel")
+    )
 }
 
 /// The address to dial for a listener: an unspecified IP becomes loopback.
@@ -187,5 +218,15 @@ mod tests {
         let cp = "127.0.0.1:17070".parse().unwrap();
         let text = banner(dp, cp, None, &global(Some("/srv/gw")));
         assert!(text.contains("export GW_ENDPOINT=http://127.0.0.1:17070 GW_DATA_DIR=/srv/gw"), "{text}");
+    }
+
+    #[test]
+    fn a_gateway_already_set_up_gets_one_summary_line() {
+        let line = summary("127.0.0.1:8080".parse().unwrap(), 1, 3, 2);
+        assert_eq!(
+            line,
+            "gateway is up at http://127.0.0.1:8080/v1: 1 account, 3 tokens, 2 channels (`gwctl dataplanes list` for the data planes)"
+        );
+        assert!(!line.contains('\n'));
     }
 }
