@@ -134,8 +134,12 @@ fn banner(dp: SocketAddr, cp: SocketAddr, key_file: Option<&Path>, global: &Glob
         "  gwctl model create --id gpt-4o-mini --category chat --input-price 0.15 --output-price 0.6\n\
          \x20 gwctl channel create --name main --type openai --base-url https://api.openai.com/v1 --key-file ~/.config/openai.key --models gpt-4o-mini\n\
          \x20 gwctl account create --name me --balance 10\n\
-         \x20 gwctl token create --account <account id from above>\n",
+         \x20 gwctl token create --account <account id from above>   # prints the sk- key once\n",
     );
+    text.push_str(&format!(
+        "  curl http://{dp}/v1/chat/completions -H 'Authorization: Bearer sk-...' -H 'content-type: application/json' \\\n\
+         \x20      -d '{{\"model\":\"gpt-4o-mini\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}]}}'\n"
+    ));
     text
 }
 
@@ -210,6 +214,8 @@ mod tests {
         assert!(text.contains("/home/op/.gw/admin.key"), "{text}");
         assert!(!text.contains("export"), "{text}");
         assert_eq!(text.lines().filter(|l| l.starts_with("  gwctl")).count(), 4);
+        let curl = text.lines().find(|l| l.starts_with("  curl")).expect("a curl line to try");
+        assert!(curl.contains("http://127.0.0.1:8080/v1/chat/completions"), "{text}");
     }
 
     #[test]
