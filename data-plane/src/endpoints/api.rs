@@ -1,8 +1,8 @@
 //! The OpenAI endpoints besides chat: `/v1/completions`, `/v1/responses`,
 //! `/v1/responses/compact`, `/v1/embeddings`, `/v1/moderations`,
 //! `/v1/images/generations`, `/v1/images/edits`, `/v1/audio/transcriptions`,
-//! `/v1/audio/translations` and `/v1/audio/speech`. Each runs chat's
-//! pipeline (auth, rate limit, body limit, model checks, failover) and goes
+//! `/v1/audio/translations` and `/v1/audio/speech`. Each runs the one
+//! pipeline (admit, body limit, route with the endpoint category, attempts) and goes
 //! to the same path under the channel's base URL. Bodies pass through as
 //! bytes; the only rewrites are the mapped model and, for streamed
 //! completions, `stream_options.include_usage`. Answers are JSON, SSE

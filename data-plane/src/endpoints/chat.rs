@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: admit, parse and validate the chat body,
 //! route, then attempts over the channels: passthrough to OpenAI-compatible
 //! channels (bytes as they came, the model mapped, usage asked for),
-//! translation to messages-native ones (`messages::to_messages_channel`).
+//! translation to messages-native ones (`provider::dialect::chat`).
 //! Non-streamed answers pass through as bytes, streamed ones event by
 //! event; both are metered exactly once.
 

@@ -591,7 +591,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        http as server,
+        http,
         pipeline::App,
         policy::domain::{Account, Group, Token},
         policy::snapshot::tests as fx,
@@ -881,22 +881,22 @@ mod tests {
 
     #[tokio::test]
     async fn the_proxy_answers_429_with_the_catalogue_message_and_retry_after() {
-        let token = Token { rate_limit: limit(2, 1), ..fx::token("t1", server::tests::KEY) };
-        let app: Arc<App> = server::tests::app(server::tests::policy(token, 1_000_000));
+        let token = Token { rate_limit: limit(2, 1), ..fx::token("t1", http::tests::KEY) };
+        let app: Arc<App> = http::tests::app(http::tests::policy(token, 1_000_000));
         let mut statuses = Vec::new();
         for _ in 0..3 {
             let request = axum::http::Request::post("/v1/chat/completions")
-                .header("authorization", format!("Bearer {}", server::tests::KEY))
+                .header("authorization", format!("Bearer {}", http::tests::KEY))
                 .header("content-type", "application/json")
                 .body(Body::from(r#"{"model":"ghost","messages":[]}"#))
                 .unwrap();
-            let response = server::router(app.clone()).oneshot(request).await.unwrap();
+            let response = http::router(app.clone()).oneshot(request).await.unwrap();
             statuses.push(response.status());
             if response.status() == StatusCode::TOO_MANY_REQUESTS {
                 let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
                 assert!((1..=60).contains(&retry_after), "{retry_after}");
                 let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
-                let json = server::tests::json_body(response).await;
+                let json = http::tests::json_body(response).await;
                 assert_eq!(
                     json["error"]["message"],
                     format!("您已达到请求数限制:1分钟内最多请求2次 (request id: {id})")
