@@ -119,7 +119,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     durable::private_dir(&data_dir).with_context(|| format!("preparing data dir {}", data_dir.display()))?;
     let node_id = config.resolve_node_id().context("resolving the node id")?;
     let control = ControlPlane::new(&config.control_plane, &config.node_key)?;
-    let initial = match policy::persist::load(&data_dir) {
+    let initial = match policy::persist::load(&data_dir, &config.node_key) {
         Ok(Some(snapshot)) => {
             tracing::info!(
                 revision = snapshot.revision,
@@ -144,7 +144,12 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let (stop_reporter, reporter_stopped) = watch::channel(false);
     let (persist_tx, persist_rx) = watch::channel(snapshot.load_full());
 
-    let persister = tokio::spawn(policy::persist::run(data_dir.clone(), persist_rx, tasks_stopped.clone()));
+    let persister = tokio::spawn(policy::persist::run(
+        data_dir.clone(),
+        config.node_key.clone(),
+        persist_rx,
+        tasks_stopped.clone(),
+    ));
     let discovery = Discovery {
         control: control.clone(),
         node_id: node_id.clone(),
