@@ -45,8 +45,9 @@ pub struct MinRate {
     started: Instant,
     received: u64,
     limits: Limits,
-    /// Wakes the body when its deadline passes without data.
-    timer: Pin<Box<tokio::time::Sleep>>,
+    /// Wakes the body when its deadline passes without data; made only
+    /// once the body first waits, so bodiless requests allocate none.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 // === impl Limits ===
@@ -128,9 +129,7 @@ pub async fn serve(
 impl MinRate {
     /// `inner` held to `limits`' minimum rate.
     pub fn new(inner: Body, limits: Limits) -> MinRate {
-        let started = Instant::now();
-        let timer = Box::pin(tokio::time::sleep_until(started + limits.body_grace));
-        MinRate { inner, started, received: 0, limits, timer }
+        MinRate { inner, started: Instant::now(), received: 0, limits, timer: None }
     }
 
     /// When the body must have sent its next byte.
@@ -151,17 +150,23 @@ impl hyper::body::Body for MinRate {
                 if let Some(data) = frame.data_ref() {
                     this.received += data.len() as u64;
                     let deadline = this.deadline();
-                    this.timer.as_mut().reset(deadline);
+                    if let Some(timer) = this.timer.as_mut() {
+                        timer.as_mut().reset(deadline);
+                    }
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Pending => match this.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => {
-                    tracing::info!(received = this.received, "request body below the minimum rate; closing");
-                    Poll::Ready(Some(Err(axum::Error::new("request body arrived too slowly"))))
+            Poll::Pending => {
+                let deadline = this.deadline();
+                let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        tracing::info!(received = this.received, "request body below the minimum rate; closing");
+                        Poll::Ready(Some(Err(axum::Error::new("request body arrived too slowly"))))
+                    }
+                    Poll::Pending => Poll::Pending,
                 }
-                Poll::Pending => Poll::Pending,
-            },
+            }
             other => other,
         }
     }
