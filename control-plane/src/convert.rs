@@ -178,6 +178,8 @@ impl From<UsageRecord> for pb::UsageRecord {
             created_at: u.created_at,
             node_id: u.node_id,
             estimated: u.estimated,
+            images: u.images,
+            audio_millis: u.audio_millis,
         }
     }
 }
@@ -201,6 +203,8 @@ impl From<pb::UsageRecord> for UsageRecord {
             created_at: u.created_at,
             node_id: u.node_id,
             estimated: u.estimated,
+            images: u.images,
+            audio_millis: u.audio_millis,
         }
     }
 }
@@ -216,4 +220,27 @@ pub fn resource_for_data_plane(resource: Resource) -> pb::Resource {
         Resource::Model(m) => K::Model(m.into()),
     };
     pb::Resource { kind: Some(kind) }
+}
+
+/// A budget named `token:<id>` or `account:<id>`.
+pub fn budget(text: &str) -> Result<crate::store::Budget, tonic::Status> {
+    crate::store::Budget::parse(text)
+        .ok_or_else(|| tonic::Status::invalid_argument(format!("budget {text:?} is not token:<id> or account:<id>")))
+}
+
+/// A data plane's ask for spending budget.
+pub fn spend_ask(ask: pb::SpendAsk) -> Result<crate::budget::SpendAsk, tonic::Status> {
+    Ok(crate::budget::SpendAsk { budget: budget(&ask.budget)?, need: ask.need_micros, want: ask.want_micros })
+}
+
+/// The answer to one spend ask for `budget`.
+pub fn spend_grant(budget: String, lease: crate::store::Lease) -> pb::SpendGrant {
+    pb::SpendGrant {
+        budget,
+        granted_micros: lease.granted,
+        held_micros: lease.held,
+        remaining_micros: lease.remaining,
+        unlimited: lease.unlimited,
+        missing: lease.missing,
+    }
 }

@@ -117,6 +117,12 @@ pub struct UsageRecord {
     pub created_at: i64,
     pub node_id: String,
     pub estimated: bool,
+    /// Images made (priced per image).
+    #[serde(default)]
+    pub images: i64,
+    /// Audio length in milliseconds (priced per second).
+    #[serde(default)]
+    pub audio_millis: i64,
 }
 
 /// Which kind of resource a change or a lookup is about.
@@ -161,8 +167,8 @@ pub struct Snapshot {
 pub struct UsageOutcome {
     pub applied: u32,
     pub duplicates: u32,
-    /// Revision after the batch; equal to the old one if nothing was applied.
-    pub revision: u64,
+    /// Refused by the ledger's checks (never reach the store).
+    pub refused: u32,
 }
 
 /// Filter of `Store::list_usage`; empty fields match everything.

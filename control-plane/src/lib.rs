@@ -5,11 +5,13 @@
 
 pub mod admin;
 pub mod auth;
+pub mod budget;
 pub mod convert;
 pub mod domain;
 pub mod error;
 pub mod fleet;
 pub mod keys;
+pub mod ledger;
 pub mod policy;
 pub mod probe;
 pub mod store;
@@ -123,11 +125,12 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let (stop, stopped) = oneshot::channel::<()>();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
 
-    let videos = Arc::new(video::Videos::new(store.clone(), config.video.clone())?);
+    let ledger = Arc::new(ledger::Ledger::new(store.clone()));
+    let videos = Arc::new(video::Videos::new(store.clone(), ledger.clone(), config.video.clone())?);
     let video_poller = video::poller::spawn(videos.clone(), shutdown_rx.clone());
     let prober = probe::spawn(store.clone(), config.probe, shutdown_rx.clone())?;
     let admin = admin::AdminApi::new(store.clone(), fleet.clone()).with_videos(videos.clone());
-    let policy = policy::PolicyApi::new(store.clone(), fleet, shutdown_rx).with_videos(videos);
+    let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, shutdown_rx).with_videos(videos);
     let admin_auth = auth::KeyCheck::new(&keys.admin);
     let node_auth = auth::KeyCheck::new(&keys.node);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);

@@ -1,9 +1,9 @@
 //! `PolicyService`: streams snapshots and deltas to data planes and takes
 //! their usage reports. Each watch runs in its own task: it answers the
 //! Hello with a full snapshot (or the deltas since the data plane's revision),
-//! then sends one delta per batch of store changes, and records ACKs. It is
-//! also the single authority on rate limits: data planes lease permits of the
-//! current fixed window from it (`AcquirePermits`), counted in the store.
+//! then sends one delta per batch of store changes, and records ACKs. Permits
+//! and spending leases are answered by the budget authority (`budget`),
+//! usage reports by the `ledger`.
 
 use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 
@@ -14,10 +14,12 @@ use tokio_stream::{StreamExt as _, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::{
+    budget::Authority,
     convert,
-    domain::{AUTO_DISABLED, Change, ENABLED, Kind, Resource, UsageRecord, now_unix},
+    domain::{AUTO_DISABLED, Change, ENABLED, Kind, Resource, UsageRecord},
     error::error_chain,
     fleet::Fleet,
+    ledger::Ledger,
     store::{Store, StoreError},
     video::{self, Videos},
 };
@@ -26,14 +28,12 @@ use crate::{
 const MAX_BATCH: usize = 10_000;
 /// Consecutive failures on one data plane that take a channel out of rotation.
 pub const AUTO_DISABLE_AFTER: u32 = 5;
-/// Asks accepted in one `AcquirePermits` call.
-const MAX_ASKS: usize = 1_000;
-/// Longest permit key accepted (`group:<group>:<account id>`).
-const MAX_KEY_LEN: usize = 1_024;
 
 /// The policy service of one replica.
 pub struct PolicyApi {
     store: Arc<dyn Store>,
+    budgets: Authority,
+    ledger: Arc<Ledger>,
     fleet: Fleet,
     shutdown: watch::Receiver<bool>,
     videos: Option<Arc<Videos>>,
@@ -44,8 +44,16 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> 
 // === impl PolicyApi ===
 
 impl PolicyApi {
-    pub fn new(store: Arc<dyn Store>, fleet: Fleet, shutdown: watch::Receiver<bool>) -> PolicyApi {
-        PolicyApi { store, fleet, shutdown, videos: None }
+    pub fn new(store: Arc<dyn Store>, ledger: Arc<Ledger>, fleet: Fleet, shutdown: watch::Receiver<bool>) -> PolicyApi {
+        let budgets = Authority::new(store.clone());
+        PolicyApi { store, budgets, ledger, fleet, shutdown, videos: None }
+    }
+
+    /// Notes that data plane `node_id` (if named) called.
+    fn seen(&self, node_id: &str) {
+        if !node_id.is_empty() {
+            self.fleet.seen(node_id);
+        }
     }
 
     /// Serves the video task RPCs with `videos` (without it they answer
@@ -103,14 +111,13 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             )));
         }
         let records: Vec<UsageRecord> = request.records.into_iter().map(Into::into).collect();
-        let outcome = self.store.apply_usage(&records).await.map_err(Status::from)?;
-        if !request.node_id.is_empty() {
-            self.fleet.seen(&request.node_id);
-        }
+        let outcome = self.ledger.apply_reported(records).await.map_err(Status::from)?;
+        self.seen(&request.node_id);
         Ok(Response::new(pb::ReportUsageResponse {
             applied: outcome.applied,
             duplicates: outcome.duplicates,
-            revision: outcome.revision,
+            refused: outcome.refused,
+            revision: 0,
         }))
     }
 
@@ -119,29 +126,40 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         request: Request<pb::AcquirePermitsRequest>,
     ) -> Result<Response<pb::AcquirePermitsResponse>, Status> {
         let request = request.into_inner();
-        if request.asks.len() > MAX_ASKS {
-            return Err(Status::invalid_argument(format!("at most {MAX_ASKS} asks per call")));
-        }
-        for ask in &request.asks {
-            validate_ask(ask)?;
-        }
-        // One clock for the whole call: every grant of it is for the window
-        // that holds this instant.
-        let now = now_unix();
-        let mut grants = Vec::with_capacity(request.asks.len());
-        for ask in request.asks {
-            let (window_start, window_end) = window(now, ask.window_minutes);
-            let want = ask.want.min(ask.max_requests);
-            let granted = self
-                .store
-                .take_permits(&ask.key, window_start, window_end - window_start, ask.max_requests, want)
-                .await?;
-            grants.push(pb::PermitGrant { key: ask.key, granted, window_start, window_end });
-        }
-        if !request.node_id.is_empty() {
-            self.fleet.seen(&request.node_id);
-        }
+        let grants = self.budgets.permits(request.asks).await?;
+        self.seen(&request.node_id);
         Ok(Response::new(pb::AcquirePermitsResponse { grants }))
+    }
+
+    async fn acquire_spend(
+        &self,
+        request: Request<pb::AcquireSpendRequest>,
+    ) -> Result<Response<pb::AcquireSpendResponse>, Status> {
+        let request = request.into_inner();
+        let asks = request.asks.into_iter().map(convert::spend_ask).collect::<Result<Vec<_>, _>>()?;
+        let budgets: Vec<String> = asks.iter().map(|a| a.budget.to_string()).collect();
+        let (leases, ttl_secs) = self.budgets.lease(&request.node_id, asks, request.ttl_secs).await?;
+        self.seen(&request.node_id);
+        let grants = budgets.into_iter().zip(leases).map(|(budget, lease)| convert::spend_grant(budget, lease)).collect();
+        Ok(Response::new(pb::AcquireSpendResponse { grants, ttl_secs }))
+    }
+
+    async fn return_spend(
+        &self,
+        request: Request<pb::ReturnSpendRequest>,
+    ) -> Result<Response<pb::ReturnSpendResponse>, Status> {
+        let request = request.into_inner();
+        if request.node_id.is_empty() {
+            return Err(Status::invalid_argument("returns need a node_id"));
+        }
+        let returns = request
+            .returns
+            .into_iter()
+            .map(|r| convert::budget(&r.budget).map(|budget| (budget, r.amount_micros)))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.budgets.give_back(&request.node_id, returns).await?;
+        self.seen(&request.node_id);
+        Ok(Response::new(pb::ReturnSpendResponse {}))
     }
 
     async fn create_video_task(
@@ -321,34 +339,6 @@ impl Session {
     }
 }
 
-/// Refuses an ask that names no limit or an unknown kind of key.
-fn validate_ask(ask: &pb::PermitAsk) -> Result<(), Status> {
-    let known = ask.key.starts_with("token:") || ask.key.starts_with("group:");
-    if !known || ask.key.len() > MAX_KEY_LEN {
-        return Err(Status::invalid_argument(format!(
-            "permit key {:?} is not token:<id> or group:<group>:<account> of at most {MAX_KEY_LEN} bytes",
-            ask.key
-        )));
-    }
-    // Any window length is fine: u32 minutes in seconds fit an i64.
-    if ask.window_minutes == 0 || ask.max_requests == 0 {
-        return Err(Status::invalid_argument(format!(
-            "permit ask for {:?} needs a window of at least 1 minute and at least 1 request, got {}/{}",
-            ask.key, ask.max_requests, ask.window_minutes
-        )));
-    }
-    Ok(())
-}
-
-/// The fixed window of `window_minutes` that holds Unix second `now`:
-/// `(start, end)`, end exclusive, aligned to multiples of the window's length
-/// since the Unix epoch.
-pub fn window(now: i64, window_minutes: u32) -> (i64, i64) {
-    let length = i64::from(window_minutes.max(1)) * 60;
-    let start = now - now.rem_euclid(length);
-    (start, start + length)
-}
-
 /// Resolves once the server is shutting down.
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
@@ -363,62 +353,5 @@ enum SessionEnd {
 impl From<StoreError> for SessionEnd {
     fn from(error: StoreError) -> SessionEnd {
         SessionEnd::Store(error)
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
-mod tests {
-    use gw_proto::pb::policy_service_server::PolicyService as _;
-
-    use super::*;
-    use crate::store::EmbeddedStore;
-
-    fn api(dir: &tempfile::TempDir) -> PolicyApi {
-        let store = EmbeddedStore::open(&dir.path().join("store.redb")).unwrap();
-        PolicyApi::new(Arc::new(store), Fleet::default(), watch::channel(false).1)
-    }
-
-    fn ask(key: &str, window_minutes: u32, max_requests: u32, want: u32) -> pb::PermitAsk {
-        pb::PermitAsk { key: key.into(), window_minutes, max_requests, want }
-    }
-
-    async fn acquire(api: &PolicyApi, asks: Vec<pb::PermitAsk>) -> Result<Vec<pb::PermitGrant>, Status> {
-        let request = Request::new(pb::AcquirePermitsRequest { node_id: "dp".into(), asks });
-        Ok(api.acquire_permits(request).await?.into_inner().grants)
-    }
-
-    #[test]
-    fn windows_are_aligned_to_multiples_of_their_length_since_the_epoch() {
-        assert_eq!(window(0, 1), (0, 60));
-        assert_eq!(window(59, 1), (0, 60));
-        assert_eq!(window(60, 1), (60, 120));
-        assert_eq!(window(1_000_000_123, 5), (1_000_000_200 - 300, 1_000_000_200));
-        assert_eq!(window(7_199, 60), (3_600, 7_200));
-    }
-
-    #[tokio::test]
-    async fn grants_answer_each_ask_in_order_and_stop_at_the_limit() {
-        let dir = tempfile::tempdir().unwrap();
-        let api = api(&dir);
-        let grants = acquire(&api, vec![ask("token:t1", 1, 5, 3), ask("group:g:a1", 60, 2, 10)]).await.unwrap();
-        let summary: Vec<(&str, u32, i64)> =
-            grants.iter().map(|g| (g.key.as_str(), g.granted, g.window_end - g.window_start)).collect();
-        assert_eq!(summary, [("token:t1", 3, 60), ("group:g:a1", 2, 3_600)], "want is capped by the limit");
-        let now = now_unix();
-        assert!(grants.iter().all(|g| g.window_start <= now && now < g.window_end + 1), "{grants:?}");
-        let again = acquire(&api, vec![ask("token:t1", 1, 5, 3), ask("group:g:a1", 60, 2, 1)]).await.unwrap();
-        let granted: Vec<u32> = again.iter().map(|g| g.granted).collect();
-        assert_eq!(granted, [2, 0]);
-    }
-
-    #[tokio::test]
-    async fn malformed_asks_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let api = api(&dir);
-        for bad in [ask("token:t1", 0, 5, 1), ask("token:t1", 1, 0, 1), ask("other:t1", 1, 5, 1), ask("", 1, 5, 1)] {
-            let status = acquire(&api, vec![bad.clone()]).await.unwrap_err();
-            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad:?}");
-        }
     }
 }

@@ -3,7 +3,6 @@
 //! the resource, bumps the revision and appends to the change feed together,
 //! so a crash never leaves a write without its change entry or the reverse.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -14,6 +13,7 @@ use tokio::sync::watch;
 use super::{Result, Store, StoreError};
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord, now_unix};
 
+mod ledger;
 mod video;
 
 /// Resource-wide bookkeeping: the revision, the feed's length and floor, the
@@ -43,8 +43,6 @@ const USAGE_SEQ: &str = "usage_seq";
 const FEED_RETAIN: u64 = 100_000;
 /// Usage records kept in the log.
 const USAGE_RETAIN: u64 = 1_000_000;
-/// How long a request id is remembered (as the Redis backend does).
-const APPLIED_TTL_SECS: u64 = 30 * 24 * 60 * 60;
 /// Expired request ids forgotten per usage transaction, to bound its cost.
 const APPLIED_PRUNE_BATCH: usize = 1_000;
 /// Stale permit windows forgotten per `take_permits`, to bound its cost.
@@ -272,65 +270,22 @@ impl Store for EmbeddedStore {
     async fn apply_usage(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
         let records = records.to_vec();
         let now = u64::try_from(now_unix()).unwrap_or(0);
-        let ((applied, duplicates), revision) = self
+        let (outcome, _) = self
             .write(move |txn| {
-                prune_applied(txn, now)?;
-                let mut seen = txn.open_table(APPLIED).map_err(db_err)?;
-                let mut expiry = txn.open_table(APPLIED_EXPIRY).map_err(db_err)?;
-                let mut accounts = txn.open_table(resources(Kind::Account)).map_err(db_err)?;
-                let mut tokens = txn.open_table(resources(Kind::Token)).map_err(db_err)?;
-                let mut log = txn.open_table(USAGE).map_err(db_err)?;
-                let mut meta = txn.open_table(META).map_err(db_err)?;
-                let mut seq = meta_get(&meta, USAGE_SEQ)?;
-                let (mut applied, mut duplicates) = (0u32, 0u32);
-                let mut touched = BTreeSet::new();
+                let mut ledger = ledger::Ledger::open(txn, now)?;
+                let mut outcome = UsageOutcome::default();
                 for record in &records {
-                    let rid = record.request_id.as_str();
-                    let forget_at = seen.get(rid).map_err(db_err)?.map(|v| v.value());
-                    if forget_at.is_some_and(|at| at > now) {
-                        duplicates += 1;
-                        continue;
-                    }
-                    let forget_at = now + APPLIED_TTL_SECS;
-                    seen.insert(rid, forget_at).map_err(db_err)?;
-                    expiry.insert((forget_at, rid), ()).map_err(db_err)?;
-                    let cost = record.cost_micros;
-                    let charged = charge(&mut accounts, Kind::Account, &record.account_id, |r| {
-                        if let Resource::Account(a) = r {
-                            a.balance_micros = a.balance_micros.saturating_sub(cost);
-                            a.used_micros = a.used_micros.saturating_add(cost);
-                        }
-                    })?;
-                    if charged.is_some() {
-                        touched.insert((Kind::Account, record.account_id.clone()));
-                    }
-                    let charged = charge(&mut tokens, Kind::Token, &record.token_id, |r| {
-                        if let Resource::Token(t) = r {
-                            t.used_micros = t.used_micros.saturating_add(cost);
-                        }
-                    })?;
-                    if charged.is_some() {
-                        touched.insert((Kind::Token, record.token_id.clone()));
-                    }
-                    seq += 1;
-                    log.insert(seq, encode(record)?.as_slice()).map_err(db_err)?;
-                    applied += 1;
-                }
-                meta.insert(USAGE_SEQ, seq).map_err(db_err)?;
-                // Sequence numbers are dense, so the log holds first..=seq.
-                loop {
-                    let first = log.first().map_err(db_err)?.map(|(k, _)| k.value());
-                    match first {
-                        Some(first) if seq - first >= USAGE_RETAIN => {
-                            log.remove(first).map_err(db_err)?;
-                        }
-                        _ => break,
+                    if ledger.apply(record)? {
+                        outcome.applied += 1;
+                    } else {
+                        outcome.duplicates += 1;
                     }
                 }
-                Ok(((applied, duplicates), touched.into_iter().collect()))
+                ledger.close()?;
+                Ok((outcome, vec![]))
             })
             .await?;
-        Ok(UsageOutcome { applied, duplicates, revision })
+        Ok(outcome)
     }
 
     async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>> {
@@ -613,7 +568,7 @@ mod tests {
             store.create(conformance::token("reopen-tok", "reopen-acct")).await.expect("create token");
             let outcome = store.apply_usage(std::slice::from_ref(&record)).await.expect("apply usage");
             assert_eq!(outcome.applied, 1);
-            outcome.revision
+            store.revision().await.expect("revision")
         };
 
         let store = EmbeddedStore::open(&path).expect("reopen store");
@@ -624,7 +579,7 @@ mod tests {
         };
         assert_eq!((account.balance_micros, account.used_micros), (750, 250));
         let changes = store.changes_since(0).await.expect("changes").expect("feed reaches back to 0");
-        assert_eq!(changes.len(), 4, "create, create, usage on account and token: {changes:?}");
+        assert_eq!(changes.len(), 2, "create, create (usage is not a change): {changes:?}");
         let again = store.apply_usage(&[record]).await.expect("apply usage again");
         assert_eq!((again.applied, again.duplicates), (0, 1), "request id forgotten on reopen");
         let usage = store.list_usage(&UsageFilter::default()).await.expect("list usage");

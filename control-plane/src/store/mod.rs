@@ -6,6 +6,7 @@
 //! since any revision the feed still holds. `subscribe` tells about new
 //! revisions, including ones written by other control-plane replicas.
 
+pub mod budget;
 pub mod conformance;
 pub mod embedded;
 pub mod redis;
@@ -18,9 +19,17 @@ use tokio::sync::watch;
 
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord};
 
+pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 pub use self::embedded::EmbeddedStore;
 pub use self::redis::RedisStore;
 pub use self::video::{VideoFilter, VideoStore, VideoWrite};
+
+/// How long a usage record may be applied after it was made (by its
+/// `created_at`): the ledger refuses older records, and remembers every
+/// applied request id for longer than this, so no resend is charged twice.
+pub const IDEMPOTENCY_WINDOW_SECS: i64 = 30 * 24 * 60 * 60;
+/// How long an applied request id is remembered: the window and a day.
+pub const APPLIED_TTL_SECS: u64 = 31 * 24 * 60 * 60;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +50,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
-pub trait Store: VideoStore + Send + Sync + 'static {
+pub trait Store: VideoStore + BudgetStore + Send + Sync + 'static {
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;
 
@@ -73,9 +82,11 @@ pub trait Store: VideoStore + Send + Sync + 'static {
     async fn adjust_balance(&self, account_id: &str, delta_micros: i64) -> Result<Resource>;
 
     /// Applies each record once per request id, atomically with the token's
-    /// and account's counters; records whose id was seen are counted as
+    /// and account's counters, and takes its cost out of the leases its
+    /// `node_id` holds of both; records whose id was seen are counted as
     /// duplicates and change nothing. Records of unknown tokens or accounts
-    /// are still logged and charged where the other side exists.
+    /// are still logged and charged where the other side exists. Spending is
+    /// not policy: the revision does not change.
     async fn apply_usage(&self, records: &[UsageRecord]) -> Result<UsageOutcome>;
 
     /// Usage records, newest first, filtered.

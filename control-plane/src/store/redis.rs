@@ -6,8 +6,9 @@
 //! never clobbers a concurrent charge; `gw:rev`, the revision; `gw:changes`,
 //! a stream with entry ids `<rev>-<n>` and fields `kind`, `id`; `gw:usage`, a
 //! list of JSON records, newest first; `gw:applied:<request_id>`, the
-//! idempotency markers; `gw:permits:<key>:<window_start>`, rate-limit
-//! permits granted in one window. Every write is one Lua script (write,
+//! idempotency markers; `gw:hold:<budget>`, spending leases (see `ledger`);
+//! `gw:permits:<key>:<window_start>`, rate-limit permits granted in one
+//! window. Every write is one Lua script (write,
 //! INCR, XADD), so a write and its change entry are atomic.
 
 use std::collections::{HashMap, HashSet};
@@ -24,6 +25,7 @@ use super::embedded::{parse_resource, resource_json, usage_matches};
 use super::{Result, Store, StoreError};
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord};
 
+mod ledger;
 mod video;
 
 const REV: &str = "gw:rev";
@@ -35,12 +37,6 @@ const TOKEN_USED: &str = "gw:token_used";
 
 /// Changes kept in `gw:changes` (approximate trimming keeps at least this).
 const FEED_RETAIN: u64 = 100_000;
-/// Usage records kept in `gw:usage`.
-const USAGE_RETAIN: u64 = 1_000_000;
-/// How long a request id is remembered.
-const APPLIED_TTL_SECS: u64 = 30 * 24 * 60 * 60;
-/// Records per usage script, so one call never holds Redis for long.
-const USAGE_BATCH: usize = 500;
 /// Usage records fetched per `LRANGE` while filtering.
 const USAGE_PAGE: usize = 1_000;
 /// How long the follower's `XREAD` blocks before it re-reads `gw:rev`.
@@ -81,55 +77,6 @@ local balance = redis.call('HINCRBY', KEYS[4], ARGV[1], ARGV[2])
 ";
 const ADJUST_RETURN: &str = r"
 return {rev, json, balance, redis.call('HGET', KEYS[5], ARGV[1]) or '0'}
-";
-
-/// Keys: 1 `gw:account`, 2 `gw:token`, 3 `gw:balance`, 4 `gw:account_used`,
-/// 5 `gw:token_used`, 6 `gw:usage`, 7 `gw:rev`, 8 `gw:changes`, 9… one
-/// `gw:applied:<request_id>` per record. Args: 1 TTL, 2 feed length, 3 last
-/// usage index kept, then per record: account, token, cost, -cost, JSON.
-/// Returns `{applied, duplicates, revision}`.
-const APPLY_USAGE: &str = r"
-local applied, duplicates = 0, 0
-local accounts, tokens = {}, {}
-for i = 9, #KEYS do
-  local a = 4 + (i - 9) * 5
-  local account, token, cost, debit, record = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
-    applied = applied + 1
-    if redis.call('HEXISTS', KEYS[1], account) == 1 then
-      redis.call('HINCRBY', KEYS[3], account, debit)
-      redis.call('HINCRBY', KEYS[4], account, cost)
-      accounts[account] = true
-    end
-    if redis.call('HEXISTS', KEYS[2], token) == 1 then
-      redis.call('HINCRBY', KEYS[5], token, cost)
-      tokens[token] = true
-    end
-    redis.call('LPUSH', KEYS[6], record)
-  else
-    duplicates = duplicates + 1
-  end
-end
-if applied > 0 then redis.call('LTRIM', KEYS[6], 0, ARGV[3]) end
-local function sorted(set)
-  local out = {}
-  for id in pairs(set) do out[#out + 1] = id end
-  table.sort(out)
-  return out
-end
-local rev = tonumber(redis.call('GET', KEYS[7]) or '0')
-local changed = {{'account', sorted(accounts)}, {'token', sorted(tokens)}}
-if #changed[1][2] + #changed[2][2] > 0 then
-  rev = redis.call('INCR', KEYS[7])
-  local n = 0
-  for _, kind in ipairs(changed) do
-    for _, id in ipairs(kind[2]) do
-      redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], string.format('%d-%d', rev, n), 'kind', kind[1], 'id', id)
-      n = n + 1
-    end
-  end
-end
-return {applied, duplicates, rev}
 ";
 
 /// Keys: 1 `gw:rev`, 2 `gw:changes`; ARGV[1] the revision asked about.
@@ -174,7 +121,6 @@ struct Scripts {
     update: Script,
     delete: Script,
     adjust: Script,
-    apply_usage: Script,
     changes_since: Script,
     take_permits: Script,
 }
@@ -205,7 +151,6 @@ impl RedisStore {
             update: single(UPDATE, "return rev"),
             delete: single(DELETE, "return rev"),
             adjust: single(ADJUST, ADJUST_RETURN),
-            apply_usage: Script::new(APPLY_USAGE),
             changes_since: Script::new(CHANGES_SINCE),
             take_permits: Script::new(TAKE_PERMITS),
         };
@@ -381,29 +326,7 @@ impl Store for RedisStore {
     }
 
     async fn apply_usage(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
-        if records.is_empty() {
-            return Ok(UsageOutcome { revision: self.revision().await?, ..UsageOutcome::default() });
-        }
-        let mut outcome = UsageOutcome::default();
-        for batch in records.chunks(USAGE_BATCH) {
-            let mut call = self.scripts.apply_usage.prepare_invoke();
-            call.key(kind_key(Kind::Account)).key(kind_key(Kind::Token));
-            call.key(BALANCE).key(ACCOUNT_USED).key(TOKEN_USED).key(USAGE).key(REV).key(CHANGES);
-            call.arg(APPLIED_TTL_SECS).arg(FEED_RETAIN).arg(USAGE_RETAIN - 1);
-            for record in batch {
-                let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
-                call.key(format!("gw:applied:{}", record.request_id));
-                call.arg(&record.account_id).arg(&record.token_id);
-                call.arg(record.cost_micros).arg(record.cost_micros.saturating_neg()).arg(json);
-            }
-            let (applied, duplicates, revision): (u32, u32, u64) =
-                call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
-            outcome.applied += applied;
-            outcome.duplicates += duplicates;
-            outcome.revision = revision;
-        }
-        self.published(outcome.revision);
-        Ok(outcome)
+        self.apply_usage_records(records).await
     }
 
     async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>> {

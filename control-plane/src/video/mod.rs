@@ -19,16 +19,15 @@ mod upstream;
 use std::{sync::Arc, time::Duration};
 
 use crate::{
-    domain::{Kind, Resource, UsageRecord, VideoStatus, VideoTask, now_unix},
-    store::{Store, StoreError, VideoFilter, VideoWrite},
+    domain::{Kind, Resource, VideoStatus, VideoTask, now_unix},
+    ledger::Ledger,
+    store::{Charged, Store, StoreError, VideoFilter, VideoWrite},
 };
 
 pub use self::upstream::Observation;
 
 /// Longest video a task may ask for, in seconds.
 pub const MAX_SECONDS: u32 = 600;
-/// Endpoint named in the ledger records of video tasks.
-pub const ENDPOINT: &str = "/v1/videos";
 /// How long a task may wait for its upstream id (the data plane crashed or
 /// lost the control plane mid-submission) before it fails and is refunded.
 const SUBMIT_GRACE: Duration = Duration::from_secs(15 * 60);
@@ -49,6 +48,7 @@ pub struct Config {
 /// The video task service of one control-plane replica.
 pub struct Videos {
     store: Arc<dyn Store>,
+    ledger: Arc<Ledger>,
     config: Config,
     upstream: upstream::Upstream,
 }
@@ -107,8 +107,8 @@ impl Default for Config {
 
 impl Videos {
     /// The service over `store`. Fails only if the HTTP client cannot be built.
-    pub fn new(store: Arc<dyn Store>, config: Config) -> anyhow::Result<Videos> {
-        Ok(Videos { store, config, upstream: upstream::Upstream::new()? })
+    pub fn new(store: Arc<dyn Store>, ledger: Arc<Ledger>, config: Config) -> anyhow::Result<Videos> {
+        Ok(Videos { store, ledger, config, upstream: upstream::Upstream::new()? })
     }
 
     pub fn config(&self) -> &Config {
@@ -141,12 +141,6 @@ impl Videos {
             return Err(VideoError::Invalid(format!("channel {:?} not found", new.channel_id)));
         }
         let cost = gw_pricing::video_cost_micros(model.second_price_micros, new.seconds, group.ratio_ppm());
-        if !token.unlimited && token.used_micros.saturating_add(cost) > token.quota_micros {
-            return Err(VideoError::TokenQuota);
-        }
-        if !account.unlimited && account.balance_micros < cost {
-            return Err(VideoError::UserQuota { balance_micros: account.balance_micros });
-        }
         let now = now_unix();
         let mut task = VideoTask {
             id: String::new(),
@@ -164,16 +158,29 @@ impl Videos {
             checked_at_ms: now_millis(),
             node_id: new.node_id,
             request_id: new.request_id,
+            charged: true,
             ..VideoTask::default()
         };
-        loop {
-            task.id = new_id();
-            if self.store.create_video(&task).await? {
-                break;
+        task.id = new_id();
+        // Charged first, in one step with the check that the token and the
+        // account can pay: concurrent tasks never overdraw them.
+        match self.ledger.charge_video(&task).await? {
+            Charged::Applied | Charged::Duplicate => {}
+            Charged::TokenQuota => return Err(VideoError::TokenQuota),
+            Charged::Balance { balance_micros } => return Err(VideoError::UserQuota { balance_micros }),
+        }
+        match self.store.create_video(&task).await {
+            Ok(true) => {}
+            outcome => {
+                // Not created (an id taken, ids are random: practically never,
+                // or the store failed): nothing to pay for.
+                self.ledger.refund_video(&task).await?;
+                outcome?;
+                return Err(VideoError::Busy(task.id));
             }
         }
         tracing::info!(video = %task.id, account = %task.account_id, model = %task.model, seconds = task.seconds, cost, "video task created");
-        self.settle(task).await
+        Ok(task)
     }
 
     /// Records the upstream's answer to the submission of task `id`: its
@@ -291,11 +298,12 @@ impl Videos {
     async fn settle(&self, task: VideoTask) -> Result<VideoTask, VideoError> {
         let mut task = task;
         if !task.charged {
-            self.store.apply_usage(&[ledger_record(&task, false)]).await?;
+            // A task of an older control plane, created before its charge.
+            self.ledger.record_video_charge(&task).await?;
             task = self.modify(task, |t| !std::mem::replace(&mut t.charged, true)).await?;
         }
         if task.status == VideoStatus::Failed && !task.refunded {
-            self.store.apply_usage(&[ledger_record(&task, true)]).await?;
+            self.ledger.refund_video(&task).await?;
             task = self.modify(task, |t| !std::mem::replace(&mut t.refunded, true)).await?;
             tracing::info!(video = %task.id, account = %task.account_id, cost = task.cost_micros, "failed video task refunded");
         }
@@ -342,31 +350,6 @@ fn fail(task: &mut VideoTask, code: &str, message: &str, now_ms: i64) -> bool {
     task.updated_at = now_ms / 1000;
     task.checked_at_ms = now_ms;
     true
-}
-
-/// The ledger record of a task's charge, or of its refund (the charge
-/// negated), keyed so that each is applied once.
-fn ledger_record(task: &VideoTask, refund: bool) -> UsageRecord {
-    let (prefix, cost, status) =
-        if refund { ("video-refund", -task.cost_micros, 0) } else { ("video", task.cost_micros, 200) };
-    UsageRecord {
-        request_id: format!("{prefix}:{}", task.id),
-        token_id: task.token_id.clone(),
-        account_id: task.account_id.clone(),
-        group: task.group.clone(),
-        model: task.model.clone(),
-        channel_id: task.channel_id.clone(),
-        endpoint: ENDPOINT.to_owned(),
-        prompt_tokens: 0,
-        completion_tokens: 0,
-        cached_tokens: 0,
-        cost_micros: cost,
-        latency_ms: 0,
-        status,
-        created_at: now_unix(),
-        node_id: task.node_id.clone(),
-        estimated: false,
-    }
 }
 
 /// A new public task id: `video_`, 12 hex digits of Unix milliseconds, 20

@@ -1,0 +1,192 @@
+//! The budget authority: the one place that hands out what data planes may
+//! admit. Rate-limit permits are counted per fixed window (`permits`);
+//! spending budgets (a token's quota, an account's balance) are leased
+//! (`lease`, `give_back`), so the sum held by all data planes never exceeds
+//! what is left. Both are atomic in the store, whichever replica answers.
+
+use std::sync::Arc;
+
+use gw_proto::pb;
+use tonic::Status;
+
+use crate::{
+    domain::now_unix,
+    store::{Budget, Lease, LeaseAsk, Store, StoreError},
+};
+
+/// Asks accepted in one call.
+pub const MAX_ASKS: usize = 1_000;
+/// Longest permit key accepted (`group:<group>:<account id>`).
+const MAX_KEY_LEN: usize = 1_024;
+/// Lease lifetimes a data plane may ask for, in seconds.
+pub const MIN_LEASE_TTL_SECS: u32 = 5;
+pub const MAX_LEASE_TTL_SECS: u32 = 3_600;
+/// Largest amount one ask may name: a billion dollars.
+const MAX_AMOUNT: i64 = 1_000_000_000_000_000;
+
+/// The authority of one replica; cheap to share.
+#[derive(Clone)]
+pub struct Authority {
+    store: Arc<dyn Store>,
+}
+
+/// One ask for spending budget, in domain terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendAsk {
+    pub budget: Budget,
+    pub need: i64,
+    pub want: i64,
+}
+
+// === impl Authority ===
+
+impl Authority {
+    pub fn new(store: Arc<dyn Store>) -> Authority {
+        Authority { store }
+    }
+
+    /// Grants rate-limit permits: one grant per ask, in order, each for the
+    /// fixed window that holds this instant. Refuses malformed asks.
+    pub async fn permits(&self, asks: Vec<pb::PermitAsk>) -> Result<Vec<pb::PermitGrant>, Status> {
+        if asks.len() > MAX_ASKS {
+            return Err(Status::invalid_argument(format!("at most {MAX_ASKS} asks per call")));
+        }
+        for ask in &asks {
+            validate_permit_ask(ask)?;
+        }
+        // One clock for the whole call: every grant of it is for the window
+        // that holds this instant.
+        let now = now_unix();
+        let mut grants = Vec::with_capacity(asks.len());
+        for ask in asks {
+            let (window_start, window_end) = window(now, ask.window_minutes);
+            let want = ask.want.min(ask.max_requests);
+            let granted = self
+                .store
+                .take_permits(&ask.key, window_start, window_end - window_start, ask.max_requests, want)
+                .await?;
+            grants.push(pb::PermitGrant { key: ask.key, granted, window_start, window_end });
+        }
+        Ok(grants)
+    }
+
+    /// Leases spending budget to data plane `holder` for `ttl_secs`
+    /// (clamped to the allowed range, returned beside the grants): one
+    /// lease per ask, in order.
+    pub async fn lease(&self, holder: &str, asks: Vec<SpendAsk>, ttl_secs: u32) -> Result<(Vec<Lease>, u32), Status> {
+        if asks.len() > MAX_ASKS {
+            return Err(Status::invalid_argument(format!("at most {MAX_ASKS} asks per call")));
+        }
+        if holder.is_empty() {
+            return Err(Status::invalid_argument("spend asks need a node_id"));
+        }
+        for ask in &asks {
+            if !(0..=MAX_AMOUNT).contains(&ask.need) || !(ask.need..=MAX_AMOUNT).contains(&ask.want) {
+                return Err(Status::invalid_argument(format!(
+                    "spend ask for {} needs 0 <= need <= want <= {MAX_AMOUNT}, got need {} want {}",
+                    ask.budget, ask.need, ask.want
+                )));
+            }
+        }
+        let ttl = ttl_secs.clamp(MIN_LEASE_TTL_SECS, MAX_LEASE_TTL_SECS);
+        let now = now_unix();
+        let mut leases = Vec::with_capacity(asks.len());
+        for ask in asks {
+            let ask =
+                LeaseAsk { budget: ask.budget, holder: holder.to_owned(), need: ask.need, want: ask.want, now, ttl_secs: ttl.into() };
+            leases.push(self.store.lease(&ask).await?);
+        }
+        Ok((leases, ttl))
+    }
+
+    /// Takes back budget `holder` will not spend.
+    pub async fn give_back(&self, holder: &str, returns: Vec<(Budget, i64)>) -> Result<(), StoreError> {
+        for (budget, amount) in returns {
+            if amount > 0 {
+                self.store.release(&budget, holder, amount).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a permit ask that names no limit or an unknown kind of key.
+fn validate_permit_ask(ask: &pb::PermitAsk) -> Result<(), Status> {
+    let known = ask.key.starts_with("token:") || ask.key.starts_with("group:");
+    if !known || ask.key.len() > MAX_KEY_LEN {
+        return Err(Status::invalid_argument(format!(
+            "permit key {:?} is not token:<id> or group:<group>:<account> of at most {MAX_KEY_LEN} bytes",
+            ask.key
+        )));
+    }
+    // Any window length is fine: u32 minutes in seconds fit an i64.
+    if ask.window_minutes == 0 || ask.max_requests == 0 {
+        return Err(Status::invalid_argument(format!(
+            "permit ask for {:?} needs a window of at least 1 minute and at least 1 request, got {}/{}",
+            ask.key, ask.max_requests, ask.window_minutes
+        )));
+    }
+    Ok(())
+}
+
+/// The fixed window of `window_minutes` that holds Unix second `now`:
+/// `(start, end)`, end exclusive, aligned to multiples of the window's length
+/// since the Unix epoch.
+pub fn window(now: i64, window_minutes: u32) -> (i64, i64) {
+    let length = i64::from(window_minutes.max(1)) * 60;
+    let start = now - now.rem_euclid(length);
+    (start, start + length)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+    use crate::store::EmbeddedStore;
+
+    fn api(dir: &tempfile::TempDir) -> Authority {
+        Authority::new(Arc::new(EmbeddedStore::open(&dir.path().join("store.redb")).unwrap()))
+    }
+
+    fn ask(key: &str, window_minutes: u32, max_requests: u32, want: u32) -> pb::PermitAsk {
+        pb::PermitAsk { key: key.into(), window_minutes, max_requests, want }
+    }
+
+    async fn acquire(api: &Authority, asks: Vec<pb::PermitAsk>) -> Result<Vec<pb::PermitGrant>, Status> {
+        api.permits(asks).await
+    }
+
+    #[test]
+    fn windows_are_aligned_to_multiples_of_their_length_since_the_epoch() {
+        assert_eq!(window(0, 1), (0, 60));
+        assert_eq!(window(59, 1), (0, 60));
+        assert_eq!(window(60, 1), (60, 120));
+        assert_eq!(window(1_000_000_123, 5), (1_000_000_200 - 300, 1_000_000_200));
+        assert_eq!(window(7_199, 60), (3_600, 7_200));
+    }
+
+    #[tokio::test]
+    async fn grants_answer_each_ask_in_order_and_stop_at_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = api(&dir);
+        let grants = acquire(&api, vec![ask("token:t1", 1, 5, 3), ask("group:g:a1", 60, 2, 10)]).await.unwrap();
+        let summary: Vec<(&str, u32, i64)> =
+            grants.iter().map(|g| (g.key.as_str(), g.granted, g.window_end - g.window_start)).collect();
+        assert_eq!(summary, [("token:t1", 3, 60), ("group:g:a1", 2, 3_600)], "want is capped by the limit");
+        let now = now_unix();
+        assert!(grants.iter().all(|g| g.window_start <= now && now < g.window_end + 1), "{grants:?}");
+        let again = acquire(&api, vec![ask("token:t1", 1, 5, 3), ask("group:g:a1", 60, 2, 1)]).await.unwrap();
+        let granted: Vec<u32> = again.iter().map(|g| g.granted).collect();
+        assert_eq!(granted, [2, 0]);
+    }
+
+    #[tokio::test]
+    async fn malformed_asks_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = api(&dir);
+        for bad in [ask("token:t1", 0, 5, 1), ask("token:t1", 1, 0, 1), ask("other:t1", 1, 5, 1), ask("", 1, 5, 1)] {
+            let status = acquire(&api, vec![bad.clone()]).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The ledger: how a usage record, a video charge or a video refund changes
+//! token use and account balance, each exactly once per request id.
+//!
+//! Data planes are not trusted with money: every reported record is checked
+//! (no negative or impossible amounts, not older than the idempotency
+//! window, a model the catalogue knows) and priced here from the catalogue
+//! and its counts; the cost a data plane sent is only compared. Refused
+//! records are logged and never charged.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use gw_pricing::{Prices, Units, Usage};
+
+use crate::{
+    domain::{Kind, Resource, UsageOutcome, UsageRecord, VideoTask, now_unix},
+    store::{Charged, IDEMPOTENCY_WINDOW_SECS, Store, StoreError},
+};
+
+/// Most tokens (or images, or audio milliseconds) one record may count.
+const MAX_COUNT: i64 = 1_000_000_000;
+/// How far ahead of our clock a record's time may be.
+const MAX_FUTURE_SECS: i64 = 3_600;
+/// The endpoint video charges are recorded under.
+pub const VIDEO_ENDPOINT: &str = "/v1/videos";
+
+/// The ledger of one replica; cheap to share.
+pub struct Ledger {
+    store: Arc<dyn Store>,
+    catalogue: Mutex<Option<Arc<Catalogue>>>,
+}
+
+/// Prices and group ratios at one store revision.
+struct Catalogue {
+    revision: u64,
+    prices: HashMap<String, Prices>,
+    ratios: HashMap<String, i64>,
+}
+
+/// Why a reported record was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Refusal {
+    #[error("record names no token or account")]
+    Unattributed,
+    #[error("negative or impossible count or cost")]
+    Impossible,
+    #[error("record is older than the idempotency window ({0} s)")]
+    TooOld(i64),
+    #[error("record is dated in the future")]
+    Future,
+    #[error("model {0:?} is not in the catalogue")]
+    UnknownModel(String),
+}
+
+// === impl Ledger ===
+
+impl Ledger {
+    pub fn new(store: Arc<dyn Store>) -> Ledger {
+        Ledger { store, catalogue: Mutex::new(None) }
+    }
+
+    /// Checks and prices records a data plane reported, then applies the
+    /// good ones once per request id. Refused records are logged and counted.
+    pub async fn apply_reported(&self, records: Vec<UsageRecord>) -> Result<UsageOutcome, StoreError> {
+        let catalogue = self.catalogue().await?;
+        let now = now_unix();
+        let mut good = Vec::with_capacity(records.len());
+        let mut refused = 0;
+        for mut record in records {
+            match catalogue.price(&mut record, now) {
+                Ok(()) => good.push(record),
+                Err(refusal) => {
+                    refused += 1;
+                    tracing::warn!(
+                        request_id = %record.request_id,
+                        token = %record.token_id,
+                        node = %record.node_id,
+                        cost = record.cost_micros,
+                        created_at = record.created_at,
+                        reason = %refusal,
+                        "usage record refused"
+                    );
+                }
+            }
+        }
+        let mut outcome =
+            if good.is_empty() { UsageOutcome::default() } else { self.store.apply_usage(&good).await? };
+        outcome.refused = refused;
+        Ok(outcome)
+    }
+
+    /// Charges a video task when its token's quota and its account's balance
+    /// (net of what data planes hold) cover its cost, in one step.
+    pub async fn charge_video(&self, task: &VideoTask) -> Result<Charged, StoreError> {
+        self.store.charge(&video_record(task, false), now_unix()).await
+    }
+
+    /// Charges a video task whatever its budgets hold (a task an older
+    /// control plane created before charging it), once.
+    pub async fn record_video_charge(&self, task: &VideoTask) -> Result<(), StoreError> {
+        self.store.apply_usage(&[video_record(task, false)]).await.map(drop)
+    }
+
+    /// Refunds a failed video task's charge, once.
+    pub async fn refund_video(&self, task: &VideoTask) -> Result<(), StoreError> {
+        self.store.apply_usage(&[video_record(task, true)]).await.map(drop)
+    }
+
+    /// The catalogue at the store's current revision, reloaded when a
+    /// change (of any kind) came since it was read.
+    async fn catalogue(&self) -> Result<Arc<Catalogue>, StoreError> {
+        let revision = *self.store.subscribe().borrow();
+        let cached = self.catalogue.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(catalogue) = cached.filter(|c| c.revision >= revision) {
+            return Ok(catalogue);
+        }
+        let mut catalogue = Catalogue { revision, prices: HashMap::new(), ratios: HashMap::new() };
+        for resource in self.store.list(Kind::Model).await? {
+            if let Resource::Model(m) = resource {
+                catalogue.prices.insert(m.id.clone(), prices(&m));
+            }
+        }
+        for resource in self.store.list(Kind::Group).await? {
+            if let Resource::Group(g) = resource {
+                catalogue.ratios.insert(g.name.clone(), g.ratio_ppm());
+            }
+        }
+        let catalogue = Arc::new(catalogue);
+        *self.catalogue.lock().unwrap_or_else(PoisonError::into_inner) = Some(catalogue.clone());
+        Ok(catalogue)
+    }
+}
+
+// === impl Catalogue ===
+
+impl Catalogue {
+    /// Checks `record` and sets its cost from the catalogue.
+    fn price(&self, record: &mut UsageRecord, now: i64) -> Result<(), Refusal> {
+        check(record, now)?;
+        let prices = self.prices.get(&record.model).ok_or_else(|| Refusal::UnknownModel(record.model.clone()))?;
+        // A group deleted since the request: list prices.
+        let ratio = self.ratios.get(&record.group).copied().unwrap_or(gw_pricing::RATIO_ONE_PPM);
+        let usage = Usage {
+            prompt_tokens: record.prompt_tokens,
+            completion_tokens: record.completion_tokens,
+            cached_tokens: record.cached_tokens,
+        };
+        let units = Units { images: record.images, audio_millis: record.audio_millis };
+        let cost = gw_pricing::cost_micros(&usage, prices, ratio)
+            .saturating_add(gw_pricing::units_cost_micros(&units, prices, ratio));
+        if cost != record.cost_micros {
+            tracing::debug!(
+                request_id = %record.request_id,
+                reported = record.cost_micros,
+                priced = cost,
+                "reported cost differs from the catalogue's; charging the catalogue's"
+            );
+            record.cost_micros = cost;
+        }
+        Ok(())
+    }
+}
+
+/// The checks every reported record passes before it is priced.
+fn check(record: &UsageRecord, now: i64) -> Result<(), Refusal> {
+    if record.token_id.is_empty() || record.account_id.is_empty() {
+        return Err(Refusal::Unattributed);
+    }
+    let counts = [record.prompt_tokens, record.completion_tokens, record.cached_tokens, record.images, record.audio_millis];
+    if record.cost_micros < 0
+        || counts.iter().any(|n| !(0..=MAX_COUNT).contains(n))
+        || record.cached_tokens > record.prompt_tokens
+    {
+        return Err(Refusal::Impossible);
+    }
+    if record.created_at < now - IDEMPOTENCY_WINDOW_SECS {
+        return Err(Refusal::TooOld(IDEMPOTENCY_WINDOW_SECS));
+    }
+    if record.created_at > now + MAX_FUTURE_SECS {
+        return Err(Refusal::Future);
+    }
+    Ok(())
+}
+
+fn prices(model: &crate::domain::Model) -> Prices {
+    Prices {
+        input_price_micros: model.input_price_micros,
+        output_price_micros: model.output_price_micros,
+        cached_price_micros: model.cached_price_micros,
+        request_price_micros: model.request_price_micros,
+        second_price_micros: model.second_price_micros,
+        image_price_micros: model.image_price_micros,
+    }
+}
+
+/// The ledger record of a task's charge, or of its refund (the charge
+/// negated), keyed so that each is applied once.
+fn video_record(task: &VideoTask, refund: bool) -> UsageRecord {
+    let (prefix, cost, status) =
+        if refund { ("video-refund", -task.cost_micros, 0) } else { ("video", task.cost_micros, 200) };
+    UsageRecord {
+        request_id: format!("{prefix}:{}", task.id),
+        token_id: task.token_id.clone(),
+        account_id: task.account_id.clone(),
+        group: task.group.clone(),
+        model: task.model.clone(),
+        channel_id: task.channel_id.clone(),
+        endpoint: VIDEO_ENDPOINT.to_owned(),
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        cached_tokens: 0,
+        cost_micros: cost,
+        latency_ms: 0,
+        status,
+        created_at: now_unix(),
+        node_id: task.node_id.clone(),
+        estimated: false,
+        images: 0,
+        audio_millis: 0,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> UsageRecord {
+        UsageRecord {
+            request_id: id.into(),
+            token_id: "t1".into(),
+            account_id: "a1".into(),
+            group: "default".into(),
+            model: "m".into(),
+            channel_id: "c".into(),
+            endpoint: "/v1/chat/completions".into(),
+            prompt_tokens: 1_000,
+            completion_tokens: 500,
+            cached_tokens: 0,
+            cost_micros: 1,
+            latency_ms: 5,
+            status: 200,
+            created_at: 1_000_000,
+            node_id: "dp".into(),
+            estimated: false,
+            images: 0,
+            audio_millis: 0,
+        }
+    }
+
+    fn catalogue() -> Catalogue {
+        let prices = Prices { input_price_micros: 1_000_000, output_price_micros: 2_000_000, ..Prices::default() };
+        Catalogue {
+            revision: 1,
+            prices: HashMap::from([("m".to_owned(), prices)]),
+            ratios: HashMap::from([("default".to_owned(), 2_000_000)]),
+        }
+    }
+
+    #[test]
+    fn reported_costs_are_replaced_by_the_catalogues() {
+        let mut forged = record("r1");
+        forged.cost_micros = 1;
+        catalogue().price(&mut forged, 1_000_000).unwrap();
+        // (1000 × $1/M + 500 × $2/M) × 2.
+        assert_eq!(forged.cost_micros, 4_000);
+    }
+
+    #[test]
+    fn impossible_old_future_and_unpriced_records_are_refused() {
+        let now = 1_000_000;
+        let cases: [(fn(&mut UsageRecord), Refusal); 7] = [
+            (|r| r.cost_micros = -5_000_000, Refusal::Impossible),
+            (|r| r.prompt_tokens = -1, Refusal::Impossible),
+            (|r| r.cached_tokens = 2_000, Refusal::Impossible),
+            (|r| r.completion_tokens = MAX_COUNT + 1, Refusal::Impossible),
+            (|r| r.created_at = 1_000_000 - IDEMPOTENCY_WINDOW_SECS - 1, Refusal::TooOld(IDEMPOTENCY_WINDOW_SECS)),
+            (|r| r.created_at = 1_000_000 + MAX_FUTURE_SECS + 1, Refusal::Future),
+            (|r| r.model = "ghost".into(), Refusal::UnknownModel("ghost".into())),
+        ];
+        for (change, refusal) in cases {
+            let mut bad = record("r");
+            change(&mut bad);
+            assert_eq!(catalogue().price(&mut bad, now), Err(refusal));
+        }
+        let mut unattributed = record("r");
+        unattributed.account_id.clear();
+        assert_eq!(catalogue().price(&mut unattributed, now), Err(Refusal::Unattributed));
+    }
+}

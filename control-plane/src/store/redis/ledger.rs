@@ -1,0 +1,237 @@
+//! Usage records and spending leases on Redis.
+//!
+//! Layout: `gw:usage`, a list of JSON records, newest first;
+//! `gw:applied:<request_id>`, the idempotency markers; `gw:hold:<budget>`,
+//! a hash holder → `amount:expires_at` of the leases of one budget. Applying
+//! records, leasing, releasing and charging are each one Lua script, so
+//! checking what is available and taking it are one step. None of them
+//! bumps the revision: spending is not policy.
+
+use std::sync::LazyLock;
+
+use async_trait::async_trait;
+use redis::Script;
+
+use super::{ACCOUNT_USED, BALANCE, RedisStore, TOKEN_USED, USAGE, kind_key, malformed};
+use crate::domain::{Kind, UsageOutcome, UsageRecord};
+use crate::store::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
+use crate::store::{APPLIED_TTL_SECS, Result, StoreError};
+
+/// Usage records kept in `gw:usage`.
+const USAGE_RETAIN: u64 = 1_000_000;
+/// Records per usage script, so one call never holds Redis for long.
+const USAGE_BATCH: usize = 500;
+/// How long a hold hash outlives its newest lease.
+const HOLD_KEY_GRACE_SECS: i64 = 60;
+
+/// Helpers shared by the scripts below. Keys 1 `gw:account`, 2 `gw:token`,
+/// 3 `gw:balance`, 4 `gw:account_used`, 5 `gw:token_used`, 6 `gw:usage`.
+const COMMON: &str = r"
+local function parse_hold(value)
+  local amount, expires = string.match(value, '^(-?%d+):(-?%d+)$')
+  return tonumber(amount), tonumber(expires)
+end
+-- Live leases of a hold hash: (everyone else's sum, `holder`'s); drops lapsed ones.
+local function holds(key, holder, now)
+  local others, own = 0, 0
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local amount, expires = parse_hold(all[i + 1])
+    if expires <= now then redis.call('HDEL', key, all[i])
+    elseif all[i] == holder then own = amount
+    else others = others + amount end
+  end
+  return others, own
+end
+local function take_hold(key, holder, cost)
+  local value = redis.call('HGET', key, holder)
+  if not value then return end
+  local amount, expires = parse_hold(value)
+  local left = amount - cost
+  if left < 0 then left = 0 end
+  redis.call('HSET', key, holder, string.format('%d:%d', left, expires))
+end
+-- What is left of a budget: found, unlimited, remaining (quota - used, or balance).
+local function standing(kind, id)
+  local json
+  if kind == 'token' then json = redis.call('HGET', KEYS[2], id) else json = redis.call('HGET', KEYS[1], id) end
+  if not json then return false, false, 0 end
+  local r = cjson.decode(json)
+  if r.unlimited then return true, true, 0 end
+  if kind == 'token' then
+    return true, false, (r.quota_micros or 0) - tonumber(redis.call('HGET', KEYS[5], id) or '0')
+  end
+  return true, false, tonumber(redis.call('HGET', KEYS[3], id) or '0')
+end
+-- Applies one record unless its request id was seen; whether it was applied.
+local function apply(applied_key, ttl, account, token, cost, debit, node, record, token_hold, account_hold)
+  if not redis.call('SET', applied_key, '1', 'NX', 'EX', ttl) then return false end
+  if redis.call('HEXISTS', KEYS[1], account) == 1 then
+    redis.call('HINCRBY', KEYS[3], account, debit)
+    redis.call('HINCRBY', KEYS[4], account, cost)
+  end
+  if redis.call('HEXISTS', KEYS[2], token) == 1 then
+    redis.call('HINCRBY', KEYS[5], token, cost)
+  end
+  take_hold(token_hold, node, tonumber(cost))
+  take_hold(account_hold, node, tonumber(cost))
+  redis.call('LPUSH', KEYS[6], record)
+  return true
+end
+";
+
+/// Keys 7… three per record: `gw:applied:<id>`, the token's and the
+/// account's hold hash. Args: 1 TTL, 2 last usage index kept, then per
+/// record: account, token, cost, -cost, node, JSON. Returns `{applied,
+/// duplicates}`.
+const APPLY_USAGE: &str = r"
+local applied, duplicates = 0, 0
+for i = 7, #KEYS, 3 do
+  local a = 3 + (i - 7) / 3 * 6
+  if apply(KEYS[i], ARGV[1], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
+           KEYS[i + 1], KEYS[i + 2]) then
+    applied = applied + 1
+  else
+    duplicates = duplicates + 1
+  end
+end
+if applied > 0 then redis.call('LTRIM', KEYS[6], 0, ARGV[2]) end
+return {applied, duplicates}
+";
+
+/// Key 7 the hold hash. Args: 1 kind, 2 id, 3 holder, 4 need, 5 want,
+/// 6 now, 7 TTL, 8 hash grace. Returns `{found, unlimited, remaining,
+/// granted, held}`; the grant follows `budget::grant`.
+const LEASE: &str = r"
+local found, unlimited, remaining = standing(ARGV[1], ARGV[2])
+if not found then return {0, 0, 0, 0, 0} end
+if unlimited then return {1, 1, 0, 0, 0} end
+local now, ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
+local others, own = holds(KEYS[7], ARGV[3], now)
+local available = remaining - others - own
+local need, want = tonumber(ARGV[4]), tonumber(ARGV[5])
+local granted = 0
+if need >= 0 and available >= need and available > 0 then
+  granted = math.min(math.max(want, need), math.max(need, math.floor(available / 4)), available)
+end
+local held = own + granted
+redis.call('HSET', KEYS[7], ARGV[3], string.format('%d:%d', held, now + ttl))
+local keep = ttl + tonumber(ARGV[8])
+if redis.call('TTL', KEYS[7]) < keep then redis.call('EXPIRE', KEYS[7], keep) end
+return {1, 0, remaining, granted, held}
+";
+
+/// Key 7 the hold hash. Args: 1 holder, 2 amount.
+const RELEASE: &str = r"
+take_hold(KEYS[7], ARGV[1], tonumber(ARGV[2]))
+return 1
+";
+
+/// Keys 7 `gw:applied:<id>`, 8 the token's hold hash, 9 the account's.
+/// Args: 1 TTL, 2 last usage index kept, 3 account, 4 token, 5 cost,
+/// 6 -cost, 7 node, 8 JSON, 9 now. Returns `{0}` applied, `{1}` duplicate,
+/// `{2}` token quota short, `{3, balance}` balance short.
+const CHARGE: &str = r"
+if redis.call('EXISTS', KEYS[7]) == 1 then return {1} end
+local now, cost = tonumber(ARGV[9]), tonumber(ARGV[5])
+local found, unlimited, remaining = standing('token', ARGV[4])
+if not found then return {2} end
+if not unlimited then
+  local others = holds(KEYS[8], '', now)
+  if remaining - others < cost then return {2} end
+end
+found, unlimited, remaining = standing('account', ARGV[3])
+if not found then return {3, 0} end
+if not unlimited then
+  local others = holds(KEYS[9], '', now)
+  if remaining - others < cost then return {3, remaining} end
+end
+apply(KEYS[7], ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], KEYS[8], KEYS[9])
+redis.call('LTRIM', KEYS[6], 0, ARGV[2])
+return {0}
+";
+
+static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| {
+    [APPLY_USAGE, LEASE, RELEASE, CHARGE].map(|body| Script::new(&format!("{COMMON}{body}")))
+});
+
+fn hold_key(budget: &Budget) -> String {
+    format!("gw:hold:{budget}")
+}
+
+/// A script call with the six ledger keys in place.
+fn invocation(script: &Script) -> redis::ScriptInvocation<'_> {
+    let mut call = script.prepare_invoke();
+    call.key(kind_key(Kind::Account)).key(kind_key(Kind::Token));
+    call.key(BALANCE).key(ACCOUNT_USED).key(TOKEN_USED).key(USAGE);
+    call
+}
+
+// === impl RedisStore ===
+
+impl RedisStore {
+    /// `Store::apply_usage` on Redis, in batches of `USAGE_BATCH`.
+    pub(super) async fn apply_usage_records(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
+        let mut outcome = UsageOutcome::default();
+        for batch in records.chunks(USAGE_BATCH) {
+            let mut call = invocation(&SCRIPTS[0]);
+            call.arg(APPLIED_TTL_SECS).arg(USAGE_RETAIN - 1);
+            for record in batch {
+                let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
+                call.key(format!("gw:applied:{}", record.request_id));
+                call.key(hold_key(&Budget::Token(record.token_id.clone())));
+                call.key(hold_key(&Budget::Account(record.account_id.clone())));
+                call.arg(&record.account_id).arg(&record.token_id);
+                call.arg(record.cost_micros).arg(record.cost_micros.saturating_neg());
+                call.arg(&record.node_id).arg(json);
+            }
+            let (applied, duplicates): (u32, u32) =
+                call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+            outcome.applied += applied;
+            outcome.duplicates += duplicates;
+        }
+        Ok(outcome)
+    }
+}
+
+#[async_trait]
+impl BudgetStore for RedisStore {
+    async fn lease(&self, ask: &LeaseAsk) -> Result<Lease> {
+        let kind = match ask.budget {
+            Budget::Token(_) => "token",
+            Budget::Account(_) => "account",
+        };
+        let mut call = invocation(&SCRIPTS[1]);
+        call.key(hold_key(&ask.budget));
+        call.arg(kind).arg(ask.budget.id()).arg(&ask.holder).arg(ask.need).arg(ask.want);
+        call.arg(ask.now).arg(ask.ttl_secs).arg(HOLD_KEY_GRACE_SECS);
+        let (found, unlimited, remaining, granted, held): (i64, i64, i64, i64, i64) =
+            call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        Ok(Lease { granted, held, remaining, unlimited: unlimited == 1, missing: found == 0 })
+    }
+
+    async fn release(&self, budget: &Budget, holder: &str, amount: i64) -> Result<()> {
+        let mut call = invocation(&SCRIPTS[2]);
+        call.key(hold_key(budget)).arg(holder).arg(amount);
+        let _: i64 = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        Ok(())
+    }
+
+    async fn charge(&self, record: &UsageRecord, now: i64) -> Result<Charged> {
+        let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
+        let mut call = invocation(&SCRIPTS[3]);
+        call.key(format!("gw:applied:{}", record.request_id));
+        call.key(hold_key(&Budget::Token(record.token_id.clone())));
+        call.key(hold_key(&Budget::Account(record.account_id.clone())));
+        call.arg(APPLIED_TTL_SECS).arg(USAGE_RETAIN - 1).arg(&record.account_id).arg(&record.token_id);
+        call.arg(record.cost_micros).arg(record.cost_micros.saturating_neg()).arg(&record.node_id).arg(json).arg(now);
+        let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        Ok(match reply.as_slice() {
+            [0] => Charged::Applied,
+            [1] => Charged::Duplicate,
+            [2] => Charged::TokenQuota,
+            [3, balance] => Charged::Balance { balance_micros: *balance },
+            _ => return Err(malformed("charge script answered an unknown code")),
+        })
+    }
+}
