@@ -38,6 +38,8 @@ pub struct Config {
     pub upstream: crate::provider::Config,
     /// Limits on client connections: how many, how slow.
     pub limits: crate::http::Limits,
+    /// Spending-budget leases: lifetime, offline allowance, default bound.
+    pub budget: crate::policy::budget::Config,
 }
 
 // === impl Config ===
@@ -61,6 +63,7 @@ impl Config {
             report_interval: Duration::from_millis(200),
             upstream: crate::provider::Config::default(),
             limits: crate::http::Limits::default(),
+            budget: crate::policy::budget::Config::default(),
         }
     }
 
@@ -77,6 +80,7 @@ impl Config {
             anyhow::bail!("the node key is empty or has characters a header cannot carry");
         }
         self.limits.validate()?;
+        self.budget.validate()?;
         self.upstream.validate()
     }
 

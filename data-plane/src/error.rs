@@ -88,12 +88,28 @@ pub enum ProxyError {
     /// The control plane, the authority on video tasks, did not answer.
     #[error("the control plane is unreachable")]
     ControlPlaneUnavailable,
+    /// The budget step could not reserve: the control plane is unreachable
+    /// and the leases held (and the offline allowance) do not cover it.
+    #[error("spending budget cannot be leased")]
+    BudgetUnavailable,
     /// A `/v1/messages` request without `compat-version` or `anthropic-version`.
     #[error("version header missing")]
     MissingVersionHeader,
     /// A request the other chat dialect cannot express; the text says why.
     #[error("request cannot be translated: {0}")]
     Untranslatable(String),
+}
+
+/// An error followed by its sources, for logs.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 // === impl ProxyError ===
@@ -135,7 +151,7 @@ impl ProxyError {
             RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             InvalidField { .. } => StatusCode::BAD_REQUEST,
             VideoNotFound { .. } | VideoNotReady { .. } => StatusCode::NOT_FOUND,
-            ControlPlaneUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ControlPlaneUnavailable | BudgetUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -182,6 +198,10 @@ impl ProxyError {
                 format!("file does not exist yet: video {id} is {status}, its content is ready once completed")
             }
             ControlPlaneUnavailable => "the gateway cannot reach its control plane; retry shortly".into(),
+            BudgetUnavailable => {
+                "the gateway cannot check this key's spending limits right now (control plane unreachable); retry shortly"
+                    .into()
+            }
             MissingVersionHeader => "header \"anthropic-version\" (or \"compat-version\") is required".into(),
             Untranslatable(reason) => format!("request cannot be translated: {reason}"),
         }
@@ -206,7 +226,7 @@ impl ProxyError {
             RateLimited { .. } => "rate_limit_error",
             InvalidField { .. } | VideoNotFound { .. } | VideoNotReady { .. } => "invalid_request_error",
             MissingVersionHeader | Untranslatable(_) => "invalid_request_error",
-            ControlPlaneUnavailable => "api_error",
+            ControlPlaneUnavailable | BudgetUnavailable => "api_error",
             UpstreamConnect | UpstreamTimeout | UpstreamStatus { .. } => "upstream_error",
         }
     }
@@ -252,6 +272,7 @@ impl ProxyError {
             VideoNotFound { .. } => "video_not_found",
             VideoNotReady { .. } => "video_not_ready",
             ControlPlaneUnavailable => "control_plane_unavailable",
+            BudgetUnavailable => "budget_unavailable",
             MissingVersionHeader => "missing_version_header",
             Untranslatable(_) => "untranslatable",
         }

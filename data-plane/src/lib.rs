@@ -45,7 +45,7 @@ use crate::{
     policy::discovery::Discovery,
     policy::snapshot::Snapshot,
     reporter::Reporter,
-    {meter::UsageSink, policy::overlay::Overlay},
+    meter::UsageSink,
 };
 
 /// How long `Handle::shutdown` lets in-flight requests finish.
@@ -138,7 +138,6 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
 
-    let overlay = Arc::new(Overlay::default());
     let (usage_tx, usage_rx) = mpsc::unbounded_channel();
     let (stop_tasks, tasks_stopped) = watch::channel(false);
     let (stop_reporter, reporter_stopped) = watch::channel(false);
@@ -155,21 +154,19 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         node_id: node_id.clone(),
         address: addr.to_string(),
         snapshot: snapshot.clone(),
-        overlay: overlay.clone(),
         persist: persist_tx,
         shutdown: tasks_stopped,
     };
     let discovery = tokio::spawn(discovery.run());
     let videos = videos::Videos::new(control.clone(), &node_id);
     let permits = policy::limits::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
+    let spend = policy::budget::ControlPlaneBudgets { control: control.clone(), node_id: node_id.clone() };
     let health = provider::Health::new(control.clone(), &node_id);
     let reporter = Reporter {
         rx: usage_rx,
         control,
         node_id: node_id.clone(),
         spool,
-        overlay: overlay.clone(),
-        snapshot: snapshot.clone(),
         interval: config.report_interval,
         shutdown: reporter_stopped,
     };
@@ -177,10 +174,11 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
 
     let app = Arc::new(App {
         snapshot: snapshot.clone(),
-        usage: UsageSink::new(usage_tx, overlay, &node_id),
+        usage: UsageSink::new(usage_tx, &node_id),
         upstreams: config.upstream.build(health),
         trusted_proxies: config.trusted_proxies.clone(),
         limits: policy::limits::Limiter::new(Arc::new(permits)),
+        budgets: policy::budget::Budgets::new(Arc::new(spend), config.budget),
         videos,
     });
     let (stop_server, server_stopped) = oneshot::channel::<()>();

@@ -52,6 +52,16 @@ struct Cli {
     /// Slowest request body accepted, in bytes per second on average after a 10 s grace
     #[arg(long, env = "GW_DP_BODY_MIN_RATE", default_value_t = 1024)]
     body_min_rate: u64,
+    /// Lifetime of spending-budget leases in seconds, renewed while in use
+    #[arg(long, env = "GW_DP_LEASE_TTL_SECS", default_value_t = 60)]
+    lease_ttl_secs: u64,
+    /// USD per token quota or account balance this data plane may admit
+    /// beyond its leases while the control plane is unreachable
+    #[arg(long, env = "GW_DP_OFFLINE_ALLOWANCE", default_value = "0")]
+    offline_allowance: String,
+    /// Output tokens reserved for a request that names no maximum
+    #[arg(long, env = "GW_DP_DEFAULT_MAX_OUTPUT_TOKENS", default_value_t = 4096)]
+    default_max_output_tokens: i64,
     /// Log lines as `text` (colour only on a terminal) or `json` (one object a line)
     #[arg(long, env = "GW_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -79,6 +89,10 @@ fn config() -> Result<(Config, LogFormat), String> {
     config.limits.max_connections = cli.max_connections;
     config.limits.header_read_timeout = Duration::from_millis(cli.header_read_timeout_ms);
     config.limits.body_min_bytes_per_sec = cli.body_min_rate;
+    config.budget.lease_ttl = Duration::from_secs(cli.lease_ttl_secs);
+    config.budget.offline_allowance = gw_pricing::parse_usd_non_negative(&cli.offline_allowance)
+        .map_err(|e| format!("--offline-allowance {:?}: {e}", cli.offline_allowance))?;
+    config.budget.default_max_output_tokens = cli.default_max_output_tokens;
     config.validate().map_err(|e| format!("{e:#}"))?;
     Ok((config, cli.log_format))
 }

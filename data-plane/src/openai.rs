@@ -26,6 +26,8 @@ pub struct ChatRequest {
     pub stream: bool,
     /// Whether the client itself asked for `stream_options.include_usage`.
     pub client_wants_usage: bool,
+    /// `max_completion_tokens` (or the older `max_tokens`), if set.
+    pub max_output_tokens: Option<i64>,
 }
 
 /// Top-level fields of a JSON object, in order, values kept as raw JSON.
@@ -51,7 +53,9 @@ impl ChatRequest {
         let client_wants_usage = field("stream_options")
             .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
             .is_some_and(|v| v.get("include_usage") == Some(&serde_json::Value::Bool(true)));
-        Ok(ChatRequest { raw: body, fields, model, stream, client_wants_usage })
+        let number = |name: &str| field(name).and_then(|v| v.parse::<i64>().ok());
+        let max_output_tokens = number("max_completion_tokens").or_else(|| number("max_tokens"));
+        Ok(ChatRequest { raw: body, fields, model, stream, client_wants_usage, max_output_tokens })
     }
 
     /// Size of the client's body in bytes.

@@ -9,15 +9,11 @@
 use std::{
     collections::VecDeque,
     path::{Path, PathBuf},
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::atomic::{AtomicU64, Ordering},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::Context as _;
-use arc_swap::ArcSwap;
 use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
 use prost::Message as _;
 use tokio::{
@@ -26,9 +22,7 @@ use tokio::{
 };
 
 use crate::{
-    backoff::Backoff, durable::write_durably, grpc, meter::UsageRecord, policy::overlay::Overlay,
-    policy::snapshot::Snapshot,
-};
+    backoff::Backoff, durable::write_durably, grpc, meter::UsageRecord};
 
 /// Most records per batch (and per spool file).
 pub const MAX_BATCH: usize = 1000;
@@ -43,8 +37,6 @@ pub struct Reporter {
     pub control: grpc::ControlPlane,
     pub node_id: String,
     pub spool: Spool,
-    pub overlay: Arc<Overlay>,
-    pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub interval: Duration,
     pub shutdown: watch::Receiver<bool>,
 }
@@ -160,16 +152,13 @@ impl Reporter {
             match result {
                 Ok(Ok(response)) => {
                     let response = response.into_inner();
-                    let current = self.snapshot.load().revision;
-                    let ids = batch.records.iter().map(|r| r.request_id.as_str());
-                    self.overlay.settle(ids, response.revision, current);
                     if let Some(path) = &batch.path {
                         Spool::remove(path);
                     }
                     tracing::debug!(
                         applied = response.applied,
                         duplicates = response.duplicates,
-                        revision = response.revision,
+                        refused = response.refused,
                         "usage reported"
                     );
                     queue.pop_front();
@@ -285,6 +274,8 @@ impl From<UsageRecord> for pb::UsageRecord {
             created_at: r.created_at,
             node_id: r.node_id,
             estimated: r.estimated,
+            images: r.units.images,
+            audio_millis: r.units.audio_millis,
         }
     }
 }

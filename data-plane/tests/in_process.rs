@@ -39,11 +39,15 @@ struct Session {
     acks: mpsc::UnboundedReceiver<pb::Ack>,
 }
 
+/// What the fake control plane leases in all, in micro-USD.
+const LEASABLE: i64 = 60_000;
+
 #[derive(Clone)]
 struct FakePolicy {
     sessions: mpsc::UnboundedSender<Session>,
     reports: Arc<Mutex<Vec<pb::UsageRecord>>>,
-    report_revision: u64,
+    /// Budget left to lease (one pool for every budget).
+    spend: Arc<Mutex<i64>>,
 }
 
 #[tonic::async_trait]
@@ -87,7 +91,7 @@ impl PolicyService for FakePolicy {
                 applied += 1;
             }
         }
-        Ok(Response::new(pb::ReportUsageResponse { applied, duplicates: 0, revision: self.report_revision }))
+        Ok(Response::new(pb::ReportUsageResponse { applied, duplicates: 0, revision: 0, refused: 0 }))
     }
 
     async fn acquire_permits(
@@ -102,6 +106,36 @@ impl PolicyService for FakePolicy {
             .map(|ask| pb::PermitGrant { key: ask.key, granted: ask.want, window_start: 0, window_end: i64::MAX })
             .collect();
         Ok(Response::new(pb::AcquirePermitsResponse { grants }))
+    }
+
+    async fn acquire_spend(
+        &self,
+        request: Request<pb::AcquireSpendRequest>,
+    ) -> Result<Response<pb::AcquireSpendResponse>, Status> {
+        check_key(&request)?;
+        let request = request.into_inner();
+        let mut left = self.spend.lock().unwrap();
+        let mut grants = Vec::new();
+        for ask in request.asks {
+            let granted = if ask.need_micros <= *left { ask.want_micros.min(*left) } else { 0 };
+            *left -= granted;
+            grants.push(pb::SpendGrant {
+                budget: ask.budget,
+                granted_micros: granted,
+                remaining_micros: *left,
+                ..Default::default()
+            });
+        }
+        Ok(Response::new(pb::AcquireSpendResponse { grants, ttl_secs: request.ttl_secs }))
+    }
+
+    async fn return_spend(
+        &self,
+        request: Request<pb::ReturnSpendRequest>,
+    ) -> Result<Response<pb::ReturnSpendResponse>, Status> {
+        check_key(&request)?;
+        *self.spend.lock().unwrap() += request.into_inner().returns.iter().map(|r| r.amount_micros).sum::<i64>();
+        Ok(Response::new(pb::ReturnSpendResponse {}))
     }
 
     async fn create_video_task(
@@ -141,6 +175,7 @@ struct ControlPlane {
     addr: SocketAddr,
     sessions: mpsc::UnboundedReceiver<Session>,
     reports: Arc<Mutex<Vec<pb::UsageRecord>>>,
+    spend: Arc<Mutex<i64>>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
 }
@@ -150,7 +185,8 @@ async fn control_plane(addr: Option<SocketAddr>) -> ControlPlane {
     let addr = listener.local_addr().unwrap();
     let (sessions_tx, sessions) = mpsc::unbounded_channel();
     let reports = Arc::new(Mutex::new(Vec::new()));
-    let policy = FakePolicy { sessions: sessions_tx, reports: reports.clone(), report_revision: 100 };
+    let spend = Arc::new(Mutex::new(LEASABLE));
+    let policy = FakePolicy { sessions: sessions_tx, reports: reports.clone(), spend: spend.clone() };
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(
         tonic::transport::Server::builder().add_service(PolicyServiceServer::new(policy)).serve_with_incoming_shutdown(
@@ -160,7 +196,7 @@ async fn control_plane(addr: Option<SocketAddr>) -> ControlPlane {
             },
         ),
     );
-    ControlPlane { addr, sessions, reports, stop: Some(stop), server: Some(server) }
+    ControlPlane { addr, sessions, reports, spend, stop: Some(stop), server: Some(server) }
 }
 
 impl ControlPlane {
@@ -333,6 +369,8 @@ fn upstream_answer(body: &Value) -> axum::response::Response {
 async fn start(cp: SocketAddr, dir: &Path) -> gw_data_plane::Handle {
     let mut config = gw_data_plane::Config::new("127.0.0.1:0".parse().unwrap(), format!("http://{cp}"), dir, NODE_KEY);
     config.report_interval = Duration::from_millis(20);
+    // Serves while the control plane is away (the restart test).
+    config.budget.offline_allowance = 1_000_000;
     gw_data_plane::start(config).await.unwrap()
 }
 
@@ -432,17 +470,25 @@ async fn proxies_meters_and_reports_with_a_live_control_plane() {
     let (status, _, body) = chat(dp.addr, json!({"model": "nope", "messages": []})).await;
     assert_eq!((status, message(&body).starts_with("模型不存在: nope (request id: ")), (404, true));
 
-    // Local spend counts before the control plane pushes new balances:
-    // 4000 + 400 + 400 µ$ = 4800 of 10000 spent; two more 4000 µ$ calls
-    // leave -2800, so the next is refused until a delta says otherwise.
-    let (status, _, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
-    assert_eq!(status, 200);
-    let (status, _, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
-    assert_eq!(status, 200);
-    let (status, headers, body) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    // Spending stops where the control plane stops leasing: each call
+    // reserves its bound (4096 output tokens by default: 16,404 µ$) and
+    // costs 4000 µ$, so the lease of LEASABLE runs out within a dozen calls.
+    let mut refused = None;
+    for _ in 0..20 {
+        let (status, headers, body) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+        if status != 200 {
+            refused = Some((status, headers, body));
+            break;
+        }
+    }
+    let (status, headers, body) = refused.expect("spending never stopped");
     assert_eq!(status, 403);
     assert_eq!(headers["x-should-retry"], "false");
-    assert!(message(&body).starts_with("用户额度不足, 剩余额度: ＄-0.002800"), "{}", message(&body));
+    assert!(message(&body).starts_with("用户额度不足, 剩余额度: ＄"), "{}", message(&body));
+    let admitted = cp.reported().len();
+    let spent: i64 = cp.reported().iter().map(|r| r.cost_micros).sum();
+    assert!(spent <= LEASABLE, "{admitted} calls spent {spent} µ$ of {LEASABLE} leasable");
+    *cp.spend.lock().unwrap() += 1_000_000;
 
     // The control plane's delta (at the revision the reports returned)
     // replaces the local overlay.

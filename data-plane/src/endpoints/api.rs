@@ -42,7 +42,7 @@ use crate::{
     pipeline::{self, App},
     policy::auth::Access,
     policy::domain::Channel,
-    pricing::{Units, Usage, units_cost_micros},
+    pricing::{Units, Usage},
     provider, tokens,
 };
 
@@ -114,7 +114,7 @@ async fn handle(app: Arc<App>, api: Api, request: Request) -> Result<Response, P
     let body = admitted.read_body(body).await?;
     let call = Call::parse(api, &admitted.parts.headers, body).await?;
     let (model, candidates) = pipeline::route(&admitted, &call.model, api.path())?;
-    let charge = admitted.charge(model.clone(), api.path());
+    let charge = pipeline::reserve(&app, &admitted, model.clone(), api.path(), call.bound()).await?;
     let (app, call, charge) = (&*app, &call, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);
@@ -154,8 +154,7 @@ async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) 
     }
     let bytes = app.upstreams.read_body(&channel, response).await?;
     let (usage, units, estimated) = call.bill(&bytes);
-    let extra = units_cost_micros(&units, &charge.model, charge.ratio_ppm);
-    app.usage.record_with(&charge, usage, extra, status.as_u16(), estimated);
+    app.usage.record_with(&charge, usage, units, status.as_u16(), estimated);
     Ok(provider::reply(status, content_type, Body::from(bytes), false))
 }
 
@@ -231,6 +230,33 @@ impl Call {
             _ => 0,
         };
         Ok(Call { api, model, defaulted, body, stream, client_wants_usage, images, characters, audio_bytes })
+    }
+
+    /// The most this call may cost, as known before it is sent.
+    fn bound(&self) -> pipeline::Bound {
+        let max_output_tokens = match self.api {
+            Api::Completions => self.number("max_tokens"),
+            Api::Responses | Api::ResponsesCompact => self.number("max_output_tokens"),
+            // Priced by input alone (or by units).
+            _ => Some(0),
+        };
+        let mut units = Units { images: self.images, ..Units::default() };
+        if matches!(self.api, Api::Transcriptions | Api::Translations) {
+            let millis = (self.audio_bytes * 1000).div_ceil(ESTIMATED_AUDIO_BYTES_PER_SECOND);
+            units.audio_millis = i64::try_from(millis).unwrap_or(i64::MAX);
+        }
+        // Speech is priced per character of its input, as prompt tokens.
+        let body_bytes =
+            if self.api == Api::Speech { usize::try_from(self.characters).unwrap_or(0) * 4 } else { self.len() };
+        pipeline::Bound { body_bytes, max_output_tokens, units }
+    }
+
+    /// A whole-number field of a JSON body.
+    fn number(&self, name: &str) -> Option<i64> {
+        match &self.body {
+            CallBody::Json(json) => json.field(name).and_then(|v| v.parse::<i64>().ok()),
+            CallBody::Form(_) => None,
+        }
     }
 
     fn len(&self) -> usize {

@@ -35,7 +35,8 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let (admitted, body) = pipeline::admit(&app, request, Access::Spend).await?;
     let chat = ChatRequest::parse(admitted.read_body(body).await?)?;
     let (model, candidates) = pipeline::route(&admitted, &chat.model, ENDPOINT)?;
-    let charge = admitted.charge(model.clone(), ENDPOINT);
+    let bound = pipeline::Bound::tokens(chat.len(), chat.max_output_tokens);
+    let charge = pipeline::reserve(&app, &admitted, model.clone(), ENDPOINT, bound).await?;
     let (app, chat, charge) = (&*app, &chat, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);

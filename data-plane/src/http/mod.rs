@@ -154,7 +154,6 @@ pub(crate) mod tests {
     use super::*;
     use crate::{
         policy::domain::{Account, Group, RateLimit, Resource, Token},
-        policy::overlay::Overlay,
         policy::snapshot::{Snapshot, tests as fx},
     };
 
@@ -164,10 +163,14 @@ pub(crate) mod tests {
         let (tx, _rx) = mpsc::unbounded_channel();
         Arc::new(App {
             snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
-            usage: crate::meter::UsageSink::new(tx, Arc::new(Overlay::default()), "test-node"),
+            usage: crate::meter::UsageSink::new(tx, "test-node"),
             upstreams: crate::provider::Upstreams::default(),
             trusted_proxies: vec![],
             limits: crate::policy::limits::Limiter::new(Arc::new(crate::policy::limits::LocalOnly)),
+            budgets: crate::policy::budget::Budgets::new(
+                Arc::new(crate::policy::budget::tests::Authority::new(i64::MAX / 4)),
+                crate::policy::budget::Config::default(),
+            ),
             videos: crate::videos::Videos::new(
                 crate::grpc::ControlPlane::new("http://127.0.0.1:1", "test-node-key").unwrap(),
                 "test-node",

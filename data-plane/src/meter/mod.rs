@@ -1,6 +1,6 @@
-//! Metering: turns what a response used into a priced usage record, queues it
-//! for the reporter, and keeps the local spend overlay so a caller's next
-//! request sees its own spend before the control plane's snapshot does.
+//! Metering: turns what a response used into a priced usage record, settles
+//! the request's budget reservation with its cost, and queues the record for
+//! the reporter.
 //! Streamed answers reach the client through the one `pump`.
 //!
 //! A `Meter` records exactly once: when the response ends, or when it is
@@ -10,14 +10,17 @@ pub mod answer;
 pub mod pump;
 pub mod sse;
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Instant,
+};
 
 use tokio::sync::mpsc;
 
 use crate::{
+    policy::budget::Reservation,
     policy::domain::{Channel, Model},
-    policy::overlay::Overlay,
-    pricing::{Usage, cost_micros},
+    pricing::{Units, Usage, cost_micros, units_cost_micros},
 };
 
 /// Who pays for one request and at what price.
@@ -33,6 +36,9 @@ pub struct Charge {
     pub endpoint: &'static str,
     pub ratio_ppm: i64,
     pub started: Instant,
+    /// The request's budget reservation, settled by the first record (shared
+    /// by the attempts' copies; released if none records anything).
+    pub reservation: Arc<Mutex<Option<Reservation>>>,
 }
 
 /// What one request used and cost, as the reporter sends it (it turns it
@@ -59,13 +65,14 @@ pub struct UsageRecord {
     pub node_id: String,
     /// Whether the gateway counted the tokens itself.
     pub estimated: bool,
+    /// Units priced besides tokens.
+    pub units: Units,
 }
 
-/// Queues usage records for the reporter and adds them to the overlay.
+/// Settles reservations and queues usage records for the reporter.
 #[derive(Clone)]
 pub struct UsageSink {
     tx: mpsc::UnboundedSender<UsageRecord>,
-    overlay: Arc<Overlay>,
     node_id: Arc<str>,
 }
 
@@ -101,6 +108,7 @@ impl Charge {
             endpoint: "/v1/chat/completions",
             ratio_ppm: 1_000_000,
             started: Instant::now(),
+            reservation: Arc::default(),
         }
     }
 
@@ -114,21 +122,24 @@ impl Charge {
 
 impl UsageSink {
     /// A sink feeding `tx`, stamping records with `node_id`.
-    pub fn new(tx: mpsc::UnboundedSender<UsageRecord>, overlay: Arc<Overlay>, node_id: &str) -> UsageSink {
-        UsageSink { tx, overlay, node_id: node_id.into() }
+    pub fn new(tx: mpsc::UnboundedSender<UsageRecord>, node_id: &str) -> UsageSink {
+        UsageSink { tx, node_id: node_id.into() }
     }
 
-    /// Prices `usage`, adds it to the overlay and queues its record.
-    /// Returns the cost in micro-USD.
+    /// Prices `usage`, settles the charge's reservation with the cost and
+    /// queues the record. Returns the cost in micro-USD.
     pub fn record(&self, charge: &Charge, usage: Usage, status: u16, estimated: bool) -> i64 {
-        self.record_with(charge, usage, 0, status, estimated)
+        self.record_with(charge, usage, Units::default(), status, estimated)
     }
 
-    /// `record` with `extra_micros` (what the request used besides tokens,
-    /// already priced) added to the cost.
-    pub fn record_with(&self, charge: &Charge, usage: Usage, extra_micros: i64, status: u16, estimated: bool) -> i64 {
-        let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm).saturating_add(extra_micros.max(0));
-        self.overlay.add(&charge.request_id, &charge.account_id, &charge.token_id, cost);
+    /// `record` of a request that also used `units` (images, audio).
+    pub fn record_with(&self, charge: &Charge, usage: Usage, units: Units, status: u16, estimated: bool) -> i64 {
+        let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm)
+            .saturating_add(units_cost_micros(&units, &charge.model, charge.ratio_ppm));
+        let reservation = charge.reservation.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(reservation) = reservation {
+            reservation.settle(cost);
+        }
         let record = UsageRecord {
             request_id: charge.request_id.clone(),
             token_id: charge.token_id.clone(),
@@ -146,6 +157,7 @@ impl UsageSink {
             created_at: crate::now_unix(),
             node_id: self.node_id.to_string(),
             estimated,
+            units,
         };
         if self.tx.send(record).is_err() {
             tracing::error!(request_id = %charge.request_id, "usage reporter is gone; record lost");
@@ -153,10 +165,6 @@ impl UsageSink {
         cost
     }
 
-    /// The overlay this sink adds to.
-    pub fn overlay(&self) -> &Arc<Overlay> {
-        &self.overlay
-    }
 }
 
 // === impl Meter ===
@@ -266,7 +274,7 @@ mod tests {
     #[test]
     fn meter_records_exactly_once_on_finish_or_drop() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let sink = UsageSink::new(tx, Arc::default(), "node");
+        let sink = UsageSink::new(tx, "node");
         let mut meter = Meter::new(charge("r1"), sink.clone(), 40);
         meter.observe(Usage { prompt_tokens: 1000, completion_tokens: 500, cached_tokens: 0 });
         meter.finish(200);

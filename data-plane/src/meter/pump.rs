@@ -197,7 +197,6 @@ impl Relay for Raw {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
-    use std::sync::Arc;
 
     use tokio::sync::mpsc;
 
@@ -212,7 +211,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_that_reached_its_end_keeps_its_status_when_the_client_leaves_at_once() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let meter = Meter::new(Charge::test("r1"), UsageSink::new(tx, Arc::default(), "node"), 40);
+        let meter = Meter::new(Charge::test("r1"), UsageSink::new(tx, "node"), 40);
         let body = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
         let chunks = upstream(&[body, "data: [DONE]\n\n"]);
         let mut stream =
@@ -229,7 +228,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_leaving_mid_stream_is_a_499_and_a_declared_length_completes_raw_bodies() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let sink = UsageSink::new(tx, Arc::default(), "node");
+        let sink = UsageSink::new(tx, "node");
         let chunks = upstream(&["data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n", "data: [DONE]\n\n"]);
         let meter = Meter::new(Charge::test("r1"), sink.clone(), 40);
         let mut stream =

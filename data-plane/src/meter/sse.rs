@@ -193,7 +193,6 @@ pub(crate) fn find_event_end(buf: &[u8], from: usize) -> Option<usize> {
 mod tests {
     use super::*;
 
-    use std::sync::Arc;
 
     use tokio::sync::mpsc;
 
@@ -211,7 +210,7 @@ mod tests {
 
     fn meter() -> (Meter, mpsc::UnboundedReceiver<crate::meter::UsageRecord>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let sink = UsageSink::new(tx, Arc::default(), "node");
+        let sink = UsageSink::new(tx, "node");
         (Meter::new(Charge::test("r1"), sink, 40), rx)
     }
 

@@ -48,7 +48,7 @@ pub async fn admit(app: &App, request: Request, access: Access) -> Result<(Admit
     let snapshot = app.snapshot.load_full();
     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
     let ip = client_ip(peer, &parts.headers, &app.trusted_proxies);
-    let caller = auth::authorize(&snapshot, app.usage.overlay(), &parts.headers, ip, now_unix(), access)?;
+    let caller = auth::authorize(&snapshot, Some(&app.budgets), &parts.headers, ip, now_unix(), access)?;
     trail.update(|t| {
         t.token = Some(caller.token.id.clone());
         t.account = Some(caller.account.id.clone());
@@ -81,6 +81,7 @@ impl Admitted {
             endpoint,
             ratio_ppm: caller.group.ratio_ppm,
             started: self.started,
+            reservation: Arc::default(),
         }
     }
 

@@ -1,19 +1,23 @@
 //! The request pipeline every `/v1` handler runs, each step written once:
 //! `admit` (request id, one snapshot, client address, authentication and
 //! access checks, rate limit) → the handler's own parse → `route` (model
-//! allowlist, catalogue, endpoint category, channels) → `attempts` over the
-//! channels with a provider adapter → metering (`meter`). Handlers return
+//! allowlist, catalogue, endpoint category, channels) → `reserve` (the
+//! request's bounded cost from the spending budgets) → `attempts` over the
+//! channels with a provider adapter → metering (`meter`, which settles the
+//! reservation). Handlers return
 //! `Result<Response, ProxyError>`; the HTTP layer renders refusals.
 
 mod admit;
 mod attempts;
 pub(crate) mod body;
+mod reserve;
 mod route;
 
 pub use self::{
     admit::{Admitted, admit},
     attempts::{Scope, run as attempts},
     body::read_body,
+    reserve::{Bound, reserve},
     route::route,
 };
 
@@ -22,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
 
-use crate::{meter::UsageSink, policy::limits::Limiter, policy::snapshot::Snapshot, provider::Upstreams};
+use crate::{meter::UsageSink, policy::budget::Budgets, policy::limits::Limiter, policy::snapshot::Snapshot, provider::Upstreams};
 
 /// Everything a request needs, shared by all requests.
 pub struct App {
@@ -34,6 +38,8 @@ pub struct App {
     pub trusted_proxies: Vec<IpNet>,
     /// Request-rate limits, shared with the other data planes.
     pub limits: Limiter,
+    /// Spending budgets leased from the control plane.
+    pub budgets: Budgets,
     /// Video tasks: the control plane's answers and the upstreams' files.
     pub videos: crate::videos::Videos,
 }

@@ -18,7 +18,6 @@ use crate::{
     grpc::ControlPlane,
     policy::convert,
     policy::domain::{Kind, Resource},
-    policy::overlay::Overlay,
     policy::snapshot::Snapshot,
 };
 
@@ -35,7 +34,6 @@ pub struct Discovery {
     /// The client-facing address, shown by the control plane.
     pub address: String,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
-    pub overlay: Arc<Overlay>,
     /// Feeds the snapshot file writer.
     pub persist: watch::Sender<Arc<Snapshot>>,
     pub shutdown: watch::Receiver<bool>,
@@ -160,7 +158,6 @@ impl Discovery {
         } else {
             tracing::debug!(revision, "policy updated");
         }
-        self.overlay.prune(revision);
         self.persist.send_replace(snapshot);
         pb::Ack { revision, rejected, error: errors.join("; ") }
     }

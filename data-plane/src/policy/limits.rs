@@ -21,7 +21,7 @@ use std::{
 use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
 use tokio::{sync::watch, time::Instant};
 
-use crate::{backoff::Backoff, error::ProxyError, grpc::ControlPlane, policy::auth::Caller, policy::domain::RateLimit};
+use crate::{backoff::Backoff, error::{ProxyError, error_chain}, grpc::ControlPlane, policy::auth::Caller, policy::domain::RateLimit};
 
 /// How long a request waits for a lease before its key is counted locally.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -567,18 +567,6 @@ fn rate_limited(limit: RateLimit, ms_left: i64) -> ProxyError {
 
 fn system_clock_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// An error followed by its sources, for logs.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

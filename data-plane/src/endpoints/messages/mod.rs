@@ -35,7 +35,9 @@ const COUNT_ENDPOINT: &str = "/v1/messages/count_tokens";
 pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
     let (admitted, call) = admit(&app, request, Access::Spend, true).await?;
     let (model, candidates) = pipeline::route(&admitted, &call.model, ENDPOINT)?;
-    let charge = admitted.charge(model.clone(), ENDPOINT);
+    let max_tokens = call.json.get("max_tokens").and_then(serde_json::Value::as_i64);
+    let bound = pipeline::Bound::tokens(call.body.len(), max_tokens);
+    let charge = pipeline::reserve(&app, &admitted, model.clone(), ENDPOINT, bound).await?;
     let (app, call, charge) = (&*app, &call, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);

@@ -140,7 +140,7 @@ async fn submit(app: &App, request: &Admitted, submission: Submission) -> Result
     let admitted = async {
         let (model, channel) = route(request, &submission.model)?;
         let cost = pricing::video_cost_micros(model.second_price_micros, submission.seconds, caller.group.ratio_ppm);
-        can_pay(app, caller, cost)?;
+        can_pay(caller, cost)?;
         let new = NewTask {
             request_id: &request_id.0,
             model: &model.id,
@@ -212,15 +212,15 @@ fn route(request: &Admitted, model: &str) -> Result<(Arc<Model>, Arc<Channel>), 
     Ok((entry.clone(), channel.clone()))
 }
 
-/// Refuses up front what the local view already shows the caller cannot
-/// pay; the control plane checks again with the ledger's numbers.
-fn can_pay(app: &App, caller: &Caller, cost: i64) -> Result<(), ProxyError> {
-    let (account_pending, token_pending) = app.usage.overlay().pending(&caller.account.id, &caller.token.id);
+/// Refuses up front what the snapshot already shows the caller cannot pay;
+/// the control plane charges in one step with the check against the
+/// ledger's numbers and every data plane's leases.
+fn can_pay(caller: &Caller, cost: i64) -> Result<(), ProxyError> {
     let token = &caller.token;
-    if !token.unlimited && token.used_micros.saturating_add(token_pending).saturating_add(cost) > token.quota_micros {
+    if !token.unlimited && token.used_micros.saturating_add(cost) > token.quota_micros {
         return Err(ProxyError::TokenQuotaExhausted);
     }
-    let balance = caller.account.balance_micros.saturating_sub(account_pending);
+    let balance = caller.account.balance_micros;
     if !caller.account.unlimited && balance < cost {
         return Err(ProxyError::InsufficientUserQuota { balance_micros: balance });
     }

@@ -1,0 +1,57 @@
+//! The budget step, after routing and before any upstream attempt: the
+//! request's bounded cost is reserved from the budgets this data plane
+//! holds (`policy::budget`), and the `Charge` that meters it carries the
+//! reservation so that the real cost settles it.
+
+use std::sync::{Arc, PoisonError};
+
+use super::{Admitted, App};
+use crate::{
+    error::ProxyError,
+    meter::Charge,
+    policy::domain::Model,
+    pricing::{Units, Usage, cost_micros, units_cost_micros},
+};
+
+/// What a request may cost at most, as far as it is known before sending:
+/// the prompt (estimated from the body's size, 4 bytes a token), the output
+/// bound the client set, and the units priced apart.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bound {
+    pub body_bytes: usize,
+    /// `max_tokens` and the like; `None` reserves the configured default.
+    pub max_output_tokens: Option<i64>,
+    pub units: Units,
+}
+
+/// Reserves `bound`'s cost for `admitted`'s request to `endpoint` and
+/// returns its charge. Fails with the catalogue's 403 when the token's quota
+/// or the account's balance cannot cover it, 503 when the budget authority
+/// is unreachable and what is held does not.
+pub async fn reserve(
+    app: &App,
+    admitted: &Admitted,
+    model: Arc<Model>,
+    endpoint: &'static str,
+    bound: Bound,
+) -> Result<Charge, ProxyError> {
+    let charge = admitted.charge(model, endpoint);
+    let output = bound.max_output_tokens.unwrap_or(app.budgets.config().default_max_output_tokens);
+    let usage = Usage {
+        prompt_tokens: i64::try_from(bound.body_bytes.div_ceil(4)).unwrap_or(i64::MAX),
+        completion_tokens: output.max(0),
+        cached_tokens: 0,
+    };
+    let amount = cost_micros(&usage, &charge.model, charge.ratio_ppm)
+        .saturating_add(units_cost_micros(&bound.units, &charge.model, charge.ratio_ppm));
+    let reservation = app.budgets.reserve(&admitted.caller, amount, admitted.snapshot.revision).await?;
+    *charge.reservation.lock().unwrap_or_else(PoisonError::into_inner) = Some(reservation);
+    Ok(charge)
+}
+
+impl Bound {
+    /// A token-priced request of `body_bytes` with output bound `max_output_tokens`.
+    pub fn tokens(body_bytes: usize, max_output_tokens: Option<i64>) -> Bound {
+        Bound { body_bytes, max_output_tokens, units: Units::default() }
+    }
+}

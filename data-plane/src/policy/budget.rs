@@ -1,0 +1,801 @@
+//! Spending budgets (403), the step after routing: a request is forwarded
+//! only once its bounded cost is reserved from budget this data plane holds.
+//!
+//! The control plane leases a token's quota and an account's balance
+//! (`AcquireSpend`) and never leases more than is left, so reservations
+//! across every data plane never pass a cap. A reservation is settled with
+//! the real cost when the answer ends (what it did not use stays held for
+//! the next request) or released if nothing was sent. Leases are sized by
+//! demand, renewed while in use, given back after `IDLE`, and lapse on both
+//! sides when a data plane is gone. While the control plane is unreachable a
+//! data plane spends what it holds until its leases lapse, plus the
+//! operator's `offline_allowance` per budget (0 by default).
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
+use tokio::{sync::watch, time::Instant};
+
+use crate::{backoff::Backoff, error::ProxyError, grpc::ControlPlane, policy::auth::Caller};
+
+/// How long a request waits for a lease before it is refused with 503.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A budget nobody reserved from for this long is given back.
+const IDLE: Duration = Duration::from_secs(10);
+/// How often idle budgets are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(2);
+/// A lease is treated as lapsed this long before the control plane drops it.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(2);
+/// After a refusal, requests needing at least as much are refused without
+/// asking again for this long.
+const REFUSAL_MEMORY: Duration = Duration::from_secs(1);
+/// Leases one request waits through before it gives up.
+const MAX_ROUNDS: u32 = 16;
+const PROBE_MIN: Duration = Duration::from_millis(500);
+const PROBE_MAX: Duration = Duration::from_secs(10);
+
+/// Settings of the budget step.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// How long leases live after each grant (the control plane clamps it).
+    pub lease_ttl: Duration,
+    /// Micro-USD per budget this data plane may admit beyond its leases
+    /// while the control plane is unreachable.
+    pub offline_allowance: i64,
+    /// Output tokens reserved for a request that names no maximum.
+    pub default_max_output_tokens: i64,
+}
+
+/// One ask for budget, `pb::SpendAsk` in domain terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    /// `token:<id>` or `account:<id>`.
+    pub budget: String,
+    pub need: i64,
+    pub want: i64,
+}
+
+/// The answer to one `Ask`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Grant {
+    pub granted: i64,
+    /// Quota left or the balance, before leases (for refusal messages).
+    pub remaining: i64,
+    pub unlimited: bool,
+    pub missing: bool,
+}
+
+/// Why budget could not be asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("spend request failed")]
+    Call(#[source] tonic::Status),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("{got} grants answered {asked} asks")]
+    Malformed { asked: usize, got: usize },
+}
+
+type Answer = Result<(Vec<Grant>, Duration), SourceError>;
+/// What `SpendSource::acquire` returns.
+pub type Grants = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+/// Where leases come from: the control plane (or a stand-in in tests).
+pub trait SpendSource: Send + Sync + 'static {
+    /// Asks for budget leased for `ttl`: one grant per ask, in order, and the
+    /// lifetime the control plane applied.
+    fn acquire(&self, asks: Vec<Ask>, ttl: Duration) -> Grants;
+    /// Gives budget back; best effort.
+    fn give_back(&self, returns: Vec<(String, i64)>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
+/// Leases from the control plane.
+pub struct ControlPlaneBudgets {
+    pub control: ControlPlane,
+    pub node_id: String,
+}
+
+/// The budget step of one data plane; cheap to clone.
+#[derive(Clone)]
+pub struct Budgets {
+    inner: Arc<Inner>,
+}
+
+/// Budget reserved for one request; settled with `settle`, released when
+/// dropped unsettled. Empty for callers without capped budgets.
+#[derive(Default)]
+pub struct Reservation {
+    inner: Option<Arc<Inner>>,
+    budgets: Vec<String>,
+    amount: i64,
+}
+
+struct Inner {
+    source: Arc<dyn SpendSource>,
+    config: Config,
+    state: Mutex<State>,
+}
+
+struct State {
+    pools: HashMap<String, Pool>,
+    down: Option<Down>,
+    swept_at: Instant,
+}
+
+struct Down {
+    probe_at: Instant,
+    backoff: Backoff,
+}
+
+/// What this data plane holds of one budget.
+struct Pool {
+    /// Leased and not yet spent (settled costs are taken off).
+    held: i64,
+    /// Reserved by requests in flight.
+    reserved: i64,
+    /// When the lease lapses here (before it does on the control plane).
+    expires: Instant,
+    /// Quota left or balance, as last heard.
+    remaining: i64,
+    /// The control plane said the budget is unlimited.
+    unlimited: bool,
+    /// Admitted beyond the lease while the control plane was unreachable.
+    offline: i64,
+    /// A need refused until an instant, under a policy revision: needs as
+    /// large are refused without asking until then (a top-up, which
+    /// changes the revision, ends it early).
+    refused: Option<Refused>,
+    fetching: Option<watch::Receiver<()>>,
+    last_used: Instant,
+    /// Settled in the current and previous `IDLE` period, to size leases.
+    spent_now: i64,
+    spent_before: i64,
+    period_start: Instant,
+}
+
+#[derive(Clone, Copy)]
+struct Refused {
+    need: i64,
+    until: Instant,
+    revision: u64,
+}
+
+enum Step {
+    Reserved(Reservation),
+    Refused(ProxyError),
+    Wait(Vec<watch::Receiver<()>>),
+}
+
+// === impl Config ===
+
+impl Default for Config {
+    /// 60 s leases, no offline allowance, 4,096 output tokens by default.
+    fn default() -> Config {
+        Config { lease_ttl: Duration::from_secs(60), offline_allowance: 0, default_max_output_tokens: 4_096 }
+    }
+}
+
+impl Config {
+    /// Leases of 10 s to an hour; a non-negative allowance and bound.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if !(Duration::from_secs(10)..=Duration::from_secs(3_600)).contains(&self.lease_ttl) {
+            anyhow::bail!("lease lifetime {:?} must be between 10 s and an hour", self.lease_ttl);
+        }
+        if self.offline_allowance < 0 || self.default_max_output_tokens < 0 {
+            anyhow::bail!("the offline allowance and the default output bound cannot be negative");
+        }
+        Ok(())
+    }
+}
+
+// === impl Budgets ===
+
+impl Budgets {
+    pub fn new(source: Arc<dyn SpendSource>, config: Config) -> Budgets {
+        let state = State { pools: HashMap::new(), down: None, swept_at: Instant::now() };
+        Budgets { inner: Arc::new(Inner { source, config, state: Mutex::new(state) }) }
+    }
+
+    /// The settings it runs with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Reserves `amount` micro-USD of `caller`'s token quota and account
+    /// balance (those that are capped). Refuses with the catalogue's 403 when
+    /// the control plane cannot lease that much, or with 503 when it cannot
+    /// be reached and the leases held do not cover it. May wait up to
+    /// `ACQUIRE_TIMEOUT` per lease request.
+    pub async fn reserve(&self, caller: &Caller, amount: i64, revision: u64) -> Result<Reservation, ProxyError> {
+        let mut budgets = Vec::with_capacity(2);
+        if !caller.token.unlimited {
+            budgets.push(format!("token:{}", caller.token.id));
+        }
+        if !caller.account.unlimited {
+            budgets.push(format!("account:{}", caller.account.id));
+        }
+        let amount = amount.max(0);
+        if budgets.is_empty() {
+            return Ok(Reservation::default());
+        }
+        for _ in 0..MAX_ROUNDS {
+            match self.try_reserve(&budgets, amount, revision) {
+                Step::Reserved(reservation) => return Ok(reservation),
+                Step::Refused(error) => return Err(error),
+                Step::Wait(leases) => {
+                    for mut lease in leases {
+                        // Errs once the sender is dropped: the answer has landed.
+                        let _ = lease.changed().await;
+                    }
+                }
+            }
+        }
+        Err(ProxyError::BudgetUnavailable)
+    }
+
+    /// Whether `budget` (`token:<id>` or `account:<id>`) is known to be
+    /// used up (refused moments ago and nothing held), for the access checks
+    /// that run before routing; the quota or balance left when it is.
+    pub fn known_short(&self, budget: &str, revision: u64) -> Option<i64> {
+        let state = self.inner.lock();
+        let now = Instant::now();
+        let pool = state.pools.get(budget)?;
+        let short = pool.refused.is_some_and(|r| r.holds(now, revision)) && pool.free(now) <= 0;
+        short.then_some(pool.remaining)
+    }
+
+    fn try_reserve(&self, budgets: &[String], amount: i64, revision: u64) -> Step {
+        let mut state = self.inner.lock();
+        let now = Instant::now();
+        self.sweep(&mut state, now);
+        let down = state.down.as_ref().map(|d| d.probe_at > now);
+        let allowance = self.inner.config.offline_allowance;
+        let mut short = Vec::new();
+        for budget in budgets {
+            let pool = state.pools.entry(budget.clone()).or_insert_with(|| Pool::new(now));
+            pool.last_used = now;
+            if pool.unlimited || pool.free(now) >= amount {
+                continue;
+            }
+            let need = amount - pool.free(now).max(0);
+            if let Some(refused) = pool.refused
+                && refused.holds(now, revision)
+                && need >= refused.need
+            {
+                return Step::Refused(refusal(budget, pool.remaining));
+            }
+            match down {
+                // Unreachable and not yet time to probe: the offline allowance.
+                Some(true) if pool.offline + need <= allowance => {}
+                Some(true) => return Step::Refused(ProxyError::BudgetUnavailable),
+                _ => short.push((budget.clone(), need)),
+            }
+        }
+        if short.is_empty() {
+            let mut renew = Vec::new();
+            for budget in budgets {
+                let Some(pool) = state.pools.get_mut(budget) else { continue };
+                if pool.unlimited {
+                    continue;
+                }
+                let beyond = (amount - pool.free(now).max(0)).max(0);
+                pool.offline += beyond;
+                pool.held += beyond;
+                pool.reserved += amount;
+                if down.is_none() && pool.fetching.is_none() && pool.runs_low(now, self.inner.config.lease_ttl) {
+                    renew.push(Ask { budget: budget.clone(), need: 0, want: pool.lease_size(amount) });
+                }
+            }
+            if !renew.is_empty() {
+                let _ = self.fetch(&mut state, renew, revision);
+            }
+            let budgets = budgets.iter().filter(|b| state.pools.get(*b).is_some_and(|p| !p.unlimited)).cloned();
+            return Step::Reserved(Reservation { inner: Some(self.inner.clone()), budgets: budgets.collect(), amount });
+        }
+        let mut waits = Vec::new();
+        let mut asks = Vec::new();
+        for (budget, need) in short {
+            let Some(pool) = state.pools.get(&budget) else { continue };
+            match &pool.fetching {
+                Some(lease) => waits.push(lease.clone()),
+                None => asks.push(Ask { budget, need, want: pool.lease_size(need) }),
+            }
+        }
+        if !asks.is_empty() {
+            waits.push(self.fetch(&mut state, asks, revision));
+        }
+        Step::Wait(waits)
+    }
+
+    /// Spawns one lease request; returns what to wait on for its answer.
+    fn fetch(&self, state: &mut State, asks: Vec<Ask>, revision: u64) -> watch::Receiver<()> {
+        let (landed, lease) = watch::channel(());
+        for ask in &asks {
+            if let Some(pool) = state.pools.get_mut(&ask.budget) {
+                pool.fetching = Some(lease.clone());
+            }
+        }
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let ttl = inner.config.lease_ttl;
+            let answer = match tokio::time::timeout(ACQUIRE_TIMEOUT, inner.source.acquire(asks.clone(), ttl)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(SourceError::Timeout(ACQUIRE_TIMEOUT)),
+            };
+            inner.land(&asks, answer, sent, revision);
+            drop(landed);
+        });
+        lease
+    }
+
+    /// Gives back what idle budgets hold, at most once per `SWEEP_EVERY`.
+    fn sweep(&self, state: &mut State, now: Instant) {
+        if now.duration_since(state.swept_at) < SWEEP_EVERY {
+            return;
+        }
+        state.swept_at = now;
+        let mut returns = Vec::new();
+        state.pools.retain(|budget, pool| {
+            let idle = pool.reserved == 0 && pool.fetching.is_none() && now.duration_since(pool.last_used) >= IDLE;
+            if idle && pool.held > 0 && pool.expires > now {
+                returns.push((budget.clone(), pool.held));
+            }
+            !idle
+        });
+        if !returns.is_empty() {
+            tokio::spawn(self.inner.source.give_back(returns));
+        }
+    }
+
+    /// What this data plane holds of `budget` (tests).
+    #[cfg(test)]
+    fn held(&self, budget: &str) -> i64 {
+        self.inner.lock().pools.get(budget).map_or(0, |p| p.held)
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No code panics while holding the lock; a poisoned one is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts the answer to `asks` (sent at `sent` under policy `revision`)
+    /// into the pools. A budget that could not cover its need gives back
+    /// what it holds free, so that the fragments data planes hold of a
+    /// nearly spent budget come together again at the control plane.
+    fn land(&self, asks: &[Ask], answer: Answer, sent: Instant, revision: u64) {
+        let mut state = self.lock();
+        let now = Instant::now();
+        for ask in asks {
+            if let Some(pool) = state.pools.get_mut(&ask.budget) {
+                pool.fetching = None;
+            }
+        }
+        match answer {
+            Ok((grants, ttl)) => {
+                if state.down.take().is_some() {
+                    tracing::info!("control plane leases budgets again");
+                }
+                let expires = sent + ttl.saturating_sub(EXPIRY_MARGIN);
+                let mut returns = Vec::new();
+                for (ask, grant) in asks.iter().zip(grants) {
+                    let Some(pool) = state.pools.get_mut(&ask.budget) else { continue };
+                    pool.remaining = grant.remaining;
+                    pool.unlimited = grant.unlimited;
+                    if pool.expires <= now {
+                        // The old lease lapsed on the control plane too.
+                        pool.held = pool.reserved.min(pool.held);
+                    }
+                    pool.held += grant.granted;
+                    pool.expires = expires;
+                    pool.offline = 0;
+                    let short = grant.missing || (ask.need > 0 && grant.granted < ask.need);
+                    pool.refused = short.then_some(Refused { need: ask.need, until: now + REFUSAL_MEMORY, revision });
+                    let free = pool.free(now);
+                    if short && free > 0 {
+                        pool.held -= free;
+                        returns.push((ask.budget.clone(), free));
+                    }
+                }
+                if !returns.is_empty() {
+                    tokio::spawn(self.source.give_back(returns));
+                }
+            }
+            Err(error) => {
+                let first = state.down.is_none();
+                let down = state.down.get_or_insert_with(|| Down {
+                    probe_at: now,
+                    backoff: Backoff::new(PROBE_MIN, PROBE_MAX),
+                });
+                down.probe_at = now + down.backoff.next_delay();
+                if first {
+                    tracing::warn!(
+                        error = %crate::error::error_chain(&error),
+                        allowance = self.config.offline_allowance,
+                        "control plane unreachable for spending budgets; admitting only what leases hold \
+                         (plus the offline allowance) until it answers"
+                    );
+                }
+            }
+        }
+    }
+}
+
+// === impl Refused ===
+
+impl Refused {
+    fn holds(&self, now: Instant, revision: u64) -> bool {
+        self.until > now && self.revision == revision
+    }
+}
+
+// === impl Pool ===
+
+impl Pool {
+    fn new(now: Instant) -> Pool {
+        Pool {
+            held: 0,
+            reserved: 0,
+            expires: now,
+            remaining: 0,
+            unlimited: false,
+            offline: 0,
+            refused: None,
+            fetching: None,
+            last_used: now,
+            spent_now: 0,
+            spent_before: 0,
+            period_start: now,
+        }
+    }
+
+    /// Held and not reserved, while the lease lives.
+    fn free(&self, now: Instant) -> i64 {
+        if self.expires > now { self.held - self.reserved } else { (self.held - self.reserved).min(0) }
+    }
+
+    /// What to ask for beyond a `need`: about one idle period of recent
+    /// spending, at least four times the need.
+    fn lease_size(&self, need: i64) -> i64 {
+        need.saturating_mul(4).max(self.spent_now.max(self.spent_before))
+    }
+
+    /// Whether to renew: the lease lapses within a third of its lifetime, or
+    /// less than a quarter of a lease is free.
+    fn runs_low(&self, now: Instant, ttl: Duration) -> bool {
+        self.expires.saturating_duration_since(now) < ttl / 3
+            || self.free(now) < self.lease_size(0) / 4
+    }
+
+    /// A request that reserved `reserved` ended costing `cost`.
+    fn settle(&mut self, reserved: i64, cost: i64, now: Instant) {
+        self.reserved -= reserved;
+        self.held -= cost;
+        if now.duration_since(self.period_start) >= IDLE {
+            self.spent_before = self.spent_now;
+            self.spent_now = 0;
+            self.period_start = now;
+        }
+        self.spent_now = self.spent_now.saturating_add(cost);
+    }
+}
+
+// === impl Reservation ===
+
+impl Reservation {
+    /// The request ended costing `cost`: its budgets keep what it did not use.
+    pub fn settle(mut self, cost: i64) {
+        self.finish(cost.max(0));
+    }
+
+    fn finish(&mut self, cost: i64) {
+        let Some(inner) = self.inner.take() else { return };
+        let mut state = inner.lock();
+        let now = Instant::now();
+        for budget in &self.budgets {
+            if let Some(pool) = state.pools.get_mut(budget) {
+                pool.settle(self.amount, cost, now);
+            }
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        // Unsettled: nothing was sent upstream, nothing spent.
+        self.finish(0);
+    }
+}
+
+impl std::fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation").field("budgets", &self.budgets).field("amount", &self.amount).finish()
+    }
+}
+
+// === impl ControlPlaneBudgets ===
+
+impl SpendSource for ControlPlaneBudgets {
+    fn acquire(&self, asks: Vec<Ask>, ttl: Duration) -> Grants {
+        let asked = asks.len();
+        let asks = asks
+            .into_iter()
+            .map(|a| pb::SpendAsk { budget: a.budget, need_micros: a.need, want_micros: a.want })
+            .collect();
+        let ttl_secs = u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX);
+        let message = pb::AcquireSpendRequest { node_id: self.node_id.clone(), asks, ttl_secs };
+        let mut request = self.control.request(message);
+        request.set_timeout(ACQUIRE_TIMEOUT);
+        let mut client = PolicyServiceClient::new(self.control.channel.clone());
+        Box::pin(async move {
+            let answer = client.acquire_spend(request).await.map_err(SourceError::Call)?.into_inner();
+            if answer.grants.len() != asked {
+                return Err(SourceError::Malformed { asked, got: answer.grants.len() });
+            }
+            let grants = answer
+                .grants
+                .into_iter()
+                .map(|g| Grant {
+                    granted: g.granted_micros.max(0),
+                    remaining: g.remaining_micros,
+                    unlimited: g.unlimited,
+                    missing: g.missing,
+                })
+                .collect();
+            Ok((grants, Duration::from_secs(answer.ttl_secs.into())))
+        })
+    }
+
+    fn give_back(&self, returns: Vec<(String, i64)>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let returns = returns.into_iter().map(|(budget, amount_micros)| pb::SpendReturn { budget, amount_micros });
+        let message = pb::ReturnSpendRequest { node_id: self.node_id.clone(), returns: returns.collect() };
+        let mut request = self.control.request(message);
+        request.set_timeout(ACQUIRE_TIMEOUT);
+        let mut client = PolicyServiceClient::new(self.control.channel.clone());
+        Box::pin(async move {
+            if let Err(status) = client.return_spend(request).await {
+                // The leases lapse on the control plane by themselves.
+                tracing::debug!(%status, "giving back idle budget failed");
+            }
+        })
+    }
+}
+
+/// The 403 for a budget the control plane would not lease enough of.
+fn refusal(budget: &str, remaining: i64) -> ProxyError {
+    if budget.starts_with("token:") {
+        ProxyError::TokenQuotaExhausted
+    } else {
+        ProxyError::InsufficientUserQuota { balance_micros: remaining }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+pub mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::policy::{
+        domain::{Account, Group, RateLimit, Token},
+        snapshot::tests as fx,
+    };
+
+    /// A budget authority in memory: every budget starts with `remaining`
+    /// and leases follow the control plane's rule (a quarter of what is
+    /// available beyond the need, never more than available).
+    pub struct Authority {
+        state: Mutex<HashMap<String, (i64, i64)>>,
+        start: i64,
+        down: AtomicBool,
+        calls: AtomicUsize,
+    }
+
+    impl Authority {
+        pub fn new(remaining: i64) -> Authority {
+            Authority {
+                state: Mutex::default(),
+                start: remaining,
+                down: AtomicBool::new(false),
+                calls: AtomicUsize::new(0),
+            }
+        }
+
+        /// (leased and not given back, settled) of `budget`.
+        fn lent(&self, budget: &str) -> i64 {
+            self.state.lock().unwrap().get(budget).map_or(0, |b| b.0)
+        }
+    }
+
+    impl SpendSource for Authority {
+        fn acquire(&self, asks: Vec<Ask>, ttl: Duration) -> Grants {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.down.load(Ordering::SeqCst) {
+                return Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("down"))) });
+            }
+            let mut state = self.state.lock().unwrap();
+            let grants = asks
+                .iter()
+                .map(|ask| {
+                    let (lent, _) = state.entry(ask.budget.clone()).or_insert((0, 0));
+                    let available = self.start - *lent;
+                    let granted = if ask.need <= available && available > 0 {
+                        ask.want.max(ask.need).min(ask.need.max(available / 4)).min(available)
+                    } else {
+                        0
+                    };
+                    *lent += granted;
+                    Grant { granted, remaining: self.start, unlimited: false, missing: false }
+                })
+                .collect();
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Ok((grants, ttl))
+            })
+        }
+
+        fn give_back(&self, returns: Vec<(String, i64)>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+            let mut state = self.state.lock().unwrap();
+            for (budget, amount) in returns {
+                if let Some((lent, _)) = state.get_mut(&budget) {
+                    *lent -= amount;
+                }
+            }
+            Box::pin(async {})
+        }
+    }
+
+    fn caller(token_unlimited: bool, account_unlimited: bool) -> Caller {
+        let token = Token { unlimited: token_unlimited, quota_micros: 1_000, ..fx::token("t1", "sk-x") };
+        let account = Account {
+            id: "a1".into(),
+            name: "a1".into(),
+            balance_micros: 1_000,
+            unlimited: account_unlimited,
+            groups: vec![],
+            enabled: true,
+            used_micros: 0,
+            created_at: 0,
+        };
+        let group = Group {
+            name: "g".into(),
+            ratio_ppm: 1_000_000,
+            ratio: 1.0,
+            deprecated: false,
+            description: String::new(),
+            rate_limit: RateLimit::default(),
+        };
+        Caller { token: Arc::new(token), account: Arc::new(account), group: Arc::new(group) }
+    }
+
+    fn budgets(authority: &Arc<Authority>) -> Budgets {
+        Budgets::new(authority.clone(), Config::default())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_requests_on_four_data_planes_reserve_exactly_the_budget() {
+        let authority = Arc::new(Authority::new(1_000));
+        let planes: Vec<Budgets> = (0..4).map(|_| budgets(&authority)).collect();
+        let caller = caller(false, true);
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let (budgets, caller) = (planes[i % 4].clone(), caller.clone());
+                tokio::spawn(async move {
+                    let reservation = budgets.reserve(&caller, 100, 0).await?;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    reservation.settle(100);
+                    Ok::<_, ProxyError>(())
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(()) => admitted += 1,
+                Err(error) => assert_eq!(error, ProxyError::TokenQuotaExhausted),
+            }
+        }
+        assert!((7..=10).contains(&admitted), "at most 1,000 of budget at 100 a request: {admitted}");
+        // Refused data planes gave their fragments back: after the refusal
+        // memory, the rest of the budget is admitted, and not a request more.
+        tokio::time::sleep(REFUSAL_MEMORY).await;
+        for budgets in &planes {
+            while let Ok(reservation) = budgets.reserve(&caller, 100, 0).await {
+                reservation.settle(100);
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 10, "1,000 of budget at 100 a request");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_a_request_did_not_use_stays_held_for_the_next() {
+        let authority = Arc::new(Authority::new(1_000_000));
+        let budgets = budgets(&authority);
+        let caller = caller(false, false);
+        budgets.reserve(&caller, 100, 0).await.unwrap().settle(30);
+        let held = budgets.held("token:t1");
+        assert_eq!(held, authority.lent("token:t1") - 30, "the cost came out of the lease");
+        let calls = authority.calls.load(Ordering::SeqCst);
+        budgets.reserve(&caller, 100, 0).await.unwrap().settle(100);
+        assert_eq!(authority.calls.load(Ordering::SeqCst), calls, "served from what was held");
+        drop(budgets.reserve(&caller, 100, 0).await.unwrap());
+        assert_eq!(budgets.held("token:t1"), held - 100, "a dropped reservation spends nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_account_gets_the_balance_in_its_403_and_is_known_short() {
+        let authority = Arc::new(Authority::new(50));
+        let budgets = budgets(&authority);
+        let refused = budgets.reserve(&caller(true, false), 100, 0).await.unwrap_err();
+        assert_eq!(refused, ProxyError::InsufficientUserQuota { balance_micros: 50 });
+        assert_eq!(budgets.known_short("account:a1", 0), Some(50));
+        assert_eq!(budgets.known_short("account:a1", 1), None, "a new policy revision (a top-up) asks again");
+        assert_eq!(budgets.known_short("token:t1", 0), None, "an unlimited token is never short");
+        assert!(budgets.reserve(&caller(true, true), 100, 0).await.is_ok(), "unlimited callers reserve nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_the_control_plane_only_what_is_held_is_spent_then_503() {
+        let authority = Arc::new(Authority::new(1_000_000));
+        let budgets = budgets(&authority);
+        let caller = caller(false, true);
+        budgets.reserve(&caller, 100, 0).await.unwrap().settle(100);
+        let held = budgets.held("token:t1");
+        authority.down.store(true, Ordering::SeqCst);
+        let mut admitted = 0;
+        loop {
+            match budgets.reserve(&caller, 100, 0).await {
+                Ok(reservation) => {
+                    reservation.settle(100);
+                    admitted += 1;
+                }
+                Err(error) => {
+                    assert_eq!(error, ProxyError::BudgetUnavailable);
+                    break;
+                }
+            }
+        }
+        assert_eq!(admitted, held / 100, "spent what the lease held, no more");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_offline_allowance_is_spent_beyond_the_leases() {
+        let authority = Arc::new(Authority::new(1_000_000));
+        authority.down.store(true, Ordering::SeqCst);
+        let config = Config { offline_allowance: 250, ..Config::default() };
+        let budgets = Budgets::new(authority.clone(), config);
+        let caller = caller(false, true);
+        let mut admitted = 0;
+        while let Ok(reservation) = budgets.reserve(&caller, 100, 0).await {
+            reservation.settle(100);
+            admitted += 1;
+        }
+        assert_eq!(admitted, 2, "an allowance of 250 at 100 a request");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_lapse_and_idle_budgets_are_given_back() {
+        let authority = Arc::new(Authority::new(1_000_000));
+        let budgets = budgets(&authority);
+        let caller = caller(false, true);
+        budgets.reserve(&caller, 100, 0).await.unwrap().settle(100);
+        assert!(authority.lent("token:t1") > 100);
+        tokio::time::sleep(IDLE + SWEEP_EVERY).await;
+        // Any request sweeps; this one is for another token.
+        let other = Caller { token: Arc::new(Token { id: "t2".into(), ..(*caller.token).clone() }), ..caller.clone() };
+        budgets.reserve(&other, 100, 0).await.unwrap().settle(100);
+        tokio::task::yield_now().await;
+        assert_eq!(authority.lent("token:t1"), 100, "only what was spent stays lent");
+    }
+}
