@@ -271,7 +271,8 @@ mod tests {
     #[test]
     fn impossible_old_future_and_unpriced_records_are_refused() {
         let now = 1_000_000;
-        let cases: [(fn(&mut UsageRecord), Refusal); 7] = [
+        type Case = (fn(&mut UsageRecord), Refusal);
+        let cases: [Case; 7] = [
             (|r| r.cost_micros = -5_000_000, Refusal::Impossible),
             (|r| r.prompt_tokens = -1, Refusal::Impossible),
             (|r| r.cached_tokens = 2_000, Refusal::Impossible),
