@@ -1,8 +1,10 @@
 //! `AdminService`: the operator API behind gwctl. Validates input, turns it
 //! into domain resources and writes them through the store; every write
-//! reaches the data planes through the change feed.
+//! reaches the data planes through the change feed. Updates change only the
+//! fields they name, in one atomic `Store::modify`, so concurrent updates
+//! through any replica never undo one another.
 
-use std::{net::IpAddr, sync::Arc};
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
 
 use gw_proto::pb;
 use rand::{RngExt as _, distr::Alphanumeric};
@@ -16,7 +18,7 @@ use crate::{
         UsageFilter, now_unix,
     },
     fleet::Fleet,
-    store::Store,
+    store::{Patch, Store, StoreError},
     video::{self, Videos},
 };
 
@@ -34,6 +36,39 @@ pub struct AdminApi {
 }
 
 type Answer<T> = Result<Response<T>, Status>;
+
+/// A resource type the admin API reads and edits by id.
+trait Stored: Sized + Send + 'static {
+    const KIND: Kind;
+    /// The value inside `resource`, when it is of this type.
+    fn inside(resource: &mut Resource) -> Option<&mut Self>;
+    fn from_resource(resource: Resource) -> Option<Self>;
+}
+
+/// `Stored` for domain types named like their `Resource` variant and `Kind`.
+macro_rules! stored {
+    ($($ty:ident),*) => {$(
+        impl Stored for $ty {
+            const KIND: Kind = Kind::$ty;
+
+            fn inside(resource: &mut Resource) -> Option<&mut Self> {
+                match resource {
+                    Resource::$ty(value) => Some(value),
+                    _ => None,
+                }
+            }
+
+            fn from_resource(resource: Resource) -> Option<Self> {
+                match resource {
+                    Resource::$ty(value) => Some(value),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+stored!(Account, Group, Token, Channel, Model);
 
 // === impl AdminApi ===
 
@@ -53,43 +88,30 @@ impl AdminApi {
         self.videos.as_deref().ok_or_else(|| Status::unavailable("video tasks are not served here"))
     }
 
-    async fn fetch(&self, kind: Kind, id: &str) -> Result<Resource, Status> {
-        self.store.get(kind, id).await?.ok_or_else(|| Status::not_found(format!("{kind} {id:?} not found")))
+    /// Resource `id` of type `T`; NotFound when absent.
+    async fn fetch<T: Stored>(&self, id: &str) -> Result<T, Status> {
+        let kind = T::KIND;
+        let resource =
+            self.store.get(kind, id).await?.ok_or_else(|| Status::not_found(format!("{kind} {id:?} not found")))?;
+        T::from_resource(resource).ok_or_else(|| Status::internal("store returned another kind"))
     }
 
-    async fn account(&self, id: &str) -> Result<Account, Status> {
-        match self.fetch(Kind::Account, id).await? {
-            Resource::Account(a) => Ok(a),
-            _ => Err(Status::internal("store returned another kind")),
-        }
-    }
-
-    async fn group(&self, name: &str) -> Result<Group, Status> {
-        match self.fetch(Kind::Group, name).await? {
-            Resource::Group(g) => Ok(g),
-            _ => Err(Status::internal("store returned another kind")),
-        }
-    }
-
-    async fn token(&self, id: &str) -> Result<Token, Status> {
-        match self.fetch(Kind::Token, id).await? {
-            Resource::Token(t) => Ok(t),
-            _ => Err(Status::internal("store returned another kind")),
-        }
-    }
-
-    async fn channel(&self, id: &str) -> Result<Channel, Status> {
-        match self.fetch(Kind::Channel, id).await? {
-            Resource::Channel(c) => Ok(c),
-            _ => Err(Status::internal("store returned another kind")),
-        }
-    }
-
-    async fn model(&self, id: &str) -> Result<Model, Status> {
-        match self.fetch(Kind::Model, id).await? {
-            Resource::Model(m) => Ok(m),
-            _ => Err(Status::internal("store returned another kind")),
-        }
+    /// Changes resource `id` of type `T` with `edit` in one atomic
+    /// `Store::modify`, and returns it as written. `edit` may run more than
+    /// once, each time on the current value; it sets only the fields the
+    /// request names, and may refuse with `StoreError::Rejected`
+    /// (InvalidArgument).
+    async fn edit<T: Stored>(
+        &self,
+        id: &str,
+        mut edit: impl FnMut(&mut T) -> Result<(), StoreError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let patch: Patch = Box::new(move |resource| match T::inside(resource) {
+            Some(value) => edit(value),
+            None => Err(StoreError::Rejected { reason: "store returned another kind".into() }),
+        });
+        let modified = self.store.modify(T::KIND, id, patch).await?;
+        T::from_resource(modified.resource).ok_or_else(|| Status::internal("store returned another kind"))
     }
 
     async fn require_groups(&self, groups: &[String]) -> Result<(), Status> {
@@ -138,28 +160,31 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn get_account(&self, request: Request<pb::GetRequest>) -> Answer<pb::Account> {
-        Ok(Response::new(self.account(&request.into_inner().id).await?.into()))
+        Ok(Response::new(self.fetch::<Account>(&request.into_inner().id).await?.into()))
     }
 
     async fn update_account(&self, request: Request<pb::UpdateAccountRequest>) -> Answer<pb::Account> {
         let r = request.into_inner();
-        let mut account = self.account(&r.id).await?;
-        if let Some(name) = r.name {
-            account.name = required("name", name)?;
-        }
-        if let Some(unlimited) = r.unlimited {
-            account.unlimited = unlimited;
-        }
-        if r.set_groups {
+        let name = r.name.map(|name| required("name", name)).transpose()?;
+        let groups = if r.set_groups {
             let groups = clean_list(r.groups);
             self.require_groups(&groups).await?;
-            account.groups = groups;
-        }
-        if let Some(status) = r.status {
-            account.status = status_value(&status, &[ENABLED, DISABLED])?;
-        }
-        self.store.update(Resource::Account(account)).await?;
-        Ok(Response::new(self.account(&r.id).await?.into()))
+            Some(groups)
+        } else {
+            None
+        };
+        let status = r.status.map(|status| status_value(&status, &[ENABLED, DISABLED])).transpose()?;
+        let unlimited = r.unlimited;
+        let account = self
+            .edit(&r.id, move |account: &mut Account| {
+                set(&mut account.name, &name);
+                set(&mut account.unlimited, &unlimited);
+                set(&mut account.groups, &groups);
+                set(&mut account.status, &status);
+                Ok(())
+            })
+            .await?;
+        Ok(Response::new(account.into()))
     }
 
     async fn top_up_account(&self, request: Request<pb::TopUpRequest>) -> Answer<pb::Account> {
@@ -204,27 +229,28 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn get_group(&self, request: Request<pb::GetRequest>) -> Answer<pb::Group> {
-        Ok(Response::new(self.group(&request.into_inner().id).await?.into()))
+        Ok(Response::new(self.fetch::<Group>(&request.into_inner().id).await?.into()))
     }
 
     async fn update_group(&self, request: Request<pb::UpdateGroupRequest>) -> Answer<pb::Group> {
         let r = request.into_inner();
-        let mut group = self.group(&r.name).await?;
         if let Some(ratio) = r.ratio {
             check_ratio(ratio)?;
-            group.ratio = ratio;
         }
-        if let Some(deprecated) = r.deprecated {
-            group.deprecated = deprecated;
+        let rate_limit: Option<RateLimit> = r.rate_limit.map(Into::into);
+        if let Some(limit) = &rate_limit {
+            check_rate_limit(limit)?;
         }
-        if let Some(description) = r.description {
-            group.description = description;
-        }
-        if let Some(limit) = r.rate_limit {
-            group.rate_limit = limit.into();
-            check_rate_limit(&group.rate_limit)?;
-        }
-        self.store.update(Resource::Group(group.clone())).await?;
+        let (ratio, deprecated, description) = (r.ratio, r.deprecated, r.description);
+        let group = self
+            .edit(&r.name, move |group: &mut Group| {
+                set(&mut group.ratio, &ratio);
+                set(&mut group.deprecated, &deprecated);
+                set(&mut group.description, &description);
+                set(&mut group.rate_limit, &rate_limit);
+                Ok(())
+            })
+            .await?;
         Ok(Response::new(group.into()))
     }
 
@@ -240,9 +266,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
 
     async fn create_token(&self, request: Request<pb::CreateTokenRequest>) -> Answer<pb::CreatedToken> {
         let r = request.into_inner();
-        let account = self.account(&r.account_id).await?;
+        let account = self.fetch::<Account>(&r.account_id).await?;
         let group = if r.group.is_empty() { "default".to_owned() } else { r.group };
-        self.group(&group).await.map_err(|_| Status::failed_precondition(format!("group {group:?} not found")))?;
+        self.fetch::<Group>(&group)
+            .await
+            .map_err(|_| Status::failed_precondition(format!("group {group:?} not found")))?;
         if !account.groups.is_empty() && !account.groups.contains(&group) {
             return Err(Status::failed_precondition(format!("account {:?} may not use group {group:?}", account.id)));
         }
@@ -285,56 +313,62 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn get_token(&self, request: Request<pb::GetRequest>) -> Answer<pb::Token> {
-        Ok(Response::new(self.token(&request.into_inner().id).await?.into()))
+        Ok(Response::new(self.fetch::<Token>(&request.into_inner().id).await?.into()))
     }
 
     async fn update_token(&self, request: Request<pb::UpdateTokenRequest>) -> Answer<pb::Token> {
         let r = request.into_inner();
-        let mut token = self.token(&r.id).await?;
-        if let Some(name) = r.name {
-            token.name = name;
-        }
-        if let Some(group) = r.group {
-            let account = self.account(&token.account_id).await?;
-            self.group(&group).await.map_err(|_| Status::failed_precondition(format!("group {group:?} not found")))?;
-            if !account.groups.is_empty() && !account.groups.contains(&group) {
+        if let Some(group) = &r.group {
+            // A token's account never changes, so this check need not be
+            // part of the edit.
+            let token = self.fetch::<Token>(&r.id).await?;
+            let account = self.fetch::<Account>(&token.account_id).await?;
+            self.fetch::<Group>(group)
+                .await
+                .map_err(|_| Status::failed_precondition(format!("group {group:?} not found")))?;
+            if !account.groups.is_empty() && !account.groups.contains(group) {
                 return Err(Status::failed_precondition(format!(
                     "account {:?} may not use group {group:?}",
                     account.id
                 )));
             }
-            token.group = group;
         }
-        if let Some(status) = r.status {
-            token.status = status_value(&status, &[ENABLED, DISABLED])?;
+        let status = r.status.map(|status| status_value(&status, &[ENABLED, DISABLED])).transpose()?;
+        if r.quota_micros.is_some_and(|quota| quota < 0) {
+            return Err(Status::invalid_argument("quota must not be negative"));
         }
-        if let Some(unlimited) = r.unlimited {
-            token.unlimited = unlimited;
-        }
-        if let Some(quota) = r.quota_micros {
-            if quota < 0 {
-                return Err(Status::invalid_argument("quota must not be negative"));
-            }
-            token.quota_micros = quota;
-            token.unlimited = r.unlimited.unwrap_or(false);
-        }
-        if r.set_models {
-            token.models = clean_list(r.models);
-        }
-        if r.set_allow_ips {
+        let models = r.set_models.then(|| clean_list(r.models));
+        let allow_ips = if r.set_allow_ips {
             let ips = clean_list(r.allow_ips);
             check_ip_list(&ips)?;
-            token.allow_ips = ips;
+            Some(ips)
+        } else {
+            None
+        };
+        let rate_limit: Option<RateLimit> = r.rate_limit.map(Into::into);
+        if let Some(limit) = &rate_limit {
+            check_rate_limit(limit)?;
         }
-        if let Some(expires_at) = r.expires_at {
-            token.expires_at = expires_at;
-        }
-        if let Some(limit) = r.rate_limit {
-            token.rate_limit = limit.into();
-            check_rate_limit(&token.rate_limit)?;
-        }
-        self.store.update(Resource::Token(token)).await?;
-        Ok(Response::new(self.token(&r.id).await?.into()))
+        let (name, group, unlimited, quota, expires_at) = (r.name, r.group, r.unlimited, r.quota_micros, r.expires_at);
+        let token = self
+            .edit(&r.id, move |token: &mut Token| {
+                set(&mut token.name, &name);
+                set(&mut token.group, &group);
+                set(&mut token.status, &status);
+                set(&mut token.unlimited, &unlimited);
+                if let Some(quota) = quota {
+                    // A quota caps the token unless the same call says otherwise.
+                    token.quota_micros = quota;
+                    token.unlimited = unlimited.unwrap_or(false);
+                }
+                set(&mut token.models, &models);
+                set(&mut token.allow_ips, &allow_ips);
+                set(&mut token.expires_at, &expires_at);
+                set(&mut token.rate_limit, &rate_limit);
+                Ok(())
+            })
+            .await?;
+        Ok(Response::new(token.into()))
     }
 
     async fn delete_token(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
@@ -382,49 +416,48 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn get_channel(&self, request: Request<pb::GetRequest>) -> Answer<pb::Channel> {
-        Ok(Response::new(convert::channel_redacted(self.channel(&request.into_inner().id).await?)))
+        Ok(Response::new(convert::channel_redacted(self.fetch::<Channel>(&request.into_inner().id).await?)))
     }
 
     async fn update_channel(&self, request: Request<pb::UpdateChannelRequest>) -> Answer<pb::Channel> {
         let r = request.into_inner();
-        let mut channel = self.channel(&r.id).await?;
-        if let Some(name) = r.name {
-            channel.name = required("name", name)?;
+        let name = r.name.map(|name| required("name", name)).transpose()?;
+        if let Some(kind) = &r.r#type {
+            check_channel_type(kind)?;
         }
-        if let Some(kind) = r.r#type {
-            check_channel_type(&kind)?;
-            channel.kind = kind;
+        if let Some(url) = &r.base_url {
+            check_base_url(url)?;
         }
-        if let Some(url) = r.base_url {
-            check_base_url(&url)?;
-            channel.base_url = url;
+        let models = r.set_models.then(|| clean_list(r.models));
+        if models.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Status::invalid_argument("a channel needs at least one model"));
         }
-        if let Some(key) = r.api_key {
-            channel.api_key = key;
-        }
-        if r.set_models {
-            channel.models = clean_list(r.models);
-            if channel.models.is_empty() {
-                return Err(Status::invalid_argument("a channel needs at least one model"));
-            }
-        }
-        if r.set_groups {
-            channel.groups = clean_list(r.groups);
-            self.require_groups(&channel.groups).await?;
-        }
-        if r.set_model_map {
-            channel.model_map = r.model_map.into_iter().collect();
-        }
-        if let Some(priority) = r.priority {
-            channel.priority = priority;
-        }
-        if let Some(weight) = r.weight {
-            channel.weight = weight.max(1);
-        }
-        if let Some(status) = r.status {
-            channel.status = status_value(&status, &[ENABLED, DISABLED, AUTO_DISABLED])?;
-        }
-        self.store.update(Resource::Channel(channel.clone())).await?;
+        let groups = if r.set_groups {
+            let groups = clean_list(r.groups);
+            self.require_groups(&groups).await?;
+            Some(groups)
+        } else {
+            None
+        };
+        let model_map: Option<BTreeMap<String, String>> = r.set_model_map.then(|| r.model_map.into_iter().collect());
+        let weight = r.weight.map(|weight| weight.max(1));
+        let status = r.status.map(|status| status_value(&status, &[ENABLED, DISABLED, AUTO_DISABLED])).transpose()?;
+        let (kind, base_url, api_key, priority) = (r.r#type, r.base_url, r.api_key, r.priority);
+        let channel = self
+            .edit(&r.id, move |channel: &mut Channel| {
+                set(&mut channel.name, &name);
+                set(&mut channel.kind, &kind);
+                set(&mut channel.base_url, &base_url);
+                set(&mut channel.api_key, &api_key);
+                set(&mut channel.models, &models);
+                set(&mut channel.groups, &groups);
+                set(&mut channel.model_map, &model_map);
+                set(&mut channel.priority, &priority);
+                set(&mut channel.weight, &weight);
+                set(&mut channel.status, &status);
+                Ok(())
+            })
+            .await?;
         Ok(Response::new(convert::channel_redacted(channel)))
     }
 
@@ -454,33 +487,26 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn get_model(&self, request: Request<pb::GetRequest>) -> Answer<pb::Model> {
-        Ok(Response::new(self.model(&request.into_inner().id).await?.into()))
+        Ok(Response::new(self.fetch::<Model>(&request.into_inner().id).await?.into()))
     }
 
     async fn update_model(&self, request: Request<pb::UpdateModelRequest>) -> Answer<pb::Model> {
         let r = request.into_inner();
-        let mut model = self.model(&r.id).await?;
-        let prices = [
-            (r.input_price_micros, &mut model.input_price_micros),
-            (r.output_price_micros, &mut model.output_price_micros),
-            (r.cached_price_micros, &mut model.cached_price_micros),
-            (r.request_price_micros, &mut model.request_price_micros),
-            (r.second_price_micros, &mut model.second_price_micros),
-            (r.image_price_micros, &mut model.image_price_micros),
-        ];
-        for (new, field) in prices {
-            if let Some(value) = new {
-                *field = value;
-            }
-        }
-        if let Some(category) = r.category {
-            model.category = category;
-        }
-        if let Some(owner) = r.owned_by {
-            model.owned_by = owner;
-        }
-        check_model(&model)?;
-        self.store.update(Resource::Model(model.clone())).await?;
+        let (category, owned_by) = (r.category, r.owned_by);
+        let model = self
+            .edit(&r.id, move |model: &mut Model| {
+                set(&mut model.input_price_micros, &r.input_price_micros);
+                set(&mut model.output_price_micros, &r.output_price_micros);
+                set(&mut model.cached_price_micros, &r.cached_price_micros);
+                set(&mut model.request_price_micros, &r.request_price_micros);
+                set(&mut model.second_price_micros, &r.second_price_micros);
+                set(&mut model.image_price_micros, &r.image_price_micros);
+                set(&mut model.category, &category);
+                set(&mut model.owned_by, &owned_by);
+                // Checked on the result, which includes the stored fields.
+                check_model(model).map_err(|status| StoreError::Rejected { reason: status.message().to_owned() })
+            })
+            .await?;
         Ok(Response::new(model.into()))
     }
 
@@ -559,6 +585,13 @@ fn new_id(prefix: &str) -> String {
     let body: String =
         rand::rng().sample_iter(&Alphanumeric).map(|b| char::from(b).to_ascii_lowercase()).take(12).collect();
     format!("{prefix}_{body}")
+}
+
+/// Sets `field` to `value` when the request named one.
+fn set<T: Clone>(field: &mut T, value: &Option<T>) {
+    if let Some(value) = value {
+        field.clone_from(value);
+    }
 }
 
 fn required(field: &str, value: String) -> Result<String, Status> {

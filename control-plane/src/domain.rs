@@ -2,8 +2,8 @@
 //!
 //! Money is integer micro-USD; token prices are micro-USD per 1M tokens.
 //! Counters (an account's balance and spend, a token's spend) change only
-//! through the store's balance and usage operations, never through `put`, so
-//! an admin edit can never undo a concurrent charge.
+//! through the store's balance and usage operations, never through `modify`,
+//! so an admin edit can never undo a concurrent charge.
 
 use std::collections::BTreeMap;
 

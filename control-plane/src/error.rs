@@ -10,6 +10,9 @@ impl From<StoreError> for Status {
         match error {
             StoreError::NotFound { .. } => Status::not_found(error.to_string()),
             StoreError::AlreadyExists { .. } => Status::already_exists(error.to_string()),
+            StoreError::Rejected { reason } => Status::invalid_argument(reason),
+            // The caller may simply try again, as for any optimistic write.
+            StoreError::Contended { .. } => Status::aborted(error.to_string()),
             other => {
                 tracing::error!(error = %error_chain(&other), "store operation failed");
                 Status::unavailable("the store is unavailable")

@@ -16,11 +16,11 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::{
     budget::Authority,
     convert,
-    domain::{AUTO_DISABLED, Change, ENABLED, Kind, Resource, UsageRecord},
+    domain::{AUTO_DISABLED, Change, ENABLED, Kind, UsageRecord},
     error::error_chain,
     fleet::Fleet,
     ledger::Ledger,
-    store::{Store, StoreError},
+    store::{self, Store, StoreError},
     video::{self, Videos},
 };
 
@@ -193,15 +193,10 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             if failure.consecutive_failures < AUTO_DISABLE_AFTER {
                 continue;
             }
-            let Some(Resource::Channel(mut channel)) = self.store.get(Kind::Channel, &failure.channel_id).await? else {
-                continue;
-            };
             // Only a channel in rotation is taken out; an operator's choice stands.
-            if channel.status != ENABLED {
+            if !store::switch_channel_status(self.store.as_ref(), &failure.channel_id, ENABLED, AUTO_DISABLED).await? {
                 continue;
             }
-            channel.status = AUTO_DISABLED.to_owned();
-            self.store.update(Resource::Channel(channel)).await?;
             tracing::warn!(
                 channel = %failure.channel_id,
                 node = %request.node_id,

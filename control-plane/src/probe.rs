@@ -14,7 +14,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use crate::{
     domain::{AUTO_DISABLED, Channel, ENABLED, Kind, Resource},
     error::error_chain,
-    store::Store,
+    store::{self, Store},
 };
 
 /// When and how patiently auto-disabled channels are probed.
@@ -87,15 +87,11 @@ pub async fn round(store: &dyn Store, client: &reqwest::Client) -> Result<Vec<St
         if !healthy {
             continue;
         }
-        // Re-read: an operator may have changed it while the probe ran.
-        let Some(Resource::Channel(mut current)) = store.get(Kind::Channel, &channel.id).await? else {
-            continue;
-        };
-        if current.status != AUTO_DISABLED {
+        // Only if still auto-disabled: an operator may have changed it while
+        // the probe ran.
+        if !store::switch_channel_status(store, &channel.id, AUTO_DISABLED, ENABLED).await? {
             continue;
         }
-        current.status = ENABLED.to_owned();
-        store.update(Resource::Channel(current)).await?;
         tracing::info!(channel = %channel.id, "auto-disabled channel answers again; back in rotation");
         enabled.push(channel.id);
     }

@@ -184,6 +184,15 @@ pub struct DataPlane {
     running: Option<Running<gw_data_plane::Handle>>,
 }
 
+/// A further control-plane replica of a cluster on Redis
+/// ([`Cluster::start_replica`]): same store, same keys, its own address and
+/// data directory. Data planes stay on the cluster's first control plane.
+pub struct Replica {
+    pub addr: SocketAddr,
+    admin: Admin,
+    handle: gw_control_plane::Handle,
+}
+
 /// A control plane, data planes and the keys that reach them.
 pub struct Cluster {
     pub control_plane: ControlPlane,
@@ -210,6 +219,20 @@ impl Interceptor for AdminKey {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         request.metadata_mut().insert("authorization", self.0.clone());
         Ok(request)
+    }
+}
+
+// === impl Replica ===
+
+impl Replica {
+    /// An admin client of this replica, sending the cluster's admin key.
+    pub fn admin(&self) -> Admin {
+        self.admin.clone()
+    }
+
+    /// Stops the replica gracefully.
+    pub async fn shutdown(self) {
+        self.handle.shutdown().await;
     }
 }
 
@@ -315,18 +338,10 @@ impl Cluster {
     /// Starts (or restarts) the control plane on its address and store, and
     /// waits until it accepts connections.
     pub async fn start_control_plane(&mut self) -> anyhow::Result<()> {
+        let config = self.in_process_config(self.control_plane.addr, self.control_plane.data_dir.clone());
         let cp = &mut self.control_plane;
         match self.mode {
             Mode::InProcess => {
-                let config = gw_control_plane::Config {
-                    listen: cp.addr,
-                    store: cp.store.clone(),
-                    data_dir: cp.data_dir.clone(),
-                    admin_key: Some(self.admin_key.clone()),
-                    node_key: Some(self.node_key.clone()),
-                    video: cp.video.clone(),
-                    probe: gw_control_plane::probe::Config::default(),
-                };
                 let handle = gw_control_plane::start(config).await.context("starting the control plane")?;
                 cp.addr = handle.addr;
                 cp.running = Some(Running::InProcess(handle));
@@ -369,6 +384,38 @@ impl Cluster {
             self.admin = Some(admin_client(self.control_plane.addr, &self.admin_key));
         }
         Ok(())
+    }
+
+    /// Starts replica number `n` (from 1) of the control plane in-process, on
+    /// port 0, the same store and the same keys, in a data directory of its
+    /// own. Fails unless the cluster is in-process on Redis: an embedded
+    /// store cannot be shared, and a second replica on a separate one would
+    /// silently be another gateway.
+    pub async fn start_replica(&self, n: usize) -> anyhow::Result<Replica> {
+        let cp = &self.control_plane;
+        if self.mode != Mode::InProcess || !cp.store.starts_with("redis") {
+            bail!("control-plane replicas need an in-process cluster on redis, not {:?} on {:?}", self.mode, cp.store);
+        }
+        let data_dir = self.dir.path().join(format!("control-plane-replica-{n}"));
+        let config = self.in_process_config(SocketAddr::from(([127, 0, 0, 1], 0)), data_dir);
+        let handle = gw_control_plane::start(config).await.with_context(|| format!("starting replica {n}"))?;
+        let admin = admin_client(handle.addr, &self.admin_key);
+        Ok(Replica { addr: handle.addr, admin, handle })
+    }
+
+    /// The settings of an in-process control plane on `listen` and
+    /// `data_dir`, with the cluster's store, keys and video timing.
+    fn in_process_config(&self, listen: SocketAddr, data_dir: PathBuf) -> gw_control_plane::Config {
+        let cp = &self.control_plane;
+        gw_control_plane::Config {
+            listen,
+            store: cp.store.clone(),
+            data_dir,
+            admin_key: Some(self.admin_key.clone()),
+            node_key: Some(self.node_key.clone()),
+            video: cp.video.clone(),
+            probe: gw_control_plane::probe::Config::default(),
+        }
     }
 
     /// Stops the control plane gracefully (`shutdown()`, or SIGTERM).

@@ -1,11 +1,13 @@
 //! The same store conformance suite passes on Redis and on the embedded
-//! store, and two Redis-backed replicas see each other's writes.
+//! store, two Redis-backed replicas see each other's writes, and a
+//! `modify` on one replica survives a write by another in the middle of it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gw_control_plane::domain::Kind;
-use gw_control_plane::store::{EmbeddedStore, RedisStore, Store, conformance};
+use gw_control_plane::domain::{DISABLED, Kind, Resource};
+use gw_control_plane::store::{EmbeddedStore, Patch, RedisStore, Store, conformance};
 use gw_tests::{harness::try_eventually, redis::RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,4 +97,88 @@ async fn redis_changes_since_is_none_once_the_feed_no_longer_reaches_back() {
     assert_eq!(store.changes_since(8).await.expect("changes"), None, "part of revision 9 was trimmed");
     assert_eq!(store.changes_since(9).await.expect("changes"), Some(vec![]), "nothing after the current revision");
     assert_eq!(store.changes_since(10).await.expect("changes"), None, "a future revision");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_patch_is_applied_again_when_another_replica_wrote_the_resource_meanwhile() {
+    let server = RedisServer::start().await.expect("start redis-server");
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    store.create(conformance::token("cas-tok", "cas-acct")).await.expect("create token");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (url, counted) = (server.url(), runs.clone());
+    let patch: Patch = Box::new(move |resource| {
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            from_another_replica(&url, |other| async move {
+                let disable: Patch = Box::new(|resource| {
+                    if let Resource::Token(token) = resource {
+                        token.status = DISABLED.into();
+                    }
+                    Ok(())
+                });
+                other.modify(Kind::Token, "cas-tok", disable).await.expect("disable through the other replica");
+            });
+        }
+        if let Resource::Token(token) = resource {
+            token.name = "renamed".into();
+        }
+        Ok(())
+    });
+    let modified = store.modify(Kind::Token, "cas-tok", patch).await.expect("modify");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the patch ran once more, on the disabled token");
+    let Some(Resource::Token(token)) = store.get(Kind::Token, "cas-tok").await.expect("get") else {
+        panic!("token missing");
+    };
+    assert_eq!((token.status.as_str(), token.name.as_str()), (DISABLED, "renamed"), "both writes survive");
+    assert_eq!(modified.resource, Resource::Token(token), "modify returns what it wrote");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_patch_never_writes_back_counters_charged_while_it_ran() {
+    let server = RedisServer::start().await.expect("start redis-server");
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    store.create(conformance::account("stale-acct", 1_000)).await.expect("create account");
+    store.create(conformance::token("stale-tok", "stale-acct")).await.expect("create token");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (url, counted) = (server.url(), runs.clone());
+    let patch: Patch = Box::new(move |resource| {
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            from_another_replica(&url, |other| async move {
+                let record = conformance::usage("stale-req", "stale-tok", "stale-acct", "m", 250);
+                other.apply_usage(&[record]).await.expect("usage through the other replica");
+            });
+        }
+        // What a patch saw is stale by now; what it sets is ignored anyway.
+        if let Resource::Token(token) = resource {
+            assert_eq!(token.used_micros, 0, "the patch read the token before the charge");
+            token.name = "renamed".into();
+            token.used_micros = 0;
+        }
+        Ok(())
+    });
+    store.modify(Kind::Token, "stale-tok", patch).await.expect("modify");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "a charge is not a conflicting write");
+    let Some(Resource::Token(token)) = store.get(Kind::Token, "stale-tok").await.expect("get") else {
+        panic!("token missing");
+    };
+    assert_eq!((token.name.as_str(), token.used_micros), ("renamed", 250), "the charge survives the patch");
+}
+
+/// Runs `write` against a second `RedisStore` on `url`, to completion, on a
+/// thread and runtime of its own: for use inside a patch, which is
+/// synchronous, to put another replica's write between its read and write.
+fn from_another_replica<F, Fut>(url: &str, write: F)
+where
+    F: FnOnce(RedisStore) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let url = url.to_owned();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let other = RedisStore::connect(&url).await.expect("connect the other replica");
+            write(other).await;
+        });
+    })
+    .join()
+    .expect("the other replica's write panicked");
 }

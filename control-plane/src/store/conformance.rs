@@ -4,13 +4,15 @@
 //! their own, so they can share one store and run in any order; they assume
 //! no other writer is active while they compare revisions and changes.
 
+mod modify;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::{Store, StoreError};
+use super::{Modified, Store, StoreError};
 use crate::domain::{
     Account, Change, Channel, ENABLED, Group, Kind, Model, RateLimit, Resource, Token, UsageFilter, UsageRecord,
 };
@@ -22,7 +24,8 @@ const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(2);
 /// Runs every single-store check against `store`.
 pub async fn run(store: Arc<dyn Store>) {
     crud_round_trips_every_kind(&*store).await;
-    counters_survive_update(&*store).await;
+    counters_survive_modify(&*store).await;
+    modify::run(store.clone()).await;
     revisions_strictly_increase_per_write(&*store).await;
     changes_since_returns_the_writes_after_a_revision(&*store).await;
     snapshot_holds_everything_at_its_revision(&*store).await;
@@ -42,7 +45,7 @@ pub async fn run_shared(a: Arc<dyn Store>, b: Arc<dyn Store>) {
     a_write_through_one_replica_reaches_the_other(&*b, &*a, "shared-ba").await;
 }
 
-/// Create, get, list, update, delete each kind, and the errors of each.
+/// Create, get, list, modify, delete each kind, and the errors of each.
 pub async fn crud_round_trips_every_kind(store: &dyn Store) {
     for kind in Kind::ALL {
         let first = sample(kind, &format!("crud-{kind}-1"));
@@ -64,16 +67,17 @@ pub async fn crud_round_trips_every_kind(store: &dyn Store) {
         );
 
         let edited = edited(&first);
-        store.update(edited.clone()).await.expect("update");
-        assert_eq!(store.get(kind, first.id()).await.expect("get"), Some(edited), "{kind}: get after update");
+        let modified = replace(store, edited.clone()).await.expect("modify");
+        assert_eq!(modified.resource, edited, "{kind}: modify returns the written resource");
+        assert_eq!(store.get(kind, first.id()).await.expect("get"), Some(edited), "{kind}: get after modify");
 
         let missing = sample(kind, &format!("crud-{kind}-missing"));
-        let err = store.update(missing.clone()).await.expect_err("updating a missing id must fail");
+        let err = replace(store, missing.clone()).await.expect_err("modifying a missing id must fail");
         assert!(
             matches!(&err, StoreError::NotFound { kind: k, id } if *k == kind && id == missing.id()),
-            "{kind}: update of a missing id gave {err:?}"
+            "{kind}: modify of a missing id gave {err:?}"
         );
-        assert_eq!(store.get(kind, missing.id()).await.expect("get"), None, "{kind}: failed update created it");
+        assert_eq!(store.get(kind, missing.id()).await.expect("get"), None, "{kind}: failed modify created it");
 
         store.delete(kind, first.id()).await.expect("delete");
         store.delete(kind, second.id()).await.expect("delete");
@@ -91,8 +95,9 @@ pub async fn crud_round_trips_every_kind(store: &dyn Store) {
 }
 
 /// Counters start at the created values, move only through balance and
-/// usage operations, and keep their values across `update`.
-pub async fn counters_survive_update(store: &dyn Store) {
+/// usage operations, and keep their values across `modify`, whatever the
+/// patch sets them to.
+pub async fn counters_survive_modify(store: &dyn Store) {
     store.create(account("counters-acct", 1_000)).await.expect("create account");
     let mut start = token("counters-tok", "counters-acct");
     set_token_used(&mut start, 7);
@@ -116,23 +121,23 @@ pub async fn counters_survive_update(store: &dyn Store) {
         a.name = "renamed".into();
         a.used_micros = 0;
     }
-    store.update(renamed).await.expect("update account");
+    replace(store, renamed).await.expect("modify account");
     let mut renamed = token("counters-tok", "counters-acct");
     if let Resource::Token(t) = &mut renamed {
         t.name = "renamed".into();
     }
-    store.update(renamed).await.expect("update token");
+    replace(store, renamed).await.expect("modify token");
 
     let Some(Resource::Account(a)) = store.get(Kind::Account, "counters-acct").await.expect("get") else {
         panic!("account missing");
     };
-    assert_eq!(a.name, "renamed", "update changed the account's fields");
-    assert_eq!((a.balance_micros, a.used_micros), (1_200, 100), "update kept the account's counters");
+    assert_eq!(a.name, "renamed", "modify changed the account's fields");
+    assert_eq!((a.balance_micros, a.used_micros), (1_200, 100), "modify kept the account's counters");
     let Some(Resource::Token(t)) = store.get(Kind::Token, "counters-tok").await.expect("get") else {
         panic!("token missing");
     };
-    assert_eq!(t.name, "renamed", "update changed the token's fields");
-    assert_eq!(t.used_micros, 107, "update kept the token's used counter");
+    assert_eq!(t.name, "renamed", "modify changed the token's fields");
+    assert_eq!(t.used_micros, 107, "modify kept the token's used counter");
 
     let listed = store.list(Kind::Account).await.expect("list");
     let listed = listed.iter().find(|r| r.id() == "counters-acct").expect("account listed");
@@ -159,7 +164,11 @@ pub async fn revisions_strictly_increase_per_write(store: &dyn Store) {
     };
     step(store.create(account("rev-acct", 10)).await.expect("create"), "create");
     step(store.create(token("rev-tok", "rev-acct")).await.expect("create"), "create");
-    step(store.update(account("rev-acct", 0)).await.expect("update"), "update");
+    let mut renamed = account("rev-acct", 0);
+    if let Resource::Account(a) = &mut renamed {
+        a.name = "renamed".into();
+    }
+    step(replace(store, renamed).await.expect("modify").revision.expect("a change is written"), "modify");
     let Resource::Account(_) = store.adjust_balance("rev-acct", 1).await.expect("adjust") else {
         panic!("adjust_balance returned a non-account");
     };
@@ -188,7 +197,8 @@ pub async fn changes_since_returns_the_writes_after_a_revision(store: &dyn Store
     let r1 = store.create(sample(Kind::Group, "feed-group")).await.expect("create");
     let r2 = store.create(account("feed-acct", 100)).await.expect("create");
     let r3 = store.create(token("feed-tok", "feed-acct")).await.expect("create");
-    let r4 = store.update(edited(&sample(Kind::Group, "feed-group"))).await.expect("update");
+    let r4 = replace(store, edited(&sample(Kind::Group, "feed-group"))).await.expect("modify");
+    let r4 = r4.revision.expect("a change is written");
     store.adjust_balance("feed-acct", 5).await.expect("adjust");
     let r5 = store.revision().await.expect("revision");
     store.apply_usage(&[usage("feed-req", "feed-tok", "feed-acct", "m", 3)]).await.expect("usage");
@@ -568,6 +578,21 @@ pub fn usage(request_id: &str, token_id: &str, account_id: &str, model: &str, co
         images: 0,
         audio_millis: 0,
     }
+}
+
+/// Replaces the stored resource with `resource` through `modify`.
+pub async fn replace(store: &dyn Store, resource: Resource) -> Result<Modified, StoreError> {
+    let (kind, id) = (resource.kind(), resource.id().to_owned());
+    store
+        .modify(
+            kind,
+            &id,
+            Box::new(move |stored| {
+                *stored = resource.clone();
+                Ok(())
+            }),
+        )
+        .await
 }
 
 /// `resource` with a non-counter field changed.

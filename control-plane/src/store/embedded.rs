@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use tokio::sync::watch;
 
-use super::{Result, Store, StoreError};
+use super::{Modified, Patch, Result, Store, StoreError};
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord, now_unix};
 
 mod ledger;
@@ -172,22 +172,30 @@ impl Store for EmbeddedStore {
         Ok(revision)
     }
 
-    async fn update(&self, mut resource: Resource) -> Result<u64> {
-        let (kind, id) = (resource.kind(), resource.id().to_owned());
-        let ((), revision) = self
+    async fn modify(&self, kind: Kind, id: &str, mut patch: Patch) -> Result<Modified> {
+        let id = id.to_owned();
+        // Read, patch and write in one write transaction: redb runs write
+        // transactions one at a time, so nothing can come in between.
+        let ((resource, changed), revision) = self
             .write(move |txn| {
                 let mut table = txn.open_table(resources(kind)).map_err(db_err)?;
                 let stored = match table.get(id.as_str()).map_err(db_err)? {
                     Some(json) => parse_resource(kind, json.value())?,
                     None => return Err(StoreError::NotFound { kind, id }),
                 };
-                keep_counters(&mut resource, &stored);
-                table.insert(id.as_str(), resource_json(&resource)?.as_slice()).map_err(db_err)?;
+                let mut next = stored.clone();
+                patch(&mut next)?;
+                check_same_id(&next, kind, &id)?;
+                keep_counters(&mut next, &stored);
+                if next == stored {
+                    return Ok(((stored, false), Vec::new()));
+                }
+                table.insert(id.as_str(), resource_json(&next)?.as_slice()).map_err(db_err)?;
                 drop(table);
-                Ok(((), vec![(kind, id)]))
+                Ok(((next, true), vec![(kind, id)]))
             })
             .await?;
-        Ok(revision)
+        Ok(Modified { revision: changed.then_some(revision), resource })
     }
 
     async fn delete(&self, kind: Kind, id: &str) -> Result<u64> {
@@ -463,6 +471,15 @@ fn keep_counters(resource: &mut Resource, stored: &Resource) {
         }
         (Resource::Token(new), Resource::Token(old)) => new.used_micros = old.used_micros,
         _ => {}
+    }
+}
+
+/// `Rejected` when a patch turned `kind/id` into another resource.
+pub(super) fn check_same_id(patched: &Resource, kind: Kind, id: &str) -> Result<()> {
+    if patched.kind() == kind && patched.id() == id {
+        Ok(())
+    } else {
+        Err(StoreError::Rejected { reason: format!("a patch may not change the id of {kind} {id:?}") })
     }
 }
 

@@ -5,6 +5,10 @@
 //! feed, atomically with the write, so that watchers can be sent the deltas
 //! since any revision the feed still holds. `subscribe` tells about new
 //! revisions, including ones written by other control-plane replicas.
+//!
+//! Existing resources change only through `modify`, a read-modify-write that
+//! each backend makes atomic per resource, so that concurrent edits of one
+//! resource (from any replica) never undo one another.
 
 pub mod budget;
 pub mod conformance;
@@ -44,9 +48,33 @@ pub enum StoreError {
     Embedded(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("stored data is corrupt")]
     Corrupt(#[source] serde_json::Error),
+    /// A `Patch` refused the change it was asked to make; nothing was written.
+    #[error("{reason}")]
+    Rejected { reason: String },
+    /// Other writers kept changing the resource while `modify` tried to.
+    #[error("{kind} {id:?} kept changing concurrently; try again")]
+    Contended { kind: Kind, id: String },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A change to one stored resource, for `Store::modify`. It gets the
+/// resource as currently stored (counters included) and edits it in place,
+/// or fails to refuse the change (`StoreError::Rejected` by convention). It
+/// may run more than once, each time on a fresh read, so it must set fields
+/// from what it captured, never accumulate state of its own between runs.
+pub type Patch = Box<dyn FnMut(&mut Resource) -> Result<()> + Send>;
+
+/// What `Store::modify` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Modified {
+    /// The revision of the write; `None` when the patch left the resource as
+    /// it was, in which case nothing was written and no revision was used.
+    pub revision: Option<u64>,
+    /// The resource as written (or as found, when unchanged), with the
+    /// counters it had when the patch ran.
+    pub resource: Resource,
+}
 
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
@@ -58,9 +86,20 @@ pub trait Store: VideoStore + BudgetStore + Send + Sync + 'static {
     /// counters it carries (balance, used) are its starting values.
     async fn create(&self, resource: Resource) -> Result<u64>;
 
-    /// Replaces an existing resource; `NotFound` when absent. Counters
-    /// (account balance and used, token used) keep their stored values.
-    async fn update(&self, resource: Resource) -> Result<u64>;
+    /// Changes the stored resource `kind/id` with `patch`, atomically: the
+    /// patch sees the current value and its result is written only if no
+    /// other write of that resource (from any replica) came in between, so
+    /// concurrent modifications of different fields all survive. Counters
+    /// (account balance and used, token used) keep their stored values
+    /// whatever the patch does to them, so a concurrent charge is never
+    /// undone. The write bumps the revision and appends to the change feed,
+    /// atomically with it; a patch that changes nothing writes nothing.
+    ///
+    /// Fails with `NotFound` when absent, with the patch's error when it
+    /// refuses (nothing written), with `Rejected` when the patch changed the
+    /// id, and with `Contended` when other writers won every one of a
+    /// bounded number of attempts.
+    async fn modify(&self, kind: Kind, id: &str, patch: Patch) -> Result<Modified>;
 
     /// Removes a resource; `NotFound` when absent. Returns the new revision.
     async fn delete(&self, kind: Kind, id: &str) -> Result<u64>;
@@ -103,6 +142,25 @@ pub trait Store: VideoStore + BudgetStore + Send + Sync + 'static {
     /// The newest revision, updated whenever any writer (this process or
     /// another replica on the same backend) commits a change.
     fn subscribe(&self) -> watch::Receiver<u64>;
+}
+
+/// Sets channel `id`'s status to `to` if it is `from` at the moment of the
+/// write (`Store::modify`), so that an operator's concurrent choice is never
+/// overwritten; whether it did. A missing channel is not an error (false).
+pub async fn switch_channel_status(store: &dyn Store, id: &str, from: &'static str, to: &'static str) -> Result<bool> {
+    let patch: Patch = Box::new(move |resource| {
+        if let Resource::Channel(channel) = resource
+            && channel.status == from
+        {
+            channel.status = to.to_owned();
+        }
+        Ok(())
+    });
+    match store.modify(Kind::Channel, id, patch).await {
+        Ok(modified) => Ok(modified.revision.is_some()),
+        Err(StoreError::NotFound { .. }) => Ok(false),
+        Err(error) => Err(error),
+    }
 }
 
 /// Opens the store named by `url`: `redis://…` (or `rediss://…`) for Redis,

@@ -2,14 +2,16 @@
 //!
 //! Layout (all keys under `gw:`): one hash per kind, id → JSON of the
 //! resource with its counters zeroed; the counters in their own hashes
-//! (`gw:balance`, `gw:account_used`, `gw:token_used`) so that an `update`
+//! (`gw:balance`, `gw:account_used`, `gw:token_used`) so that a `modify`
 //! never clobbers a concurrent charge; `gw:rev`, the revision; `gw:changes`,
 //! a stream with entry ids `<rev>-<n>` and fields `kind`, `id`; `gw:usage`, a
 //! list of JSON records, newest first; `gw:applied:<request_id>`, the
 //! idempotency markers; `gw:hold:<budget>`, spending leases (see `ledger`);
 //! `gw:permits:<key>:<window_start>`, rate-limit permits granted in one
-//! window. Every write is one Lua script (write,
-//! INCR, XADD), so a write and its change entry are atomic.
+//! window. Every write is one Lua script (write, INCR, XADD), so a write and
+//! its change entry are atomic. `modify` is an optimistic compare-and-set:
+//! the script writes only if the resource's JSON is still the one the patch
+//! was applied to, and the caller retries if not.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,8 +23,8 @@ use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
 use redis::{AsyncCommands, AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
 use tokio::sync::watch;
 
-use super::embedded::{parse_resource, resource_json, usage_matches};
-use super::{Result, Store, StoreError};
+use super::embedded::{check_same_id, parse_resource, resource_json, usage_matches};
+use super::{Modified, Patch, Result, Store, StoreError};
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord};
 
 mod ledger;
@@ -43,6 +45,11 @@ const USAGE_PAGE: usize = 1_000;
 const FOLLOW_BLOCK: Duration = Duration::from_secs(1);
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// Compare-and-set attempts of one `modify` before it gives up; each lost
+/// attempt means another write of the same resource succeeded.
+const MODIFY_ATTEMPTS: u32 = 64;
+/// The longest pause between two attempts of one `modify`.
+const MODIFY_BACKOFF_MAX: Duration = Duration::from_millis(20);
 
 /// Bumps the revision and appends `ARGV[3]/ARGV[1]` to the feed; for the
 /// single-resource scripts, whose keys are 1 kind hash, 2 `gw:rev`,
@@ -58,8 +65,13 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
 for i = 4, #KEYS do redis.call('HSET', KEYS[i], ARGV[1], ARGV[i + 1]) end
 ";
 
-const UPDATE: &str = r"
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return false end
+/// ARGV[5] is the JSON the patch was applied to. Returns nil for a missing
+/// resource, 0 when the JSON changed meanwhile (nothing written; a revision
+/// is never 0), else the new revision.
+const MODIFY: &str = r"
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if not stored then return false end
+if stored ~= ARGV[5] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 ";
 
@@ -118,7 +130,7 @@ pub struct RedisStore {
 /// The Lua scripts; sent with EVALSHA, loaded on the first NOSCRIPT.
 struct Scripts {
     create: Script,
-    update: Script,
+    modify: Script,
     delete: Script,
     adjust: Script,
     changes_since: Script,
@@ -148,7 +160,7 @@ impl RedisStore {
         let single = |body: &str, tail: &str| Script::new(&format!("{body}{BUMP}{tail}"));
         let scripts = Scripts {
             create: single(CREATE, "return rev"),
-            update: single(UPDATE, "return rev"),
+            modify: single(MODIFY, "return rev"),
             delete: single(DELETE, "return rev"),
             adjust: single(ADJUST, ADJUST_RETURN),
             changes_since: Script::new(CHANGES_SINCE),
@@ -157,7 +169,7 @@ impl RedisStore {
         Ok(Self { conn, scripts, revision, _follower: AbortOnDrop(follower) })
     }
 
-    /// Runs a single-resource script (create, update, delete) on `kind/id`,
+    /// Runs a single-resource script (create, delete) on `kind/id`,
     /// with the counter hashes of `kind` paired with `counters` (none at all
     /// when `counters` is empty); `None` when its precondition failed.
     async fn write_one(
@@ -179,6 +191,26 @@ impl RedisStore {
             self.published(revision);
         }
         Ok(revision)
+    }
+
+    /// The stored JSON of `kind/id` (counters zeroed) and its counters in
+    /// `counter_keys` order, read in one MULTI/EXEC; `None` when absent.
+    async fn get_stored(&self, kind: Kind, id: &str) -> Result<Option<(String, Vec<i64>)>> {
+        let mut pipe = redis::pipe();
+        pipe.atomic().hget(kind_key(kind), id);
+        for key in counter_keys(kind) {
+            pipe.hget(*key, id);
+        }
+        let values: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        let mut values = values.into_iter();
+        let Some(json) = take::<Option<String>>(&mut values)? else {
+            return Ok(None);
+        };
+        let counters = counter_keys(kind)
+            .iter()
+            .map(|_| Ok(take::<Option<i64>>(&mut values)?.unwrap_or(0)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some((json, counters)))
     }
 
     /// Tells subscribers about a revision this instance wrote, without
@@ -239,12 +271,37 @@ impl Store for RedisStore {
         revision.ok_or(StoreError::AlreadyExists { kind, id })
     }
 
-    async fn update(&self, resource: Resource) -> Result<u64> {
-        let (kind, id) = (resource.kind(), resource.id().to_owned());
-        let json = stored_json(resource)?;
-        // No counter keys: the script leaves the counter hashes alone.
-        let revision = self.write_one(&self.scripts.update, kind, &id, &json, &[]).await?;
-        revision.ok_or(StoreError::NotFound { kind, id })
+    async fn modify(&self, kind: Kind, id: &str, mut patch: Patch) -> Result<Modified> {
+        for attempt in 0..MODIFY_ATTEMPTS {
+            let Some((stored, counters)) = self.get_stored(kind, id).await? else {
+                return Err(StoreError::NotFound { kind, id: id.to_owned() });
+            };
+            let mut resource = parse_resource(kind, stored.as_bytes())?;
+            set_counters(&mut resource, &counters);
+            patch(&mut resource)?;
+            check_same_id(&resource, kind, id)?;
+            // The counters the patch saw may be stale by now, and the script
+            // leaves the counter hashes alone: report what was read.
+            set_counters(&mut resource, &counters);
+            let json = stored_json(resource.clone())?;
+            if json == stored.as_bytes() {
+                return Ok(Modified { revision: None, resource });
+            }
+            let mut call = self.scripts.modify.prepare_invoke();
+            call.key(kind_key(kind)).key(REV).key(CHANGES);
+            call.arg(id).arg(json).arg(kind.as_str()).arg(FEED_RETAIN).arg(stored.as_bytes());
+            let written: Option<u64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+            match written {
+                None => return Err(StoreError::NotFound { kind, id: id.to_owned() }),
+                Some(0) => tokio::time::sleep(modify_backoff(attempt)).await,
+                Some(revision) => {
+                    self.published(revision);
+                    return Ok(Modified { revision: Some(revision), resource });
+                }
+            }
+        }
+        tracing::warn!(%kind, %id, attempts = MODIFY_ATTEMPTS, "gave up modifying a resource that kept changing");
+        Err(StoreError::Contended { kind, id: id.to_owned() })
     }
 
     async fn delete(&self, kind: Kind, id: &str) -> Result<u64> {
@@ -254,20 +311,9 @@ impl Store for RedisStore {
     }
 
     async fn get(&self, kind: Kind, id: &str) -> Result<Option<Resource>> {
-        let mut pipe = redis::pipe();
-        pipe.atomic().hget(kind_key(kind), id);
-        for key in counter_keys(kind) {
-            pipe.hget(*key, id);
-        }
-        let values: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
-        let mut values = values.into_iter();
-        let Some(json) = take::<Option<String>>(&mut values)? else {
+        let Some((json, counters)) = self.get_stored(kind, id).await? else {
             return Ok(None);
         };
-        let counters = counter_keys(kind)
-            .iter()
-            .map(|_| Ok(take::<Option<i64>>(&mut values)?.unwrap_or(0)))
-            .collect::<Result<Vec<_>>>()?;
         let mut resource = parse_resource(kind, json.as_bytes())?;
         set_counters(&mut resource, &counters);
         Ok(Some(resource))
@@ -475,6 +521,16 @@ async fn resync(
     }
     *seen = now;
     Ok(())
+}
+
+/// How long `modify` waits after losing attempt `attempt` (from 0): random,
+/// so that writers that collided spread out, and growing up to
+/// `MODIFY_BACKOFF_MAX`.
+fn modify_backoff(attempt: u32) -> Duration {
+    use rand::RngExt as _;
+    let ceiling = Duration::from_micros(250u64 << attempt.min(8)).min(MODIFY_BACKOFF_MAX);
+    let micros = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(rand::rng().random_range(0..=micros))
 }
 
 /// Sets `current` to `revision` if that is newer; whether it was.
