@@ -1,7 +1,8 @@
 //! The gateway data plane: the `/v1` HTTP proxy. It enforces the policy
 //! snapshot the control plane streams to it (held in memory, read
 //! lock-free, saved to disk), forwards requests to upstream channels, meters
-//! their usage and reports it in spooled batches.
+//! their usage onto a local spool (before the client has the answer) and
+//! reports it from there.
 //!
 //! `start` runs the whole thing in-process and returns a `Handle`; the
 //! `gw-data-plane` binary is a thin wrapper around it.
@@ -21,6 +22,7 @@ mod policy;
 mod pricing;
 mod provider;
 mod reporter;
+mod spool;
 mod tokens;
 mod translate;
 mod videos;
@@ -28,6 +30,7 @@ mod videos;
 pub use config::{Config, parse_trusted_proxies, read_node_key};
 pub use http::Limits;
 pub use provider::Config as UpstreamConfig;
+pub use spool::SyncPolicy as SpoolSync;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -35,7 +38,7 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use tokio::{
     net::TcpListener,
-    sync::{mpsc, oneshot, watch},
+    sync::{oneshot, watch},
     task::JoinHandle,
 };
 
@@ -134,12 +137,13 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         }
     };
     let snapshot = Arc::new(ArcSwap::from_pointee(initial));
-    let spool = reporter::Spool::open(data_dir.join("spool"))?;
+    let (spool, replay, sealed) =
+        spool::Spool::start(data_dir.join("spool"), config.spool_sync, config.report_interval)
+            .context("opening the usage spool")?;
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
 
     let overlay = Arc::new(Overlay::default());
-    let (usage_tx, usage_rx) = mpsc::unbounded_channel();
     let (stop_tasks, tasks_stopped) = watch::channel(false);
     let (stop_reporter, reporter_stopped) = watch::channel(false);
     let (persist_tx, persist_rx) = watch::channel(snapshot.load_full());
@@ -163,11 +167,13 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let videos = videos::Videos::new(control.clone(), &node_id);
     let permits = policy::limits::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
     let health = provider::Health::new(control.clone(), &node_id);
+    let usage_tx = spool.sender();
     let reporter = Reporter {
-        rx: usage_rx,
+        sealed,
+        replay,
+        spool,
         control,
         node_id: node_id.clone(),
-        spool,
         overlay: overlay.clone(),
         snapshot: snapshot.clone(),
         interval: config.report_interval,

@@ -52,6 +52,11 @@ struct Cli {
     /// Slowest request body accepted, in bytes per second on average after a 10 s grace
     #[arg(long, env = "GW_DP_BODY_MIN_RATE", default_value_t = 1024)]
     body_min_rate: u64,
+    /// When the usage spool fsyncs: `batch` (each group commit, before the
+    /// answer is released; survives power loss) or `interval` (each 200 ms
+    /// segment; a process crash still loses nothing)
+    #[arg(long, env = "GW_DP_SPOOL_SYNC", default_value = "batch")]
+    spool_sync: gw_data_plane::SpoolSync,
     /// Log lines as `text` (colour only on a terminal) or `json` (one object a line)
     #[arg(long, env = "GW_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -79,6 +84,7 @@ fn config() -> Result<(Config, LogFormat), String> {
     config.limits.max_connections = cli.max_connections;
     config.limits.header_read_timeout = Duration::from_millis(cli.header_read_timeout_ms);
     config.limits.body_min_bytes_per_sec = cli.body_min_rate;
+    config.spool_sync = cli.spool_sync;
     config.validate().map_err(|e| format!("{e:#}"))?;
     Ok((config, cli.log_format))
 }

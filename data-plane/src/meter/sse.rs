@@ -209,7 +209,7 @@ mod tests {
     const USAGE: &str = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\n";
     const DONE: &str = "data: [DONE]\n\n";
 
-    fn meter() -> (Meter, mpsc::UnboundedReceiver<crate::meter::UsageRecord>) {
+    fn meter() -> (Meter, mpsc::UnboundedReceiver<crate::spool::Entry>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let sink = UsageSink::new(tx, Arc::default(), "node");
         (Meter::new(Charge::test("r1"), sink, 40), rx)
