@@ -92,8 +92,14 @@ impl Authority {
         let now = now_unix();
         let mut leases = Vec::with_capacity(asks.len());
         for ask in asks {
-            let ask =
-                LeaseAsk { budget: ask.budget, holder: holder.to_owned(), need: ask.need, want: ask.want, now, ttl_secs: ttl.into() };
+            let ask = LeaseAsk {
+                budget: ask.budget,
+                holder: holder.to_owned(),
+                need: ask.need,
+                want: ask.want,
+                now,
+                ttl_secs: ttl.into(),
+            };
             leases.push(self.store.lease(&ask).await?);
         }
         Ok((leases, ttl))

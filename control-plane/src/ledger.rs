@@ -85,8 +85,7 @@ impl Ledger {
                 }
             }
         }
-        let mut outcome =
-            if good.is_empty() { UsageOutcome::default() } else { self.store.apply_usage(&good).await? };
+        let mut outcome = if good.is_empty() { UsageOutcome::default() } else { self.store.apply_usage(&good).await? };
         outcome.refused = refused;
         Ok(outcome)
     }
@@ -168,7 +167,8 @@ fn check(record: &UsageRecord, now: i64) -> Result<(), Refusal> {
     if record.token_id.is_empty() || record.account_id.is_empty() {
         return Err(Refusal::Unattributed);
     }
-    let counts = [record.prompt_tokens, record.completion_tokens, record.cached_tokens, record.images, record.audio_millis];
+    let counts =
+        [record.prompt_tokens, record.completion_tokens, record.cached_tokens, record.images, record.audio_millis];
     if record.cost_micros < 0
         || counts.iter().any(|n| !(0..=MAX_COUNT).contains(n))
         || record.cached_tokens > record.prompt_tokens

@@ -140,7 +140,8 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         let budgets: Vec<String> = asks.iter().map(|a| a.budget.to_string()).collect();
         let (leases, ttl_secs) = self.budgets.lease(&request.node_id, asks, request.ttl_secs).await?;
         self.seen(&request.node_id);
-        let grants = budgets.into_iter().zip(leases).map(|(budget, lease)| convert::spend_grant(budget, lease)).collect();
+        let grants =
+            budgets.into_iter().zip(leases).map(|(budget, lease)| convert::spend_grant(budget, lease)).collect();
         Ok(Response::new(pb::AcquireSpendResponse { grants, ttl_secs }))
     }
 

@@ -31,8 +31,11 @@ pub struct Config {
     pub node_id: Option<String>,
     /// Peers whose `X-Forwarded-For` / `X-Real-IP` headers are believed.
     pub trusted_proxies: Vec<IpNet>,
-    /// Longest a usage record waits before its batch is spooled and sent.
+    /// How often the usage spool seals a segment for the reporter to send
+    /// (and, under `SpoolSync::Interval`, fsyncs it).
     pub report_interval: Duration,
+    /// When the usage spool calls fsync; see `SpoolSync`.
+    pub spool_sync: crate::spool::SyncPolicy,
     /// Upstream timeouts (defaults for channels without their own) and the
     /// retry budget per request.
     pub upstream: crate::provider::Config,
@@ -46,7 +49,8 @@ pub struct Config {
 
 impl Config {
     /// A config with no trusted proxies, a generated node id, a 200 ms
-    /// report interval and the default upstream settings.
+    /// report interval, fsync per group commit and the default upstream
+    /// settings.
     pub fn new(
         listen: SocketAddr,
         control_plane: impl Into<String>,
@@ -61,6 +65,7 @@ impl Config {
             node_id: None,
             trusted_proxies: Vec::new(),
             report_interval: Duration::from_millis(200),
+            spool_sync: crate::spool::SyncPolicy::default(),
             upstream: crate::provider::Config::default(),
             limits: crate::http::Limits::default(),
             budget: crate::policy::budget::Config::default(),

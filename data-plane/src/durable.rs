@@ -1,8 +1,8 @@
 //! Files the data plane keeps: written so that a crash leaves either the old
-//! contents or all of the new ones (the policy snapshot, usage spool
-//! batches, the node id), readable by the owner only (0600, in 0700
+//! contents or all of the new ones (the policy snapshot, the node id, usage
+//! the control plane refused), readable by the owner only (0600, in 0700
 //! directories), since the snapshot holds upstream keys and the spool what
-//! callers spent.
+//! callers spent. The usage spool's own log is appended to (see `spool`).
 
 use std::{io::Write as _, path::Path};
 

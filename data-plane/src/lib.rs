@@ -1,7 +1,8 @@
 //! The gateway data plane: the `/v1` HTTP proxy. It enforces the policy
 //! snapshot the control plane streams to it (held in memory, read
 //! lock-free, saved to disk), forwards requests to upstream channels, meters
-//! their usage and reports it in spooled batches.
+//! their usage onto a local spool (before the client has the answer) and
+//! reports it from there.
 //!
 //! `start` runs the whole thing in-process and returns a `Handle`; the
 //! `gw-data-plane` binary is a thin wrapper around it.
@@ -21,6 +22,7 @@ mod policy;
 mod pricing;
 mod provider;
 mod reporter;
+mod spool;
 mod tokens;
 mod translate;
 mod videos;
@@ -28,6 +30,7 @@ mod videos;
 pub use config::{Config, parse_trusted_proxies, read_node_key};
 pub use http::Limits;
 pub use provider::Config as UpstreamConfig;
+pub use spool::SyncPolicy as SpoolSync;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -35,17 +38,13 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use tokio::{
     net::TcpListener,
-    sync::{mpsc, oneshot, watch},
+    sync::{oneshot, watch},
     task::JoinHandle,
 };
 
 use crate::{
-    grpc::ControlPlane,
-    pipeline::App,
-    policy::discovery::Discovery,
-    policy::snapshot::Snapshot,
+    grpc::ControlPlane, meter::UsageSink, pipeline::App, policy::discovery::Discovery, policy::snapshot::Snapshot,
     reporter::Reporter,
-    meter::UsageSink,
 };
 
 /// How long `Handle::shutdown` lets in-flight requests finish.
@@ -134,11 +133,12 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         }
     };
     let snapshot = Arc::new(ArcSwap::from_pointee(initial));
-    let spool = reporter::Spool::open(data_dir.join("spool"))?;
+    let (spool, replay, sealed) =
+        spool::Spool::start(data_dir.join("spool"), config.spool_sync, config.report_interval)
+            .context("opening the usage spool")?;
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
 
-    let (usage_tx, usage_rx) = mpsc::unbounded_channel();
     let (stop_tasks, tasks_stopped) = watch::channel(false);
     let (stop_reporter, reporter_stopped) = watch::channel(false);
     let (persist_tx, persist_rx) = watch::channel(snapshot.load_full());
@@ -162,11 +162,13 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let permits = policy::limits::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
     let spend = policy::budget::ControlPlaneBudgets { control: control.clone(), node_id: node_id.clone() };
     let health = provider::Health::new(control.clone(), &node_id);
+    let usage_tx = spool.sender();
     let reporter = Reporter {
-        rx: usage_rx,
+        sealed,
+        replay,
+        spool,
         control,
         node_id: node_id.clone(),
-        spool,
         interval: config.report_interval,
         shutdown: reporter_stopped,
     };

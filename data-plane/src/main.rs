@@ -62,6 +62,11 @@ struct Cli {
     /// Output tokens reserved for a request that names no maximum
     #[arg(long, env = "GW_DP_DEFAULT_MAX_OUTPUT_TOKENS", default_value_t = 4096)]
     default_max_output_tokens: i64,
+    /// When the usage spool fsyncs: `batch` (each group commit, before the
+    /// answer is released; survives power loss) or `interval` (each 200 ms
+    /// segment; a process crash still loses nothing)
+    #[arg(long, env = "GW_DP_SPOOL_SYNC", default_value = "batch")]
+    spool_sync: gw_data_plane::SpoolSync,
     /// Log lines as `text` (colour only on a terminal) or `json` (one object a line)
     #[arg(long, env = "GW_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -93,6 +98,7 @@ fn config() -> Result<(Config, LogFormat), String> {
     config.budget.offline_allowance = gw_pricing::parse_usd_non_negative(&cli.offline_allowance)
         .map_err(|e| format!("--offline-allowance {:?}: {e}", cli.offline_allowance))?;
     config.budget.default_max_output_tokens = cli.default_max_output_tokens;
+    config.spool_sync = cli.spool_sync;
     config.validate().map_err(|e| format!("{e:#}"))?;
     Ok((config, cli.log_format))
 }

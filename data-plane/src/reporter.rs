@@ -1,77 +1,96 @@
-//! Reports usage to the control plane without losing or double-counting any.
-//!
-//! One task batches records (up to `MAX_BATCH` or one report interval),
-//! writes each batch to the spool directory (fsynced) before sending it, sends
-//! spooled batches oldest first and deletes a batch only once `ReportUsage`
-//! succeeded. Batches left by a previous run are sent first. The control
-//! plane applies a record once per request id, so resending is safe.
+//! Reports usage to the control plane from the spool (see `spool`). Records
+//! are on disk before the reporter ever sees them: the spool's writer seals
+//! a segment every report interval and hands its entries here, whatever the
+//! control plane is doing, so a frozen or dead control plane never stops
+//! spooling. The reporter sends each segment's final records oldest first
+//! (at most `MAX_BATCH` per `ReportUsage` call, retried with backoff) and
+//! deletes a segment only once its records were acknowledged and every
+//! request it opened was closed; an open entry that outlives its segment
+//! by `CARRY_AFTER` is copied forward so the old file can go. What a
+//! previous run left is replayed first. The control plane applies a record
+//! once per request id, so sending one again after a crash is harmless.
 
 use std::{
-    collections::VecDeque,
-    path::{Path, PathBuf},
-    sync::atomic::{AtomicU64, Ordering},
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    time::Duration,
 };
 
-use anyhow::Context as _;
 use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
-use prost::Message as _;
 use tokio::{
     sync::{mpsc, watch},
     time::{Instant, MissedTickBehavior},
 };
 
 use crate::{
-    backoff::Backoff, durable::write_durably, grpc, meter::UsageRecord};
+    backoff::Backoff,
+    grpc,
+    meter::UsageRecord,
+    spool::{Kind, Replay, Sealed, Spool},
+};
 
-/// Most records per batch (and per spool file).
+/// Most records per `ReportUsage` call.
 pub const MAX_BATCH: usize = 1000;
 /// How long one `ReportUsage` call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the final report on shutdown may take.
 const SHUTDOWN_REPORT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a reported segment may be kept only for requests still open.
+const CARRY_AFTER: Duration = Duration::from_secs(30);
+/// The segment key of what a previous run left (the writer counts from 1).
+const REPLAYED: u64 = 0;
+/// Where an open entry lives while its carried copy is not yet sealed.
+const CARRYING: u64 = u64::MAX;
 
 /// The usage reporter task; see the module docs.
 pub struct Reporter {
-    pub rx: mpsc::UnboundedReceiver<UsageRecord>,
+    /// Segments as the spool's writer seals them.
+    pub sealed: mpsc::UnboundedReceiver<Sealed>,
+    /// What a previous run left.
+    pub replay: Replay,
+    pub spool: Spool,
     pub control: grpc::ControlPlane,
     pub node_id: String,
-    pub spool: Spool,
     pub interval: Duration,
     pub shutdown: watch::Receiver<bool>,
 }
 
-/// The directory of batches written but not yet acknowledged.
-pub struct Spool {
-    dir: PathBuf,
-    seq: AtomicU64,
+/// Spooled segments not yet deleted, and the requests still open.
+#[derive(Default)]
+struct Backlog {
+    segments: BTreeMap<u64, Pending>,
+    /// Open requests: the segment holding their open entry, and its record.
+    open: HashMap<String, (u64, UsageRecord)>,
 }
 
-/// One batch: its records and, once written, its spool file.
-struct Batch {
+/// One segment (or the replay of a previous run) on its way out.
+struct Pending {
+    paths: Vec<PathBuf>,
     records: Vec<pb::UsageRecord>,
-    path: Option<PathBuf>,
+    /// How many of `records` were acknowledged.
+    sent: usize,
+    /// Open requests whose open entry is in this segment.
+    opens: usize,
+    sealed_at: Instant,
 }
 
 // === impl Reporter ===
 
 impl Reporter {
-    /// Runs until shutdown is signalled (or every sender is gone), then
-    /// spools what is left and tries one last report.
+    /// Runs until shutdown is signalled (or the writer is gone), then
+    /// flushes the spool and tries one last report.
     pub async fn run(mut self) {
-        let mut queue: VecDeque<Batch> = match self.spool.load() {
-            Ok(batches) => batches.into(),
-            Err(error) => {
-                tracing::error!(error = %format!("{error:#}"), "cannot read the usage spool");
-                VecDeque::new()
-            }
-        };
-        if !queue.is_empty() {
-            tracing::info!(batches = queue.len(), "resending usage spooled by a previous run");
+        let mut backlog = Backlog::default();
+        if !self.replay.records.is_empty() {
+            tracing::info!(
+                records = self.replay.records.len(),
+                unfinished = self.replay.unfinished,
+                "resending usage spooled by a previous run"
+            );
         }
-        let mut buffer = Vec::new();
+        backlog.replayed(std::mem::take(&mut self.replay));
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-        let mut retry_at = (!queue.is_empty()).then(Instant::now);
+        let mut retry_at = backlog.has_unsent().then(Instant::now);
         let mut tick = tokio::time::interval(self.interval.max(Duration::from_millis(1)));
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -84,24 +103,18 @@ impl Reporter {
             };
             tokio::select! {
                 _ = self.shutdown.changed() => break,
-                record = self.rx.recv() => match record {
-                    Some(record) => {
-                        buffer.push(pb::UsageRecord::from(record));
-                        if buffer.len() >= MAX_BATCH {
-                            self.spool_batch(&mut buffer, &mut queue);
+                sealed = self.sealed.recv() => match sealed {
+                    Some(sealed) => {
+                        backlog.sealed(sealed);
+                        if backlog.has_unsent() {
                             retry_at = retry_at.or_else(|| Some(Instant::now()));
                         }
                     }
                     None => break,
                 },
-                _ = tick.tick() => {
-                    if !buffer.is_empty() {
-                        self.spool_batch(&mut buffer, &mut queue);
-                        retry_at = retry_at.or_else(|| Some(Instant::now()));
-                    }
-                }
+                _ = tick.tick() => self.carry_stale(&mut backlog).await,
                 () = retry => {
-                    retry_at = match self.send_all(&mut queue).await {
+                    retry_at = match self.send_all(&mut backlog).await {
                         Ok(()) => {
                             backoff.reset();
                             None
@@ -111,71 +124,63 @@ impl Reporter {
                 }
             }
         }
-        // Shutting down: whatever is queued goes to disk, then one try.
-        while let Ok(record) = self.rx.try_recv() {
-            buffer.push(pb::UsageRecord::from(record));
+        // Shutting down: everything appended goes into a sealed segment,
+        // then one try to send it.
+        self.spool.flush().await;
+        while let Ok(sealed) = self.sealed.try_recv() {
+            backlog.sealed(sealed);
         }
-        while !buffer.is_empty() {
-            self.spool_batch(&mut buffer, &mut queue);
-        }
-        if !queue.is_empty()
-            && tokio::time::timeout(SHUTDOWN_REPORT_TIMEOUT, self.send_all(&mut queue)).await != Ok(Ok(()))
+        if backlog.has_unsent()
+            && tokio::time::timeout(SHUTDOWN_REPORT_TIMEOUT, self.send_all(&mut backlog)).await != Ok(Ok(()))
         {
-            tracing::warn!(batches = queue.len(), "usage left in the spool for the next start");
+            tracing::warn!(segments = backlog.segments.len(), "usage left in the spool for the next start");
         }
     }
 
-    /// Moves up to `MAX_BATCH` buffered records into a spooled batch.
-    fn spool_batch(&self, buffer: &mut Vec<pb::UsageRecord>, queue: &mut VecDeque<Batch>) {
-        let rest = buffer.split_off(buffer.len().min(MAX_BATCH));
-        let records = std::mem::replace(buffer, rest);
-        let path = match self.spool.write(&self.node_id, &records) {
-            Ok(path) => Some(path),
-            Err(error) => {
-                // Still sent from memory; only a crash before then loses it.
-                tracing::error!(error = %format!("{error:#}"), records = records.len(), "cannot spool usage");
-                None
-            }
-        };
-        queue.push_back(Batch { records, path });
+    /// Copies forward the open entries of reported segments kept longer
+    /// than `CARRY_AFTER`, then deletes those segments.
+    async fn carry_stale(&self, backlog: &mut Backlog) {
+        for (seq, records) in backlog.stale(Instant::now()) {
+            let count = records.len();
+            self.spool.carry(records).wait().await;
+            backlog.carried(seq);
+            tracing::debug!(seq, open = count, "open usage entries carried to a new segment");
+        }
     }
 
-    /// Sends queued batches oldest first; stops at the first failure.
-    async fn send_all(&self, queue: &mut VecDeque<Batch>) -> Result<(), ()> {
+    /// Sends unacknowledged records oldest first; stops at the first failure.
+    async fn send_all(&self, backlog: &mut Backlog) -> Result<(), ()> {
         let mut client = PolicyServiceClient::new(self.control.channel.clone());
-        while let Some(batch) = queue.front() {
+        while let Some((seq, records)) = backlog.next_batch() {
+            let count = records.len();
             let mut request = self
                 .control
-                .request(pb::ReportUsageRequest { node_id: self.node_id.clone(), records: batch.records.clone() });
+                .request(pb::ReportUsageRequest { node_id: self.node_id.clone(), records: records.clone() });
             request.set_timeout(CALL_TIMEOUT);
             let result = tokio::time::timeout(CALL_TIMEOUT, client.report_usage(request)).await;
             match result {
                 Ok(Ok(response)) => {
                     let response = response.into_inner();
-                    if let Some(path) = &batch.path {
-                        Spool::remove(path);
-                    }
                     tracing::debug!(
                         applied = response.applied,
                         duplicates = response.duplicates,
                         refused = response.refused,
                         "usage reported"
                     );
-                    queue.pop_front();
+                    backlog.acked(seq, count);
                 }
                 Ok(Err(status)) if !grpc::is_retryable(&status) => {
-                    tracing::error!(%status, records = batch.records.len(), "control plane refused a usage batch");
-                    if let Some(path) = &batch.path {
-                        self.spool.quarantine(path);
-                    }
-                    queue.pop_front();
+                    tracing::error!(%status, records = count, "control plane refused a usage batch");
+                    let name = format!("{seq:020}-{}", backlog.segments.get(&seq).map_or(0, |p| p.sent));
+                    self.spool.reject(&name, records.into_iter().map(UsageRecord::from).collect());
+                    backlog.acked(seq, count);
                 }
                 Ok(Err(status)) => {
-                    tracing::warn!(%status, pending = queue.len(), "usage report failed; will retry");
+                    tracing::warn!(%status, pending = backlog.segments.len(), "usage report failed; will retry");
                     return Err(());
                 }
                 Err(_) => {
-                    tracing::warn!(pending = queue.len(), "usage report timed out; will retry");
+                    tracing::warn!(pending = backlog.segments.len(), "usage report timed out; will retry");
                     return Err(());
                 }
             }
@@ -184,74 +189,131 @@ impl Reporter {
     }
 }
 
-// === impl Spool ===
+// === impl Backlog ===
 
-impl Spool {
-    /// The spool in `dir`, created if missing.
-    pub fn open(dir: impl Into<PathBuf>) -> anyhow::Result<Spool> {
-        let dir = dir.into();
-        crate::durable::private_dir(&dir).with_context(|| format!("preparing spool dir {}", dir.display()))?;
-        Ok(Spool { dir, seq: AtomicU64::new(0) })
+impl Backlog {
+    /// Takes what a previous run left: all final records by now.
+    fn replayed(&mut self, replay: Replay) {
+        if replay.paths.is_empty() && replay.records.is_empty() {
+            return;
+        }
+        let records = replay.records.into_iter().map(pb::UsageRecord::from).collect();
+        let pending = Pending { paths: replay.paths, records, sent: 0, opens: 0, sealed_at: Instant::now() };
+        self.segments.insert(REPLAYED, pending);
+        self.reap(REPLAYED);
     }
 
-    /// Reads the batches a previous run left, oldest first, removing
-    /// half-written temporaries. A file that does not decode is set aside.
-    fn load(&self) -> anyhow::Result<Vec<Batch>> {
-        let mut names = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).context("listing the spool")? {
-            let path = entry.context("listing the spool")?.path();
-            match path.extension().and_then(|e| e.to_str()) {
-                Some("batch") => names.push(path),
-                Some("tmp") => {
-                    let _ = std::fs::remove_file(&path);
+    /// Takes a sealed segment: its final records are to send; its open
+    /// entries keep it until their requests close.
+    fn sealed(&mut self, sealed: Sealed) {
+        let seq = sealed.seq;
+        let mut pending =
+            Pending { paths: vec![sealed.path], records: Vec::new(), sent: 0, opens: 0, sealed_at: Instant::now() };
+        for (kind, record) in sealed.entries {
+            match kind {
+                Kind::Open => {
+                    self.close(&record.request_id, seq, &mut pending);
+                    self.open.insert(record.request_id.clone(), (seq, record));
+                    pending.opens += 1;
                 }
-                _ => {}
+                Kind::Carried => {
+                    if let Some(open) = self.open.get_mut(&record.request_id)
+                        && open.0 == CARRYING
+                    {
+                        open.0 = seq;
+                        pending.opens += 1;
+                    }
+                }
+                Kind::Final => {
+                    self.close(&record.request_id, seq, &mut pending);
+                    pending.records.push(pb::UsageRecord::from(record));
+                }
+                Kind::Void => self.close(&record.request_id, seq, &mut pending),
             }
         }
-        names.sort();
-        let mut batches = Vec::new();
-        for path in names {
-            let decoded = std::fs::read(&path)
-                .map_err(anyhow::Error::from)
-                .and_then(|bytes| Ok(pb::ReportUsageRequest::decode(bytes.as_slice())?));
-            match decoded {
-                Ok(request) => batches.push(Batch { records: request.records, path: Some(path) }),
-                Err(error) => {
-                    tracing::error!(%error, file = %path.display(), "unreadable usage spool file set aside");
-                    self.quarantine(&path);
+        self.segments.insert(seq, pending);
+        self.reap(seq);
+    }
+
+    /// The request `id` ended: its open entry no longer keeps its segment
+    /// (`current`, numbered `seq`, is the one being taken in).
+    fn close(&mut self, id: &str, seq: u64, current: &mut Pending) {
+        let Some((at, _)) = self.open.remove(id) else {
+            return;
+        };
+        if at == seq {
+            current.opens = current.opens.saturating_sub(1);
+        } else if let Some(pending) = self.segments.get_mut(&at) {
+            pending.opens = pending.opens.saturating_sub(1);
+            self.reap(at);
+        }
+    }
+
+    fn has_unsent(&self) -> bool {
+        self.segments.values().any(|p| p.sent < p.records.len())
+    }
+
+    /// The oldest records not yet acknowledged, at most `MAX_BATCH`, and
+    /// their segment.
+    fn next_batch(&self) -> Option<(u64, Vec<pb::UsageRecord>)> {
+        let (seq, pending) = self.segments.iter().find(|(_, p)| p.sent < p.records.len())?;
+        let end = pending.records.len().min(pending.sent + MAX_BATCH);
+        Some((*seq, pending.records[pending.sent..end].to_vec()))
+    }
+
+    /// `count` more records of segment `seq` were acknowledged.
+    fn acked(&mut self, seq: u64, count: usize) {
+        if let Some(pending) = self.segments.get_mut(&seq) {
+            pending.sent = (pending.sent + count).min(pending.records.len());
+        }
+        self.reap(seq);
+    }
+
+    /// Deletes segment `seq` if all its records were acknowledged and none
+    /// of its requests is open.
+    fn reap(&mut self, seq: u64) {
+        let done = self.segments.get(&seq).is_some_and(|p| p.sent == p.records.len() && p.opens == 0);
+        if !done {
+            return;
+        }
+        if let Some(pending) = self.segments.remove(&seq) {
+            for path in pending.paths {
+                if let Err(error) = std::fs::remove_file(&path) {
+                    tracing::warn!(%error, file = %path.display(), "cannot delete a reported usage segment");
                 }
             }
         }
-        Ok(batches)
     }
 
-    /// Writes `records` durably (temp file, fsync, rename, fsync dir) and
-    /// returns the file; names sort in write order, across restarts too.
-    fn write(&self, node_id: &str, records: &[pb::UsageRecord]) -> anyhow::Result<PathBuf> {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{nanos:024}-{seq:08}");
-        let path = self.dir.join(format!("{name}.batch"));
-        let tmp = self.dir.join(format!("{name}.tmp"));
-        let bytes = pb::ReportUsageRequest { node_id: node_id.to_owned(), records: records.to_vec() }.encode_to_vec();
-        write_durably(&tmp, &path, &bytes)?;
-        Ok(path)
+    /// Reported segments kept longer than `CARRY_AFTER` only for open
+    /// requests, each with the open records to copy forward.
+    fn stale(&self, now: Instant) -> Vec<(u64, Vec<UsageRecord>)> {
+        let old: Vec<u64> = self
+            .segments
+            .iter()
+            .filter(|(_, p)| p.sent == p.records.len() && p.opens > 0 && now - p.sealed_at >= CARRY_AFTER)
+            .map(|(seq, _)| *seq)
+            .collect();
+        old.into_iter()
+            .map(|seq| {
+                let records =
+                    self.open.values().filter(|(at, _)| *at == seq).map(|(_, record)| record.clone()).collect();
+                (seq, records)
+            })
+            .collect()
     }
 
-    fn remove(path: &Path) {
-        if let Err(error) = std::fs::remove_file(path) {
-            tracing::warn!(%error, file = %path.display(), "cannot delete a reported usage batch");
+    /// The open entries of segment `seq` were copied forward: it can go.
+    fn carried(&mut self, seq: u64) {
+        for (at, _) in self.open.values_mut() {
+            if *at == seq {
+                *at = CARRYING;
+            }
         }
-    }
-
-    /// Moves a batch that will never be accepted out of the send queue.
-    fn quarantine(&self, path: &Path) {
-        let dir = self.dir.join("rejected");
-        let moved = std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::rename(path, dir.join(path.file_name().unwrap_or_default())));
-        if let Err(error) = moved {
-            tracing::error!(%error, file = %path.display(), "cannot set aside a usage batch");
+        if let Some(pending) = self.segments.get_mut(&seq) {
+            pending.opens = 0;
         }
+        self.reap(seq);
     }
 }
 
@@ -285,24 +347,66 @@ impl From<UsageRecord> for pb::UsageRecord {
 mod tests {
     use super::*;
 
-    fn record(id: &str) -> pb::UsageRecord {
-        pb::UsageRecord { request_id: id.into(), cost_micros: 5, ..Default::default() }
+    fn record(id: &str) -> UsageRecord {
+        UsageRecord { request_id: id.into(), cost_micros: 5, ..UsageRecord::default() }
     }
 
-    #[test]
-    fn spool_keeps_batches_in_write_order_and_drops_temporaries() {
+    fn segment(dir: &std::path::Path, seq: u64, entries: &[(Kind, &str)]) -> Sealed {
+        let path = crate::spool::log::segment_path(dir, seq);
+        std::fs::write(&path, b"x").unwrap();
+        Sealed { seq, path, entries: entries.iter().map(|(kind, id)| (*kind, record(id))).collect() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_segment_goes_once_reported_and_closed_and_open_entries_are_carried_when_old() {
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::open(dir.path()).unwrap();
-        for i in 0..12 {
-            spool.write("n", &[record(&format!("r{i}"))]).unwrap();
-        }
-        std::fs::write(dir.path().join("zzz.tmp"), b"half").unwrap();
-        std::fs::write(dir.path().join("000-bad.batch"), b"\xff\xff\xff").unwrap();
-        let reopened = Spool::open(dir.path()).unwrap();
-        let batches = reopened.load().unwrap();
-        let ids: Vec<_> = batches.iter().map(|b| b.records[0].request_id.clone()).collect();
-        assert_eq!(ids, (0..12).map(|i| format!("r{i}")).collect::<Vec<_>>());
-        assert!(!dir.path().join("zzz.tmp").exists());
-        assert!(dir.path().join("rejected").join("000-bad.batch").exists());
+        let mut backlog = Backlog::default();
+        let first = segment(dir.path(), 1, &[(Kind::Open, "a"), (Kind::Open, "b"), (Kind::Final, "x")]);
+        let first_path = first.path.clone();
+        backlog.sealed(first);
+        assert_eq!(backlog.next_batch().unwrap().0, 1);
+        backlog.acked(1, 1);
+        assert!(first_path.exists(), "a and b are still open");
+
+        backlog.sealed(segment(dir.path(), 2, &[(Kind::Final, "a")]));
+        assert!(first_path.exists(), "b is still open");
+        assert!(backlog.stale(Instant::now()).is_empty(), "not old yet");
+        tokio::time::advance(CARRY_AFTER).await;
+        let stale = backlog.stale(Instant::now());
+        assert_eq!(stale.len(), 1);
+        assert_eq!(stale[0].1.iter().map(|r| r.request_id.as_str()).collect::<Vec<_>>(), ["b"]);
+        backlog.carried(1);
+        assert!(!first_path.exists(), "its open entry was copied forward");
+
+        let (seq, batch) = backlog.next_batch().unwrap();
+        assert_eq!((seq, batch[0].request_id.as_str()), (2, "a"));
+        backlog.acked(2, 1);
+        let third = segment(dir.path(), 3, &[(Kind::Carried, "b"), (Kind::Carried, "a")]);
+        let third_path = third.path.clone();
+        backlog.sealed(third);
+        assert!(third_path.exists(), "b's carried entry keeps it; a's closed one does not count");
+        backlog.sealed(segment(dir.path(), 4, &[(Kind::Void, "b")]));
+        assert!(!third_path.exists());
+        assert!(backlog.open.is_empty());
+        assert!(backlog.segments.is_empty(), "{:?}", backlog.segments.keys().collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn batches_hold_at_most_max_batch_records_in_spool_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut backlog = Backlog::default();
+        let path = dir.path().join("old.log");
+        std::fs::write(&path, b"x").unwrap();
+        let records = (0..MAX_BATCH + 1).map(|i| record(&format!("old{i}"))).collect();
+        backlog.replayed(Replay { paths: vec![path.clone()], records, unfinished: 0, next_seq: 1 });
+        backlog.sealed(segment(dir.path(), 1, &[(Kind::Final, "new")]));
+        let (seq, batch) = backlog.next_batch().unwrap();
+        assert_eq!((seq, batch.len()), (REPLAYED, MAX_BATCH));
+        backlog.acked(seq, batch.len());
+        let (seq, batch) = backlog.next_batch().unwrap();
+        assert_eq!((seq, batch.len()), (REPLAYED, 1));
+        backlog.acked(seq, 1);
+        assert!(!path.exists());
+        assert_eq!(backlog.next_batch().unwrap().1[0].request_id, "new");
     }
 }

@@ -541,11 +541,11 @@ async fn restarts_serve_the_saved_snapshot_and_spool_usage_until_the_control_pla
     assert_eq!(status, 200);
     let request_id = headers["x-request-id"].to_str().unwrap().to_owned();
     let spool = dir.path().join("spool");
-    eventually("spooled batch", || {
+    eventually("spooled segment", || {
         std::fs::read_dir(&spool)
             .unwrap()
             .flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "batch"))
+            .any(|e| e.path().extension().is_some_and(|x| x == "log"))
             .then_some(())
     })
     .await;

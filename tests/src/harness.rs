@@ -488,14 +488,17 @@ impl Cluster {
         }
     }
 
-    /// Usage batches data plane `i` has spooled and not yet had
-    /// acknowledged: files in its spool directory, so this reads the same in
-    /// both modes.
+    /// Usage data plane `i` has spooled and not yet had acknowledged (or
+    /// still holds for a request in flight): segment files in its spool
+    /// directory, so this reads the same in both modes.
     pub fn pending_usage_batches(&self, i: usize) -> usize {
         let spool = self.data_planes[i].data_dir.join("spool");
         std::fs::read_dir(spool)
             .map(|entries| {
-                entries.filter_map(Result::ok).filter(|e| e.path().extension().is_some_and(|x| x == "batch")).count()
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "log" || x == "batch"))
+                    .count()
             })
             .unwrap_or(0)
     }

@@ -61,7 +61,9 @@ pub enum Charged {
     /// The token's quota left, net of leases, does not cover the cost.
     TokenQuota,
     /// The account's balance, net of leases, does not cover the cost.
-    Balance { balance_micros: i64 },
+    Balance {
+        balance_micros: i64,
+    },
 }
 
 /// Spending budgets, on top of the usage ledger of `Store`.

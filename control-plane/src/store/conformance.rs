@@ -175,7 +175,11 @@ pub async fn revisions_strictly_increase_per_write(store: &dyn Store) {
     let after_adjust = store.revision().await.expect("revision");
     step(after_adjust, "adjust_balance");
     store.apply_usage(&[usage("rev-req", "rev-tok", "rev-acct", "m", 1)]).await.expect("usage");
-    assert_eq!(store.revision().await.expect("revision"), after_adjust, "spending is not policy: apply_usage bumped the revision");
+    assert_eq!(
+        store.revision().await.expect("revision"),
+        after_adjust,
+        "spending is not policy: apply_usage bumped the revision"
+    );
     step(store.delete(Kind::Token, "rev-tok").await.expect("delete"), "delete");
     step(store.delete(Kind::Account, "rev-acct").await.expect("delete"), "delete");
     assert_eq!(store.revision().await.expect("revision"), last, "revision() is the last write's");

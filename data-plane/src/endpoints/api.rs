@@ -118,7 +118,7 @@ async fn handle(app: Arc<App>, api: Api, request: Request) -> Result<Response, P
     let (app, call, charge) = (&*app, &call, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);
-        forward(app, channel, call, charge)
+        app.usage.in_flight(charge, call.len(), |charge| forward(app, channel, call, charge))
     })
     .await
 }
@@ -154,7 +154,8 @@ async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) 
     }
     let bytes = app.upstreams.read_body(&channel, response).await?;
     let (usage, units, estimated) = call.bill(&bytes);
-    app.usage.record_with(&charge, usage, units, status.as_u16(), estimated);
+    // The record is on the spool before the client can have the answer.
+    app.usage.record_with(&charge, usage, units, status.as_u16(), estimated).wait().await;
     Ok(provider::reply(status, content_type, Body::from(bytes), false))
 }
 

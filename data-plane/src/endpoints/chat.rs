@@ -40,7 +40,7 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let (app, chat, charge) = (&*app, &chat, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);
-        forward(app, channel, chat, charge)
+        app.usage.in_flight(charge, chat.len(), |charge| forward(app, channel, chat, charge))
     })
     .await
 }
@@ -77,7 +77,8 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
         Some(usage) => meter.observe(usage),
         None => meter.add_text(&answer::answer_text(&bytes)),
     }
-    meter.finish(status.as_u16());
+    // The record is on the spool before the client can have the answer.
+    meter.finish(status.as_u16()).wait().await;
     Ok(provider::reply(status, content_type, Body::from(bytes), false))
 }
 

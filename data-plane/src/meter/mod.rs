@@ -4,13 +4,18 @@
 //! Streamed answers reach the client through the one `pump`.
 //!
 //! A `Meter` records exactly once: when the response ends, or when it is
-//! dropped because the client went away.
+//! dropped because the client went away. Records go to the spool (see
+//! `spool`); the `Written` it returns resolves once the record is on it, which is what
+//! answers wait for before their last byte. `UsageSink::in_flight` wraps an
+//! upstream attempt in an open entry, so a crash mid-request still bills
+//! its prompt part.
 
 pub mod answer;
 pub mod pump;
 pub mod sse;
 
 use std::{
+    future::Future,
     sync::{Arc, Mutex, PoisonError},
     time::Instant,
 };
@@ -21,6 +26,7 @@ use crate::{
     policy::budget::Reservation,
     policy::domain::{Channel, Model},
     pricing::{Units, Usage, cost_micros, units_cost_micros},
+    spool::{self, Kind, Written},
 };
 
 /// Who pays for one request and at what price.
@@ -43,7 +49,7 @@ pub struct Charge {
 
 /// What one request used and cost, as the reporter sends it (it turns it
 /// into the protocol's record at its edge).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UsageRecord {
     /// The idempotency key: the control plane applies a record once per id.
     pub request_id: String,
@@ -69,11 +75,20 @@ pub struct UsageRecord {
     pub units: Units,
 }
 
-/// Settles reservations and queues usage records for the reporter.
+/// Settles reservations and appends usage records to the spool (the
+/// reporter sends them from there).
 #[derive(Clone)]
 pub struct UsageSink {
-    tx: mpsc::UnboundedSender<UsageRecord>,
+    tx: mpsc::UnboundedSender<spool::Entry>,
     node_id: Arc<str>,
+}
+
+/// An upstream attempt's open entry: closed by the request's final record,
+/// or on drop with a void entry unless the attempt was `answered`.
+pub struct Opened {
+    sink: UsageSink,
+    request_id: String,
+    armed: bool,
 }
 
 /// Records a request's usage once: by `finish`, or on drop with what was
@@ -121,26 +136,68 @@ impl Charge {
 // === impl UsageSink ===
 
 impl UsageSink {
-    /// A sink feeding `tx`, stamping records with `node_id`.
-    pub fn new(tx: mpsc::UnboundedSender<UsageRecord>, node_id: &str) -> UsageSink {
+    /// A sink appending to the spool writer behind `tx`, stamping records
+    /// with `node_id`.
+    pub fn new(tx: mpsc::UnboundedSender<spool::Entry>, node_id: &str) -> UsageSink {
         UsageSink { tx, node_id: node_id.into() }
     }
 
     /// Prices `usage`, settles the charge's reservation with the cost and
-    /// queues the record. Returns the cost in micro-USD.
-    pub fn record(&self, charge: &Charge, usage: Usage, status: u16, estimated: bool) -> i64 {
+    /// appends the record to the spool; the returned `Written` resolves once
+    /// it is on the spool.
+    pub fn record(&self, charge: &Charge, usage: Usage, status: u16, estimated: bool) -> Written {
         self.record_with(charge, usage, Units::default(), status, estimated)
     }
 
     /// `record` of a request that also used `units` (images, audio).
-    pub fn record_with(&self, charge: &Charge, usage: Usage, units: Units, status: u16, estimated: bool) -> i64 {
-        let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm)
-            .saturating_add(units_cost_micros(&units, &charge.model, charge.ratio_ppm));
+    pub fn record_with(&self, charge: &Charge, usage: Usage, units: Units, status: u16, estimated: bool) -> Written {
+        let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm).saturating_add(units_cost_micros(
+            &units,
+            &charge.model,
+            charge.ratio_ppm,
+        ));
         let reservation = charge.reservation.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(reservation) = reservation {
             reservation.settle(cost);
         }
-        let record = UsageRecord {
+        let mut record = self.record_of(charge, usage, cost, status, estimated);
+        record.units = units;
+        spool::append(&self.tx, Kind::Final, record)
+    }
+    /// Runs `attempt` with `charge` under an open entry on the spool: the
+    /// entry (the prompt part, estimated from `request_bytes` at the
+    /// model's input price) is written before `attempt` starts, so the
+    /// upstream never sees a request the spool does not know. An attempt
+    /// that fails (or is dropped) without an answer closes it with a void
+    /// entry; one that answers leaves that to its final record.
+    pub async fn in_flight<T, E, F, Fut>(&self, charge: Charge, request_bytes: usize, attempt: F) -> Result<T, E>
+    where
+        F: FnOnce(Charge) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let opened = self.open(&charge, request_bytes).await;
+        let result = attempt(charge).await;
+        if result.is_ok() {
+            opened.answered();
+        }
+        result
+    }
+
+    /// Appends the open entry of an attempt with `charge` and waits until
+    /// it is written.
+    pub async fn open(&self, charge: &Charge, request_bytes: usize) -> Opened {
+        let prompt_tokens = i64::try_from(request_bytes.div_ceil(4)).unwrap_or(i64::MAX);
+        let usage = Usage { prompt_tokens, completion_tokens: 0, cached_tokens: 0 };
+        let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm);
+        // Status 0: what the request is billed if the node dies before it ends.
+        let mut record = self.record_of(charge, usage, cost, 0, true);
+        record.latency_ms = 0;
+        spool::append(&self.tx, Kind::Open, record).wait().await;
+        Opened { sink: self.clone(), request_id: charge.request_id.clone(), armed: true }
+    }
+
+    fn record_of(&self, charge: &Charge, usage: Usage, cost: i64, status: u16, estimated: bool) -> UsageRecord {
+        UsageRecord {
             request_id: charge.request_id.clone(),
             token_id: charge.token_id.clone(),
             account_id: charge.account_id.clone(),
@@ -157,14 +214,27 @@ impl UsageSink {
             created_at: crate::now_unix(),
             node_id: self.node_id.to_string(),
             estimated,
-            units,
-        };
-        if self.tx.send(record).is_err() {
-            tracing::error!(request_id = %charge.request_id, "usage reporter is gone; record lost");
+            units: Units::default(),
         }
-        cost
     }
+}
 
+// === impl Opened ===
+
+impl Opened {
+    /// The attempt answered: its meter (or record) closes the entry.
+    pub fn answered(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        if self.armed {
+            let record = UsageRecord { request_id: std::mem::take(&mut self.request_id), ..UsageRecord::default() };
+            drop(spool::append(&self.sink.tx, Kind::Void, record));
+        }
+    }
 }
 
 // === impl Meter ===
@@ -230,9 +300,10 @@ impl Meter {
         self.chunks = self.chunks.saturating_add(n);
     }
 
-    /// Records the usage seen (or an estimate) with `status`.
-    pub fn finish(mut self, status: u16) {
-        self.record(status);
+    /// Records the usage seen (or an estimate) with `status`; the returned
+    /// `Written` resolves once the record is on the spool.
+    pub fn finish(mut self, status: u16) -> Written {
+        self.record(status).unwrap_or_else(Written::ready)
     }
 
     /// Records nothing: the upstream's answer was lost before the client
@@ -241,34 +312,49 @@ impl Meter {
         self.charge = None;
     }
 
-    fn record(&mut self, status: u16) {
+    fn record(&mut self, status: u16) -> Option<Written> {
         // No usage: bill an estimate rather than nothing, so cutting a
         // stream short is not a way to get tokens for free.
         let (usage, estimated) = match self.seen {
             Some(usage) => (usage, false),
             None => (self.estimate(), true),
         };
-        let Some(charge) = self.charge.take() else {
-            return;
-        };
-        self.sink.record(&charge, usage, status, estimated);
+        let charge = self.charge.take()?;
+        Some(self.sink.record(&charge, usage, status, estimated))
     }
 }
 
 impl Drop for Meter {
     fn drop(&mut self) {
         // 499: the client closed the connection before the response ended.
-        self.record(499);
+        // Nothing waits for it; the writer spools it as soon as it can.
+        drop(self.record(499));
     }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
-mod tests {
+pub mod tests {
     use super::*;
 
     fn charge(id: &str) -> Charge {
         Charge::test(id)
+    }
+
+    /// A sink whose entries are acknowledged at once by a task that passes
+    /// each final record on to the returned receiver.
+    pub fn recording_sink() -> (UsageSink, mpsc::UnboundedReceiver<UsageRecord>) {
+        let (tx, mut entries) = mpsc::unbounded_channel::<spool::Entry>();
+        let (records, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(entry) = entries.recv().await {
+                if entry.kind == Kind::Final {
+                    let _ = records.send(entry.record);
+                }
+                // `done` is dropped here, after the record was passed on.
+            }
+        });
+        (UsageSink::new(tx, "node"), rx)
     }
 
     #[test]
@@ -277,8 +363,10 @@ mod tests {
         let sink = UsageSink::new(tx, "node");
         let mut meter = Meter::new(charge("r1"), sink.clone(), 40);
         meter.observe(Usage { prompt_tokens: 1000, completion_tokens: 500, cached_tokens: 0 });
-        meter.finish(200);
-        let record = rx.try_recv().unwrap();
+        drop(meter.finish(200));
+        let entry = rx.try_recv().unwrap();
+        let record = entry.record;
+        assert_eq!(entry.kind, Kind::Final);
         assert_eq!((record.prompt_tokens, record.completion_tokens, record.status), (1000, 500, 200));
         // $1/M in + $2/M out: 1000 + 1000 µ$.
         assert_eq!(record.cost_micros, 2000);
@@ -288,10 +376,60 @@ mod tests {
         let mut dropped = Meter::new(charge("r2"), sink, 40);
         dropped.add_chunks(2);
         drop(dropped);
-        let record = rx.try_recv().unwrap();
+        let record = rx.try_recv().unwrap().record;
         assert_eq!((record.prompt_tokens, record.completion_tokens, record.status), (10, 2, 499));
         assert!(record.estimated);
         assert_eq!(record.node_id, "node");
         assert!(rx.try_recv().is_err());
+    }
+
+    /// Acknowledges every entry at once; returns (kind, request id, status,
+    /// prompt tokens, cost) of each, in order.
+    fn entries(mut rx: mpsc::UnboundedReceiver<spool::Entry>) -> Vec<(Kind, String, u16, i64, i64)> {
+        let mut seen = Vec::new();
+        while let Ok(entry) = rx.try_recv() {
+            let r = entry.record;
+            seen.push((entry.kind, r.request_id, r.status, r.prompt_tokens, r.cost_micros));
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn an_attempt_is_opened_before_it_starts_and_closed_by_its_record_or_a_void() {
+        let (tx, mut rx) = mpsc::unbounded_channel::<spool::Entry>();
+        let sink = UsageSink::new(tx, "node");
+        // Acknowledge the open entry so `in_flight` proceeds.
+        let ack = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Some(mut entry) = rx.recv().await {
+                drop(entry.done.take());
+                kept.push(entry);
+                if kept.len() == 4 {
+                    break;
+                }
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            for entry in kept {
+                tx.send(entry).unwrap();
+            }
+            rx
+        });
+        let inner = sink.clone();
+        let answered: Result<(), ()> = sink
+            .in_flight(charge("r1"), 400, |charge| async move {
+                let meter = Meter::new(charge, inner, 400);
+                meter.finish(200).wait().await;
+                Ok(())
+            })
+            .await;
+        answered.unwrap();
+        let failed: Result<(), &str> = sink.in_flight(charge("r2"), 400, |_| async { Err("502") }).await;
+        failed.unwrap_err();
+        let seen = entries(ack.await.unwrap());
+        // 400 bytes: 100 prompt tokens at $1/M = 100 µ$.
+        assert_eq!(seen[0], (Kind::Open, "r1".into(), 0, 100, 100));
+        assert_eq!((seen[1].0, seen[1].1.as_str(), seen[1].2), (Kind::Final, "r1", 200));
+        assert_eq!(seen[2], (Kind::Open, "r2".into(), 0, 100, 100));
+        assert_eq!((seen[3].0, seen[3].1.as_str()), (Kind::Void, "r2"));
     }
 }

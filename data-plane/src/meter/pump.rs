@@ -7,7 +7,10 @@
 //! (its terminal event, or every declared byte), so a client that closes
 //! right after the last byte is not a 499; with 502 or 504 when the
 //! upstream breaks or stalls; and with 499 from the meter's drop when the
-//! client goes away first.
+//! client goes away first. At the natural end the pump holds the final
+//! bytes until the record is on the spool, so no client has a whole answer
+//! whose usage a crash could lose (a body of unknown length ends with its
+//! terminating chunk, which waits the same way).
 
 use std::{io, pin::Pin, time::Duration};
 
@@ -79,9 +82,14 @@ pub fn pump<R: Relay>(
     }
 
     impl<R: Relay> State<R> {
-        fn end(&mut self, status: u16) {
+        /// Records with `status`; waits until the record is spooled when
+        /// `wait` (the natural end), otherwise lets the writer take it.
+        async fn end(&mut self, status: u16, wait: bool) {
             if let Some(meter) = self.meter.take() {
-                meter.finish(status);
+                let written = meter.finish(status);
+                if wait {
+                    written.wait().await;
+                }
             }
         }
     }
@@ -97,7 +105,7 @@ pub fn pump<R: Relay>(
                 Ok(Some(Ok(chunk))) => {
                     let out = st.relay.push(chunk, st.meter.as_mut());
                     if st.relay.complete() {
-                        st.end(st.status);
+                        st.end(st.status, true).await;
                     }
                     if !out.is_empty() {
                         return Some((Ok(out), st));
@@ -105,13 +113,13 @@ pub fn pump<R: Relay>(
                 }
                 Ok(None) => {
                     let out = st.relay.finish(st.meter.as_mut());
-                    st.end(st.status);
+                    st.end(st.status, true).await;
                     st.done = true;
                     return (!out.is_empty()).then_some((Ok(out), st));
                 }
                 Ok(Some(Err(error))) => {
                     st.span.in_scope(|| tracing::warn!(error = %error.without_url(), "upstream stream failed"));
-                    st.end(502);
+                    st.end(502, false).await;
                     st.done = true;
                     // hyper drops bytes it has not flushed yet when a body
                     // fails; pending once lets it flush what went before.
@@ -121,7 +129,7 @@ pub fn pump<R: Relay>(
                 Err(_) => {
                     let idle_ms = u64::try_from(st.idle.as_millis()).unwrap_or(u64::MAX);
                     st.span.in_scope(|| tracing::warn!(idle_ms, "upstream stream idle too long"));
-                    st.end(504);
+                    st.end(504, false).await;
                     st.done = true;
                     return Some((Err(io::Error::new(io::ErrorKind::TimedOut, "upstream idle timeout")), st));
                 }
@@ -197,11 +205,8 @@ impl Relay for Raw {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
-
-    use tokio::sync::mpsc;
-
     use super::*;
-    use crate::meter::{Charge, UsageSink, sse::SseFilter};
+    use crate::meter::{Charge, sse::SseFilter, tests::recording_sink};
 
     fn upstream(chunks: &[&'static str]) -> Upstream {
         let chunks: Vec<reqwest::Result<Bytes>> = chunks.iter().map(|c| Ok(Bytes::from_static(c.as_bytes()))).collect();
@@ -210,8 +215,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_that_reached_its_end_keeps_its_status_when_the_client_leaves_at_once() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let meter = Meter::new(Charge::test("r1"), UsageSink::new(tx, "node"), 40);
+        let (sink, mut rx) = recording_sink();
+        let meter = Meter::new(Charge::test("r1"), sink, 40);
         let body = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
         let chunks = upstream(&[body, "data: [DONE]\n\n"]);
         let mut stream =
@@ -227,15 +232,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_leaving_mid_stream_is_a_499_and_a_declared_length_completes_raw_bodies() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let sink = UsageSink::new(tx, "node");
+        let (sink, mut rx) = recording_sink();
         let chunks = upstream(&["data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n", "data: [DONE]\n\n"]);
         let meter = Meter::new(Charge::test("r1"), sink.clone(), 40);
         let mut stream =
             Box::pin(pump(chunks, Events::new(SseFilter::new(false)), Some(meter), Duration::from_secs(5), 200));
         stream.next().await.unwrap().unwrap();
         drop(stream);
-        assert_eq!(rx.try_recv().unwrap().status, 499);
+        assert_eq!(rx.recv().await.unwrap().status, 499);
 
         let meter = Meter::new(Charge::test("r2"), sink, 40);
         let mut stream =
@@ -243,6 +247,6 @@ mod tests {
         stream.next().await.unwrap().unwrap();
         stream.next().await.unwrap().unwrap();
         drop(stream);
-        assert_eq!(rx.try_recv().unwrap().status, 200);
+        assert_eq!(rx.recv().await.unwrap().status, 200);
     }
 }

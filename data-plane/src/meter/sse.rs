@@ -193,7 +193,6 @@ pub(crate) fn find_event_end(buf: &[u8], from: usize) -> Option<usize> {
 mod tests {
     use super::*;
 
-
     use tokio::sync::mpsc;
 
     use crate::{
@@ -208,7 +207,7 @@ mod tests {
     const USAGE: &str = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\n";
     const DONE: &str = "data: [DONE]\n\n";
 
-    fn meter() -> (Meter, mpsc::UnboundedReceiver<crate::meter::UsageRecord>) {
+    fn meter() -> (Meter, mpsc::UnboundedReceiver<crate::spool::Entry>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let sink = UsageSink::new(tx, "node");
         (Meter::new(Charge::test("r1"), sink, 40), rx)

@@ -26,7 +26,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
 
-use crate::{meter::UsageSink, policy::budget::Budgets, policy::limits::Limiter, policy::snapshot::Snapshot, provider::Upstreams};
+use crate::{
+    meter::UsageSink, policy::budget::Budgets, policy::limits::Limiter, policy::snapshot::Snapshot, provider::Upstreams,
+};
 
 /// Everything a request needs, shared by all requests.
 pub struct App {

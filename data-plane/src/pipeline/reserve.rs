@@ -42,8 +42,11 @@ pub async fn reserve(
         completion_tokens: output.max(0),
         cached_tokens: 0,
     };
-    let amount = cost_micros(&usage, &charge.model, charge.ratio_ppm)
-        .saturating_add(units_cost_micros(&bound.units, &charge.model, charge.ratio_ppm));
+    let amount = cost_micros(&usage, &charge.model, charge.ratio_ppm).saturating_add(units_cost_micros(
+        &bound.units,
+        &charge.model,
+        charge.ratio_ppm,
+    ));
     let reservation = app.budgets.reserve(&admitted.caller, amount, admitted.snapshot.revision).await?;
     *charge.reservation.lock().unwrap_or_else(PoisonError::into_inner) = Some(reservation);
     Ok(charge)

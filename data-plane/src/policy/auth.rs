@@ -9,9 +9,9 @@ use sha2::{Digest as _, Sha256};
 
 use crate::{
     error::ProxyError,
+    policy::budget::Budgets,
     policy::client_ip,
     policy::domain::{Account, Group, KeyHash, Token},
-    policy::budget::Budgets,
     policy::snapshot::Snapshot,
 };
 

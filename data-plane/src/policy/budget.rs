@@ -413,10 +413,9 @@ impl Inner {
             }
             Err(error) => {
                 let first = state.down.is_none();
-                let down = state.down.get_or_insert_with(|| Down {
-                    probe_at: now,
-                    backoff: Backoff::new(PROBE_MIN, PROBE_MAX),
-                });
+                let down = state
+                    .down
+                    .get_or_insert_with(|| Down { probe_at: now, backoff: Backoff::new(PROBE_MIN, PROBE_MAX) });
                 down.probe_at = now + down.backoff.next_delay();
                 if first {
                     tracing::warn!(
@@ -473,8 +472,7 @@ impl Pool {
     /// Whether to renew: the lease lapses within a third of its lifetime, or
     /// less than a quarter of a lease is free.
     fn runs_low(&self, now: Instant, ttl: Duration) -> bool {
-        self.expires.saturating_duration_since(now) < ttl / 3
-            || self.free(now) < self.lease_size(0) / 4
+        self.expires.saturating_duration_since(now) < ttl / 3 || self.free(now) < self.lease_size(0) / 4
     }
 
     /// A request that reserved `reserved` ended costing `cost`.

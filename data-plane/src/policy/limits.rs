@@ -21,7 +21,13 @@ use std::{
 use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
 use tokio::{sync::watch, time::Instant};
 
-use crate::{backoff::Backoff, error::{ProxyError, error_chain}, grpc::ControlPlane, policy::auth::Caller, policy::domain::RateLimit};
+use crate::{
+    backoff::Backoff,
+    error::{ProxyError, error_chain},
+    grpc::ControlPlane,
+    policy::auth::Caller,
+    policy::domain::RateLimit,
+};
 
 /// How long a request waits for a lease before its key is counted locally.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);

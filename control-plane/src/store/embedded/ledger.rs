@@ -180,7 +180,10 @@ impl BudgetStore for EmbeddedStore {
                     lease.held = standing.own.saturating_add(lease.granted);
                     let key = ask.budget.to_string();
                     let expires_at = ask.now.saturating_add(ask.ttl_secs);
-                    ledger.holds.insert((key.as_str(), ask.holder.as_str()), (lease.held, expires_at)).map_err(db_err)?;
+                    ledger
+                        .holds
+                        .insert((key.as_str(), ask.holder.as_str()), (lease.held, expires_at))
+                        .map_err(db_err)?;
                 }
                 ledger.close()?;
                 Ok((lease, vec![]))

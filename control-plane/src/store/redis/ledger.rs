@@ -151,9 +151,8 @@ redis.call('LTRIM', KEYS[6], 0, ARGV[2])
 return {0}
 ";
 
-static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| {
-    [APPLY_USAGE, LEASE, RELEASE, CHARGE].map(|body| Script::new(&format!("{COMMON}{body}")))
-});
+static SCRIPTS: LazyLock<[Script; 4]> =
+    LazyLock::new(|| [APPLY_USAGE, LEASE, RELEASE, CHARGE].map(|body| Script::new(&format!("{COMMON}{body}"))));
 
 fn hold_key(budget: &Budget) -> String {
     format!("gw:hold:{budget}")

@@ -41,7 +41,8 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let (app, call, charge) = (&*app, &call, &charge);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
         let charge = charge.on_channel(&channel);
-        dialect::messages(app.attempt(), channel, call, charge)
+        let bytes = call.body.raw().len();
+        app.usage.in_flight(charge, bytes, |charge| dialect::messages(app.attempt(), channel, call, charge))
     })
     .await
 }

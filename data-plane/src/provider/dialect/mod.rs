@@ -82,7 +82,7 @@ pub async fn messages(
             } else if let Ok(answer) = serde_json::from_slice::<Value>(&bytes) {
                 meter.add_text(&messages_text(&answer));
             }
-            meter.finish(200);
+            meter.finish(200).wait().await;
             Ok(super::reply(StatusCode::OK, None, Body::from(bytes), false))
         }
         ChannelKind::OpenAi => {
@@ -107,7 +107,7 @@ pub async fn messages(
             }
             let answer = translate::chat_to_messages_response(&completion);
             meter.add_text(&messages_text(&answer));
-            meter.finish(200);
+            meter.finish(200).wait().await;
             Ok(json_response(&answer))
         }
     }
@@ -145,7 +145,7 @@ pub async fn chat(
         Some(usage) => meter.observe(usage),
         None => meter.add_text(&messages_text(&answer)),
     }
-    meter.finish(200);
+    meter.finish(200).wait().await;
     let (answer, dropped) = translate::messages_to_chat_response_noted(&answer, now_unix());
     note_dropped(&dropped, "answer");
     Ok(json_response(&answer))

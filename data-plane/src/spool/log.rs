@@ -1,0 +1,276 @@
+//! The spool's on-disk form: segment files of length-prefixed, checksummed
+//! entries, each a kind byte and a protobuf usage record. A reader stops at
+//! the first entry that is cut short or fails its checksum (a torn tail),
+//! keeping every entry before it. `replay` folds what a previous run left
+//! into the records still owed to the control plane.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::{Path, PathBuf},
+};
+
+use gw_proto::pb;
+use prost::Message as _;
+
+use super::{Kind, SpoolError};
+use crate::meter::UsageRecord;
+
+/// Length (4 bytes) and checksum (4 bytes) before each entry's kind byte.
+const HEADER: usize = 8;
+/// Extension of segment files.
+pub const SEGMENT: &str = "log";
+/// Extension of whole-batch files written by earlier versions.
+const LEGACY_BATCH: &str = "batch";
+
+/// What a previous run left on the spool, folded.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// The files it came from; delete them once `records` are acknowledged.
+    pub paths: Vec<PathBuf>,
+    /// Final records, then one prompt-only record (status 0, estimated) for
+    /// each request that was opened and never closed.
+    pub records: Vec<UsageRecord>,
+    /// How many of `records` stand for requests the crash cut short.
+    pub unfinished: usize,
+    /// The sequence number the next segment gets.
+    pub next_seq: u64,
+}
+
+// === impl Kind ===
+
+impl Kind {
+    fn from_byte(byte: u8) -> Option<Kind> {
+        Some(match byte {
+            1 => Kind::Open,
+            2 => Kind::Final,
+            3 => Kind::Void,
+            4 => Kind::Carried,
+            _ => return None,
+        })
+    }
+}
+
+/// Appends one entry for `record` to `out`.
+pub fn encode(kind: Kind, record: &UsageRecord, out: &mut Vec<u8>) {
+    let payload = pb::UsageRecord::from(record.clone()).encode_to_vec();
+    let mut body = Vec::with_capacity(payload.len() + 1);
+    body.push(kind as u8);
+    body.extend_from_slice(&payload);
+    // A record is a few hundred bytes; u32 cannot overflow in practice.
+    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&checksum(&body).to_le_bytes());
+    out.extend_from_slice(&body);
+}
+
+/// The entries of one segment's `bytes`, in order, and the offset of the
+/// first damaged entry if the segment does not end cleanly.
+pub fn decode(bytes: &[u8]) -> (Vec<(Kind, UsageRecord)>, Option<usize>) {
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let Some(entry) = decode_one(&bytes[at..]) else {
+            return (entries, Some(at));
+        };
+        let (kind, record, used) = entry;
+        entries.push((kind, record));
+        at += used;
+    }
+    (entries, None)
+}
+
+fn decode_one(bytes: &[u8]) -> Option<(Kind, UsageRecord, usize)> {
+    let header = bytes.get(..HEADER)?;
+    let len = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
+    let sum = u32::from_le_bytes(header[4..].try_into().ok()?);
+    let body = bytes.get(HEADER..HEADER.checked_add(len)?)?;
+    if len == 0 || checksum(body) != sum {
+        return None;
+    }
+    let kind = Kind::from_byte(body[0])?;
+    let record = pb::UsageRecord::decode(&body[1..]).ok()?;
+    Some((kind, UsageRecord::from(record), HEADER + len))
+}
+
+/// FNV-1a: catches torn and zero-filled tails; nothing here is adversarial.
+fn checksum(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193))
+}
+
+/// The segment file for sequence number `seq` in `dir`.
+pub fn segment_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:020}.{SEGMENT}"))
+}
+
+/// Reads every segment (and legacy batch file) in `dir`, oldest first, and
+/// folds them: a final record closes its request, a void entry closes it
+/// without a record (the attempt failed before any answer), an open entry
+/// not closed afterwards becomes its prompt-only record. Removes
+/// half-written temporaries; a damaged tail is logged and skipped.
+pub fn replay(dir: &Path) -> Result<Replay, SpoolError> {
+    let listing = std::fs::read_dir(dir).map_err(|source| SpoolError::io("listing", dir, source))?;
+    let mut segments = Vec::new();
+    let mut legacy = Vec::new();
+    for entry in listing {
+        let path = entry.map_err(|source| SpoolError::io("listing", dir, source))?.path();
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(SEGMENT) => match stem.parse::<u64>() {
+                Ok(seq) => segments.push((seq, path)),
+                Err(_) => tracing::warn!(file = %path.display(), "ignoring a spool file with a foreign name"),
+            },
+            Some(LEGACY_BATCH) => legacy.push(path),
+            Some("tmp") => {
+                let _ = std::fs::remove_file(&path);
+            }
+            _ => {}
+        }
+    }
+    segments.sort();
+    legacy.sort();
+    let mut replay = Replay { next_seq: segments.last().map_or(1, |(seq, _)| seq + 1), ..Replay::default() };
+    for path in legacy {
+        let bytes = std::fs::read(&path).map_err(|source| SpoolError::io("reading", &path, source))?;
+        match pb::ReportUsageRequest::decode(bytes.as_slice()) {
+            Ok(batch) => replay.records.extend(batch.records.into_iter().map(UsageRecord::from)),
+            Err(error) => tracing::error!(%error, file = %path.display(), "unreadable usage batch skipped"),
+        }
+        replay.paths.push(path);
+    }
+    let mut fold = Fold::default();
+    for (_, path) in segments {
+        let bytes = std::fs::read(&path).map_err(|source| SpoolError::io("reading", &path, source))?;
+        let (entries, damaged) = decode(&bytes);
+        if let Some(offset) = damaged {
+            tracing::warn!(file = %path.display(), offset, "usage spool segment ends in a damaged entry; kept what precedes it");
+        }
+        for (kind, record) in entries {
+            fold.apply(kind, record);
+        }
+        replay.paths.push(path);
+    }
+    replay.records.extend(fold.finals);
+    let mut unfinished: Vec<UsageRecord> = fold.open.into_values().collect();
+    unfinished.sort_by(|a, b| (a.created_at, &a.request_id).cmp(&(b.created_at, &b.request_id)));
+    replay.unfinished = unfinished.len();
+    replay.records.extend(unfinished);
+    Ok(replay)
+}
+
+/// Entries folded in log order.
+#[derive(Default)]
+struct Fold {
+    finals: Vec<UsageRecord>,
+    open: HashMap<String, UsageRecord>,
+    /// Requests a final or void entry closed (a later carried copy of their
+    /// open entry does not reopen them).
+    closed: HashSet<String>,
+}
+
+// === impl Fold ===
+
+impl Fold {
+    fn apply(&mut self, kind: Kind, record: UsageRecord) {
+        let id = record.request_id.clone();
+        match kind {
+            Kind::Open => {
+                // A new attempt of a request whose earlier one failed.
+                self.closed.remove(&id);
+                self.open.insert(id, record);
+            }
+            Kind::Carried => {
+                if !self.closed.contains(&id) {
+                    self.open.insert(id, record);
+                }
+            }
+            Kind::Final => {
+                self.open.remove(&id);
+                self.closed.insert(id);
+                self.finals.push(record);
+            }
+            Kind::Void => {
+                self.open.remove(&id);
+                self.closed.insert(id);
+            }
+        }
+    }
+}
+
+impl From<pb::UsageRecord> for UsageRecord {
+    fn from(r: pb::UsageRecord) -> UsageRecord {
+        UsageRecord {
+            request_id: r.request_id,
+            token_id: r.token_id,
+            account_id: r.account_id,
+            group: r.group,
+            model: r.model,
+            channel_id: r.channel_id,
+            endpoint: r.endpoint,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            cached_tokens: r.cached_tokens,
+            cost_micros: r.cost_micros,
+            latency_ms: r.latency_ms,
+            status: u16::try_from(r.status).unwrap_or(u16::MAX),
+            created_at: r.created_at,
+            node_id: r.node_id,
+            estimated: r.estimated,
+            units: crate::pricing::Units { images: r.images, audio_millis: r.audio_millis },
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    fn record(id: &str, status: u16) -> UsageRecord {
+        UsageRecord { request_id: id.into(), status, cost_micros: 5, ..UsageRecord::default() }
+    }
+
+    fn write(dir: &Path, seq: u64, entries: &[(Kind, &str)]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for (kind, id) in entries {
+            encode(*kind, &record(id, if *kind == Kind::Final { 200 } else { 0 }), &mut bytes);
+        }
+        std::fs::write(segment_path(dir, seq), &bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_torn_tail_keeps_every_entry_before_it() {
+        let mut bytes = Vec::new();
+        encode(Kind::Final, &record("r1", 200), &mut bytes);
+        encode(Kind::Open, &record("r2", 0), &mut bytes);
+        let whole = bytes.len();
+        encode(Kind::Final, &record("r3", 200), &mut bytes);
+        let (entries, damaged) = decode(&bytes[..bytes.len() - 3]);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(damaged, Some(whole));
+        bytes[whole + HEADER + 2] ^= 0xff;
+        let (entries, damaged) = decode(&bytes);
+        assert_eq!((entries.len(), damaged), (2, Some(whole)), "a flipped byte fails the checksum");
+        assert_eq!(entries[1], (Kind::Open, record("r2", 0)));
+    }
+
+    #[test]
+    fn open_requests_without_a_final_record_become_their_prompt_part() {
+        let dir = tempfile::tempdir().unwrap();
+        // r1 finished; r2's first attempt failed, its second is in flight;
+        // r3 failed for good; r4 finished, and a copy of its open entry
+        // carried forward after that does not reopen it; r5 was carried
+        // forward and is still open.
+        write(dir.path(), 7, &[(Kind::Open, "r1"), (Kind::Open, "r2"), (Kind::Void, "r2"), (Kind::Open, "r3")]);
+        write(dir.path(), 9, &[(Kind::Final, "r1"), (Kind::Open, "r2"), (Kind::Void, "r3"), (Kind::Final, "r4")]);
+        write(dir.path(), 12, &[(Kind::Carried, "r4"), (Kind::Carried, "r5")]);
+        std::fs::write(dir.path().join("x.tmp"), b"half").unwrap();
+        let replay = replay(dir.path()).unwrap();
+        let ids: Vec<_> = replay.records.iter().map(|r| (r.request_id.as_str(), r.status)).collect();
+        assert_eq!(ids, [("r1", 200), ("r4", 200), ("r2", 0), ("r5", 0)]);
+        assert_eq!(replay.unfinished, 2);
+        assert_eq!(replay.next_seq, 13);
+        assert_eq!(replay.paths.len(), 3);
+        assert!(!dir.path().join("x.tmp").exists());
+    }
+}

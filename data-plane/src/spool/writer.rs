@@ -1,0 +1,176 @@
+//! The spool's one writer task. It takes every entry waiting on its channel,
+//! encodes them into one buffer, appends it to the current segment with one
+//! write(2) (fsyncing first under `SyncPolicy::Batch`), then wakes the
+//! waiters of all of them. File work runs on the blocking pool. A failed
+//! write is logged and the segment sealed, so the next group starts a
+//! clean file; the entries still reach the reporter from memory.
+
+use std::{fs::File, io::Write as _, path::PathBuf, time::Duration};
+
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::MissedTickBehavior,
+};
+
+use super::{Entry, Kind, Sealed, SyncPolicy, log};
+use crate::meter::UsageRecord;
+
+/// Most entries in one group commit.
+const MAX_GROUP: usize = 4096;
+
+/// The writer task's state.
+pub struct Writer {
+    dir: PathBuf,
+    next_seq: u64,
+    sync: SyncPolicy,
+    entries: mpsc::UnboundedReceiver<Entry>,
+    flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+    sealed: mpsc::UnboundedSender<Sealed>,
+    current: Option<Segment>,
+}
+
+/// The segment being appended to.
+struct Segment {
+    seq: u64,
+    path: PathBuf,
+    file: Option<File>,
+    entries: Vec<(Kind, UsageRecord)>,
+    failed: bool,
+}
+
+// === impl Writer ===
+
+impl Writer {
+    /// A writer starting at segment `next_seq` in `dir`.
+    pub fn new(
+        dir: PathBuf,
+        next_seq: u64,
+        sync: SyncPolicy,
+        entries: mpsc::UnboundedReceiver<Entry>,
+        flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+        sealed: mpsc::UnboundedSender<Sealed>,
+    ) -> Writer {
+        Writer { dir, next_seq, sync, entries, flush, sealed, current: None }
+    }
+
+    /// Appends and seals until every entry sender is gone; seals what is
+    /// left on the way out.
+    pub async fn run(mut self, interval: Duration) {
+        let mut tick = tokio::time::interval(interval.max(Duration::from_millis(1)));
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                entry = self.entries.recv() => match entry {
+                    Some(entry) => self.commit_waiting(entry).await,
+                    None => break,
+                },
+                Some(done) = self.flush.recv() => {
+                    while let Ok(entry) = self.entries.try_recv() {
+                        self.commit_waiting(entry).await;
+                    }
+                    self.seal().await;
+                    let _ = done.send(());
+                }
+                _ = tick.tick() => self.seal().await,
+            }
+        }
+        self.seal().await;
+    }
+
+    /// Commits `first` and whatever else is waiting, as one group.
+    async fn commit_waiting(&mut self, first: Entry) {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match self.entries.try_recv() {
+                Ok(entry) => group.push(entry),
+                Err(_) => break,
+            }
+        }
+        self.commit(group).await;
+    }
+
+    async fn commit(&mut self, group: Vec<Entry>) {
+        let mut bytes = Vec::with_capacity(group.len() * 256);
+        for entry in &group {
+            log::encode(entry.kind, &entry.record, &mut bytes);
+        }
+        let segment = match &mut self.current {
+            Some(segment) => segment,
+            None => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let path = log::segment_path(&self.dir, seq);
+                self.current.insert(Segment { seq, path, file: None, entries: Vec::new(), failed: false })
+            }
+        };
+        let (file, path, sync) = (segment.file.take(), segment.path.clone(), self.sync);
+        let written = tokio::task::spawn_blocking(move || append(file, &path, &bytes, sync)).await;
+        match written {
+            Ok(Ok(file)) => segment.file = Some(file),
+            Ok(Err(error)) => {
+                tracing::error!(%error, file = %segment.path.display(), "cannot append to the usage spool");
+                segment.failed = true;
+            }
+            Err(error) => {
+                tracing::error!(%error, "usage spool write did not finish");
+                segment.failed = true;
+            }
+        }
+        for entry in group {
+            if let Some(done) = entry.done {
+                let _ = done.send(());
+            }
+            segment.entries.push((entry.kind, entry.record));
+        }
+        if segment.failed {
+            self.seal().await;
+        }
+    }
+
+    /// Closes the current segment (fsyncing it under `Interval`) and hands
+    /// it to the reporter.
+    async fn seal(&mut self) {
+        let Some(mut segment) = self.current.take() else {
+            return;
+        };
+        if let (Some(file), SyncPolicy::Interval) = (segment.file.take(), self.sync) {
+            let synced = tokio::task::spawn_blocking(move || file.sync_data()).await;
+            if !matches!(synced, Ok(Ok(()))) {
+                tracing::error!(file = %segment.path.display(), "cannot fsync a usage spool segment");
+            }
+        }
+        let sealed = Sealed { seq: segment.seq, path: segment.path, entries: segment.entries };
+        if self.sealed.send(sealed).is_err() {
+            tracing::debug!("usage reporter is gone; segment left for the next start");
+        }
+    }
+}
+
+/// Appends `bytes` to `file` (creating `path`, 0600, when there is none)
+/// and fsyncs under `Batch`; a new file's directory entry is fsynced too.
+fn append(file: Option<File>, path: &std::path::Path, bytes: &[u8], sync: SyncPolicy) -> std::io::Result<File> {
+    let mut file = match file {
+        Some(file) => file,
+        None => {
+            let mut options = std::fs::OpenOptions::new();
+            options.append(true).create(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt as _;
+                options.mode(0o600);
+            }
+            let file = options.open(path)?;
+            if sync == SyncPolicy::Batch
+                && let Some(dir) = path.parent()
+            {
+                File::open(dir)?.sync_all()?;
+            }
+            file
+        }
+    };
+    file.write_all(bytes)?;
+    if sync == SyncPolicy::Batch {
+        file.sync_data()?;
+    }
+    Ok(file)
+}
