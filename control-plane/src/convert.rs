@@ -240,6 +240,7 @@ pub fn spend_grant(budget: String, lease: crate::store::Lease) -> pb::SpendGrant
         granted_micros: lease.granted,
         held_micros: lease.held,
         remaining_micros: lease.remaining,
+        available_micros: lease.available,
         unlimited: lease.unlimited,
         missing: lease.missing,
     }

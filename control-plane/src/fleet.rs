@@ -70,6 +70,11 @@ impl Fleet {
         });
     }
 
+    /// How many data planes hold a watch stream open now.
+    pub fn connected_count(&self) -> usize {
+        self.nodes.lock().map(|nodes| nodes.values().filter(|n| n.connected).count()).unwrap_or(0)
+    }
+
     /// Every data plane seen since this replica started, by node id.
     pub fn list(&self) -> Vec<DataPlane> {
         self.nodes.lock().map(|nodes| nodes.values().cloned().collect()).unwrap_or_default()

@@ -142,7 +142,8 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         self.seen(&request.node_id);
         let grants =
             budgets.into_iter().zip(leases).map(|(budget, lease)| convert::spend_grant(budget, lease)).collect();
-        Ok(Response::new(pb::AcquireSpendResponse { grants, ttl_secs }))
+        let data_planes = u32::try_from(self.fleet.connected_count()).unwrap_or(u32::MAX).max(1);
+        Ok(Response::new(pb::AcquireSpendResponse { grants, ttl_secs, data_planes }))
     }
 
     async fn return_spend(

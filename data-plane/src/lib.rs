@@ -180,7 +180,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         upstreams: config.upstream.build(health),
         trusted_proxies: config.trusted_proxies.clone(),
         limits: policy::limits::Limiter::new(Arc::new(permits)),
-        budgets: policy::budget::Budgets::new(Arc::new(spend), config.budget),
+        budgets: policy::budget::Budgets::new(Arc::new(spend), config.budget, Some(data_dir.join("fleet"))),
         videos,
     });
     let (stop_server, server_stopped) = oneshot::channel::<()>();

@@ -55,9 +55,10 @@ struct Cli {
     /// Lifetime of spending-budget leases in seconds, renewed while in use
     #[arg(long, env = "GW_DP_LEASE_TTL_SECS", default_value_t = 60)]
     lease_ttl_secs: u64,
-    /// USD per token quota or account balance this data plane may admit
-    /// beyond its leases while the control plane is unreachable
-    #[arg(long, env = "GW_DP_OFFLINE_ALLOWANCE", default_value = "0")]
+    /// What this data plane may admit per token quota or account balance
+    /// beyond its leases while the control plane is unreachable: `share` (what
+    /// was left divided by the data planes) or an amount in USD
+    #[arg(long, env = "GW_DP_OFFLINE_ALLOWANCE", default_value = "share")]
     offline_allowance: String,
     /// Output tokens reserved for a request that names no maximum
     #[arg(long, env = "GW_DP_DEFAULT_MAX_OUTPUT_TOKENS", default_value_t = 4096)]
@@ -95,8 +96,13 @@ fn config() -> Result<(Config, LogFormat), String> {
     config.limits.header_read_timeout = Duration::from_millis(cli.header_read_timeout_ms);
     config.limits.body_min_bytes_per_sec = cli.body_min_rate;
     config.budget.lease_ttl = Duration::from_secs(cli.lease_ttl_secs);
-    config.budget.offline_allowance = gw_pricing::parse_usd_non_negative(&cli.offline_allowance)
-        .map_err(|e| format!("--offline-allowance {:?}: {e}", cli.offline_allowance))?;
+    config.budget.offline_allowance = match cli.offline_allowance.as_str() {
+        "share" => None,
+        usd => Some(
+            gw_pricing::parse_usd_non_negative(usd)
+                .map_err(|e| format!("--offline-allowance {usd:?}: {e} (or \"share\")"))?,
+        ),
+    };
     config.budget.default_max_output_tokens = cli.default_max_output_tokens;
     config.spool_sync = cli.spool_sync;
     config.validate().map_err(|e| format!("{e:#}"))?;

@@ -126,7 +126,7 @@ impl PolicyService for FakePolicy {
                 ..Default::default()
             });
         }
-        Ok(Response::new(pb::AcquireSpendResponse { grants, ttl_secs: request.ttl_secs }))
+        Ok(Response::new(pb::AcquireSpendResponse { grants, ttl_secs: request.ttl_secs, data_planes: 1 }))
     }
 
     async fn return_spend(
@@ -370,7 +370,7 @@ async fn start(cp: SocketAddr, dir: &Path) -> gw_data_plane::Handle {
     let mut config = gw_data_plane::Config::new("127.0.0.1:0".parse().unwrap(), format!("http://{cp}"), dir, NODE_KEY);
     config.report_interval = Duration::from_millis(20);
     // Serves while the control plane is away (the restart test).
-    config.budget.offline_allowance = 1_000_000;
+    config.budget.offline_allowance = Some(1_000_000);
     gw_data_plane::start(config).await.unwrap()
 }
 

@@ -181,6 +181,8 @@ pub struct DataPlane {
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
     pub node_id: String,
+    /// `--offline-allowance` in micro-USD; `None` keeps the default (share).
+    pub offline_allowance: Option<i64>,
     running: Option<Running<gw_data_plane::Handle>>,
 }
 
@@ -323,6 +325,7 @@ impl Cluster {
                 addr: SocketAddr::from(([127, 0, 0, 1], port(mode))),
                 data_dir: cluster.dir.path().join(format!("data-plane-{i}")),
                 node_id: format!("dp-{i}"),
+                offline_allowance: None,
                 running: None,
             });
             cluster.start_data_plane(i).await?;
@@ -436,6 +439,7 @@ impl Cluster {
                 let mut config =
                     gw_data_plane::Config::new(dp.addr, endpoint, dp.data_dir.clone(), self.node_key.clone());
                 config.node_id = Some(dp.node_id.clone());
+                config.budget.offline_allowance = dp.offline_allowance;
                 let handle = gw_data_plane::start(config).await.with_context(|| format!("starting data plane {i}"))?;
                 dp.addr = handle.addr;
                 dp.running = Some(Running::InProcess(handle));
@@ -452,6 +456,9 @@ impl Cluster {
                     .arg("--node-id")
                     .arg(&dp.node_id)
                     .env("GW_NODE_KEY", &self.node_key);
+                if let Some(micros) = dp.offline_allowance {
+                    command.arg("--offline-allowance").arg(format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000));
+                }
                 dp.running = Some(Running::Process(Process::spawn(command)?));
             }
         }

@@ -46,6 +46,8 @@ pub struct Lease {
     pub held: i64,
     /// Quota left or the balance, before any lease.
     pub remaining: i64,
+    /// What is left after every lease, this grant included.
+    pub available: i64,
     /// The token or account is unlimited: nothing is leased.
     pub unlimited: bool,
     /// No such token or account.
@@ -180,7 +182,7 @@ pub mod conformance {
         store.create(token("lease-use-tok", "lease-use")).await.expect("create token");
         let now = crate::domain::now_unix();
         let lease = store.lease(&ask(&budget, "dp-1", 500, 500, now)).await.expect("lease");
-        assert_eq!((lease.granted, lease.held, lease.remaining), (500, 500, 1_000));
+        assert_eq!((lease.granted, lease.held, lease.remaining, lease.available), (500, 500, 1_000, 500));
         store.apply_usage(&[usage("lease-use-1", "lease-use-tok", "lease-use", "m", 200)]).await.expect("usage");
         let lease = store.lease(&ask(&budget, "dp-1", 0, 0, now)).await.expect("renew");
         assert_eq!((lease.granted, lease.held, lease.remaining), (0, 300, 800), "the cost came out of dp-1's lease");

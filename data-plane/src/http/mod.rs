@@ -170,6 +170,7 @@ pub(crate) mod tests {
             budgets: crate::policy::budget::Budgets::new(
                 Arc::new(crate::policy::budget::tests::Authority::new(i64::MAX / 4)),
                 crate::policy::budget::Config::default(),
+                None,
             ),
             videos: crate::videos::Videos::new(
                 crate::grpc::ControlPlane::new("http://127.0.0.1:1", "test-node-key").unwrap(),

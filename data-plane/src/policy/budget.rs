@@ -8,12 +8,16 @@
 //! the next request) or released if nothing was sent. Leases are sized by
 //! demand, renewed while in use, given back after `IDLE`, and lapse on both
 //! sides when a data plane is gone. While the control plane is unreachable a
-//! data plane spends what it holds until its leases lapse, plus the
-//! operator's `offline_allowance` per budget (0 by default).
+//! data plane spends what it holds, plus an offline allowance per budget:
+//! by default its share of what no lease held when it last heard (divided
+//! by the data planes the control plane counted), so the fleet together
+//! spends about what was left and no more; or a fixed amount the operator
+//! sets.
 
 use std::{
     collections::HashMap,
     future::Future,
+    path::PathBuf,
     pin::Pin,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
@@ -46,8 +50,8 @@ pub struct Config {
     /// How long leases live after each grant (the control plane clamps it).
     pub lease_ttl: Duration,
     /// Micro-USD per budget this data plane may admit beyond its leases
-    /// while the control plane is unreachable.
-    pub offline_allowance: i64,
+    /// while the control plane is unreachable; `None`: its fair share.
+    pub offline_allowance: Option<i64>,
     /// Output tokens reserved for a request that names no maximum.
     pub default_max_output_tokens: i64,
 }
@@ -67,6 +71,8 @@ pub struct Grant {
     pub granted: i64,
     /// Quota left or the balance, before leases (for refusal messages).
     pub remaining: i64,
+    /// Left after every data plane's leases.
+    pub available: i64,
     pub unlimited: bool,
     pub missing: bool,
 }
@@ -82,14 +88,15 @@ pub enum SourceError {
     Malformed { asked: usize, got: usize },
 }
 
-type Answer = Result<(Vec<Grant>, Duration), SourceError>;
+/// The grants, the lease lifetime and the number of data planes.
+type Answer = Result<(Vec<Grant>, Duration, u32), SourceError>;
 /// What `SpendSource::acquire` returns.
 pub type Grants = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 /// Where leases come from: the control plane (or a stand-in in tests).
 pub trait SpendSource: Send + Sync + 'static {
-    /// Asks for budget leased for `ttl`: one grant per ask, in order, and the
-    /// lifetime the control plane applied.
+    /// Asks for budget leased for `ttl`: one grant per ask, in order, the
+    /// lifetime the control plane applied and how many data planes it serves.
     fn acquire(&self, asks: Vec<Ask>, ttl: Duration) -> Grants;
     /// Gives budget back; best effort.
     fn give_back(&self, returns: Vec<(String, i64)>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -119,11 +126,15 @@ pub struct Reservation {
 struct Inner {
     source: Arc<dyn SpendSource>,
     config: Config,
+    /// Where the fleet size is kept across restarts, if anywhere.
+    fleet_file: Option<PathBuf>,
     state: Mutex<State>,
 }
 
 struct State {
     pools: HashMap<String, Pool>,
+    /// Data planes sharing the budgets, as last heard (1 until then).
+    data_planes: u32,
     down: Option<Down>,
     swept_at: Instant,
 }
@@ -141,8 +152,11 @@ struct Pool {
     reserved: i64,
     /// When the lease lapses here (before it does on the control plane).
     expires: Instant,
-    /// Quota left or balance, as last heard.
+    /// Quota left or balance, and what no lease holds, as last heard;
+    /// `heard` says whether anything was.
     remaining: i64,
+    available: i64,
+    heard: bool,
     /// The control plane said the budget is unlimited.
     unlimited: bool,
     /// Admitted beyond the lease while the control plane was unreachable.
@@ -175,9 +189,9 @@ enum Step {
 // === impl Config ===
 
 impl Default for Config {
-    /// 60 s leases, no offline allowance, 4,096 output tokens by default.
+    /// 60 s leases, the fair share offline, 4,096 output tokens by default.
     fn default() -> Config {
-        Config { lease_ttl: Duration::from_secs(60), offline_allowance: 0, default_max_output_tokens: 4_096 }
+        Config { lease_ttl: Duration::from_secs(60), offline_allowance: None, default_max_output_tokens: 4_096 }
     }
 }
 
@@ -187,7 +201,7 @@ impl Config {
         if !(Duration::from_secs(10)..=Duration::from_secs(3_600)).contains(&self.lease_ttl) {
             anyhow::bail!("lease lifetime {:?} must be between 10 s and an hour", self.lease_ttl);
         }
-        if self.offline_allowance < 0 || self.default_max_output_tokens < 0 {
+        if self.offline_allowance.is_some_and(|a| a < 0) || self.default_max_output_tokens < 0 {
             anyhow::bail!("the offline allowance and the default output bound cannot be negative");
         }
         Ok(())
@@ -197,9 +211,17 @@ impl Config {
 // === impl Budgets ===
 
 impl Budgets {
-    pub fn new(source: Arc<dyn SpendSource>, config: Config) -> Budgets {
-        let state = State { pools: HashMap::new(), down: None, swept_at: Instant::now() };
-        Budgets { inner: Arc::new(Inner { source, config, state: Mutex::new(state) }) }
+    /// The budget step leasing from `source`; the number of data planes
+    /// last heard is kept in `fleet_file` (when given) for the next start.
+    pub fn new(source: Arc<dyn SpendSource>, config: Config, fleet_file: Option<PathBuf>) -> Budgets {
+        let data_planes = fleet_file
+            .as_deref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .and_then(|text| text.trim().parse::<u32>().ok())
+            .unwrap_or(1)
+            .max(1);
+        let state = State { pools: HashMap::new(), data_planes, down: None, swept_at: Instant::now() };
+        Budgets { inner: Arc::new(Inner { source, config, fleet_file, state: Mutex::new(state) }) }
     }
 
     /// The settings it runs with.
@@ -213,12 +235,14 @@ impl Budgets {
     /// be reached and the leases held do not cover it. May wait up to
     /// `ACQUIRE_TIMEOUT` per lease request.
     pub async fn reserve(&self, caller: &Caller, amount: i64, revision: u64) -> Result<Reservation, ProxyError> {
+        // Each budget with what the snapshot says is left of it.
         let mut budgets = Vec::with_capacity(2);
         if !caller.token.unlimited {
-            budgets.push(format!("token:{}", caller.token.id));
+            let left = caller.token.quota_micros.saturating_sub(caller.token.used_micros);
+            budgets.push((format!("token:{}", caller.token.id), left));
         }
         if !caller.account.unlimited {
-            budgets.push(format!("account:{}", caller.account.id));
+            budgets.push((format!("account:{}", caller.account.id), caller.account.balance_micros));
         }
         let amount = amount.max(0);
         if budgets.is_empty() {
@@ -250,14 +274,14 @@ impl Budgets {
         short.then_some(pool.remaining)
     }
 
-    fn try_reserve(&self, budgets: &[String], amount: i64, revision: u64) -> Step {
+    fn try_reserve(&self, budgets: &[(String, i64)], amount: i64, revision: u64) -> Step {
         let mut state = self.inner.lock();
         let now = Instant::now();
         self.sweep(&mut state, now);
         let down = state.down.as_ref().map(|d| d.probe_at > now);
-        let allowance = self.inner.config.offline_allowance;
+        let data_planes = i64::from(state.data_planes.max(1));
         let mut short = Vec::new();
-        for budget in budgets {
+        for (budget, snapshot_left) in budgets {
             let pool = state.pools.entry(budget.clone()).or_insert_with(|| Pool::new(now));
             pool.last_used = now;
             if pool.unlimited || pool.free(now) >= amount {
@@ -270,6 +294,10 @@ impl Budgets {
             {
                 return Step::Refused(refusal(budget, pool.remaining));
             }
+            let allowance = self.inner.config.offline_allowance.unwrap_or_else(|| {
+                let left = if pool.heard { pool.available } else { *snapshot_left };
+                left.max(0) / data_planes
+            });
             match down {
                 // Unreachable and not yet time to probe: the offline allowance.
                 Some(true) if pool.offline + need <= allowance => {}
@@ -279,7 +307,7 @@ impl Budgets {
         }
         if short.is_empty() {
             let mut renew = Vec::new();
-            for budget in budgets {
+            for (budget, _) in budgets {
                 let Some(pool) = state.pools.get_mut(budget) else { continue };
                 if pool.unlimited {
                     continue;
@@ -295,7 +323,8 @@ impl Budgets {
             if !renew.is_empty() {
                 let _ = self.fetch(&mut state, renew, revision);
             }
-            let budgets = budgets.iter().filter(|b| state.pools.get(*b).is_some_and(|p| !p.unlimited)).cloned();
+            let budgets =
+                budgets.iter().map(|(b, _)| b).filter(|b| state.pools.get(*b).is_some_and(|p| !p.unlimited)).cloned();
             return Step::Reserved(Reservation { inner: Some(self.inner.clone()), budgets: budgets.collect(), amount });
         }
         let mut waits = Vec::new();
@@ -382,7 +411,19 @@ impl Inner {
             }
         }
         match answer {
-            Ok((grants, ttl)) => {
+            Ok((grants, ttl, data_planes)) => {
+                let data_planes = data_planes.max(1);
+                if state.data_planes != data_planes {
+                    state.data_planes = data_planes;
+                    if let Some(path) = &self.fleet_file {
+                        let tmp = path.with_extension("tmp");
+                        if let Err(error) =
+                            crate::durable::write_durably(&tmp, path, data_planes.to_string().as_bytes())
+                        {
+                            tracing::warn!(error = %format!("{error:#}"), "cannot keep the fleet size");
+                        }
+                    }
+                }
                 if state.down.take().is_some() {
                     tracing::info!("control plane leases budgets again");
                 }
@@ -391,6 +432,8 @@ impl Inner {
                 for (ask, grant) in asks.iter().zip(grants) {
                     let Some(pool) = state.pools.get_mut(&ask.budget) else { continue };
                     pool.remaining = grant.remaining;
+                    pool.available = grant.available;
+                    pool.heard = true;
                     pool.unlimited = grant.unlimited;
                     if pool.expires <= now {
                         // The old lease lapsed on the control plane too.
@@ -420,7 +463,7 @@ impl Inner {
                 if first {
                     tracing::warn!(
                         error = %crate::error::error_chain(&error),
-                        allowance = self.config.offline_allowance,
+                        allowance = ?self.config.offline_allowance,
                         "control plane unreachable for spending budgets; admitting only what leases hold \
                          (plus the offline allowance) until it answers"
                     );
@@ -447,6 +490,8 @@ impl Pool {
             reserved: 0,
             expires: now,
             remaining: 0,
+            available: 0,
+            heard: false,
             unlimited: false,
             offline: 0,
             refused: None,
@@ -546,11 +591,12 @@ impl SpendSource for ControlPlaneBudgets {
                 .map(|g| Grant {
                     granted: g.granted_micros.max(0),
                     remaining: g.remaining_micros,
+                    available: g.available_micros,
                     unlimited: g.unlimited,
                     missing: g.missing,
                 })
                 .collect();
-            Ok((grants, Duration::from_secs(answer.ttl_secs.into())))
+            Ok((grants, Duration::from_secs(answer.ttl_secs.into()), answer.data_planes))
         })
     }
 
@@ -633,12 +679,18 @@ pub mod tests {
                         0
                     };
                     *lent += granted;
-                    Grant { granted, remaining: self.start, unlimited: false, missing: false }
+                    Grant {
+                        granted,
+                        remaining: self.start,
+                        available: self.start - *lent,
+                        unlimited: false,
+                        missing: false,
+                    }
                 })
                 .collect();
             Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(2)).await;
-                Ok((grants, ttl))
+                Ok((grants, ttl, 4))
             })
         }
 
@@ -677,7 +729,8 @@ pub mod tests {
     }
 
     fn budgets(authority: &Arc<Authority>) -> Budgets {
-        Budgets::new(authority.clone(), Config::default())
+        let config = Config { offline_allowance: Some(0), ..Config::default() };
+        Budgets::new(authority.clone(), config, None)
     }
 
     #[tokio::test(start_paused = true)]
@@ -771,8 +824,8 @@ pub mod tests {
     async fn the_offline_allowance_is_spent_beyond_the_leases() {
         let authority = Arc::new(Authority::new(1_000_000));
         authority.down.store(true, Ordering::SeqCst);
-        let config = Config { offline_allowance: 250, ..Config::default() };
-        let budgets = Budgets::new(authority.clone(), config);
+        let config = Config { offline_allowance: Some(250), ..Config::default() };
+        let budgets = Budgets::new(authority.clone(), config, None);
         let caller = caller(false, true);
         let mut admitted = 0;
         while let Ok(reservation) = budgets.reserve(&caller, 100, 0).await {
@@ -780,6 +833,37 @@ pub mod tests {
             admitted += 1;
         }
         assert_eq!(admitted, 2, "an allowance of 250 at 100 a request");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn by_default_a_data_plane_spends_its_share_of_what_was_left_when_it_last_heard() {
+        let authority = Arc::new(Authority::new(1_000_000));
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = dir.path().join("fleet");
+        let budgets = Budgets::new(authority.clone(), Config::default(), Some(fleet.clone()));
+        let caller = caller(false, true);
+        budgets.reserve(&caller, 100, 0).await.unwrap().settle(100);
+        assert_eq!(std::fs::read_to_string(&fleet).unwrap(), "4", "the fleet size is kept");
+        let held = budgets.held("token:t1");
+        authority.down.store(true, Ordering::SeqCst);
+        let mut admitted = 0;
+        while let Ok(reservation) = budgets.reserve(&caller, 100, 0).await {
+            reservation.settle(100);
+            admitted += 1;
+        }
+        // What it held, then a quarter (4 data planes) of what no lease held.
+        let available = 1_000_000 - authority.lent("token:t1");
+        assert_eq!(admitted, held / 100 + available / 4 / 100);
+
+        // Restarted while the control plane is away: the kept fleet size and
+        // the snapshot's figure (quota 1,000 left) give a share of 250.
+        let budgets = Budgets::new(authority.clone(), Config::default(), Some(fleet));
+        let mut admitted = 0;
+        while let Ok(reservation) = budgets.reserve(&caller, 100, 0).await {
+            reservation.settle(100);
+            admitted += 1;
+        }
+        assert_eq!(admitted, 2, "a share of 250 at 100 a request");
     }
 
     #[tokio::test(start_paused = true)]

@@ -178,6 +178,7 @@ impl BudgetStore for EmbeddedStore {
                     let available = standing.remaining.saturating_sub(standing.others).saturating_sub(standing.own);
                     lease.granted = budget::grant(available, ask.need, ask.want);
                     lease.held = standing.own.saturating_add(lease.granted);
+                    lease.available = available.saturating_sub(lease.granted);
                     let key = ask.budget.to_string();
                     let expires_at = ask.now.saturating_add(ask.ttl_secs);
                     ledger

@@ -101,11 +101,11 @@ return {applied, duplicates}
 
 /// Key 7 the hold hash. Args: 1 kind, 2 id, 3 holder, 4 need, 5 want,
 /// 6 now, 7 TTL, 8 hash grace. Returns `{found, unlimited, remaining,
-/// granted, held}`; the grant follows `budget::grant`.
+/// granted, held, available}`; the grant follows `budget::grant`.
 const LEASE: &str = r"
 local found, unlimited, remaining = standing(ARGV[1], ARGV[2])
-if not found then return {0, 0, 0, 0, 0} end
-if unlimited then return {1, 1, 0, 0, 0} end
+if not found then return {0, 0, 0, 0, 0, 0} end
+if unlimited then return {1, 1, 0, 0, 0, 0} end
 local now, ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
 local others, own = holds(KEYS[7], ARGV[3], now)
 local available = remaining - others - own
@@ -118,7 +118,7 @@ local held = own + granted
 redis.call('HSET', KEYS[7], ARGV[3], string.format('%d:%d', held, now + ttl))
 local keep = ttl + tonumber(ARGV[8])
 if redis.call('TTL', KEYS[7]) < keep then redis.call('EXPIRE', KEYS[7], keep) end
-return {1, 0, remaining, granted, held}
+return {1, 0, remaining, granted, held, available - granted}
 ";
 
 /// Key 7 the hold hash. Args: 1 holder, 2 amount.
@@ -204,9 +204,9 @@ impl BudgetStore for RedisStore {
         call.key(hold_key(&ask.budget));
         call.arg(kind).arg(ask.budget.id()).arg(&ask.holder).arg(ask.need).arg(ask.want);
         call.arg(ask.now).arg(ask.ttl_secs).arg(HOLD_KEY_GRACE_SECS);
-        let (found, unlimited, remaining, granted, held): (i64, i64, i64, i64, i64) =
+        let (found, unlimited, remaining, granted, held, available): (i64, i64, i64, i64, i64, i64) =
             call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
-        Ok(Lease { granted, held, remaining, unlimited: unlimited == 1, missing: found == 0 })
+        Ok(Lease { granted, held, remaining, available, unlimited: unlimited == 1, missing: found == 0 })
     }
 
     async fn release(&self, budget: &Budget, holder: &str, amount: i64) -> Result<()> {
