@@ -167,6 +167,15 @@ async fn four_data_planes_with_eight_clients_each_admit_exactly_a_token_quota() 
     let f = setup().await;
     let quota = 10 * PRICE;
     let c = customer(&f, "quota", Some(1_000_000), Some(quota)).await;
+    let saved = f.cluster.data_planes[0].data_dir.join("snapshot.pb");
+    let saved_at = || std::fs::metadata(&saved).and_then(|m| m.modified()).ok();
+    // The data plane saves policy changes at most once a second.
+    let before = eventually("the saved snapshot to settle", Duration::from_secs(10), || async {
+        let first = saved_at()?;
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        (saved_at() == Some(first)).then_some(first)
+    })
+    .await;
     let (admitted, refusals) = spend_until_refused(&f, &c.key).await;
     for (status, message) in &refusals {
         assert_eq!((*status, message.split(" (request id").next().unwrap_or_default()), (403, "该令牌额度已用尽"));
@@ -178,6 +187,7 @@ async fn four_data_planes_with_eight_clients_each_admit_exactly_a_token_quota() 
     assert_eq!(cost, quota);
     let token = f.cluster.admin().get_token(pb::GetRequest { id: c.token.clone() }).await.expect("token").into_inner();
     assert_eq!(token.used_micros, quota, "gwctl shows the quota used");
+    assert_eq!(saved_at(), Some(before), "spending rewrote the data plane's saved policy snapshot");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
