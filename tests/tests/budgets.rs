@@ -232,31 +232,24 @@ async fn concurrent_videos_on_four_data_planes_never_overdraw_an_account() {
     assert_eq!(account.balance_micros, 100_000, "never below zero");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn without_the_control_plane_and_no_offline_allowance_data_planes_spend_only_what_they_hold() {
-    let mut f = setup().await;
-    for i in 0..DATA_PLANES {
-        f.cluster.data_planes[i].offline_allowance = Some(0);
-        f.cluster.stop_data_plane(i).await;
-        f.cluster.start_data_plane(i).await.expect("data plane");
-    }
-    let quota = 1_000 * PRICE;
-    let c = customer(&f, "outage", Some(100_000_000), Some(quota)).await;
-    // Leases are taken while the control plane answers.
+/// Sends 5 requests to each data plane (leases are taken), stops the
+/// control plane, and lets 8 clients per data plane spend until refused.
+/// Returns (admitted before, admitted during the outage, ledger cost).
+async fn spend_through_an_outage(f: &mut Fixture, c: &Customer) -> (usize, usize, i64) {
     let mut before = 0;
     for i in 0..DATA_PLANES {
         for _ in 0..5 {
-            assert_eq!(chat(&f, i, &c.key).await.0, 200);
+            assert_eq!(chat(f, i, &c.key).await.0, 200);
             before += 1;
         }
     }
     f.cluster.stop_control_plane().await;
-    let clients = (0..DATA_PLANES * CLIENTS_PER_PLANE).map(|c_| {
-        let (f, key) = (&f, c.key.clone());
+    let clients = (0..DATA_PLANES * CLIENTS_PER_PLANE).map(|n| {
+        let (f, key) = (&*f, c.key.clone());
         async move {
             let mut admitted = 0;
             loop {
-                let (status, message) = chat(f, c_ % DATA_PLANES, &key).await;
+                let (status, message) = chat(f, n % DATA_PLANES, &key).await;
                 if status != 200 {
                     assert_eq!(status, 503, "{message}");
                     return admitted;
@@ -267,8 +260,21 @@ async fn without_the_control_plane_and_no_offline_allowance_data_planes_spend_on
     });
     let during: usize = join_all(clients).await.into_iter().sum();
     f.cluster.start_control_plane().await.expect("control plane back");
-    let records = ledger(&f, &c.token, before + during).await;
-    let cost: i64 = records.iter().map(|r| r.cost_micros).sum();
+    let records = ledger(f, &c.token, before + during).await;
+    (before, during, records.iter().map(|r| r.cost_micros).sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_control_plane_and_no_offline_allowance_data_planes_spend_only_what_they_hold() {
+    let mut f = setup().await;
+    for i in 0..DATA_PLANES {
+        f.cluster.data_planes[i].offline_allowance = Some(0);
+        f.cluster.stop_data_plane(i).await;
+        f.cluster.start_data_plane(i).await.expect("data plane");
+    }
+    let quota = 1_000 * PRICE;
+    let c = customer(&f, "outage", Some(100_000_000), Some(quota)).await;
+    let (before, during, cost) = spend_through_an_outage(&mut f, &c).await;
     println!(
         "| control plane down, `--offline-allowance 0`, 4 × 8 clients | ${:.3} | ${:.3} before, ${:.3} during | $0.000 |",
         quota as f64 / 1e6,
@@ -277,4 +283,23 @@ async fn without_the_control_plane_and_no_offline_allowance_data_planes_spend_on
     );
     assert!(cost <= quota, "spent {cost} of {quota}");
     assert!(during > 0, "the leases held were not spent");
+    assert!(during < 100, "{during} requests during the outage: more than four data planes' leases");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_control_plane_data_planes_spend_their_share_of_what_was_left() {
+    let mut f = setup().await;
+    let quota = 100 * PRICE;
+    let c = customer(&f, "share", Some(100_000_000), Some(quota)).await;
+    let (before, during, cost) = spend_through_an_outage(&mut f, &c).await;
+    println!(
+        "| control plane down, default `--offline-allowance share`, 4 × 8 clients | ${:.3} | ${:.3} before, ${:.3} during | ${:.3} |",
+        quota as f64 / 1e6,
+        (before as i64 * PRICE) as f64 / 1e6,
+        (during as i64 * PRICE) as f64 / 1e6,
+        (cost - quota).max(0) as f64 / 1e6
+    );
+    assert!(during > 0, "nothing was admitted during the outage");
+    // Each data plane: its leases and a quarter of what no lease held.
+    assert!(cost < 2 * quota, "spent {cost} of {quota}: the fleet may not spend N times a cap");
 }

@@ -631,7 +631,7 @@ pub mod tests {
 
     use super::*;
     use crate::policy::{
-        domain::{Account, Group, RateLimit, Token},
+        domain::{Account, Token},
         snapshot::tests as fx,
     };
 
@@ -707,25 +707,8 @@ pub mod tests {
 
     fn caller(token_unlimited: bool, account_unlimited: bool) -> Caller {
         let token = Token { unlimited: token_unlimited, quota_micros: 1_000, ..fx::token("t1", "sk-x") };
-        let account = Account {
-            id: "a1".into(),
-            name: "a1".into(),
-            balance_micros: 1_000,
-            unlimited: account_unlimited,
-            groups: vec![],
-            enabled: true,
-            used_micros: 0,
-            created_at: 0,
-        };
-        let group = Group {
-            name: "g".into(),
-            ratio_ppm: 1_000_000,
-            ratio: 1.0,
-            deprecated: false,
-            description: String::new(),
-            rate_limit: RateLimit::default(),
-        };
-        Caller { token: Arc::new(token), account: Arc::new(account), group: Arc::new(group) }
+        let account = Account { balance_micros: 1_000, unlimited: account_unlimited, ..fx::account("a1") };
+        Caller { token: Arc::new(token), account: Arc::new(account), group: Arc::new(fx::group("g")) }
     }
 
     fn budgets(authority: &Arc<Authority>) -> Budgets {

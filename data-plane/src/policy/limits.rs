@@ -587,7 +587,7 @@ mod tests {
     use crate::{
         http,
         pipeline::App,
-        policy::domain::{Account, Group, Token},
+        policy::domain::{Group, Token},
         policy::snapshot::tests as fx,
     };
 
@@ -665,24 +665,8 @@ mod tests {
     /// A caller of token `token` in account `account`, group `g`.
     fn caller(token: &str, account: &str, token_limit: RateLimit, group_limit: RateLimit) -> Caller {
         let token = Token { account_id: account.into(), rate_limit: token_limit, ..fx::token(token, "sk-x") };
-        let account = Account {
-            id: account.into(),
-            name: account.into(),
-            balance_micros: 1,
-            unlimited: true,
-            groups: vec![],
-            enabled: true,
-            used_micros: 0,
-            created_at: 0,
-        };
-        let group = Group {
-            name: "g".into(),
-            ratio_ppm: 1_000_000,
-            ratio: 1.0,
-            deprecated: false,
-            description: String::new(),
-            rate_limit: group_limit,
-        };
+        let account = fx::account(account);
+        let group = Group { rate_limit: group_limit, ..fx::group("g") };
         Caller { token: Arc::new(token), account: Arc::new(account), group: Arc::new(group) }
     }
 

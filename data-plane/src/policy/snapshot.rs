@@ -350,6 +350,32 @@ pub(crate) mod tests {
         }
     }
 
+    /// An enabled, unlimited account `id` with a balance of 1 µ$.
+    pub fn account(id: &str) -> Account {
+        Account {
+            id: id.into(),
+            name: id.into(),
+            balance_micros: 1,
+            unlimited: true,
+            groups: vec![],
+            enabled: true,
+            used_micros: 0,
+            created_at: 0,
+        }
+    }
+
+    /// Group `name` at list prices, without a rate limit.
+    pub fn group(name: &str) -> Group {
+        Group {
+            name: name.into(),
+            ratio_ppm: 1_000_000,
+            ratio: 1.0,
+            deprecated: false,
+            description: String::new(),
+            rate_limit: RateLimit::default(),
+        }
+    }
+
     pub fn token(id: &str, key: &str) -> Token {
         use sha2::Digest as _;
         Token {

@@ -196,30 +196,6 @@ impl Fold {
     }
 }
 
-impl From<pb::UsageRecord> for UsageRecord {
-    fn from(r: pb::UsageRecord) -> UsageRecord {
-        UsageRecord {
-            request_id: r.request_id,
-            token_id: r.token_id,
-            account_id: r.account_id,
-            group: r.group,
-            model: r.model,
-            channel_id: r.channel_id,
-            endpoint: r.endpoint,
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            cached_tokens: r.cached_tokens,
-            cost_micros: r.cost_micros,
-            latency_ms: r.latency_ms,
-            status: u16::try_from(r.status).unwrap_or(u16::MAX),
-            created_at: r.created_at,
-            node_id: r.node_id,
-            estimated: r.estimated,
-            units: crate::pricing::Units { images: r.images, audio_millis: r.audio_millis },
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
