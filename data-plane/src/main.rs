@@ -66,7 +66,7 @@ struct Cli {
     /// When the usage spool fsyncs: `batch` (each group commit, before the
     /// answer is released; survives power loss) or `interval` (each 200 ms
     /// segment; a process crash still loses nothing)
-    #[arg(long, env = "GW_DP_SPOOL_SYNC", default_value = "batch")]
+    #[arg(long, env = "GW_DP_SPOOL_SYNC", default_value = "interval")]
     spool_sync: gw_data_plane::SpoolSync,
     /// Log lines as `text` (colour only on a terminal) or `json` (one object a line)
     #[arg(long, env = "GW_LOG_FORMAT", default_value = "text")]
