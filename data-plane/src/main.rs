@@ -7,6 +7,11 @@ use clap::Parser;
 use gw_data_plane::{Config, parse_trusted_proxies, read_node_key};
 use gw_telemetry::LogFormat;
 
+/// mimalloc: the data plane allocates and frees many small buffers per
+/// request, and `bench/run` showed glibc's allocator among its top costs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The gateway's data plane: the OpenAI-compatible /v1 proxy.
 #[derive(Debug, Parser)]
 #[command(version, about)]

@@ -50,10 +50,16 @@ pub struct Config {
     pub backoff_cap: Duration,
 }
 
+/// Parsed upstream URLs kept (channels × paths; query strings make more).
+const MAX_CACHED_URLS: usize = 4_096;
+
 /// Shared upstream HTTP clients (connection pools), the timeout and retry
 /// settings, and channel health.
 pub struct Upstreams {
     clients: RwLock<HashMap<Duration, reqwest::Client>>,
+    /// Upstream URLs parsed once (`base_url` + path → URL): parsing one,
+    /// host name rules included, on every request costs more than a lookup.
+    urls: RwLock<HashMap<String, reqwest::Url>>,
     config: Config,
     /// Consecutive failures per channel; reports the ones that keep failing.
     pub health: Health,
@@ -95,7 +101,7 @@ impl Config {
 
     /// The live upstream side, recording channel health in `health`.
     pub fn build(self, health: Health) -> Upstreams {
-        Upstreams { clients: RwLock::default(), config: self, health }
+        Upstreams { clients: RwLock::default(), urls: RwLock::default(), config: self, health }
     }
 }
 
@@ -135,6 +141,25 @@ impl Upstreams {
             })?;
         let mut clients = self.clients.write().unwrap_or_else(PoisonError::into_inner);
         Ok(clients.entry(connect).or_insert(client).clone())
+    }
+
+    /// `channel`'s base URL + `path`, parsed; each is parsed once (at most
+    /// `MAX_CACHED_URLS` are kept, then parsing starts over).
+    fn url(&self, channel: &Channel, path: &str) -> Result<reqwest::Url, ProxyError> {
+        let text = format!("{}{path}", channel.base_url);
+        if let Some(url) = self.urls.read().unwrap_or_else(PoisonError::into_inner).get(&text) {
+            return Ok(url.clone());
+        }
+        let url = reqwest::Url::parse(&text).map_err(|_| {
+            tracing::warn!(channel = %channel.id, "the channel's base URL does not parse");
+            ProxyError::UpstreamConnect
+        })?;
+        let mut urls = self.urls.write().unwrap_or_else(PoisonError::into_inner);
+        if urls.len() >= MAX_CACHED_URLS {
+            urls.clear();
+        }
+        urls.insert(text, url.clone());
+        Ok(url)
     }
 
     /// Sends a chat completion `body` to `channel` and returns once the
@@ -194,7 +219,7 @@ impl Upstreams {
         let timeouts = channel.timeouts;
         let client = self.client(timeouts.connect.unwrap_or(self.config.connect_timeout))?;
         let total = timeouts.total.unwrap_or(self.config.total_timeout);
-        let url = format!("{}{path}", channel.base_url);
+        let url = self.url(channel, path)?;
         headers.remove(header::AUTHORIZATION);
         headers.remove("x-api-key");
         let (name, credential) = super::credential(channel)?;
