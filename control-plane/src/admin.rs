@@ -3,6 +3,9 @@
 //! reaches the data planes through the change feed. Updates change only the
 //! fields they name, in one atomic `Store::modify`, so concurrent updates
 //! through any replica never undo one another.
+//!
+//! Lists page in id order: a page token is the last id of the previous
+//! page, so a page never repeats or skips an item that stayed in place.
 
 use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
 
@@ -123,6 +126,11 @@ impl AdminApi {
         Ok(())
     }
 
+    /// Every stored resource of type `T`, ordered by id.
+    async fn list<T: Stored>(&self) -> Result<Vec<T>, Status> {
+        Ok(self.store.list(T::KIND).await?.into_iter().filter_map(T::from_resource).collect())
+    }
+
     async fn tokens_where(&self, keep: impl Fn(&Token) -> bool) -> Result<usize, Status> {
         let tokens = self.store.list(Kind::Token).await?;
         Ok(tokens.iter().filter(|r| matches!(r, Resource::Token(t) if keep(t))).count())
@@ -150,13 +158,17 @@ impl pb::admin_service_server::AdminService for AdminApi {
         Ok(Response::new(account.into()))
     }
 
-    async fn list_accounts(&self, _: Request<pb::ListRequest>) -> Answer<pb::ListAccountsResponse> {
-        let items = self.store.list(Kind::Account).await?;
-        let items = items.into_iter().filter_map(|r| match r {
-            Resource::Account(a) => Some(a.into()),
-            _ => None,
-        });
-        Ok(Response::new(pb::ListAccountsResponse { items: items.collect() }))
+    async fn list_accounts(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListAccountsResponse> {
+        let r = request.into_inner();
+        let accounts = self.list::<Account>().await?;
+        let keep = |a: &Account| {
+            is(&r.status, &a.status) && is(&r.name, &a.name) && (r.group.is_empty() || a.groups.contains(&r.group))
+        };
+        let (items, next_page_token) = page(accounts, |a| &a.id, keep, &r);
+        Ok(Response::new(pb::ListAccountsResponse {
+            items: items.into_iter().map(Into::into).collect(),
+            next_page_token,
+        }))
     }
 
     async fn get_account(&self, request: Request<pb::GetRequest>) -> Answer<pb::Account> {
@@ -219,13 +231,14 @@ impl pb::admin_service_server::AdminService for AdminApi {
         Ok(Response::new(group.into()))
     }
 
-    async fn list_groups(&self, _: Request<pb::ListRequest>) -> Answer<pb::ListGroupsResponse> {
-        let items = self.store.list(Kind::Group).await?;
-        let items = items.into_iter().filter_map(|r| match r {
-            Resource::Group(g) => Some(g.into()),
-            _ => None,
-        });
-        Ok(Response::new(pb::ListGroupsResponse { items: items.collect() }))
+    async fn list_groups(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListGroupsResponse> {
+        let r = request.into_inner();
+        let groups = self.list::<Group>().await?;
+        let (items, next_page_token) = page(groups, |g| &g.name, |g| is(&r.name, &g.name), &r);
+        Ok(Response::new(pb::ListGroupsResponse {
+            items: items.into_iter().map(Into::into).collect(),
+            next_page_token,
+        }))
     }
 
     async fn get_group(&self, request: Request<pb::GetRequest>) -> Answer<pb::Group> {
@@ -303,13 +316,21 @@ impl pb::admin_service_server::AdminService for AdminApi {
         Ok(Response::new(pb::CreatedToken { token: Some(token.into()), key }))
     }
 
-    async fn list_tokens(&self, _: Request<pb::ListRequest>) -> Answer<pb::ListTokensResponse> {
-        let items = self.store.list(Kind::Token).await?;
-        let items = items.into_iter().filter_map(|r| match r {
-            Resource::Token(t) => Some(t.into()),
-            _ => None,
-        });
-        Ok(Response::new(pb::ListTokensResponse { items: items.collect() }))
+    async fn list_tokens(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListTokensResponse> {
+        let r = request.into_inner();
+        let tokens = self.list::<Token>().await?;
+        let keep = |t: &Token| {
+            is(&r.status, &t.status)
+                && is(&r.name, &t.name)
+                && is(&r.group, &t.group)
+                && is(&r.account_id, &t.account_id)
+                && (r.model.is_empty() || t.models.is_empty() || t.models.contains(&r.model))
+        };
+        let (items, next_page_token) = page(tokens, |t| &t.id, keep, &r);
+        Ok(Response::new(pb::ListTokensResponse {
+            items: items.into_iter().map(Into::into).collect(),
+            next_page_token,
+        }))
     }
 
     async fn get_token(&self, request: Request<pb::GetRequest>) -> Answer<pb::Token> {
@@ -406,13 +427,18 @@ impl pb::admin_service_server::AdminService for AdminApi {
         Ok(Response::new(convert::channel_redacted(channel)))
     }
 
-    async fn list_channels(&self, _: Request<pb::ListRequest>) -> Answer<pb::ListChannelsResponse> {
-        let items = self.store.list(Kind::Channel).await?;
-        let items = items.into_iter().filter_map(|r| match r {
-            Resource::Channel(c) => Some(convert::channel_redacted(c)),
-            _ => None,
-        });
-        Ok(Response::new(pb::ListChannelsResponse { items: items.collect() }))
+    async fn list_channels(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListChannelsResponse> {
+        let r = request.into_inner();
+        let channels = self.list::<Channel>().await?;
+        let keep = |c: &Channel| {
+            is(&r.status, &c.status)
+                && is(&r.name, &c.name)
+                && (r.group.is_empty() || c.groups.contains(&r.group))
+                && (r.model.is_empty() || c.models.contains(&r.model))
+        };
+        let (items, next_page_token) = page(channels, |c| &c.id, keep, &r);
+        let items = items.into_iter().map(convert::channel_redacted).collect();
+        Ok(Response::new(pb::ListChannelsResponse { items, next_page_token }))
     }
 
     async fn get_channel(&self, request: Request<pb::GetRequest>) -> Answer<pb::Channel> {
@@ -477,13 +503,15 @@ impl pb::admin_service_server::AdminService for AdminApi {
         Ok(Response::new(model.into()))
     }
 
-    async fn list_models(&self, _: Request<pb::ListRequest>) -> Answer<pb::ListModelsResponse> {
-        let items = self.store.list(Kind::Model).await?;
-        let items = items.into_iter().filter_map(|r| match r {
-            Resource::Model(m) => Some(m.into()),
-            _ => None,
-        });
-        Ok(Response::new(pb::ListModelsResponse { items: items.collect() }))
+    async fn list_models(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListModelsResponse> {
+        let r = request.into_inner();
+        let models = self.list::<Model>().await?;
+        let keep = |m: &Model| is(&r.category, &m.category) && is(&r.model, &m.id) && is(&r.name, &m.id);
+        let (items, next_page_token) = page(models, |m| &m.id, keep, &r);
+        Ok(Response::new(pb::ListModelsResponse {
+            items: items.into_iter().map(Into::into).collect(),
+            next_page_token,
+        }))
     }
 
     async fn get_model(&self, request: Request<pb::GetRequest>) -> Answer<pb::Model> {
@@ -517,14 +545,25 @@ impl pb::admin_service_server::AdminService for AdminApi {
 
     async fn list_usage(&self, request: Request<pb::ListUsageRequest>) -> Answer<pb::ListUsageResponse> {
         let r = request.into_inner();
+        if r.from > 0 && r.to > 0 && r.from >= r.to {
+            return Err(Status::invalid_argument("from must be before to"));
+        }
         let filter = UsageFilter {
             token_id: r.token_id,
             account_id: r.account_id,
             model: r.model,
+            group: r.group,
+            channel_id: r.channel_id,
+            from: r.from,
+            to: r.to,
+            // A page is at most 10,000 records; the next page token says
+            // whether more match.
             limit: if r.limit == 0 { 100 } else { r.limit.min(10_000) as usize },
+            cursor: r.page_token,
         };
-        let items = self.store.list_usage(&filter).await?;
-        Ok(Response::new(pb::ListUsageResponse { items: items.into_iter().map(Into::into).collect() }))
+        let page = self.store.list_usage_page(&filter).await?;
+        let items = page.items.into_iter().map(Into::into).collect();
+        Ok(Response::new(pb::ListUsageResponse { items, next_page_token: page.next }))
     }
 
     async fn list_video_tasks(
@@ -538,11 +577,13 @@ impl pb::admin_service_server::AdminService for AdminApi {
         video::rpc::admin_get(self.videos()?, request.into_inner()).await.map(Response::new)
     }
 
-    async fn list_data_planes(&self, _: Request<pb::ListRequest>) -> Answer<pb::ListDataPlanesResponse> {
+    async fn list_data_planes(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListDataPlanesResponse> {
+        let r = request.into_inner();
         let revision = self.store.revision().await?;
-        let items = self
-            .fleet
-            .list()
+        let mut nodes = self.fleet.list();
+        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        let (nodes, next_page_token) = page(nodes, |n| &n.node_id, |_| true, &r);
+        let items = nodes
             .into_iter()
             .map(|n| pb::DataPlane {
                 node_id: n.node_id,
@@ -556,7 +597,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 last_error: n.last_error,
             })
             .collect();
-        Ok(Response::new(pb::ListDataPlanesResponse { items, revision }))
+        Ok(Response::new(pb::ListDataPlanesResponse { items, revision, next_page_token }))
     }
 }
 
@@ -585,6 +626,34 @@ fn new_id(prefix: &str) -> String {
     let body: String =
         rand::rng().sample_iter(&Alphanumeric).map(|b| char::from(b).to_ascii_lowercase()).take(12).collect();
     format!("{prefix}_{body}")
+}
+
+/// Whether `have` passes the filter `want`; an empty filter passes anything.
+fn is(want: &str, have: &str) -> bool {
+    want.is_empty() || want == have
+}
+
+/// The page of `items` (in `id` order) that `request` asks for: those that
+/// `keep`, after its page token, at most `page_size` of them (all for 0);
+/// and the token of the next page, empty when this is the last.
+fn page<T>(
+    items: Vec<T>,
+    id: impl Fn(&T) -> &String,
+    keep: impl Fn(&T) -> bool,
+    request: &pb::ListRequest,
+) -> (Vec<T>, String) {
+    let after = request.page_token.as_str();
+    let size = match request.page_size {
+        0 => usize::MAX,
+        size => size as usize,
+    };
+    let mut matching = items.into_iter().filter(|item| id(item).as_str() > after && keep(item));
+    let page: Vec<T> = matching.by_ref().take(size).collect();
+    let next = match (page.last(), matching.next()) {
+        (Some(last), Some(_)) => id(last).clone(),
+        _ => String::new(),
+    };
+    (page, next)
 }
 
 /// Sets `field` to `value` when the request named one.

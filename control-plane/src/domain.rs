@@ -171,13 +171,30 @@ pub struct UsageOutcome {
     pub refused: u32,
 }
 
-/// Filter of `Store::list_usage`; empty fields match everything.
+/// Filter of `Store::list_usage`; empty fields (and zero times) match
+/// everything.
 #[derive(Debug, Clone, Default)]
 pub struct UsageFilter {
     pub token_id: String,
     pub account_id: String,
     pub model: String,
+    pub group: String,
+    pub channel_id: String,
+    /// Records made at or after this Unix second.
+    pub from: i64,
+    /// Records made before this Unix second.
+    pub to: i64,
     pub limit: usize,
+    /// Where the previous page ended (`UsagePage::next`); empty for the first.
+    pub cursor: String,
+}
+
+/// One page of usage records, newest first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsagePage {
+    pub items: Vec<UsageRecord>,
+    /// Where the next page starts; empty when no older record is left.
+    pub next: String,
 }
 
 // === impl Group ===

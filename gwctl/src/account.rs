@@ -3,40 +3,67 @@
 
 use anyhow::Result;
 use gw_proto::pb;
-use serde_json::Value;
 
 use crate::client::{Admin, RpcResult};
-use crate::flags::{CsvList, Status};
+use crate::confirm::{self, DeleteArgs};
+use crate::flags::{CsvList, Page, Status};
 use crate::money;
 use crate::output::{self, Output, Render};
+use crate::{resolve, schema};
 
-/// Account verbs.
+/// Account verbs. Wherever an account is named, its id or its (unique)
+/// name will do.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Create an account.
+    #[command(after_help = "Examples:\n  \
+        gwctl account create --name acme --balance 100\n  \
+        gwctl account create --name internal --unlimited --groups default,vip")]
     Create(CreateArgs),
-    /// List accounts.
-    #[command(alias = "ls")]
-    List,
+    /// List accounts, by id.
+    #[command(
+        alias = "ls",
+        after_help = "Examples:\n  \
+        gwctl account list\n  \
+        gwctl account list --status disabled -o name\n  \
+        gwctl account list --group vip --limit 50 --continue acc_k2x9"
+    )]
+    List(ListArgs),
     /// Show one account.
-    Get { id: String },
+    #[command(after_help = "Examples:\n  gwctl account get acme\n  gwctl account get acc_3k2j9x -o json")]
+    Get {
+        /// Id or name of the account.
+        account: String,
+    },
     /// Add to (or, with a negative amount, deduct from) an account's balance.
-    #[command(alias = "top-up")]
+    #[command(
+        alias = "top-up",
+        after_help = "Examples:\n  gwctl account topup acme --amount 25\n  gwctl account topup acme --amount -2.5"
+    )]
     Topup {
-        id: String,
+        /// Id or name of the account.
+        account: String,
         /// US dollars, up to 6 decimals; negative deducts.
         #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd)]
         amount: i64,
     },
     /// Change an account; flags left out stay as they are.
+    #[command(after_help = "Examples:\n  \
+        gwctl account update acme --groups default,vip\n  \
+        gwctl account update acme --status disabled\n  \
+        gwctl account update acc_3k2j9x --name acme-corp")]
     Update(UpdateArgs),
-    /// Delete an account.
-    #[command(alias = "rm")]
-    Delete { id: String },
+    /// Delete an account (it must have no tokens left).
+    #[command(
+        alias = "rm",
+        after_help = "Examples:\n  gwctl account delete acme --dry-run\n  gwctl account delete acme --yes"
+    )]
+    Delete(DeleteArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
+    /// Name of the account, unique among accounts.
     #[arg(long)]
     name: String,
     /// Opening balance in US dollars.
@@ -51,15 +78,31 @@ pub struct CreateArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only accounts in this status.
+    #[arg(long, value_enum)]
+    status: Option<Status>,
+    /// Only accounts allowed this group.
+    #[arg(long)]
+    group: Option<String>,
+    #[command(flatten)]
+    page: Page,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct UpdateArgs {
-    id: String,
+    /// Id or name of the account.
+    account: String,
+    /// New name, unique among accounts.
     #[arg(long)]
     name: Option<String>,
     /// Replaces the allowed groups, comma-separated.
     #[arg(long)]
     groups: Option<CsvList>,
+    /// Whether the balance may go below zero without refusals.
     #[arg(long)]
     unlimited: Option<bool>,
+    /// Enable or disable every token of the account.
     #[arg(long, value_enum)]
     status: Option<Status>,
 }
@@ -76,29 +119,43 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             };
             output::render_one(out, &admin.create_account(request).await.rpc()?)
         }
-        Command::List => {
-            let list = admin.list_accounts(pb::ListRequest {}).await.rpc()?;
-            output::render_list(out, &list.items)
+        Command::List(args) => {
+            let request = pb::ListRequest {
+                status: args.status.map(|s| s.as_str().to_owned()).unwrap_or_default(),
+                group: args.group.unwrap_or_default(),
+                ..args.page.request()
+            };
+            let list = admin.list_accounts(request).await.rpc()?;
+            output::render_list(out, &list.items, &list.next_page_token)
         }
-        Command::Get { id } => output::render_one(out, &admin.get_account(pb::GetRequest { id }).await.rpc()?),
-        Command::Topup { id, amount } => {
+        Command::Get { account } => {
+            let id = resolve::account(admin, &account).await?;
+            output::render_one(out, &admin.get_account(pb::GetRequest { id }).await.rpc()?)
+        }
+        Command::Topup { account, amount } => {
+            let id = resolve::account(admin, &account).await?;
             let request = pb::TopUpRequest { id, amount_micros: amount };
             output::render_one(out, &admin.top_up_account(request).await.rpc()?)
         }
-        Command::Update(args) => {
+        Command::Update(mut args) => {
+            args.account = resolve::account(admin, &args.account).await?;
             let request = update_request(args);
             output::render_one(out, &admin.update_account(request).await.rpc()?)
         }
-        Command::Delete { id } => {
-            admin.delete_account(pb::GetRequest { id: id.clone() }).await.rpc()?;
-            output::render_deleted(out, "account", &id)
+        Command::Delete(args) => {
+            let id = resolve::account(admin, &args.target).await?;
+            if !args.dry_run {
+                confirm::delete(&args, &format!("account {id} ({:?})", args.target))?;
+                admin.delete_account(pb::GetRequest { id: id.clone() }).await.rpc()?;
+            }
+            output::render_deleted(out, "account", &id, args.dry_run)
         }
     }
 }
 
 fn update_request(args: UpdateArgs) -> pb::UpdateAccountRequest {
     pb::UpdateAccountRequest {
-        id: args.id,
+        id: args.account,
         name: args.name,
         unlimited: args.unlimited,
         set_groups: args.groups.is_some(),
@@ -110,12 +167,16 @@ fn update_request(args: UpdateArgs) -> pb::UpdateAccountRequest {
 // === impl Render for pb::Account ===
 
 impl Render for pb::Account {
-    const COLUMNS: &'static [&'static str] = &["ID", "NAME", "STATUS", "BALANCE", "USED", "GROUPS", "CREATED"];
+    const COLUMNS: &'static [&'static str] = &["ID", "NAME", "STATUS", "BALANCE", "USED", "GROUPS"];
+    const WIDE: &'static [&'static str] = &["CREATED"];
+    type Json = schema::Account;
 
-    fn to_json(&self) -> Value {
-        let mut object = output::to_object(self);
-        output::add_usd(&mut object, &[("balance", self.balance_micros), ("used", self.used_micros)]);
-        Value::Object(object)
+    fn json(&self) -> schema::Account {
+        self.into()
+    }
+
+    fn name(&self) -> String {
+        self.id.clone()
     }
 
     fn row(&self) -> Vec<String> {
@@ -126,8 +187,11 @@ impl Render for pb::Account {
             balance(self),
             output::usd(self.used_micros),
             output::list(&self.groups, "-"),
-            output::time(self.created_at),
         ]
+    }
+
+    fn wide_row(&self) -> Vec<String> {
+        vec![output::time(self.created_at)]
     }
 
     fn fields(&self) -> Vec<(&'static str, String)> {
@@ -154,29 +218,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn account_json_adds_usd_next_to_micros() {
-        let account = pb::Account {
-            id: "acc_1".into(),
-            name: "acme".into(),
-            balance_micros: 100_100_000,
-            used_micros: 250_000,
-            groups: vec!["default".into()],
-            status: "enabled".into(),
-            ..Default::default()
-        };
-        let json = account.to_json();
-        assert_eq!(json["balance"], 100.1);
+    fn account_json_has_micros_and_exact_dollars() {
+        let account = pb::Account { id: "acc_1".into(), balance_micros: 100_100_000, ..Default::default() };
+        let json = serde_json::to_value(account.json()).unwrap();
         assert_eq!(json["balance_micros"], 100_100_000);
-        assert_eq!(json["used"], 0.25);
-        assert_eq!(json["used_micros"], 250_000);
-        assert_eq!(json["groups"], serde_json::json!(["default"]));
-        assert_eq!(json["id"], "acc_1");
+        assert_eq!(json["balance_usd"], "100.100000");
+        assert_eq!(account.name(), "acc_1");
     }
 
     #[test]
     fn update_only_sets_groups_when_given() {
         let args = UpdateArgs {
-            id: "a".into(),
+            account: "a".into(),
             name: None,
             groups: None,
             unlimited: Some(true),
@@ -187,8 +240,13 @@ mod tests {
         assert_eq!(request.unlimited, Some(true));
         assert_eq!(request.status.as_deref(), Some("disabled"));
 
-        let args =
-            UpdateArgs { id: "a".into(), name: None, groups: Some("".parse().unwrap()), unlimited: None, status: None };
+        let args = UpdateArgs {
+            account: "a".into(),
+            name: None,
+            groups: Some("".parse().unwrap()),
+            unlimited: None,
+            status: None,
+        };
         let request = update_request(args);
         assert!(request.set_groups && request.groups.is_empty());
     }

@@ -9,35 +9,69 @@ use std::collections::HashMap;
 
 use anyhow::{Context as _, Result, bail};
 use gw_proto::pb;
-use serde_json::Value;
 
 use crate::client::{Admin, RpcResult};
-use crate::flags::{self, CsvList, Status};
+use crate::confirm::{self, DeleteArgs};
+use crate::flags::{self, CsvList, Page, Status};
 use crate::output::{self, Output, Render};
+use crate::{resolve, schema};
 
-/// Channel verbs.
+/// Channel verbs. Wherever a channel is named, its id or its (unique) name
+/// will do.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Create a channel.
+    #[command(after_help = "Examples:\n  \
+        gwctl channel create --name main --base-url https://api.openai.com/v1 --key-file ~/.config/openai.key --models gpt-4o,gpt-4o-mini\n  \
+        gwctl channel create --name claude --type anthropic --base-url https://api.anthropic.com/v1 --key - --models claude-sonnet-4 < key.txt\n  \
+        gwctl channel create --name local --base-url http://127.0.0.1:11434/v1 --no-key --models llama3 --priority -1")]
     Create(CreateArgs),
-    /// List channels.
-    #[command(alias = "ls")]
-    List,
+    /// List channels, by id.
+    #[command(
+        alias = "ls",
+        after_help = "Examples:\n  \
+        gwctl channel list\n  \
+        gwctl channel list --status auto_disabled\n  \
+        gwctl channel list --model gpt-4o --group vip -o wide"
+    )]
+    List(ListArgs),
     /// Show one channel.
-    Get { id: String },
+    #[command(after_help = "Examples:\n  gwctl channel get main\n  gwctl channel get ch_9d2k1x -o json")]
+    Get {
+        /// Id or name of the channel.
+        channel: String,
+    },
     /// Change a channel; flags left out stay as they are.
+    #[command(after_help = "Examples:\n  \
+        gwctl channel update main --weight 3 --priority 1\n  \
+        gwctl channel update main --key-file ~/.config/openai-new.key\n  \
+        gwctl channel update main --map gpt-4o=gpt-4o-2024-08-06")]
     Update(UpdateArgs),
     /// Stop routing to the channel.
-    Disable { id: String },
+    #[command(after_help = "Examples:\n  gwctl channel disable main")]
+    Disable {
+        /// Id or name of the channel.
+        channel: String,
+    },
     /// Route to the channel again (also clears an automatic disable).
-    Enable { id: String },
+    #[command(
+        after_help = "Examples:\n  gwctl channel enable main\n  gwctl channel list --status auto_disabled -o name | xargs -n1 gwctl channel enable"
+    )]
+    Enable {
+        /// Id or name of the channel.
+        channel: String,
+    },
     /// Delete a channel.
-    #[command(alias = "rm")]
-    Delete { id: String },
+    #[command(
+        alias = "rm",
+        after_help = "Examples:\n  gwctl channel delete main --dry-run\n  gwctl channel delete main --yes"
+    )]
+    Delete(DeleteArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
+    /// Name of the channel, unique among channels.
     #[arg(long)]
     name: String,
     /// Provider type: `openai` (chat completions) or `anthropic` (messages).
@@ -67,26 +101,45 @@ pub struct CreateArgs {
     #[arg(long, value_parser = flags::parse_model_map)]
     map: Option<HashMap<String, String>>,
     /// Upstream connect timeout in milliseconds [default: the data plane's].
-    #[arg(long, default_value_t = 0)]
-    connect_timeout_ms: u32,
+    #[arg(long, value_name = "MS")]
+    connect_timeout_ms: Option<u32>,
     /// Time to the first response byte in milliseconds [default: the data plane's].
-    #[arg(long, default_value_t = 0)]
-    first_byte_timeout_ms: u32,
+    #[arg(long, value_name = "MS")]
+    first_byte_timeout_ms: Option<u32>,
     /// Longest silence inside a response in milliseconds [default: the data plane's].
-    #[arg(long, default_value_t = 0)]
-    idle_timeout_ms: u32,
+    #[arg(long, value_name = "MS")]
+    idle_timeout_ms: Option<u32>,
     /// Whole-request deadline in milliseconds [default: the data plane's].
-    #[arg(long, default_value_t = 0)]
-    total_timeout_ms: u32,
+    #[arg(long, value_name = "MS")]
+    total_timeout_ms: Option<u32>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only channels in this status.
+    #[arg(long, value_parser = ["enabled", "disabled", "auto_disabled"])]
+    status: Option<String>,
+    /// Only channels serving this group.
+    #[arg(long)]
+    group: Option<String>,
+    /// Only channels serving this model.
+    #[arg(long)]
+    model: Option<String>,
+    #[command(flatten)]
+    page: Page,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct UpdateArgs {
-    id: String,
+    /// Id or name of the channel.
+    channel: String,
+    /// New name, unique among channels.
     #[arg(long)]
     name: Option<String>,
+    /// Provider type: `openai` or `anthropic`.
     #[arg(long = "type")]
     kind: Option<String>,
+    /// Base address including /v1.
     #[arg(long)]
     base_url: Option<String>,
     /// Replaces the upstream API key.
@@ -98,13 +151,16 @@ pub struct UpdateArgs {
     /// Replaces the groups.
     #[arg(long)]
     groups: Option<CsvList>,
+    /// Higher priority channels are tried first.
     #[arg(long, allow_negative_numbers = true)]
     priority: Option<i32>,
+    /// Share of traffic among channels of the same priority.
     #[arg(long)]
     weight: Option<u32>,
     /// Replaces the model renames; "" removes them all.
     #[arg(long, value_parser = flags::parse_model_map)]
     map: Option<HashMap<String, String>>,
+    /// Enable or disable the channel.
     #[arg(long, value_enum)]
     status: Option<Status>,
 }
@@ -155,25 +211,40 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             let request = create_request(args, read_stdin)?;
             output::render_one(out, &admin.create_channel(request).await.rpc()?)
         }
-        Command::List => {
-            let list = admin.list_channels(pb::ListRequest {}).await.rpc()?;
-            output::render_list(out, &list.items)
+        Command::List(args) => {
+            let request = pb::ListRequest {
+                status: args.status.unwrap_or_default(),
+                group: args.group.unwrap_or_default(),
+                model: args.model.unwrap_or_default(),
+                ..args.page.request()
+            };
+            let list = admin.list_channels(request).await.rpc()?;
+            output::render_list(out, &list.items, &list.next_page_token)
         }
-        Command::Get { id } => output::render_one(out, &admin.get_channel(pb::GetRequest { id }).await.rpc()?),
-        Command::Update(args) => {
+        Command::Get { channel } => {
+            let id = resolve::channel(admin, &channel).await?;
+            output::render_one(out, &admin.get_channel(pb::GetRequest { id }).await.rpc()?)
+        }
+        Command::Update(mut args) => {
+            args.channel = resolve::channel(admin, &args.channel).await?;
             let request = update_request(args, read_stdin)?;
             output::render_one(out, &admin.update_channel(request).await.rpc()?)
         }
-        Command::Disable { id } => set_status(admin, out, id, Status::Disabled).await,
-        Command::Enable { id } => set_status(admin, out, id, Status::Enabled).await,
-        Command::Delete { id } => {
-            admin.delete_channel(pb::GetRequest { id: id.clone() }).await.rpc()?;
-            output::render_deleted(out, "channel", &id)
+        Command::Disable { channel } => set_status(admin, out, channel, Status::Disabled).await,
+        Command::Enable { channel } => set_status(admin, out, channel, Status::Enabled).await,
+        Command::Delete(args) => {
+            let id = resolve::channel(admin, &args.target).await?;
+            if !args.dry_run {
+                confirm::delete(&args, &format!("channel {id} ({:?})", args.target))?;
+                admin.delete_channel(pb::GetRequest { id: id.clone() }).await.rpc()?;
+            }
+            output::render_deleted(out, "channel", &id, args.dry_run)
         }
     }
 }
 
-async fn set_status(admin: &mut Admin, out: Output, id: String, status: Status) -> Result<String> {
+async fn set_status(admin: &mut Admin, out: Output, channel: String, status: Status) -> Result<String> {
+    let id = resolve::channel(admin, &channel).await?;
     let request = pb::UpdateChannelRequest { id, status: Some(status.as_str().to_string()), ..Default::default() };
     output::render_one(out, &admin.update_channel(request).await.rpc()?)
 }
@@ -194,10 +265,10 @@ fn create_request(args: CreateArgs, stdin: impl FnOnce() -> std::io::Result<Stri
         groups: args.groups.into(),
         priority: args.priority,
         weight: args.weight,
-        connect_timeout_ms: args.connect_timeout_ms,
-        first_byte_timeout_ms: args.first_byte_timeout_ms,
-        idle_timeout_ms: args.idle_timeout_ms,
-        total_timeout_ms: args.total_timeout_ms,
+        connect_timeout_ms: args.connect_timeout_ms.unwrap_or(0),
+        first_byte_timeout_ms: args.first_byte_timeout_ms.unwrap_or(0),
+        idle_timeout_ms: args.idle_timeout_ms.unwrap_or(0),
+        total_timeout_ms: args.total_timeout_ms.unwrap_or(0),
         ..Default::default()
     })
 }
@@ -207,7 +278,7 @@ fn update_request(
     stdin: impl FnOnce() -> std::io::Result<String>,
 ) -> Result<pb::UpdateChannelRequest> {
     Ok(pb::UpdateChannelRequest {
-        id: args.id,
+        id: args.channel,
         name: args.name,
         base_url: args.base_url,
         api_key: args.key.read(stdin)?,
@@ -242,12 +313,15 @@ fn timeout(ms: u32) -> String {
 impl Render for pb::Channel {
     const COLUMNS: &'static [&'static str] =
         &["ID", "NAME", "TYPE", "STATUS", "PRIORITY", "WEIGHT", "MODELS", "GROUPS", "BASE URL", "KEY"];
+    const WIDE: &'static [&'static str] = &["MODEL MAP", "TIMEOUTS (CONNECT/FIRST BYTE/IDLE/TOTAL)"];
+    type Json = schema::Channel;
 
-    fn to_json(&self) -> Value {
-        let mut object = output::to_object(self);
-        // Never echo a secret, even if a server sent one.
-        object.remove("api_key");
-        Value::Object(object)
+    fn json(&self) -> schema::Channel {
+        self.into()
+    }
+
+    fn name(&self) -> String {
+        self.id.clone()
     }
 
     fn row(&self) -> Vec<String> {
@@ -263,6 +337,12 @@ impl Render for pb::Channel {
             self.base_url.clone(),
             if self.has_key { "set" } else { "none" }.to_string(),
         ]
+    }
+
+    fn wide_row(&self) -> Vec<String> {
+        let timeouts =
+            [self.connect_timeout_ms, self.first_byte_timeout_ms, self.idle_timeout_ms, self.total_timeout_ms];
+        vec![model_map(self), timeouts.map(timeout).join("/")]
     }
 
     fn fields(&self) -> Vec<(&'static str, String)> {
@@ -301,7 +381,7 @@ mod tests {
             model_map: [("gpt-4o".to_string(), "gpt-4o-2024-08-06".to_string())].into(),
             ..Default::default()
         };
-        let json = channel.to_json();
+        let json = serde_json::to_value(channel.json()).unwrap();
         assert!(json.get("api_key").is_none());
         assert!(!json.to_string().contains("sk-upstream-secret"));
         assert_eq!(json["has_key"], true);
@@ -314,7 +394,7 @@ mod tests {
     #[test]
     fn update_replaces_only_the_lists_given() {
         let args = UpdateArgs {
-            id: "ch_1".into(),
+            channel: "ch_1".into(),
             name: None,
             kind: None,
             base_url: None,

@@ -9,7 +9,7 @@ use gw_proto::pb::admin_service_client::AdminServiceClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
 use crate::config::Global;
@@ -27,19 +27,26 @@ pub trait RpcResult<T> {
     fn rpc(self) -> Result<T>;
 }
 
-/// Connects to the control plane named by the global flags. Fails when no
-/// admin key is available or the address cannot be reached.
+/// Connects to the control plane named by the global flags, variables or
+/// context (TLS for `https://`, trusting the CA file when one is given).
+/// Fails when no admin key is available or the address cannot be reached.
 pub async fn connect(global: &Global) -> Result<Admin> {
-    let key = global.admin_key()?;
-    let auth = BearerAuth::new(&key)?;
-    let uri = global.endpoint_uri();
-    let channel = Endpoint::from_shared(uri.clone())
+    let target = global.target()?;
+    let auth = BearerAuth::new(&target.admin_key)?;
+    let uri = target.endpoint;
+    let mut endpoint = Endpoint::from_shared(uri.clone())
         .with_context(|| format!("invalid endpoint {uri:?}"))?
         .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(60))
-        .connect()
-        .await
-        .with_context(|| format!("cannot reach the control plane at {uri}"))?;
+        .timeout(Duration::from_secs(60));
+    if uri.starts_with("https://") {
+        let mut tls = ClientTlsConfig::new().with_native_roots();
+        if let Some(path) = &target.ca_file {
+            let pem = std::fs::read(path).with_context(|| format!("reading CA file {}", path.display()))?;
+            tls = tls.ca_certificate(Certificate::from_pem(pem));
+        }
+        endpoint = endpoint.tls_config(tls).context("setting up TLS")?;
+    }
+    let channel = endpoint.connect().await.with_context(|| format!("cannot reach the control plane at {uri}"))?;
     Ok(AdminServiceClient::with_interceptor(channel, auth))
 }
 
@@ -79,7 +86,7 @@ pub fn status_error(status: Status) -> anyhow::Error {
     };
     match status.code() {
         Code::Unauthenticated | Code::PermissionDenied => {
-            anyhow!("{message} (check --admin-key, GW_ADMIN_KEY or <data-dir>/admin.key)")
+            anyhow!("{message} (check --admin-key-file, --admin-key, the context's key file or <data-dir>/admin.key)")
         }
         Code::Unavailable => anyhow!("control plane unavailable: {message}"),
         _ => anyhow!("{message}"),

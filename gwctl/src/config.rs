@@ -1,11 +1,13 @@
 //! The global flags of every command and where their values come from: the
-//! flag, then its `GW_*` environment variable, then a default. The admin key
-//! falls back to `<data-dir>/admin.key`, the file `gwctl up` writes.
+//! flag, then its `GW_*` environment variable, then the context chosen in
+//! the config file (`contexts`), then a default. The admin key falls back
+//! to `<data-dir>/admin.key`, the file `gwctl up` writes.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context as _, Result, bail};
 
+use crate::contexts;
 use crate::output::Output;
 
 /// Admin key file name inside the data directory.
@@ -15,28 +17,45 @@ pub const ADMIN_KEY_FILE: &str = "admin.key";
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7070";
 
 /// Flags accepted before or after any subcommand.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, Default, clap::Args)]
 #[command(next_help_heading = "Global options")]
 pub struct Global {
-    /// Control plane's gRPC address.
-    #[arg(long, env = "GW_ENDPOINT", default_value = DEFAULT_ENDPOINT, global = true)]
-    pub endpoint: String,
+    /// Context of the config file to use [default: its current-context].
+    #[arg(long, env = "GW_CONTEXT", global = true)]
+    pub context: Option<String>,
 
-    /// Admin key [default: contents of <data-dir>/admin.key].
+    /// Control plane's gRPC address [default: the context's, else http://127.0.0.1:7070].
+    #[arg(long, env = "GW_ENDPOINT", global = true)]
+    pub endpoint: Option<String>,
+
+    /// Admin key [default: the context's key file, else <data-dir>/admin.key].
     #[arg(long, env = "GW_ADMIN_KEY", hide_env_values = true, global = true)]
     pub admin_key: Option<String>,
 
     /// File holding the admin key (keeps it out of the process list).
-    #[arg(long, env = "GW_ADMIN_KEY_FILE", global = true)]
+    #[arg(long, env = "GW_ADMIN_KEY_FILE", value_name = "PATH", global = true)]
     pub admin_key_file: Option<PathBuf>,
 
+    /// PEM file of the CA that signed an https:// control plane's certificate.
+    #[arg(long, env = "GW_CA_FILE", value_name = "PATH", global = true)]
+    pub ca_file: Option<PathBuf>,
+
     /// Directory of the single-node gateway and its admin key [default: $HOME/.gw].
-    #[arg(long, env = "GW_DATA_DIR", global = true)]
+    #[arg(long, env = "GW_DATA_DIR", value_name = "PATH", global = true)]
     pub data_dir: Option<PathBuf>,
 
-    /// Output format; json prints the full objects for scripts.
+    /// Output format.
     #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
+}
+
+/// Where and how to reach the control plane, once flags, variables and the
+/// context are merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub endpoint: String,
+    pub admin_key: String,
+    pub ca_file: Option<PathBuf>,
 }
 
 // === impl Global ===
@@ -54,12 +73,41 @@ impl Global {
         }
     }
 
-    /// The admin key: from `--admin-key-file`, the flag or `GW_ADMIN_KEY`,
-    /// else the trimmed contents of `<data-dir>/admin.key`. Fails when none
-    /// is available.
-    pub fn admin_key(&self) -> Result<String> {
-        if let Some(path) = &self.admin_key_file {
-            let key = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    /// The control plane to talk to: flags and `GW_*` variables, then the
+    /// chosen context of the config file, then the defaults. Fails when a
+    /// named context does not exist or no admin key can be found.
+    pub fn target(&self) -> Result<Target> {
+        self.target_in(&contexts::load(&contexts::path()?)?)
+    }
+
+    /// `target` with the config file `file`.
+    pub fn target_in(&self, file: &contexts::File) -> Result<Target> {
+        let context = match &self.context {
+            Some(name) => Some(file.get(name)?),
+            None => file.current()?,
+        };
+        let endpoint = self
+            .endpoint
+            .clone()
+            .or_else(|| context.and_then(|c| c.endpoint.clone()))
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
+        let key_file = self.admin_key_file.clone().or_else(|| {
+            // A key given on the command line wins over the context's file.
+            if self.admin_key.is_some() { None } else { context.and_then(|c| c.admin_key_file.clone()) }
+        });
+        let admin_key = self.admin_key(key_file.as_deref())?;
+        let ca_file = self.ca_file.clone().or_else(|| context.and_then(|c| c.ca_file.clone()));
+        Ok(Target { endpoint: endpoint_uri(&endpoint), admin_key, ca_file })
+    }
+
+    /// The admin key: from `key_file`, the flag or `GW_ADMIN_KEY`, else the
+    /// trimmed contents of `<data-dir>/admin.key`. Fails when none is
+    /// available.
+    pub fn admin_key(&self, key_file: Option<&Path>) -> Result<String> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        if let Some(path) = key_file.or(self.admin_key_file.as_deref()) {
+            let path = expand_home(path, home.as_deref());
+            let key = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
             return Ok(key.trim().to_string());
         }
         if let Some(key) = &self.admin_key {
@@ -69,7 +117,7 @@ impl Global {
         let key = match std::fs::read_to_string(&path) {
             Ok(key) => key.trim().to_string(),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => bail!(
-                "no admin key: pass --admin-key, set GW_ADMIN_KEY, or point --data-dir at the directory of `gwctl up` ({} does not exist)",
+                "no admin key: pass --admin-key-file or --admin-key, choose a context (gwctl config get-contexts), or point --data-dir at the directory of `gwctl up` ({} does not exist)",
                 path.display()
             ),
             Err(err) => {
@@ -81,16 +129,16 @@ impl Global {
         }
         Ok(key)
     }
+}
 
-    /// The endpoint as a URI; a bare `host:port` gets `http://`.
-    pub fn endpoint_uri(&self) -> String {
-        let endpoint = self.endpoint.trim();
-        if endpoint.contains("://") { endpoint.to_string() } else { format!("http://{endpoint}") }
-    }
+/// The endpoint as a URI; a bare `host:port` gets `http://`.
+pub fn endpoint_uri(endpoint: &str) -> String {
+    let endpoint = endpoint.trim();
+    if endpoint.contains("://") { endpoint.to_string() } else { format!("http://{endpoint}") }
 }
 
 /// Expands a leading `~` (which shells leave alone in `--data-dir=~/x`).
-fn expand_home(path: &Path, home: Option<&Path>) -> PathBuf {
+pub fn expand_home(path: &Path, home: Option<&Path>) -> PathBuf {
     match (path.strip_prefix("~"), home) {
         (Ok(rest), Some(home)) => home.join(rest),
         _ => path.to_path_buf(),
@@ -104,11 +152,10 @@ mod tests {
 
     fn global(data_dir: Option<&Path>, admin_key: Option<&str>) -> Global {
         Global {
-            endpoint: "127.0.0.1:7070".into(),
+            endpoint: Some("127.0.0.1:7070".into()),
             admin_key: admin_key.map(String::from),
-            admin_key_file: None,
             data_dir: data_dir.map(Path::to_path_buf),
-            output: Output::Table,
+            ..Global::default()
         }
     }
 
@@ -122,22 +169,49 @@ mod tests {
 
     #[test]
     fn admin_key_falls_back_to_the_trimmed_key_file() {
-        let dir = std::env::temp_dir().join(format!("gwctl-config-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let missing = global(Some(&dir), None).admin_key().unwrap_err();
+        let dir = tempfile::tempdir().unwrap();
+        let missing = global(Some(dir.path()), None).admin_key(None).unwrap_err();
         assert!(format!("{missing:#}").contains("no admin key"), "{missing:#}");
 
-        std::fs::write(dir.join(ADMIN_KEY_FILE), "adm-secret\n").unwrap();
-        assert_eq!(global(Some(&dir), None).admin_key().unwrap(), "adm-secret");
-        assert_eq!(global(Some(&dir), Some("flag")).admin_key().unwrap(), "flag");
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(dir.path().join(ADMIN_KEY_FILE), "adm-secret\n").unwrap();
+        assert_eq!(global(Some(dir.path()), None).admin_key(None).unwrap(), "adm-secret");
+        assert_eq!(global(Some(dir.path()), Some("flag")).admin_key(None).unwrap(), "flag");
+    }
+
+    #[test]
+    fn flags_beat_the_context_which_beats_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("prod.key");
+        std::fs::write(&key_file, "prod-key\n").unwrap();
+        let text = format!(
+            "current-context = \"prod\"\n\n[contexts.prod]\nendpoint = \"https://cp.prod:7070\"\nadmin-key-file = {:?}\nca-file = \"/etc/gw/ca.pem\"\n\n[contexts.dev]\nendpoint = \"10.0.0.1:7070\"\n",
+            key_file
+        );
+        let file: contexts::File = toml::from_str(&text).unwrap();
+        let bare = Global { data_dir: Some(dir.path().to_path_buf()), ..Global::default() };
+
+        let prod = bare.target_in(&file).unwrap();
+        assert_eq!(prod.endpoint, "https://cp.prod:7070");
+        assert_eq!(prod.admin_key, "prod-key");
+        assert_eq!(prod.ca_file.as_deref(), Some(Path::new("/etc/gw/ca.pem")));
+
+        let flags =
+            Global { endpoint: Some("cp.other:7070".into()), admin_key: Some("flag-key".into()), ..bare.clone() };
+        let target = flags.target_in(&file).unwrap();
+        assert_eq!((target.endpoint.as_str(), target.admin_key.as_str()), ("http://cp.other:7070", "flag-key"));
+
+        let dev = Global { context: Some("dev".into()), admin_key: Some("k".into()), ..bare.clone() };
+        assert_eq!(dev.target_in(&file).unwrap().endpoint, "http://10.0.0.1:7070");
+        let missing = Global { context: Some("stage".into()), ..bare.clone() }.target_in(&file).unwrap_err();
+        assert!(format!("{missing:#}").contains("no context \"stage\""), "{missing:#}");
+
+        let none = Global { admin_key: Some("k".into()), ..Global::default() };
+        assert_eq!(none.target_in(&contexts::File::default()).unwrap().endpoint, DEFAULT_ENDPOINT);
     }
 
     #[test]
     fn bare_endpoint_gets_http_scheme() {
-        assert_eq!(global(None, None).endpoint_uri(), "http://127.0.0.1:7070");
-        let mut tls = global(None, None);
-        tls.endpoint = "https://cp.example:7070".into();
-        assert_eq!(tls.endpoint_uri(), "https://cp.example:7070");
+        assert_eq!(endpoint_uri("127.0.0.1:7070"), "http://127.0.0.1:7070");
+        assert_eq!(endpoint_uri("https://cp.example:7070"), "https://cp.example:7070");
     }
 }

@@ -3,17 +3,29 @@
 
 use anyhow::Result;
 use gw_proto::pb;
-use serde_json::Value;
 
 use crate::client::{Admin, RpcResult};
+use crate::flags::Page;
 use crate::output::{self, Output, Render};
+use crate::schema;
 
 /// Data-plane verbs.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// List data planes with the revision each has applied.
-    #[command(alias = "ls")]
-    List,
+    /// List data planes, by node id, with the revision each has applied.
+    #[command(
+        alias = "ls",
+        after_help = "Examples:\n  \
+        gwctl dataplanes list\n  \
+        gwctl dataplanes list -o json | jq '.items[] | select(.state != \"in sync\")'"
+    )]
+    List(ListArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    page: Page,
 }
 
 /// A data plane as the control plane sees it, next to the control plane's
@@ -26,13 +38,13 @@ struct Row<'a> {
 /// Runs one data-plane verb; returns what to print.
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
-        Command::List => {
-            let list = admin.list_data_planes(pb::ListRequest {}).await.rpc()?;
+        Command::List(args) => {
+            let list = admin.list_data_planes(args.page.request()).await.rpc()?;
             let rows: Vec<Row<'_>> = list.items.iter().map(|plane| Row { plane, revision: list.revision }).collect();
-            let table = output::render_list(out, &rows)?;
+            let table = output::render_list(out, &rows, &list.next_page_token)?;
             Ok(match out {
-                Output::Table => format!("control plane revision {}\n{table}", list.revision),
-                Output::Json => table,
+                Output::Table | Output::Wide => format!("control plane revision {}\n{table}", list.revision),
+                Output::Json | Output::Yaml | Output::Name => table,
             })
         }
     }
@@ -58,12 +70,33 @@ impl Render for Row<'_> {
     const COLUMNS: &'static [&'static str] =
         &["NODE", "ADDRESS", "VERSION", "STATE", "ACKED", "SENT", "BEHIND", "LAST SEEN", "LAST ERROR"];
 
-    /// The `DataPlane` message plus `control_plane_revision` and `behind`.
-    fn to_json(&self) -> Value {
-        let mut object = output::to_object(self.plane);
-        object.insert("control_plane_revision".into(), Value::from(self.revision));
-        object.insert("behind".into(), Value::from(self.behind()));
-        Value::Object(object)
+    const WIDE: &'static [&'static str] = &["CONNECTED AT"];
+    type Json = schema::DataPlane;
+
+    fn json(&self) -> schema::DataPlane {
+        let p = self.plane;
+        schema::DataPlane {
+            node_id: p.node_id.clone(),
+            address: p.address.clone(),
+            version: p.version.clone(),
+            state: self.state().to_owned(),
+            connected: p.connected,
+            acked_revision: p.acked_revision,
+            sent_revision: p.sent_revision,
+            control_plane_revision: self.revision,
+            behind: self.behind(),
+            connected_at: p.connected_at,
+            last_seen: p.last_seen,
+            last_error: p.last_error.clone(),
+        }
+    }
+
+    fn name(&self) -> String {
+        self.plane.node_id.clone()
+    }
+
+    fn wide_row(&self) -> Vec<String> {
+        vec![output::time(self.plane.connected_at)]
     }
 
     fn row(&self) -> Vec<String> {
@@ -112,7 +145,7 @@ mod tests {
             ..Default::default()
         };
         let row = Row { plane: &plane, revision: 42 };
-        let json = row.to_json();
+        let json = serde_json::to_value(row.json()).unwrap();
         assert_eq!(json["node_id"], "dp-1");
         assert_eq!(json["behind"], 2);
         assert_eq!(json["control_plane_revision"], 42);

@@ -12,7 +12,6 @@ use tempfile::TempDir;
 
 use crate::cli::{self, Cli};
 use crate::config::Global;
-use crate::output::Output;
 use crate::up;
 
 /// A node on free ports in a temporary data directory.
@@ -25,13 +24,7 @@ struct Gateway {
 impl Gateway {
     async fn start() -> Gateway {
         let dir = tempfile::tempdir().unwrap();
-        let global = Global {
-            endpoint: String::new(),
-            admin_key: None,
-            admin_key_file: None,
-            data_dir: Some(dir.path().to_path_buf()),
-            output: Output::Table,
-        };
+        let global = Global { data_dir: Some(dir.path().to_path_buf()), ..Global::default() };
         let args = up::Args {
             listen: "127.0.0.1:0".parse().unwrap(),
             admin_listen: "127.0.0.1:0".parse().unwrap(),
@@ -75,7 +68,7 @@ async fn accounts_keep_exact_dollar_amounts() {
     let account =
         gw.json(&["account", "create", "--name", "acme", "--balance", "100.1", "--groups", "default,vip"]).await;
     assert_eq!(account["balance_micros"], 100_100_000);
-    assert_eq!(account["balance"], 100.1);
+    assert_eq!(account["balance_usd"], "100.100000");
     assert_eq!(account["groups"], serde_json::json!(["default", "vip"]));
     let id = account["id"].as_str().unwrap();
 
@@ -86,14 +79,18 @@ async fn accounts_keep_exact_dollar_amounts() {
     assert_eq!(updated["status"], "disabled");
 
     let list = gw.json(&["account", "list"]).await;
-    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    assert_eq!(list["continue"], Value::Null);
     let table = gw.table(&["account", "list"]).await;
     assert!(table.starts_with("ID "), "{table}");
     assert!(table.contains("$100.000000"), "{table}");
 
-    assert_eq!(gw.json(&["account", "delete", id]).await, serde_json::json!({ "deleted": id }));
+    let dry = gw.json(&["account", "delete", "acme", "--dry-run"]).await;
+    assert_eq!(dry, serde_json::json!({ "kind": "account", "id": id, "deleted": false, "dry_run": true }));
+    let deleted = gw.json(&["account", "delete", id, "--yes"]).await;
+    assert_eq!(deleted, serde_json::json!({ "kind": "account", "id": id, "deleted": true, "dry_run": false }));
     let err = gw.error(&["account", "get", id]).await;
-    assert_eq!(err, format!("account {id:?} not found"));
+    assert_eq!(err, format!("account {id:?} not found (no account has that id or name)"));
 }
 
 #[tokio::test]
@@ -120,7 +117,8 @@ async fn tokens_show_their_key_once_and_switch_status() {
         ])
         .await;
     assert!(created["key"].as_str().unwrap().starts_with("sk-"), "{created}");
-    assert_eq!(created["quota"], 5.0);
+    assert_eq!(created["quota_usd"], "5.000000");
+    assert!(created.get("key_hash").is_none(), "{created}");
     assert_eq!(created["unlimited"], false);
     assert_eq!(created["expires_at"], 1_798_761_600);
     assert_eq!(created["allow_ips"], serde_json::json!(["10.0.0.0/8", "::1"]));
@@ -175,12 +173,13 @@ async fn channels_and_models_round_trip_without_secrets() {
 
     let model = gw.json(&["model", "create", "--id", "gpt-4o", "--input-price", "2.5", "--output-price", "10"]).await;
     assert_eq!(model["input_price_micros"], 2_500_000);
-    assert_eq!(model["input_price"], 2.5);
+    assert_eq!(model["input_price_usd"], "2.500000");
     let updated = gw.json(&["model", "update", "gpt-4o", "--cached-price", "1.25"]).await;
-    assert_eq!(updated["cached_price"], 1.25);
-    assert_eq!(updated["output_price"], 10.0);
-    assert_eq!(gw.json(&["model", "list"]).await.as_array().unwrap().len(), 1);
-    assert_eq!(gw.json(&["usage", "list", "--model", "gpt-4o"]).await, serde_json::json!([]));
+    assert_eq!(updated["cached_price_usd"], "1.250000");
+    assert_eq!(updated["output_price_micros"], 10_000_000);
+    assert_eq!(gw.json(&["model", "list"]).await["items"].as_array().unwrap().len(), 1);
+    let usage = gw.json(&["usage", "list", "--model", "gpt-4o"]).await;
+    assert_eq!(usage, serde_json::json!({ "items": [], "continue": null }));
 }
 
 #[tokio::test]
@@ -190,7 +189,7 @@ async fn data_plane_of_up_catches_up_with_the_control_plane() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let planes = gw.json(&["dataplanes", "list"]).await;
-        let in_sync = planes
+        let in_sync = planes["items"]
             .as_array()
             .unwrap()
             .iter()
@@ -229,13 +228,7 @@ async fn wrong_admin_key_is_refused_and_the_key_file_is_the_default() {
 #[tokio::test]
 async fn a_second_up_on_the_same_data_dir_says_a_gateway_is_already_running() {
     let gw = Gateway::start().await;
-    let global = Global {
-        endpoint: String::new(),
-        admin_key: None,
-        admin_key_file: None,
-        data_dir: Some(gw.dir.path().to_path_buf()),
-        output: Output::Table,
-    };
+    let global = Global { data_dir: Some(gw.dir.path().to_path_buf()), ..Global::default() };
     let args =
         up::Args { listen: "127.0.0.1:0".parse().unwrap(), admin_listen: "127.0.0.1:0".parse().unwrap(), store: None };
     let Err(error) = up::start(args, &global).await else { panic!("a second gateway started on the same data dir") };
@@ -243,4 +236,127 @@ async fn a_second_up_on_the_same_data_dir_says_a_gateway_is_already_running() {
     assert!(message.starts_with("a gateway is already running on "), "{message}");
     assert!(!message.contains("Database already open"), "{message}");
     gw.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn names_work_wherever_ids_do_and_duplicates_are_refused() {
+    let gw = Gateway::start().await;
+    let acme = gw.json(&["account", "create", "--name", "acme", "--balance", "1"]).await;
+    let id = acme["id"].as_str().unwrap();
+    let err = gw.error(&["account", "create", "--name", "acme"]).await;
+    assert_eq!(err, format!("account name \"acme\" is taken by {id}"));
+
+    let topped = gw.json(&["account", "topup", "acme", "--amount", "2"]).await;
+    assert_eq!((topped["id"].as_str(), topped["balance_micros"].as_i64()), (Some(id), Some(3_000_000)));
+    let token = gw.json(&["token", "create", "--account", "acme", "--name", "ci"]).await;
+    assert_eq!(token["account_id"], id);
+    assert_eq!(gw.json(&["token", "disable", "ci"]).await["status"], "disabled");
+    let listed = gw.json(&["token", "list", "--account", "acme", "--status", "disabled"]).await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+
+    gw.json(&[
+        "channel",
+        "create",
+        "--name",
+        "main",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--no-key",
+        "--models",
+        "m",
+    ])
+    .await;
+    let err = gw
+        .error(&["channel", "create", "--name", "main", "--base-url", "http://x/v1", "--no-key", "--models", "m"])
+        .await;
+    assert!(err.starts_with("channel name \"main\" is taken by ch_"), "{err}");
+    let other = gw
+        .json(&[
+            "channel",
+            "create",
+            "--name",
+            "backup",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--no-key",
+            "--models",
+            "m",
+        ])
+        .await;
+    let err = gw.error(&["channel", "update", "backup", "--name", "main"]).await;
+    assert!(err.starts_with("channel name \"main\" is taken"), "{err}");
+    assert_eq!(gw.json(&["channel", "update", "backup", "--weight", "2"]).await["id"], other["id"]);
+    assert_eq!(gw.json(&["channel", "list", "--model", "m"]).await["items"].as_array().unwrap().len(), 2);
+    assert_eq!(gw.json(&["channel", "list", "--model", "x"]).await["items"], serde_json::json!([]));
+
+    let err = gw.error(&["account", "get", "nobody"]).await;
+    assert_eq!(err, "account \"nobody\" not found (no account has that id or name)");
+}
+
+#[tokio::test]
+async fn lists_page_with_a_continue_token_and_never_stop_silently() {
+    let gw = Gateway::start().await;
+    for name in ["a", "b", "c", "d", "e"] {
+        gw.json(&["account", "create", "--name", name]).await;
+    }
+    let mut seen = Vec::new();
+    let mut args = vec!["account".to_string(), "list".into(), "--limit".into(), "2".into()];
+    loop {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let page = gw.json(&argv).await;
+        let items = page["items"].as_array().unwrap();
+        assert!(items.len() <= 2, "{page}");
+        seen.extend(items.iter().map(|a| a["name"].as_str().unwrap().to_owned()));
+        match page["continue"].as_str() {
+            Some(token) => {
+                args = vec![
+                    "account".into(),
+                    "list".into(),
+                    "--limit".into(),
+                    "2".into(),
+                    "--continue".into(),
+                    token.into(),
+                ]
+            }
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["a", "b", "c", "d", "e"], "every account once, across pages");
+
+    let names = gw.gwctl("name", &["account", "list", "--limit", "0"]).await.unwrap();
+    assert_eq!(names.lines().count(), 5, "{names}");
+    assert!(names.lines().all(|l| l.starts_with("acc_")), "{names}");
+    let yaml = gw.gwctl("yaml", &["account", "get", "a"]).await.unwrap();
+    assert!(yaml.contains("name: a\n") && yaml.contains("balance_usd: '0.000000'"), "{yaml}");
+    let wide = gw.gwctl("wide", &["account", "list"]).await.unwrap();
+    assert!(wide.lines().next().unwrap().ends_with("CREATED"), "{wide}");
+}
+
+#[tokio::test]
+async fn deletes_without_yes_are_refused_when_nobody_can_be_asked() {
+    let gw = Gateway::start().await;
+    gw.json(&["group", "create", "--name", "trial"]).await;
+    // Tests run with standard input that is not a terminal, as scripts do.
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return;
+    }
+    let endpoint = format!("http://{}", gw.node.control_plane);
+    let cli = Cli::try_parse_from([
+        "gwctl",
+        "--endpoint",
+        &endpoint,
+        "--admin-key",
+        &gw.admin_key,
+        "group",
+        "delete",
+        "trial",
+    ]);
+    let err = cli::run(cli.unwrap()).await.unwrap_err();
+    assert!(err.downcast_ref::<crate::confirm::UsageError>().is_some(), "exit code 2: {err:#}");
+    assert!(format!("{err:#}").contains("pass --yes"), "{err:#}");
+    assert_eq!(gw.json(&["group", "get", "trial"]).await["name"], "trial", "nothing was deleted");
+    let dry = gw.table(&["group", "delete", "trial", "--dry-run"]).await;
+    assert_eq!(dry, "would delete group \"trial\" (dry run)\n");
+    assert_eq!(gw.table(&["group", "delete", "trial", "--yes"]).await, "deleted group \"trial\"\n");
 }

@@ -13,11 +13,36 @@ use gw_proto::pb;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CsvList(pub Vec<String>);
 
+/// The paging flags of every list.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Page {
+    /// At most this many items; when more exist, the continue token is
+    /// printed (on stderr for tables). 0 lists everything.
+    #[arg(long, default_value_t = 500)]
+    pub limit: u32,
+    /// Token printed by the previous page, to list the next.
+    #[arg(long = "continue", value_name = "TOKEN")]
+    pub continue_token: Option<String>,
+}
+
 /// `enabled` or `disabled`, as the control plane spells statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Status {
     Enabled,
     Disabled,
+}
+
+// === impl Page ===
+
+impl Page {
+    /// A list request for this page, with no filter.
+    pub fn request(&self) -> pb::ListRequest {
+        pb::ListRequest {
+            page_size: self.limit,
+            page_token: self.continue_token.clone().unwrap_or_default(),
+            ..Default::default()
+        }
+    }
 }
 
 // === impl CsvList ===
@@ -90,6 +115,35 @@ pub fn parse_model_map(text: &str) -> Result<HashMap<String, String>, String> {
         }
     }
     Ok(map)
+}
+
+/// Parses a time filter: RFC 3339 (`2027-01-01T00:00:00Z`), a date
+/// (`2027-01-01`, midnight UTC), or a span back from now (`30m`, `24h`,
+/// `7d`). Returns Unix seconds.
+pub fn parse_time(text: &str) -> Result<i64, String> {
+    let text = text.trim();
+    let invalid = || {
+        format!(
+            "invalid time {text:?}: expected RFC 3339 (2027-01-01T00:00:00Z), a date (2027-01-01) or a span ago (30m, 24h, 7d)"
+        )
+    };
+    if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(time.timestamp());
+    }
+    if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return date.and_hms_opt(0, 0, 0).map(|t| t.and_utc().timestamp()).ok_or_else(invalid);
+    }
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
+    let (number, unit) = text.split_at(split);
+    let number: i64 = number.parse().map_err(|_| invalid())?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(invalid()),
+    };
+    Ok(chrono::Utc::now().timestamp() - number.saturating_mul(seconds))
 }
 
 /// Parses an RFC 3339 time into Unix seconds; `never` (or `0`) is 0, "no
@@ -186,6 +240,18 @@ mod tests {
         assert_eq!(parse_expiry("never"), Ok(0));
         assert!(parse_expiry("2027-01-01").is_err());
         assert!(parse_expiry("tomorrow").is_err());
+    }
+
+    #[test]
+    fn time_filters_read_instants_dates_and_spans_ago() {
+        assert_eq!(parse_time("2027-01-01T00:00:00Z"), Ok(1_798_761_600));
+        assert_eq!(parse_time("2027-01-01"), Ok(1_798_761_600));
+        let now = chrono::Utc::now().timestamp();
+        let day_ago = parse_time("1d").unwrap();
+        assert!((now - 86_400 - day_ago).abs() <= 2, "{day_ago}");
+        for bad in ["yesterday", "5", "5w", "2027-13-01"] {
+            assert!(parse_time(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -4,31 +4,52 @@
 use anyhow::Result;
 use gw_pricing::wire;
 use gw_proto::pb;
-use serde_json::Value;
 
 use crate::client::{Admin, RpcResult};
-use crate::flags;
+use crate::confirm::{self, DeleteArgs};
+use crate::flags::{self, Page};
 use crate::output::{self, Output, Render};
+use crate::schema;
 
 /// Group verbs.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Create a group.
+    #[command(after_help = "Examples:\n  \
+        gwctl group create --name vip --ratio 0.8 --rate-limit 600/1\n  \
+        gwctl group create --name trial --ratio 1.5 --description 'free trial'")]
     Create(CreateArgs),
-    /// List groups.
-    #[command(alias = "ls")]
-    List,
+    /// List groups, by name.
+    #[command(alias = "ls", after_help = "Examples:\n  gwctl group list\n  gwctl group list -o name")]
+    List(ListArgs),
     /// Show one group.
-    Get { name: String },
+    #[command(after_help = "Examples:\n  gwctl group get vip")]
+    Get {
+        /// Name of the group.
+        name: String,
+    },
     /// Change a group; flags left out stay as they are.
+    #[command(
+        after_help = "Examples:\n  gwctl group update vip --ratio 0.75\n  gwctl group update trial --deprecated true --rate-limit off"
+    )]
     Update(UpdateArgs),
-    /// Delete a group.
-    #[command(alias = "rm")]
-    Delete { name: String },
+    /// Delete a group (no token may be in it).
+    #[command(
+        alias = "rm",
+        after_help = "Examples:\n  gwctl group delete trial --dry-run\n  gwctl group delete trial --yes"
+    )]
+    Delete(DeleteArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    page: Page,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
+    /// Name of the group, what accounts, tokens and channels refer to.
     #[arg(long)]
     name: String,
     /// Price multiplier for every request in the group (at most 6 decimals).
@@ -37,6 +58,7 @@ pub struct CreateArgs {
     /// Refuse requests of tokens in this group.
     #[arg(long)]
     deprecated: bool,
+    /// A note for people.
     #[arg(long, default_value = "", hide_default_value = true)]
     description: String,
     /// Requests per window: MAX/MINUTES, e.g. 60/1.
@@ -46,11 +68,15 @@ pub struct CreateArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct UpdateArgs {
+    /// Name of the group.
     name: String,
+    /// New price multiplier (at most 6 decimals).
     #[arg(long, value_parser = gw_pricing::parse_ratio_ppm)]
     ratio: Option<i64>,
+    /// Whether to refuse requests of tokens in this group.
     #[arg(long)]
     deprecated: Option<bool>,
+    /// New note for people.
     #[arg(long)]
     description: Option<String>,
     /// Requests per window: MAX/MINUTES, e.g. 60/1, or off.
@@ -71,9 +97,9 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             };
             output::render_one(out, &admin.create_group(group).await.rpc()?)
         }
-        Command::List => {
-            let list = admin.list_groups(pb::ListRequest {}).await.rpc()?;
-            output::render_list(out, &list.items)
+        Command::List(args) => {
+            let list = admin.list_groups(args.page.request()).await.rpc()?;
+            output::render_list(out, &list.items, &list.next_page_token)
         }
         Command::Get { name } => output::render_one(out, &admin.get_group(pb::GetRequest { id: name }).await.rpc()?),
         Command::Update(args) => {
@@ -86,9 +112,13 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             };
             output::render_one(out, &admin.update_group(request).await.rpc()?)
         }
-        Command::Delete { name } => {
-            admin.delete_group(pb::GetRequest { id: name.clone() }).await.rpc()?;
-            output::render_deleted(out, "group", &name)
+        Command::Delete(args) => {
+            let name = admin.get_group(pb::GetRequest { id: args.target.clone() }).await.rpc()?.name;
+            if !args.dry_run {
+                confirm::delete(&args, &format!("group {name:?}"))?;
+                admin.delete_group(pb::GetRequest { id: name.clone() }).await.rpc()?;
+            }
+            output::render_deleted(out, "group", &name, args.dry_run)
         }
     }
 }
@@ -106,9 +136,14 @@ fn ratio(group: &pb::Group) -> String {
 
 impl Render for pb::Group {
     const COLUMNS: &'static [&'static str] = &["NAME", "RATIO", "DEPRECATED", "RATE LIMIT", "DESCRIPTION"];
+    type Json = schema::Group;
 
-    fn to_json(&self) -> Value {
-        Value::Object(output::to_object(self))
+    fn json(&self) -> schema::Group {
+        self.into()
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
     }
 
     fn row(&self) -> Vec<String> {
@@ -174,8 +209,8 @@ mod tests {
             rate_limit: Some(pb::RateLimit { window_minutes: 1, max_requests: 60 }),
             ..Default::default()
         };
-        let json = group.to_json();
-        assert_eq!(json["ratio"], 2.0);
+        let json = serde_json::to_value(group.json()).unwrap();
+        assert_eq!((json["ratio"].as_str(), json["ratio_ppm"].as_i64()), (Some("2"), Some(2_000_000)));
         assert_eq!(group.row()[1], "2");
         assert_eq!(json["rate_limit"], serde_json::json!({"window_minutes": 1, "max_requests": 60}));
         assert_eq!(group.row()[3], "60/1min");

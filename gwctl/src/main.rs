@@ -1,11 +1,14 @@
 //! gwctl, the operator CLI of the gateway: resource verbs over the control
-//! plane's AdminService, JSON output for scripts, and `up` for a single node.
+//! plane's AdminService, a documented JSON contract for scripts (`schema`),
+//! contexts for several control planes, and `up` for a single node.
 
 mod account;
 mod channel;
 mod cli;
 mod client;
 mod config;
+mod confirm;
+mod contexts;
 mod dataplanes;
 #[cfg(test)]
 mod e2e;
@@ -14,6 +17,8 @@ mod group;
 mod model;
 mod money;
 mod output;
+mod resolve;
+mod schema;
 mod token;
 mod up;
 mod usage;
@@ -30,7 +35,8 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            // A mistake in the call, like clap's own errors; else a failure.
+            if err.downcast_ref::<confirm::UsageError>().is_some() { ExitCode::from(2) } else { ExitCode::FAILURE }
         }
     }
 }

@@ -4,27 +4,54 @@
 
 use anyhow::Result;
 use gw_proto::pb;
-use serde_json::Value;
 
 use crate::client::{Admin, RpcResult};
-use crate::money;
+use crate::confirm::{self, DeleteArgs};
+use crate::flags::Page;
 use crate::output::{self, Output, Render};
+use crate::{money, schema};
 
-/// Model verbs.
+/// Model verbs. A model is named by its id, the name clients send.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Add a model to the catalogue.
+    #[command(after_help = "Examples:\n  \
+        gwctl model create --id gpt-4o-mini --input-price 0.15 --output-price 0.6 --cached-price 0.075\n  \
+        gwctl model create --id dall-e-3 --category image --image-price 0.04\n  \
+        gwctl model create --id sora-2 --category video --second-price 0.1")]
     Create(CreateArgs),
-    /// List the catalogue.
-    #[command(alias = "ls")]
-    List,
+    /// List the catalogue, by id.
+    #[command(
+        alias = "ls",
+        after_help = "Examples:\n  gwctl model list\n  gwctl model list --category embedding -o name"
+    )]
+    List(ListArgs),
     /// Show one model.
-    Get { id: String },
+    #[command(after_help = "Examples:\n  gwctl model get gpt-4o-mini -o yaml")]
+    Get {
+        /// Id of the model.
+        id: String,
+    },
     /// Change a model; flags left out stay as they are.
+    #[command(
+        after_help = "Examples:\n  gwctl model update gpt-4o-mini --output-price 0.5\n  gwctl model update gpt-4o --owned-by openai"
+    )]
     Update(UpdateArgs),
     /// Remove a model from the catalogue.
-    #[command(alias = "rm")]
-    Delete { id: String },
+    #[command(
+        alias = "rm",
+        after_help = "Examples:\n  gwctl model delete gpt-4-0613 --dry-run\n  gwctl model delete gpt-4-0613 --yes"
+    )]
+    Delete(DeleteArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only models of this category.
+    #[arg(long)]
+    category: Option<String>,
+    #[command(flatten)]
+    page: Page,
 }
 
 #[derive(Debug, clap::Args)]
@@ -32,23 +59,26 @@ pub struct CreateArgs {
     /// Model name as clients send it.
     #[arg(long)]
     id: String,
-    /// chat, responses, completion, embedding, image, audio, speech, moderation or video: the endpoints the model serves.
+    /// The endpoints the model serves: chat, responses, completion, embedding, image, audio, speech, moderation or video.
     #[arg(long, default_value = "chat")]
     category: String,
     #[command(flatten)]
     prices: Prices,
+    /// Who makes the model, as /v1/models shows it.
     #[arg(long, default_value = "", hide_default_value = true)]
     owned_by: String,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct UpdateArgs {
+    /// Id of the model.
     id: String,
-    /// chat, responses, completion, embedding, image, audio, speech, moderation or video.
+    /// New category: chat, responses, completion, embedding, image, audio, speech, moderation or video.
     #[arg(long)]
     category: Option<String>,
     #[command(flatten)]
     prices: Prices,
+    /// Who makes the model, as /v1/models shows it.
     #[arg(long)]
     owned_by: Option<String>,
 }
@@ -94,9 +124,10 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             };
             output::render_one(out, &admin.create_model(model).await.rpc()?)
         }
-        Command::List => {
-            let list = admin.list_models(pb::ListRequest {}).await.rpc()?;
-            output::render_list(out, &list.items)
+        Command::List(args) => {
+            let request = pb::ListRequest { category: args.category.unwrap_or_default(), ..args.page.request() };
+            let list = admin.list_models(request).await.rpc()?;
+            output::render_list(out, &list.items, &list.next_page_token)
         }
         Command::Get { id } => output::render_one(out, &admin.get_model(pb::GetRequest { id }).await.rpc()?),
         Command::Update(args) => {
@@ -114,9 +145,13 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             };
             output::render_one(out, &admin.update_model(request).await.rpc()?)
         }
-        Command::Delete { id } => {
-            admin.delete_model(pb::GetRequest { id: id.clone() }).await.rpc()?;
-            output::render_deleted(out, "model", &id)
+        Command::Delete(args) => {
+            let id = admin.get_model(pb::GetRequest { id: args.target.clone() }).await.rpc()?.id;
+            if !args.dry_run {
+                confirm::delete(&args, &format!("model {id:?}"))?;
+                admin.delete_model(pb::GetRequest { id: id.clone() }).await.rpc()?;
+            }
+            output::render_deleted(out, "model", &id, args.dry_run)
         }
     }
 }
@@ -135,20 +170,14 @@ impl Render for pb::Model {
     const COLUMNS: &'static [&'static str] =
         &["ID", "CATEGORY", "INPUT/1M", "OUTPUT/1M", "CACHED/1M", "REQUEST", "SECOND", "IMAGE", "OWNED BY"];
 
-    fn to_json(&self) -> Value {
-        let mut object = output::to_object(self);
-        output::add_usd(
-            &mut object,
-            &[
-                ("input_price", self.input_price_micros),
-                ("output_price", self.output_price_micros),
-                ("cached_price", self.cached_price_micros),
-                ("request_price", self.request_price_micros),
-                ("second_price", self.second_price_micros),
-                ("image_price", self.image_price_micros),
-            ],
-        );
-        Value::Object(object)
+    type Json = schema::Model;
+
+    fn json(&self) -> schema::Model {
+        self.into()
+    }
+
+    fn name(&self) -> String {
+        self.id.clone()
     }
 
     fn row(&self) -> Vec<String> {
@@ -196,12 +225,12 @@ mod tests {
             request_price_micros: 100_000,
             ..Default::default()
         };
-        let json = model.to_json();
-        assert_eq!(json["input_price"], 2.5);
-        assert_eq!(json["output_price"], 10.0);
-        assert_eq!(json["cached_price"], 1.25);
-        assert_eq!(json["request_price"], 0.1);
-        assert_eq!(json["image_price"], 0.0);
+        let json = serde_json::to_value(model.json()).unwrap();
+        assert_eq!(json["input_price_usd"], "2.500000");
+        assert_eq!(json["output_price_usd"], "10.000000");
+        assert_eq!(json["cached_price_usd"], "1.250000");
+        assert_eq!(json["request_price_usd"], "0.100000");
+        assert_eq!(json["image_price_usd"], "0.000000");
         assert_eq!(json["input_price_micros"], 2_500_000);
         assert_eq!(model.row()[2], "$2.500000");
         assert_eq!(model.row()[6], "-");

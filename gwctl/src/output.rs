@@ -1,23 +1,32 @@
 //! How results are shown: aligned tables and `key: value` blocks for
-//! people, JSON for scripts. JSON is the protobuf message as serde writes it
-//! plus US-dollar figures beside the micro-USD fields; a list is an array.
+//! people (`-o table`, `-o wide`), the `schema` structs as JSON or YAML for
+//! scripts, bare ids for `xargs` (`-o name`). A list is a page; when more
+//! items exist, JSON and YAML carry the `continue` token and the other
+//! forms say so on stderr, so a list never stops silently.
 
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use serde::Serialize as _;
-use serde_json::{
-    Map, Value,
-    ser::{Formatter, PrettyFormatter},
-};
+use serde::Serialize;
+use serde_json::ser::{Formatter, PrettyFormatter};
 
 use crate::money;
+use crate::schema;
 
-/// `-o table` or `-o json`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// How to print results.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
+    /// Aligned columns for people.
+    #[default]
     Table,
+    /// The table with more columns.
+    Wide,
+    /// The documented JSON contract (see the README).
     Json,
+    /// The same fields as YAML.
+    Yaml,
+    /// Ids only, one a line, for xargs.
+    Name,
 }
 
 /// serde_json's pretty layout with floats in plain decimal notation: its own
@@ -29,57 +38,82 @@ pub trait Render {
     /// Column titles of the list table.
     const COLUMNS: &'static [&'static str];
 
-    /// The JSON object scripts see.
-    fn to_json(&self) -> Value;
+    /// Columns `-o wide` adds after `COLUMNS`.
+    const WIDE: &'static [&'static str] = &[];
+
+    /// Its shape in the JSON contract.
+    type Json: Serialize;
+
+    /// The object scripts see.
+    fn json(&self) -> Self::Json;
+
+    /// What `get` and the other verbs accept to name it: its id.
+    fn name(&self) -> String;
 
     /// One row of the list table, in `COLUMNS` order.
     fn row(&self) -> Vec<String>;
+
+    /// The `WIDE` cells of the row.
+    fn wide_row(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Every field, labelled, for `get`, `create` and `update`.
     fn fields(&self) -> Vec<(&'static str, String)>;
 }
 
-/// One resource: a JSON object, or labelled fields.
+/// One resource: an object, labelled fields, or its id.
 pub fn render_one<T: Render>(out: Output, item: &T) -> Result<String> {
     match out {
-        Output::Json => json_text(&item.to_json()),
-        Output::Table => Ok(fields_text(&item.fields())),
+        Output::Json => json_text(&item.json()),
+        Output::Yaml => yaml_text(&item.json()),
+        Output::Table | Output::Wide => Ok(fields_text(&item.fields())),
+        Output::Name => Ok(format!("{}\n", item.name())),
     }
 }
 
-/// A list: a JSON array, or an aligned table.
-pub fn render_list<T: Render>(out: Output, items: &[T]) -> Result<String> {
-    match out {
-        Output::Json => json_text(&Value::Array(items.iter().map(Render::to_json).collect())),
-        Output::Table => {
-            let rows: Vec<Vec<String>> = items.iter().map(Render::row).collect();
-            Ok(table_text(T::COLUMNS, &rows))
+/// A page of a list: `{"items": […], "continue": …}`, a table, or ids.
+/// `next` is the token of the next page, empty on the last; the table and
+/// name forms print it on stderr.
+pub fn render_list<T: Render>(out: Output, items: &[T], next: &str) -> Result<String> {
+    let list = || schema::List {
+        items: items.iter().map(Render::json).collect(),
+        next: (!next.is_empty()).then(|| next.to_owned()),
+    };
+    let text = match out {
+        Output::Json => return json_text(&list()),
+        Output::Yaml => return yaml_text(&list()),
+        Output::Table => table_text(T::COLUMNS, &items.iter().map(Render::row).collect::<Vec<_>>()),
+        Output::Wide => {
+            let columns: Vec<&str> = T::COLUMNS.iter().chain(T::WIDE).copied().collect();
+            let rows: Vec<Vec<String>> = items
+                .iter()
+                .map(|item| {
+                    let mut row = item.row();
+                    row.extend(item.wide_row());
+                    row
+                })
+                .collect();
+            table_text(&columns, &rows)
         }
+        Output::Name => items.iter().map(|item| format!("{}\n", item.name())).collect(),
+    };
+    if !next.is_empty() {
+        eprintln!("more results: add --continue {next}");
     }
+    Ok(text)
 }
 
-/// The outcome of a delete: `{"deleted": "<id>"}`, or a sentence.
-pub fn render_deleted(out: Output, kind: &str, id: &str) -> Result<String> {
+/// The outcome of a delete (or of `--dry-run`): an object, a sentence, or
+/// the id.
+pub fn render_deleted(out: Output, kind: &str, id: &str, dry_run: bool) -> Result<String> {
+    let deleted = schema::Deleted { kind: kind.to_owned(), id: id.to_owned(), deleted: !dry_run, dry_run };
     match out {
-        Output::Json => json_text(&serde_json::json!({ "deleted": id })),
-        Output::Table => Ok(format!("deleted {kind} {id:?}\n")),
-    }
-}
-
-/// Serializes a protobuf message into a JSON object.
-pub fn to_object<T: serde::Serialize>(message: &T) -> Map<String, Value> {
-    match serde_json::to_value(message) {
-        Ok(Value::Object(map)) => map,
-        // Every message serializes to an object; keep going with nothing
-        // rather than panic if that ever changes.
-        _ => Map::new(),
-    }
-}
-
-/// Adds a US-dollar number for each `(name, micros)` pair.
-pub fn add_usd(object: &mut Map<String, Value>, fields: &[(&str, i64)]) {
-    for &(name, micros) in fields {
-        object.insert(name.to_string(), money::usd_number(micros));
+        Output::Json => json_text(&deleted),
+        Output::Yaml => yaml_text(&deleted),
+        Output::Name => Ok(format!("{id}\n")),
+        Output::Table | Output::Wide if dry_run => Ok(format!("would delete {kind} {id:?} (dry run)\n")),
+        Output::Table | Output::Wide => Ok(format!("deleted {kind} {id:?}\n")),
     }
 }
 
@@ -94,13 +128,18 @@ pub fn emit(text: &str) -> Result<()> {
 
 /// Pretty JSON with a trailing newline; numbers are plain decimals
 /// (`0.000001`, never `1e-6`).
-pub fn json_text(value: &Value) -> Result<String> {
+pub fn json_text(value: &impl Serialize) -> Result<String> {
     let mut bytes = Vec::new();
     let mut serializer = serde_json::Serializer::with_formatter(&mut bytes, PlainNumbers(PrettyFormatter::new()));
     value.serialize(&mut serializer).context("encoding JSON")?;
     let mut text = String::from_utf8(bytes).context("encoding JSON")?;
     text.push('\n');
     Ok(text)
+}
+
+/// YAML of the same fields as the JSON.
+pub fn yaml_text(value: &impl Serialize) -> Result<String> {
+    serde_norway::to_string(value).context("encoding YAML")
 }
 
 /// Columns padded to their widest cell, two spaces apart, no trailing blanks.
@@ -247,22 +286,21 @@ mod tests {
     }
 
     #[test]
-    fn usd_fields_are_numbers_of_dollars() {
-        let mut object = Map::new();
-        add_usd(&mut object, &[("balance", 100_000), ("used", 5_500_000)]);
-        assert_eq!(Value::Object(object), serde_json::json!({"balance": 0.1, "used": 5.5}));
-    }
-
-    #[test]
     fn json_numbers_print_as_plain_decimals() {
-        let mut object = Map::new();
-        add_usd(&mut object, &[("cost", 1), ("used", 5_000_000), ("balance", 100_100_000)]);
-        object.insert("ratio".into(), serde_json::json!(1e-6));
-        object.insert("tokens".into(), serde_json::json!([7, -2]));
-        let text = json_text(&Value::Object(object)).unwrap();
-        let expected = "{\n  \"balance\": 100.1,\n  \"cost\": 0.000001,\n  \"ratio\": 0.000001,\n  \"tokens\": [\n    7,\n    -2\n  ],\n  \"used\": 5.0\n}\n";
+        let value = serde_json::json!({"ratio": 1e-6, "tokens": [7, -2], "used": 5.0});
+        let text = json_text(&value).unwrap();
+        let expected = "{\n  \"ratio\": 0.000001,\n  \"tokens\": [\n    7,\n    -2\n  ],\n  \"used\": 5.0\n}\n";
         assert_eq!(text, expected);
         let same = serde_json::to_string_pretty(&serde_json::json!({"a": [1.5, {}], "b": {"c": []}})).unwrap();
         assert_eq!(json_text(&serde_json::json!({"a": [1.5, {}], "b": {"c": []}})).unwrap(), same + "\n");
+    }
+
+    #[test]
+    fn yaml_has_the_json_fields() {
+        let deleted = schema::Deleted { kind: "token".into(), id: "tok_1".into(), deleted: false, dry_run: true };
+        let text = render_deleted(Output::Yaml, "token", "tok_1", true).unwrap();
+        assert_eq!(text, "kind: token\nid: tok_1\ndeleted: false\ndry_run: true\n");
+        assert_eq!(yaml_text(&deleted).unwrap(), text);
+        assert_eq!(render_deleted(Output::Name, "token", "tok_1", false).unwrap(), "tok_1\n");
     }
 }

@@ -4,41 +4,76 @@
 
 use anyhow::Result;
 use gw_proto::pb;
-use serde_json::Value;
 
 use crate::client::{Admin, RpcResult};
-use crate::flags::{self, CsvList, Status};
+use crate::confirm::{self, DeleteArgs};
+use crate::flags::{self, CsvList, Page, Status};
 use crate::money;
 use crate::output::{self, Output, Render};
+use crate::{resolve, schema};
 
-/// Token verbs.
+/// Token verbs. A token is named by its id, or by its name when no other
+/// token has it.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Create a token and print its key, the only time it is shown.
+    #[command(after_help = "Examples:\n  \
+        gwctl token create --account acme\n  \
+        gwctl token create --account acme --name ci --quota 5 --models gpt-4o-mini --expires 2027-01-01T00:00:00Z\n  \
+        gwctl token create --account acme -o json | jq -r .key")]
     Create(CreateArgs),
-    /// List tokens.
-    #[command(alias = "ls")]
-    List,
+    /// List tokens, by id.
+    #[command(
+        alias = "ls",
+        after_help = "Examples:\n  \
+        gwctl token list --account acme\n  \
+        gwctl token list --status disabled -o name\n  \
+        gwctl token list --group vip --model gpt-4o -o wide"
+    )]
+    List(ListArgs),
     /// Show one token.
-    Get { id: String },
+    #[command(after_help = "Examples:\n  gwctl token get tok_8f2k1m\n  gwctl token get ci -o yaml")]
+    Get {
+        /// Id or name of the token.
+        token: String,
+    },
     /// Change a token; flags left out stay as they are.
+    #[command(after_help = "Examples:\n  \
+        gwctl token update ci --quota 20\n  \
+        gwctl token update ci --models '' --rate-limit 60/1\n  \
+        gwctl token update tok_8f2k1m --expires never")]
     Update(UpdateArgs),
     /// Refuse every request of the token until it is enabled again.
-    Disable { id: String },
+    #[command(
+        after_help = "Examples:\n  gwctl token disable ci\n  gwctl token list --account acme -o name | xargs -n1 gwctl token disable"
+    )]
+    Disable {
+        /// Id or name of the token.
+        token: String,
+    },
     /// Accept requests of the token again.
-    Enable { id: String },
+    #[command(after_help = "Examples:\n  gwctl token enable ci")]
+    Enable {
+        /// Id or name of the token.
+        token: String,
+    },
     /// Delete a token; its key stops working.
-    #[command(alias = "rm")]
-    Delete { id: String },
+    #[command(
+        alias = "rm",
+        after_help = "Examples:\n  gwctl token delete ci --dry-run\n  gwctl token delete tok_8f2k1m --yes"
+    )]
+    Delete(DeleteArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
-    /// Account the token spends from.
+    /// Account the token spends from: id or name.
     #[arg(long)]
     account: String,
+    /// Group the token's requests are priced and limited by.
     #[arg(long, default_value = "default")]
     group: String,
+    /// A label for people; tokens may share one.
     #[arg(long, default_value = "", hide_default_value = true)]
     name: String,
     /// The token's own spending cap in US dollars [default: unlimited, bounded by the account].
@@ -62,15 +97,37 @@ pub struct CreateArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only tokens of this account (id or name).
+    #[arg(long)]
+    account: Option<String>,
+    /// Only tokens in this status.
+    #[arg(long, value_enum)]
+    status: Option<Status>,
+    /// Only tokens in this group.
+    #[arg(long)]
+    group: Option<String>,
+    /// Only tokens that may call this model.
+    #[arg(long)]
+    model: Option<String>,
+    #[command(flatten)]
+    page: Page,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct UpdateArgs {
-    id: String,
+    /// Id or name of the token.
+    token: String,
+    /// New label.
     #[arg(long)]
     name: Option<String>,
+    /// New group (one the account may use).
     #[arg(long)]
     group: Option<String>,
     /// New spending cap in US dollars; makes the token limited.
     #[arg(long, value_parser = money::parse_usd_non_negative, conflicts_with = "unlimited")]
     quota: Option<i64>,
+    /// Whether the token has no spending cap of its own.
     #[arg(long)]
     unlimited: Option<bool>,
     /// Replaces the model allowlist; "" allows every model of the group.
@@ -85,6 +142,7 @@ pub struct UpdateArgs {
     /// Requests per window: MAX/MINUTES, e.g. 60/1, or off.
     #[arg(long, value_parser = flags::parse_rate_limit)]
     rate_limit: Option<pb::RateLimit>,
+    /// Enable or disable the token.
     #[arg(long, value_enum)]
     status: Option<Status>,
 }
@@ -92,26 +150,49 @@ pub struct UpdateArgs {
 /// Runs one token verb; returns what to print.
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
-        Command::Create(args) => {
+        Command::Create(mut args) => {
+            args.account = resolve::account(admin, &args.account).await?;
             let created = admin.create_token(create_request(args)).await.rpc()?;
             render_created(out, &created)
         }
-        Command::List => {
-            let list = admin.list_tokens(pb::ListRequest {}).await.rpc()?;
-            output::render_list(out, &list.items)
+        Command::List(args) => {
+            let account = match &args.account {
+                Some(account) => resolve::account(admin, account).await?,
+                None => String::new(),
+            };
+            let request = pb::ListRequest {
+                account_id: account,
+                status: args.status.map(|s| s.as_str().to_owned()).unwrap_or_default(),
+                group: args.group.unwrap_or_default(),
+                model: args.model.unwrap_or_default(),
+                ..args.page.request()
+            };
+            let list = admin.list_tokens(request).await.rpc()?;
+            output::render_list(out, &list.items, &list.next_page_token)
         }
-        Command::Get { id } => output::render_one(out, &admin.get_token(pb::GetRequest { id }).await.rpc()?),
-        Command::Update(args) => output::render_one(out, &admin.update_token(update_request(args)).await.rpc()?),
-        Command::Disable { id } => set_status(admin, out, id, Status::Disabled).await,
-        Command::Enable { id } => set_status(admin, out, id, Status::Enabled).await,
-        Command::Delete { id } => {
-            admin.delete_token(pb::GetRequest { id: id.clone() }).await.rpc()?;
-            output::render_deleted(out, "token", &id)
+        Command::Get { token } => {
+            let id = resolve::token(admin, &token).await?;
+            output::render_one(out, &admin.get_token(pb::GetRequest { id }).await.rpc()?)
+        }
+        Command::Update(mut args) => {
+            args.token = resolve::token(admin, &args.token).await?;
+            output::render_one(out, &admin.update_token(update_request(args)).await.rpc()?)
+        }
+        Command::Disable { token } => set_status(admin, out, token, Status::Disabled).await,
+        Command::Enable { token } => set_status(admin, out, token, Status::Enabled).await,
+        Command::Delete(args) => {
+            let id = resolve::token(admin, &args.target).await?;
+            if !args.dry_run {
+                confirm::delete(&args, &format!("token {id}"))?;
+                admin.delete_token(pb::GetRequest { id: id.clone() }).await.rpc()?;
+            }
+            output::render_deleted(out, "token", &id, args.dry_run)
         }
     }
 }
 
-async fn set_status(admin: &mut Admin, out: Output, id: String, status: Status) -> Result<String> {
+async fn set_status(admin: &mut Admin, out: Output, token: String, status: Status) -> Result<String> {
+    let id = resolve::token(admin, &token).await?;
     let request = pb::UpdateTokenRequest { id, status: Some(status.as_str().to_string()), ..Default::default() };
     output::render_one(out, &admin.update_token(request).await.rpc()?)
 }
@@ -133,7 +214,7 @@ fn create_request(args: CreateArgs) -> pb::CreateTokenRequest {
 
 fn update_request(args: UpdateArgs) -> pb::UpdateTokenRequest {
     pb::UpdateTokenRequest {
-        id: args.id,
+        id: args.token,
         name: args.name,
         group: args.group,
         status: args.status.map(|s| s.as_str().to_string()),
@@ -149,26 +230,30 @@ fn update_request(args: UpdateArgs) -> pb::UpdateTokenRequest {
     }
 }
 
-/// The created token with its key: JSON is the token object plus `"key"`;
-/// the table form shows the key last, then a warning that it is not shown
-/// again.
+/// The created token with its key: JSON and YAML are the token object
+/// plus `"key"`; the table form shows the key last, then a warning that it
+/// is not shown again; `-o name` prints the id and warns that the key was
+/// not printed.
 fn render_created(out: Output, created: &pb::CreatedToken) -> Result<String> {
+    let token = created.token.clone().unwrap_or_default();
     match out {
         Output::Json => output::json_text(&created_json(created)),
-        Output::Table => {
-            let mut fields = created.token.clone().unwrap_or_default().fields();
+        Output::Yaml => output::yaml_text(&created_json(created)),
+        Output::Name => {
+            eprintln!("warning: -o name prints the token id only; its key is not shown again");
+            Ok(format!("{}\n", token.id))
+        }
+        Output::Table | Output::Wide => {
+            let mut fields = token.fields();
             fields.push(("key", created.key.clone()));
             Ok(format!("{}\nwarning: copy the key now; it is not shown again\n", output::fields_text(&fields)))
         }
     }
 }
 
-fn created_json(created: &pb::CreatedToken) -> Value {
-    let mut json = created.token.clone().unwrap_or_default().to_json();
-    if let Value::Object(object) = &mut json {
-        object.insert("key".into(), Value::from(created.key.clone()));
-    }
-    json
+fn created_json(created: &pb::CreatedToken) -> schema::CreatedToken {
+    let token = created.token.clone().unwrap_or_default();
+    schema::CreatedToken { token: (&token).into(), key: created.key.clone() }
 }
 
 fn quota(token: &pb::Token) -> String {
@@ -187,11 +272,15 @@ fn expires(token: &pb::Token) -> String {
 impl Render for pb::Token {
     const COLUMNS: &'static [&'static str] =
         &["ID", "NAME", "KEY", "ACCOUNT", "GROUP", "STATUS", "QUOTA", "USED", "MODELS", "EXPIRES"];
+    const WIDE: &'static [&'static str] = &["ALLOWED IPS", "RATE LIMIT", "CREATED"];
+    type Json = schema::Token;
 
-    fn to_json(&self) -> Value {
-        let mut object = output::to_object(self);
-        output::add_usd(&mut object, &[("quota", self.quota_micros), ("used", self.used_micros)]);
-        Value::Object(object)
+    fn json(&self) -> schema::Token {
+        self.into()
+    }
+
+    fn name(&self) -> String {
+        self.id.clone()
     }
 
     fn row(&self) -> Vec<String> {
@@ -206,6 +295,14 @@ impl Render for pb::Token {
             output::usd(self.used_micros),
             output::list(&self.models, "all"),
             expires(self),
+        ]
+    }
+
+    fn wide_row(&self) -> Vec<String> {
+        vec![
+            output::list(&self.allow_ips, "any"),
+            output::rate_limit(self.rate_limit.as_ref()),
+            output::time(self.created_at),
         ]
     }
 
@@ -258,7 +355,7 @@ mod tests {
     #[test]
     fn update_with_quota_caps_the_token() {
         let args = UpdateArgs {
-            id: "tok_1".into(),
+            token: "tok_1".into(),
             name: None,
             group: None,
             quota: Some(1_000_000),
@@ -288,11 +385,11 @@ mod tests {
             }),
             key: "sk-secret".into(),
         };
-        let json = created_json(&created);
+        let json = serde_json::to_value(created_json(&created)).unwrap();
         assert_eq!(json["id"], "tok_1");
         assert_eq!(json["key"], "sk-secret");
-        assert_eq!(json["quota"], 5.0);
-        assert_eq!(json["used"], 0.000001);
+        assert_eq!(json["quota_usd"], "5.000000");
+        assert_eq!(json["used_usd"], "0.000001");
         assert_eq!(json["quota_micros"], 5_000_000);
     }
 }

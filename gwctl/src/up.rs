@@ -51,7 +51,8 @@ pub async fn run(args: Args, global: &Global) -> Result<()> {
         print!("{}", banner(node.api, node.control_plane, node.admin_key_file.as_deref(), global));
     } else {
         let tokens = count(Kind::Token).await;
-        println!("{}", summary(node.api, accounts, tokens, channels));
+        let planes = connected_data_planes(&node).await;
+        println!("{}", summary(node.api, accounts, tokens, channels, planes));
     }
     let signal = shutdown_signal().await;
     tracing::info!("shutting down");
@@ -134,7 +135,7 @@ fn banner(dp: SocketAddr, cp: SocketAddr, key_file: Option<&Path>, global: &Glob
         "  gwctl model create --id gpt-4o-mini --category chat --input-price 0.15 --output-price 0.6\n\
          \x20 gwctl channel create --name main --type openai --base-url https://api.openai.com/v1 --key-file ~/.config/openai.key --models gpt-4o-mini\n\
          \x20 gwctl account create --name me --balance 10\n\
-         \x20 gwctl token create --account <account id from above>   # prints the sk- key once\n",
+         \x20 gwctl token create --account me   # prints the sk- key once\n",
     );
     text.push_str(&format!(
         "  curl http://{dp}/v1/chat/completions -H 'Authorization: Bearer sk-...' -H 'content-type: application/json' \\\n\
@@ -143,14 +144,37 @@ fn banner(dp: SocketAddr, cp: SocketAddr, key_file: Option<&Path>, global: &Glob
     text
 }
 
+/// The data planes connected to the node's control plane, once its own has
+/// connected (or after two seconds, whichever comes first).
+async fn connected_data_planes(node: &Node) -> usize {
+    let global = Global {
+        endpoint: Some(format!("http://{}", node.control_plane)),
+        admin_key: Some(node.cp.admin_key.clone()),
+        ..Global::default()
+    };
+    let Ok(mut admin) = crate::client::connect(&global).await else { return 0 };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let connected = match admin.list_data_planes(gw_proto::pb::ListRequest::default()).await {
+            Ok(list) => list.into_inner().items.iter().filter(|p| p.connected).count(),
+            Err(_) => 0,
+        };
+        if connected > 0 || tokio::time::Instant::now() >= deadline {
+            return connected;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// One line for a gateway that is already set up.
-fn summary(api: SocketAddr, accounts: usize, tokens: usize, channels: usize) -> String {
+fn summary(api: SocketAddr, accounts: usize, tokens: usize, channels: usize, planes: usize) -> String {
     let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     format!(
-        "gateway is up at http://{api}/v1: {}, {}, {} (`gwctl dataplanes list` for the data planes)",
+        "gateway is up at http://{api}/v1: {}, {}, {}, {} connected",
         plural(accounts, "account"),
         plural(tokens, "token"),
-        plural(channels, "channel")
+        plural(channels, "channel"),
+        plural(planes, "data plane")
     )
 }
 
@@ -184,16 +208,9 @@ fn init_logs() {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
-    use crate::output::Output;
 
     fn global(data_dir: Option<&str>) -> Global {
-        Global {
-            endpoint: config::DEFAULT_ENDPOINT.into(),
-            admin_key: None,
-            admin_key_file: None,
-            data_dir: data_dir.map(Into::into),
-            output: Output::Table,
-        }
+        Global { data_dir: data_dir.map(Into::into), ..Global::default() }
     }
 
     #[test]
@@ -228,10 +245,10 @@ mod tests {
 
     #[test]
     fn a_gateway_already_set_up_gets_one_summary_line() {
-        let line = summary("127.0.0.1:8080".parse().unwrap(), 1, 3, 2);
+        let line = summary("127.0.0.1:8080".parse().unwrap(), 1, 3, 2, 1);
         assert_eq!(
             line,
-            "gateway is up at http://127.0.0.1:8080/v1: 1 account, 3 tokens, 2 channels (`gwctl dataplanes list` for the data planes)"
+            "gateway is up at http://127.0.0.1:8080/v1: 1 account, 3 tokens, 2 channels, 1 data plane connected"
         );
         assert!(!line.contains('\n'));
     }

@@ -1,49 +1,120 @@
-//! `gwctl usage`: the usage ledger, most recent first.
+//! `gwctl usage`: the usage ledger, most recently applied first. A list
+//! gathers as many server pages as `--limit` asks for, and prints the token
+//! to continue from when more records match.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use gw_proto::pb;
-use serde_json::Value;
 
 use crate::client::{Admin, RpcResult};
+use crate::flags;
 use crate::output::{self, Output, Render};
+use crate::{resolve, schema};
+
+/// Records asked for per call; the control plane answers at most 10,000.
+const PAGE: u32 = 10_000;
 
 /// Usage verbs.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// List usage records, most recent first.
-    #[command(alias = "ls")]
+    #[command(
+        alias = "ls",
+        after_help = "Examples:\n  \
+        gwctl usage list --account acme --since 24h\n  \
+        gwctl usage list --model gpt-4o --since 2027-01-01 --until 2027-02-01 --limit 0 -o json\n  \
+        gwctl usage list --token ci --limit 50 --continue 49:req_7f3k2"
+    )]
     List(ListArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
-    /// Only this token's records.
+    /// Only this token's records (id or name).
     #[arg(long)]
     token: Option<String>,
-    /// Only this account's records.
+    /// Only this account's records (id or name).
     #[arg(long)]
     account: Option<String>,
     /// Only this model's records.
     #[arg(long)]
     model: Option<String>,
-    /// At most this many records.
+    /// Only records of this group.
+    #[arg(long)]
+    group: Option<String>,
+    /// Only records served by this channel (id or name).
+    #[arg(long)]
+    channel: Option<String>,
+    /// Only records made at or after this time: RFC 3339, a date, or a span ago (24h, 7d).
+    #[arg(long, value_parser = flags::parse_time)]
+    since: Option<i64>,
+    /// Only records made before this time: RFC 3339, a date, or a span ago.
+    #[arg(long, value_parser = flags::parse_time)]
+    until: Option<i64>,
+    /// At most this many records; when more match, the continue token is
+    /// printed (on stderr for tables). 0 lists every match.
     #[arg(long, default_value_t = 100)]
     limit: u32,
+    /// Token printed by the previous list, to list the records after it.
+    #[arg(long = "continue", value_name = "TOKEN")]
+    continue_token: Option<String>,
 }
 
 /// Runs one usage verb; returns what to print.
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
         Command::List(args) => {
-            let request = pb::ListUsageRequest {
-                token_id: args.token.unwrap_or_default(),
-                account_id: args.account.unwrap_or_default(),
+            if let (Some(since), Some(until)) = (args.since, args.until)
+                && since >= until
+            {
+                bail!("--since must be before --until");
+            }
+            let mut request = pb::ListUsageRequest {
+                token_id: match &args.token {
+                    Some(token) => resolve::token(admin, token).await?,
+                    None => String::new(),
+                },
+                account_id: match &args.account {
+                    Some(account) => resolve::account(admin, account).await?,
+                    None => String::new(),
+                },
+                channel_id: match &args.channel {
+                    Some(channel) => resolve::channel(admin, channel).await?,
+                    None => String::new(),
+                },
                 model: args.model.unwrap_or_default(),
-                limit: args.limit,
+                group: args.group.unwrap_or_default(),
+                from: args.since.unwrap_or(0),
+                to: args.until.unwrap_or(0),
+                limit: 0,
+                page_token: args.continue_token.unwrap_or_default(),
             };
-            let list = admin.list_usage(request).await.rpc()?;
-            output::render_list(out, &list.items)
+            let (items, next) = gather(admin, &mut request, args.limit).await?;
+            output::render_list(out, &items, &next)
         }
+    }
+}
+
+/// Pages through the ledger until `limit` records (every one for 0) or the
+/// end; returns them and the token after the last, empty at the end.
+async fn gather(
+    admin: &mut Admin,
+    request: &mut pb::ListUsageRequest,
+    limit: u32,
+) -> Result<(Vec<pb::UsageRecord>, String)> {
+    let mut items = Vec::new();
+    loop {
+        let want = match limit {
+            0 => PAGE,
+            limit => (limit - items.len() as u32).min(PAGE),
+        };
+        request.limit = want;
+        let page = admin.list_usage(request.clone()).await.rpc()?;
+        items.extend(page.items);
+        let full = limit != 0 && items.len() as u32 >= limit;
+        if page.next_page_token.is_empty() || full {
+            return Ok((items, page.next_page_token));
+        }
+        request.page_token = page.next_page_token;
     }
 }
 
@@ -64,10 +135,15 @@ impl Render for pb::UsageRecord {
         "LATENCY",
     ];
 
-    fn to_json(&self) -> Value {
-        let mut object = output::to_object(self);
-        output::add_usd(&mut object, &[("cost", self.cost_micros)]);
-        Value::Object(object)
+    const WIDE: &'static [&'static str] = &["ACCOUNT", "GROUP", "ENDPOINT", "NODE"];
+    type Json = schema::Usage;
+
+    fn json(&self) -> schema::Usage {
+        self.into()
+    }
+
+    fn name(&self) -> String {
+        self.request_id.clone()
     }
 
     fn row(&self) -> Vec<String> {
@@ -85,6 +161,10 @@ impl Render for pb::UsageRecord {
             output::usd(self.cost_micros),
             format!("{}ms", self.latency_ms),
         ]
+    }
+
+    fn wide_row(&self) -> Vec<String> {
+        vec![self.account_id.clone(), self.group.clone(), self.endpoint.clone(), self.node_id.clone()]
     }
 
     fn fields(&self) -> Vec<(&'static str, String)> {
@@ -115,15 +195,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn usage_json_has_cost_in_usd() {
+    fn usage_json_has_cost_as_micros_and_exact_dollars() {
         let record = pb::UsageRecord {
             request_id: "req_1".into(),
             cost_micros: 12_345,
             prompt_tokens: 11,
             ..Default::default()
         };
-        let json = record.to_json();
-        assert_eq!(json["cost"], 0.012345);
+        let json = serde_json::to_value(record.json()).unwrap();
+        assert_eq!(json["cost_usd"], "0.012345");
         assert_eq!(json["cost_micros"], 12_345);
         assert_eq!(json["prompt_tokens"], 11);
         assert_eq!(record.row()[9], "$0.012345");

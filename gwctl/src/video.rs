@@ -3,45 +3,63 @@
 
 use anyhow::Result;
 use gw_proto::pb;
-use serde_json::Value;
 
 use crate::client::{Admin, RpcResult};
 use crate::output::{self, Output, Render};
+use crate::{resolve, schema};
 
 /// Video task verbs.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// List video tasks, newest first.
-    #[command(alias = "ls")]
+    #[command(
+        alias = "ls",
+        after_help = "Examples:\n  \
+        gwctl video list --status failed\n  \
+        gwctl video list --account acme --limit 20 -o json"
+    )]
     List(ListArgs),
     /// Show one video task.
-    Get { id: String },
+    #[command(after_help = "Examples:\n  gwctl video get video_68d2f1")]
+    Get {
+        /// Id of the task (video_…).
+        id: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
-    /// Only this account's tasks.
+    /// Only this account's tasks (id or name).
     #[arg(long)]
     account: Option<String>,
     /// Only tasks in this status.
     #[arg(long, value_parser = ["queued", "in_progress", "completed", "failed"])]
     status: Option<String>,
-    /// At most this many tasks.
-    #[arg(long, default_value_t = 100)]
+    /// At most this many tasks (at most 10000); when more exist, the
+    /// continue token is printed (on stderr for tables).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     limit: u32,
+    /// Token printed by the previous page, to list the next.
+    #[arg(long = "continue", value_name = "TOKEN")]
+    continue_token: Option<String>,
 }
 
 /// Runs one video verb; returns what to print.
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
         Command::List(args) => {
+            let account_id = match &args.account {
+                Some(account) => resolve::account(admin, account).await?,
+                None => String::new(),
+            };
             let request = pb::ListVideoTasksRequest {
-                account_id: args.account.unwrap_or_default(),
+                account_id,
                 status: args.status.unwrap_or_default(),
                 limit: args.limit,
+                page_token: args.continue_token.unwrap_or_default(),
             };
             let list = admin.list_video_tasks(request).await.rpc()?;
-            output::render_list(out, &list.items)
+            output::render_list(out, &list.items, &list.next_page_token)
         }
         Command::Get { id } => output::render_one(out, &admin.get_video_task(pb::GetRequest { id }).await.rpc()?),
     }
@@ -62,15 +80,19 @@ impl Render for pb::VideoTask {
     const COLUMNS: &'static [&'static str] =
         &["ID", "CREATED", "ACCOUNT", "MODEL", "CHANNEL", "SECONDS", "STATUS", "COST", "ERROR"];
 
-    fn to_json(&self) -> Value {
-        let mut object = output::to_object(self);
-        output::add_usd(&mut object, &[("cost", self.cost_micros)]);
-        // The pass-through fields as JSON rather than as a string.
-        if let Ok(extra @ Value::Object(_)) = serde_json::from_str::<Value>(&self.extra_json) {
-            object.insert("extra".to_string(), extra);
-        }
-        object.remove("extra_json");
-        Value::Object(object)
+    const WIDE: &'static [&'static str] = &["TOKEN", "SIZE", "UPSTREAM ID"];
+    type Json = schema::Video;
+
+    fn json(&self) -> schema::Video {
+        self.into()
+    }
+
+    fn name(&self) -> String {
+        self.id.clone()
+    }
+
+    fn wide_row(&self) -> Vec<String> {
+        vec![self.token_id.clone(), self.size.clone(), self.upstream_id.clone()]
     }
 
     fn row(&self) -> Vec<String> {
@@ -119,7 +141,7 @@ mod tests {
     use crate::cli::{Cli, Command as Top};
 
     #[test]
-    fn video_json_has_cost_in_usd_and_extra_as_an_object() {
+    fn video_json_has_exact_cost_and_extra_as_an_object() {
         let task = pb::VideoTask {
             id: "video_1".into(),
             status: "failed".into(),
@@ -128,8 +150,8 @@ mod tests {
             extra_json: r#"{"size":"1280x720"}"#.into(),
             ..Default::default()
         };
-        let json = task.to_json();
-        assert_eq!(json["cost"], 0.6);
+        let json = serde_json::to_value(task.json()).unwrap();
+        assert_eq!(json["cost_usd"], "0.600000");
         assert_eq!(json["extra"]["size"], "1280x720");
         assert!(json.get("extra_json").is_none());
         assert_eq!(task.row()[6], "failed (refunded)");

@@ -109,8 +109,8 @@ pub async fn sdk(script: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
         .unwrap_or_else(|error| panic!("SDK script {script} printed no JSON ({error}): {stdout}\n{stderr}"))
 }
 
-/// A protobuf message as JSON, the way `gwctl -o json` shows it (less the
-/// US-dollar figures gwctl adds beside the micro-USD fields).
+/// A protobuf message as JSON, field for field (gwctl's `-o json` has its
+/// own documented schema instead).
 pub fn json<T: serde::Serialize>(message: &T) -> Value {
     serde_json::to_value(message).unwrap_or_else(|error| panic!("a message that is not JSON: {error}"))
 }

@@ -154,7 +154,9 @@ async fn accounts_stay_disabled(admins: &Admins, trials: usize) {
     let mut admin = admins[0].clone();
     let group = pb::Group { name: "racers".into(), ratio: 1.0, ..Default::default() };
     admin.create_group(group).await.expect("group create");
-    let account = pb::CreateAccountRequest { name: "racer".into(), balance_micros: 1_000, ..Default::default() };
+    // Account names are unique: not the name of the tokens' account.
+    let account =
+        pb::CreateAccountRequest { name: "disabled racer".into(), balance_micros: 1_000, ..Default::default() };
     let id = admin.create_account(account).await.expect("account create").into_inner().id;
     let update = |request: pb::UpdateAccountRequest| pb::UpdateAccountRequest { id: id.clone(), ..request };
     let started = Instant::now();

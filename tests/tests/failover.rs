@@ -119,7 +119,7 @@ async fn all_channels_down_is_one_clean_5xx_after_bounded_attempts() {
 }
 
 async fn channel_id(gw: &Gateway, name: &str) -> String {
-    let list = gw.admin().list_channels(pb::ListRequest {}).await.expect("channel list").into_inner();
+    let list = gw.admin().list_channels(pb::ListRequest::default()).await.expect("channel list").into_inner();
     let found = list.items.into_iter().find(|c| c.name == name);
     found.unwrap_or_else(|| panic!("no channel {name}")).id
 }

@@ -391,7 +391,7 @@ async fn errors_carry_the_exact_catalogue_messages() {
 /// Waits until the first data plane has acknowledged the newest revision.
 async fn wait_for_revision(f: &Fixture) {
     eventually("data planes to ACK the newest revision", Duration::from_secs(5), || async {
-        let planes = f.cluster.admin().list_data_planes(pb::ListRequest {}).await.ok()?.into_inner();
+        let planes = f.cluster.admin().list_data_planes(pb::ListRequest::default()).await.ok()?.into_inner();
         let current = |p: &pb::DataPlane| p.acked_revision >= planes.revision;
         (planes.items.len() == 2 && planes.items.iter().all(current)).then_some(())
     })

@@ -106,7 +106,12 @@ async fn stored(f: &Fixture, id: &str) -> pb::VideoTask {
 
 /// Stored tasks, as `gwctl video list [--account …] [--status …]` reads them.
 async fn tasks(f: &Fixture, account: &str, status: &str) -> Vec<pb::VideoTask> {
-    let request = pb::ListVideoTasksRequest { account_id: account.into(), status: status.into(), limit: 100 };
+    let request = pb::ListVideoTasksRequest {
+        account_id: account.into(),
+        status: status.into(),
+        limit: 100,
+        ..Default::default()
+    };
     f.cluster.admin().list_video_tasks(request).await.expect("video list").into_inner().items
 }
 

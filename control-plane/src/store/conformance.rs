@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::{Modified, Store, StoreError};
+use super::{Modified, Patch, Store, StoreError};
 use crate::domain::{
     Account, Change, Channel, ENABLED, Group, Kind, Model, RateLimit, Resource, Token, UsageFilter, UsageRecord,
 };
@@ -32,6 +32,9 @@ pub async fn run(store: Arc<dyn Store>) {
     usage_is_applied_once_per_request_id(&*store).await;
     concurrent_usage_is_applied_once_per_request_id(store.clone()).await;
     usage_listing_filters_and_is_newest_first(&*store).await;
+    usage_pages_follow_their_cursor_past_new_records(&*store).await;
+    names_are_unique_per_kind(&*store).await;
+    concurrent_creates_of_one_name_admit_one(store.clone()).await;
     subscribe_observes_a_write(&*store).await;
     super::video::conformance::run(store.clone()).await;
     permits_never_exceed_the_limit(store.clone()).await;
@@ -166,7 +169,8 @@ pub async fn revisions_strictly_increase_per_write(store: &dyn Store) {
     step(store.create(token("rev-tok", "rev-acct")).await.expect("create"), "create");
     let mut renamed = account("rev-acct", 0);
     if let Resource::Account(a) = &mut renamed {
-        a.name = "renamed".into();
+        // Account names are unique: not the name `counters_survive_modify` gave.
+        a.name = "renamed rev-acct".into();
     }
     step(replace(store, renamed).await.expect("modify").revision.expect("a change is written"), "modify");
     let Resource::Account(_) = store.adjust_balance("rev-acct", 1).await.expect("adjust") else {
@@ -396,6 +400,136 @@ pub async fn usage_listing_filters_and_is_newest_first(store: &dyn Store) {
     let many = list(UsageFilter { token_id: "list-tok-many".into(), ..Default::default() }).await;
     assert_eq!(many.len(), 100, "a zero limit means 100");
     assert_eq!(many.first().map(String::as_str), Some("list-many-104"), "the last of a batch is the newest");
+}
+
+/// Pages of `list_usage_page` join up to the whole filtered log, newest
+/// first, with records applied between two pages neither repeated nor
+/// returned in a later page; time bounds filter by `created_at`.
+pub async fn usage_pages_follow_their_cursor_past_new_records(store: &dyn Store) {
+    let batch: Vec<UsageRecord> =
+        (0..7).map(|i| usage(&format!("page-{i}"), "page-tok", "page-acct", "page-model", 1)).collect();
+    store.apply_usage(&batch).await.expect("usage");
+    let filter = UsageFilter { token_id: "page-tok".into(), limit: 3, ..Default::default() };
+    let first = store.list_usage_page(&filter).await.expect("first page");
+    let ids = |records: &[UsageRecord]| records.iter().map(|r| r.request_id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&first.items), ["page-6", "page-5", "page-4"], "first page, newest first");
+    assert!(!first.next.is_empty(), "more records match: a next page");
+
+    // Newer records, of this token and of another, arrive between pages.
+    let newer = [
+        usage("page-new-0", "page-tok", "page-acct", "page-model", 1),
+        usage("page-new-1", "page-other-tok", "page-acct", "page-model", 1),
+    ];
+    store.apply_usage(&newer).await.expect("usage");
+    let second = store.list_usage_page(&UsageFilter { cursor: first.next, ..filter.clone() }).await.expect("page 2");
+    assert_eq!(ids(&second.items), ["page-3", "page-2", "page-1"], "second page continues where the first ended");
+    let third = store.list_usage_page(&UsageFilter { cursor: second.next, ..filter.clone() }).await.expect("page 3");
+    assert_eq!(ids(&third.items), ["page-0"], "last page");
+    assert!(third.next.is_empty(), "no page after the last: {third:?}");
+
+    let bad = store.list_usage_page(&UsageFilter { cursor: "nonsense".into(), ..filter.clone() }).await;
+    assert!(matches!(bad, Err(StoreError::BadCursor { .. })), "a cursor the store never gave: {bad:?}");
+
+    let mut old = usage("page-old", "page-time-tok", "page-acct", "page-model", 1);
+    old.created_at -= 3_600;
+    let recent = usage("page-recent", "page-time-tok", "page-acct", "page-model", 1);
+    store.apply_usage(&[old.clone(), recent.clone()]).await.expect("usage");
+    let timed = |from, to| UsageFilter { token_id: "page-time-tok".into(), from, to, ..Default::default() };
+    let since = store.list_usage(&timed(old.created_at + 1, 0)).await.expect("list");
+    assert_eq!(ids(&since), ["page-recent"], "from is inclusive of later records only");
+    let until = store.list_usage(&timed(0, old.created_at + 1)).await.expect("list");
+    assert_eq!(ids(&until), ["page-old"], "to excludes later records");
+}
+
+/// Two accounts (or channels) never share a name: a create or a rename to
+/// a taken name is refused naming the owner, a rename to its own name or a
+/// free one works, and a delete frees the name. Tokens' names may repeat.
+pub async fn names_are_unique_per_kind(store: &dyn Store) {
+    for kind in [Kind::Account, Kind::Channel] {
+        let name = format!("unique {kind}");
+        let named = |id: &str| {
+            let mut resource = sample(kind, id);
+            rename(&mut resource, &name);
+            resource
+        };
+        let first = named(&format!("names-{kind}-1"));
+        store.create(first.clone()).await.expect("create the first of a name");
+        let err = store.create(named(&format!("names-{kind}-2"))).await.expect_err("a second of one name");
+        assert!(
+            matches!(&err, StoreError::NameTaken { kind: k, name: n, owner: Some(o) } if *k == kind && *n == name && o == first.id()),
+            "{kind}: duplicate name gave {err:?}"
+        );
+        assert_eq!(err.to_string(), format!("{kind} name {name:?} is taken by {}", first.id()));
+
+        let other = sample(kind, &format!("names-{kind}-3"));
+        store.create(other.clone()).await.expect("create another name");
+        let taken = name.clone();
+        let to_taken: Patch = Box::new(move |resource| {
+            rename(resource, &taken);
+            Ok(())
+        });
+        let err = store.modify(kind, other.id(), to_taken).await.expect_err("rename to a taken name");
+        assert!(matches!(err, StoreError::NameTaken { .. }), "{kind}: rename to a taken name gave {err:?}");
+
+        let freed = format!("{name} (renamed)");
+        let free = freed.clone();
+        let to_free: Patch = Box::new(move |resource| {
+            rename(resource, &free);
+            Ok(())
+        });
+        store.modify(kind, first.id(), to_free).await.expect("rename to a free name");
+        store.create(named(&format!("names-{kind}-4"))).await.expect("the old name is free after a rename");
+        let err = store.create(named(&format!("names-{kind}-5"))).await.expect_err("taken again");
+        assert!(matches!(err, StoreError::NameTaken { .. }), "{kind}: {err:?}");
+        store.delete(kind, &format!("names-{kind}-4")).await.expect("delete");
+        store.create(named(&format!("names-{kind}-5"))).await.expect("a delete frees the name");
+        let unchanged: Patch = Box::new(|resource| {
+            if let Resource::Account(a) = resource {
+                a.unlimited = !a.unlimited;
+            }
+            if let Resource::Channel(c) = resource {
+                c.weight += 1;
+            }
+            Ok(())
+        });
+        store.modify(kind, &format!("names-{kind}-5"), unchanged).await.expect("an edit that keeps the name");
+    }
+    for id in ["names-token-1", "names-token-2"] {
+        let mut twin = token(id, "names-acct");
+        rename(&mut twin, "twin");
+        store.create(twin).await.expect("tokens may share a name");
+    }
+}
+
+/// Eight creates of one account name at once: exactly one is stored.
+pub async fn concurrent_creates_of_one_name_admit_one(store: Arc<dyn Store>) {
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut resource = account(&format!("race-name-{i}"), 0);
+            rename(&mut resource, "raced name");
+            store.create(resource).await
+        }));
+    }
+    let mut created = 0;
+    for task in tasks {
+        match task.await.expect("task") {
+            Ok(_) => created += 1,
+            Err(StoreError::NameTaken { .. }) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(created, 1, "one create of a name wins");
+}
+
+fn rename(resource: &mut Resource, name: &str) {
+    match resource {
+        Resource::Account(a) => a.name = name.to_owned(),
+        Resource::Channel(c) => c.name = name.to_owned(),
+        Resource::Token(t) => t.name = name.to_owned(),
+        Resource::Group(_) | Resource::Model(_) => {}
+    }
 }
 
 /// 8 tasks taking permits of one key and window at once get exactly the

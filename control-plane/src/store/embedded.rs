@@ -10,8 +10,10 @@ use async_trait::async_trait;
 use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use tokio::sync::watch;
 
-use super::{Modified, Patch, Result, Store, StoreError};
-use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord, now_unix};
+use super::{
+    Modified, Patch, Result, Store, StoreError, USAGE_SCAN, unique_name, usage_matches, usage_older_than_wanted,
+};
+use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord, now_unix};
 
 mod ledger;
 mod video;
@@ -164,6 +166,9 @@ impl Store for EmbeddedStore {
                 if table.get(id.as_str()).map_err(db_err)?.is_some() {
                     return Err(StoreError::AlreadyExists { kind, id });
                 }
+                if let Some(name) = unique_name(&resource) {
+                    check_name_free(&table, kind, name, &id)?;
+                }
                 table.insert(id.as_str(), json.as_slice()).map_err(db_err)?;
                 drop(table);
                 Ok(((), vec![(kind, id)]))
@@ -189,6 +194,9 @@ impl Store for EmbeddedStore {
                 keep_counters(&mut next, &stored);
                 if next == stored {
                     return Ok(((stored, false), Vec::new()));
+                }
+                if let Some(name) = unique_name(&next).filter(|name| unique_name(&stored) != Some(name)) {
+                    check_name_free(&table, kind, name, &id)?;
                 }
                 table.insert(id.as_str(), resource_json(&next)?.as_slice()).map_err(db_err)?;
                 drop(table);
@@ -296,23 +304,41 @@ impl Store for EmbeddedStore {
         Ok(outcome)
     }
 
-    async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>> {
+    async fn list_usage_page(&self, filter: &UsageFilter) -> Result<UsagePage> {
         let filter = filter.clone();
         let limit = if filter.limit == 0 { 100 } else { filter.limit };
+        // The cursor is the sequence number of the last record read.
+        let before = match filter.cursor.as_str() {
+            "" => u64::MAX,
+            cursor => cursor
+                .strip_prefix('s')
+                .and_then(|seq| seq.parse().ok())
+                .ok_or_else(|| StoreError::BadCursor { cursor: cursor.to_owned() })?,
+        };
         self.read(move |txn| {
             let log = txn.open_table(USAGE).map_err(db_err)?;
-            let mut out = Vec::new();
-            for entry in log.range::<u64>(..).map_err(db_err)?.rev() {
-                let (_, json) = entry.map_err(db_err)?;
+            let mut page = UsagePage::default();
+            let mut scanned = 0;
+            for entry in log.range::<u64>(..before).map_err(db_err)?.rev() {
+                let (seq, json) = entry.map_err(db_err)?;
                 let record: UsageRecord = decode(json.value())?;
+                if usage_older_than_wanted(&filter, &record) {
+                    return Ok(UsagePage { items: page.items, next: String::new() });
+                }
+                scanned += 1;
                 if usage_matches(&filter, &record) {
-                    out.push(record);
-                    if out.len() == limit {
-                        break;
+                    page.items.push(record);
+                }
+                if page.items.len() == limit || scanned == USAGE_SCAN {
+                    // More only if an older record exists at all.
+                    let seq = seq.value();
+                    if log.range::<u64>(..seq).map_err(db_err)?.next_back().is_some() {
+                        page.next = format!("s{seq}");
                     }
+                    break;
                 }
             }
-            Ok(out)
+            Ok(page)
         })
         .await
     }
@@ -483,11 +509,22 @@ pub(super) fn check_same_id(patched: &Resource, kind: Kind, id: &str) -> Result<
     }
 }
 
-/// Whether `record` passes `filter` (empty fields match anything).
-pub(super) fn usage_matches(filter: &UsageFilter, record: &UsageRecord) -> bool {
-    (filter.token_id.is_empty() || filter.token_id == record.token_id)
-        && (filter.account_id.is_empty() || filter.account_id == record.account_id)
-        && (filter.model.is_empty() || filter.model == record.model)
+/// `NameTaken` when a resource of `table` other than `id` is named `name`.
+/// Reads the whole table: it runs inside the write transaction, so no
+/// other write can come between the check and the write.
+fn check_name_free(
+    table: &redb::Table<'_, &'static str, &'static [u8]>,
+    kind: Kind,
+    name: &str,
+    id: &str,
+) -> Result<()> {
+    for entry in table.iter().map_err(db_err)? {
+        let (other, json) = entry.map_err(db_err)?;
+        if other.value() != id && unique_name(&parse_resource(kind, json.value())?) == Some(name) {
+            return Err(StoreError::NameTaken { kind, name: name.to_owned(), owner: Some(other.value().to_owned()) });
+        }
+    }
+    Ok(())
 }
 
 fn meta_get(meta: &impl ReadableTable<&'static str, u64>, key: &str) -> Result<u64> {

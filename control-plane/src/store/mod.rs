@@ -9,6 +9,10 @@
 //! Existing resources change only through `modify`, a read-modify-write that
 //! each backend makes atomic per resource, so that concurrent edits of one
 //! resource (from any replica) never undo one another.
+//!
+//! Account and channel names are unique per kind, checked inside the same
+//! atomic write as the create or rename (groups and models are named by
+//! their ids). Duplicates written before that rule stay readable.
 
 pub mod budget;
 pub mod conformance;
@@ -21,7 +25,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord};
+use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 pub use self::embedded::EmbeddedStore;
@@ -42,6 +46,12 @@ pub enum StoreError {
     NotFound { kind: Kind, id: String },
     #[error("{kind} {id:?} already exists")]
     AlreadyExists { kind: Kind, id: String },
+    /// Another resource of the kind has the name (`owner`, when known).
+    #[error("{kind} name {name:?} is taken{}", owner.as_deref().map(|id| format!(" by {id}")).unwrap_or_default())]
+    NameTaken { kind: Kind, name: String, owner: Option<String> },
+    /// A usage cursor that no longer points into the log.
+    #[error("usage cursor {cursor:?} is invalid or expired; list again from the start")]
+    BadCursor { cursor: String },
     #[error("redis")]
     Redis(#[source] ::redis::RedisError),
     #[error("embedded store")]
@@ -128,8 +138,17 @@ pub trait Store: VideoStore + BudgetStore + Send + Sync + 'static {
     /// not policy: the revision does not change.
     async fn apply_usage(&self, records: &[UsageRecord]) -> Result<UsageOutcome>;
 
-    /// Usage records, newest first, filtered.
-    async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>>;
+    /// Usage records, newest first, filtered: one page of at most
+    /// `filter.limit` (0: 100) records after `filter.cursor`. A page reads a
+    /// bounded number of records, so it may hold fewer than the limit and
+    /// still have a `next`. `BadCursor` when the cursor is not one this store
+    /// gave out or its record left the log.
+    async fn list_usage_page(&self, filter: &UsageFilter) -> Result<UsagePage>;
+
+    /// The first page of `list_usage_page`'s records.
+    async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>> {
+        Ok(self.list_usage_page(filter).await?.items)
+    }
 
     /// Rate-limit permits: atomically grants `min(want, limit - granted)`,
     /// where `granted` is what `key` was granted in the fixed window that
@@ -142,6 +161,45 @@ pub trait Store: VideoStore + BudgetStore + Send + Sync + 'static {
     /// The newest revision, updated whenever any writer (this process or
     /// another replica on the same backend) commits a change.
     fn subscribe(&self) -> watch::Receiver<u64>;
+}
+
+/// Usage records read at most per `list_usage_page` call.
+pub const USAGE_SCAN: usize = 100_000;
+
+/// The name a resource must not share with another of its kind: accounts'
+/// and channels' (groups and models are named by their ids, unique anyway).
+pub fn unique_name(resource: &Resource) -> Option<&str> {
+    match resource {
+        Resource::Account(account) => Some(account.name.as_str()),
+        Resource::Channel(channel) => Some(channel.name.as_str()),
+        Resource::Group(_) | Resource::Token(_) | Resource::Model(_) => None,
+    }
+    .filter(|name| !name.is_empty())
+}
+
+/// Whether the kind's names are unique (`unique_name`).
+pub fn names_are_unique(kind: Kind) -> bool {
+    matches!(kind, Kind::Account | Kind::Channel)
+}
+
+/// Whether `record` passes `filter` (empty fields match anything).
+pub fn usage_matches(filter: &UsageFilter, record: &UsageRecord) -> bool {
+    let is = |want: &str, have: &str| want.is_empty() || want == have;
+    is(&filter.token_id, &record.token_id)
+        && is(&filter.account_id, &record.account_id)
+        && is(&filter.model, &record.model)
+        && is(&filter.group, &record.group)
+        && is(&filter.channel_id, &record.channel_id)
+        && (filter.from == 0 || record.created_at >= filter.from)
+        && (filter.to == 0 || record.created_at < filter.to)
+}
+
+/// Whether no record applied before `record` can pass `filter.from`. The
+/// ledger refuses records older than `IDEMPOTENCY_WINDOW_SECS`, so one
+/// applied earlier was made at most that long (and a day of clock skew)
+/// before this one.
+pub fn usage_older_than_wanted(filter: &UsageFilter, record: &UsageRecord) -> bool {
+    filter.from > 0 && record.created_at < filter.from - IDEMPOTENCY_WINDOW_SECS - 24 * 60 * 60
 }
 
 /// Sets channel `id`'s status to `to` if it is `from` at the moment of the

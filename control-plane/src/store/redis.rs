@@ -8,7 +8,9 @@
 //! list of JSON records, newest first; `gw:applied:<request_id>`, the
 //! idempotency markers; `gw:hold:<budget>`, spending leases (see `ledger`);
 //! `gw:permits:<key>:<window_start>`, rate-limit permits granted in one
-//! window. Every write is one Lua script (write, INCR, XADD), so a write and
+//! window; `gw:names:<kind>`, name → id of the kinds whose names are unique,
+//! kept by the same scripts that write the resources (and built once from
+//! the resources by `index_names` for stores written before it). Every write is one Lua script (write, INCR, XADD), so a write and
 //! its change entry are atomic. `modify` is an optimistic compare-and-set:
 //! the script writes only if the resource's JSON is still the one the patch
 //! was applied to, and the caller retries if not.
@@ -23,9 +25,12 @@ use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
 use redis::{AsyncCommands, AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
 use tokio::sync::watch;
 
-use super::embedded::{check_same_id, parse_resource, resource_json, usage_matches};
-use super::{Modified, Patch, Result, Store, StoreError};
-use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsageRecord};
+use super::embedded::{check_same_id, parse_resource, resource_json};
+use super::{
+    Modified, Patch, Result, Store, StoreError, USAGE_SCAN, names_are_unique, unique_name, usage_matches,
+    usage_older_than_wanted,
+};
+use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 mod ledger;
 mod video;
@@ -53,31 +58,72 @@ const MODIFY_BACKOFF_MAX: Duration = Duration::from_millis(20);
 
 /// Bumps the revision and appends `ARGV[3]/ARGV[1]` to the feed; for the
 /// single-resource scripts, whose keys are 1 kind hash, 2 `gw:rev`,
-/// 3 `gw:changes`, 4… counter hashes, and args 1 id, 2 JSON, 3 kind,
-/// 4 feed length, 5… counter values (`ARGV[i + 1]` goes with `KEYS[i]`).
+/// 3 `gw:changes`, 4 the kind's name index, 5… counter hashes, and args 1 id,
+/// 2 JSON, 3 kind, 4 feed length, 5 the script's own, 6… counter values
+/// (`ARGV[i + 1]` goes with `KEYS[i]`).
 const BUMP: &str = r"
 local rev = redis.call('INCR', KEYS[2])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], string.format('%d-0', rev), 'kind', ARGV[3], 'id', ARGV[1])
 ";
 
-const CREATE: &str = r"
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
-for i = 4, #KEYS do redis.call('HSET', KEYS[i], ARGV[1], ARGV[i + 1]) end
+/// True when `name` belongs to a resource other than `id` that still exists.
+const NAME_TAKEN: &str = r"
+local function name_taken(name, id)
+  if name == '' then return false end
+  local owner = redis.call('HGET', KEYS[4], name)
+  return owner and owner ~= id and redis.call('HEXISTS', KEYS[1], owner) == 1
+end
 ";
 
-/// ARGV[5] is the JSON the patch was applied to. Returns nil for a missing
+/// ARGV[5] is the resource's unique name ('' for none). Returns nil when
+/// the id is taken, -1 when the name is, else the new revision.
+const CREATE: &str = r"
+if name_taken(ARGV[5], ARGV[1]) then return -1 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[4], ARGV[5], ARGV[1]) end
+for i = 5, #KEYS do redis.call('HSET', KEYS[i], ARGV[1], ARGV[i + 1]) end
+";
+
+/// ARGV[5] is the JSON the patch was applied to, ARGV[6] and ARGV[7] the
+/// unique names before and after ('' for none). Returns nil for a missing
 /// resource, 0 when the JSON changed meanwhile (nothing written; a revision
-/// is never 0), else the new revision.
+/// is never 0), -1 when the new name is taken, else the new revision.
 const MODIFY: &str = r"
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if not stored then return false end
 if stored ~= ARGV[5] then return 0 end
+if ARGV[6] ~= ARGV[7] then
+  if name_taken(ARGV[7], ARGV[1]) then return -1 end
+  if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], ARGV[7], ARGV[1]) end
+  if ARGV[6] ~= '' and redis.call('HGET', KEYS[4], ARGV[6]) == ARGV[1] then redis.call('HDEL', KEYS[4], ARGV[6]) end
+end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 ";
 
+/// ARGV[5] is '1' when the kind's names are indexed.
 const DELETE: &str = r"
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return false end
-for i = 4, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if not stored then return false end
+redis.call('HDEL', KEYS[1], ARGV[1])
+if ARGV[5] == '1' then
+  local name = cjson.decode(stored).name
+  if type(name) == 'string' and redis.call('HGET', KEYS[4], name) == ARGV[1] then redis.call('HDEL', KEYS[4], name) end
+end
+for i = 5, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
+";
+
+/// Keys 1 kind hash, 2 its name index, 3 the index's "built" marker. Builds
+/// the index from the stored resources once (the first of duplicate names
+/// written before names were unique wins); a no-op once the marker is set.
+const INDEX_NAMES: &str = r"
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local name = cjson.decode(all[i + 1]).name
+  if type(name) == 'string' and name ~= '' then redis.call('HSETNX', KEYS[2], name, all[i]) end
+end
+redis.call('SET', KEYS[3], '1')
+return 1
 ";
 
 /// Keys 4 `gw:balance`, 5 `gw:account_used`; ARGV[2] is the delta. Returns
@@ -135,6 +181,7 @@ struct Scripts {
     adjust: Script,
     changes_since: Script,
     take_permits: Script,
+    index_names: Script,
 }
 
 /// Aborts the task when dropped.
@@ -157,7 +204,7 @@ impl RedisStore {
         let start: u64 = conn.get::<_, Option<u64>>(REV).await.map_err(StoreError::Redis)?.unwrap_or(0);
         let revision = Arc::new(watch::channel(start).0);
         let follower = tokio::spawn(follow(client, revision.clone(), start));
-        let single = |body: &str, tail: &str| Script::new(&format!("{body}{BUMP}{tail}"));
+        let single = |body: &str, tail: &str| Script::new(&format!("{NAME_TAKEN}{body}{BUMP}{tail}"));
         let scripts = Scripts {
             create: single(CREATE, "return rev"),
             modify: single(MODIFY, "return rev"),
@@ -165,29 +212,57 @@ impl RedisStore {
             adjust: single(ADJUST, ADJUST_RETURN),
             changes_since: Script::new(CHANGES_SINCE),
             take_permits: Script::new(TAKE_PERMITS),
+            index_names: Script::new(INDEX_NAMES),
         };
-        Ok(Self { conn, scripts, revision, _follower: AbortOnDrop(follower) })
+        let store = Self { conn, scripts, revision, _follower: AbortOnDrop(follower) };
+        store.index_names().await?;
+        Ok(store)
     }
 
-    /// Runs a single-resource script (create, delete) on `kind/id`,
-    /// with the counter hashes of `kind` paired with `counters` (none at all
-    /// when `counters` is empty); `None` when its precondition failed.
+    /// Builds the name index of each kind with unique names, once per
+    /// Redis: stores written before names were unique have none.
+    async fn index_names(&self) -> Result<()> {
+        for kind in Kind::ALL.into_iter().filter(|kind| names_are_unique(*kind)) {
+            let _: i64 = self
+                .scripts
+                .index_names
+                .key(kind_key(kind))
+                .key(names_key(kind))
+                .key(format!("{}:indexed", names_key(kind)))
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(StoreError::Redis)?;
+        }
+        Ok(())
+    }
+
+    /// `NameTaken` for `name` of `kind`, naming its owner when it can.
+    async fn name_taken(&self, kind: Kind, name: &str) -> StoreError {
+        let owner: Option<String> = self.conn.clone().hget(names_key(kind), name).await.ok().flatten();
+        StoreError::NameTaken { kind, name: name.to_owned(), owner }
+    }
+
+    /// Runs a single-resource script (create, delete) on `kind/id` with
+    /// its own argument `own`, and the counter hashes of `kind` paired with
+    /// `counters` (none at all when `counters` is empty); `None` when its
+    /// precondition failed, -1 when a name was taken, else the revision.
     async fn write_one(
         &self,
         script: &Script,
         kind: Kind,
         id: &str,
         json: &[u8],
+        own: &str,
         counters: &[i64],
-    ) -> Result<Option<u64>> {
+    ) -> Result<Option<i64>> {
         let mut call = script.prepare_invoke();
-        call.key(kind_key(kind)).key(REV).key(CHANGES);
-        call.arg(id).arg(json).arg(kind.as_str()).arg(FEED_RETAIN);
+        call.key(kind_key(kind)).key(REV).key(CHANGES).key(names_key(kind));
+        call.arg(id).arg(json).arg(kind.as_str()).arg(FEED_RETAIN).arg(own);
         for (key, value) in counter_keys(kind).iter().zip(counters) {
             call.key(*key).arg(*value);
         }
-        let revision: Option<u64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
-        if let Some(revision) = revision {
+        let revision: Option<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        if let Some(revision) = revision.and_then(|r| u64::try_from(r).ok()) {
             self.published(revision);
         }
         Ok(revision)
@@ -266,9 +341,13 @@ impl Store for RedisStore {
     async fn create(&self, resource: Resource) -> Result<u64> {
         let (kind, id) = (resource.kind(), resource.id().to_owned());
         let counters = counter_values(&resource);
+        let name = unique_name(&resource).unwrap_or_default().to_owned();
         let json = stored_json(resource)?;
-        let revision = self.write_one(&self.scripts.create, kind, &id, &json, &counters).await?;
-        revision.ok_or(StoreError::AlreadyExists { kind, id })
+        match self.write_one(&self.scripts.create, kind, &id, &json, &name, &counters).await? {
+            None => Err(StoreError::AlreadyExists { kind, id }),
+            Some(-1) => Err(self.name_taken(kind, &name).await),
+            Some(revision) => Ok(revision.unsigned_abs()),
+        }
     }
 
     async fn modify(&self, kind: Kind, id: &str, mut patch: Patch) -> Result<Modified> {
@@ -277,6 +356,7 @@ impl Store for RedisStore {
                 return Err(StoreError::NotFound { kind, id: id.to_owned() });
             };
             let mut resource = parse_resource(kind, stored.as_bytes())?;
+            let old_name = unique_name(&resource).unwrap_or_default().to_owned();
             set_counters(&mut resource, &counters);
             patch(&mut resource)?;
             check_same_id(&resource, kind, id)?;
@@ -287,14 +367,18 @@ impl Store for RedisStore {
             if json == stored.as_bytes() {
                 return Ok(Modified { revision: None, resource });
             }
+            let new_name = unique_name(&resource).unwrap_or_default().to_owned();
             let mut call = self.scripts.modify.prepare_invoke();
-            call.key(kind_key(kind)).key(REV).key(CHANGES);
+            call.key(kind_key(kind)).key(REV).key(CHANGES).key(names_key(kind));
             call.arg(id).arg(json).arg(kind.as_str()).arg(FEED_RETAIN).arg(stored.as_bytes());
-            let written: Option<u64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+            call.arg(&old_name).arg(&new_name);
+            let written: Option<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
             match written {
                 None => return Err(StoreError::NotFound { kind, id: id.to_owned() }),
                 Some(0) => tokio::time::sleep(modify_backoff(attempt)).await,
+                Some(-1) => return Err(self.name_taken(kind, &new_name).await),
                 Some(revision) => {
+                    let revision = revision.unsigned_abs();
                     self.published(revision);
                     return Ok(Modified { revision: Some(revision), resource });
                 }
@@ -306,8 +390,9 @@ impl Store for RedisStore {
 
     async fn delete(&self, kind: Kind, id: &str) -> Result<u64> {
         let zeros = vec![0; counter_keys(kind).len()];
-        let revision = self.write_one(&self.scripts.delete, kind, id, b"", &zeros).await?;
-        revision.ok_or_else(|| StoreError::NotFound { kind, id: id.to_owned() })
+        let indexed = if names_are_unique(kind) { "1" } else { "0" };
+        let revision = self.write_one(&self.scripts.delete, kind, id, b"", indexed, &zeros).await?;
+        revision.map(i64::unsigned_abs).ok_or_else(|| StoreError::NotFound { kind, id: id.to_owned() })
     }
 
     async fn get(&self, kind: Kind, id: &str) -> Result<Option<Resource>> {
@@ -375,41 +460,50 @@ impl Store for RedisStore {
         self.apply_usage_records(records).await
     }
 
-    async fn list_usage(&self, filter: &UsageFilter) -> Result<Vec<UsageRecord>> {
+    async fn list_usage_page(&self, filter: &UsageFilter) -> Result<UsagePage> {
         let limit = if filter.limit == 0 { 100 } else { filter.limit };
-        let unfiltered = filter.token_id.is_empty() && filter.account_id.is_empty() && filter.model.is_empty();
-        let page = if unfiltered { limit.min(USAGE_PAGE * 10) } else { USAGE_PAGE };
         let mut conn = self.conn.clone();
-        let mut out = Vec::new();
+        // A cursor is `<index>:<request id>` of the last record read. New
+        // records are pushed at the head and only the tail is trimmed, so that
+        // record is at `index` or further down by now: look for it there.
+        let mut start = match filter.cursor.as_str() {
+            "" => 0,
+            cursor => self.after_cursor(cursor).await?,
+        };
+        let mut page = UsagePage::default();
         // New records push older ones further down while we page; a record
         // seen twice is skipped by its request id.
         let mut seen = HashSet::new();
-        let mut start = 0;
-        while out.len() < limit {
-            let stop = start + page - 1;
-            let jsons: Vec<String> = conn
-                .lrange(
-                    USAGE,
-                    isize::try_from(start).unwrap_or(isize::MAX),
-                    isize::try_from(stop).unwrap_or(isize::MAX),
-                )
-                .await
-                .map_err(StoreError::Redis)?;
+        let mut scanned = 0;
+        loop {
+            let jsons = usage_range(&mut conn, start, USAGE_PAGE).await?;
             if jsons.is_empty() {
-                break;
+                return Ok(page);
             }
-            for json in &jsons {
+            for (offset, json) in jsons.iter().enumerate() {
                 let record = decode::<UsageRecord>(json)?;
-                if usage_matches(filter, &record) && seen.insert(record.request_id.clone()) {
-                    out.push(record);
-                    if out.len() == limit {
-                        break;
+                if usage_older_than_wanted(filter, &record) {
+                    page.next.clear();
+                    return Ok(page);
+                }
+                if !seen.insert(record.request_id.clone()) {
+                    continue;
+                }
+                scanned += 1;
+                if usage_matches(filter, &record) {
+                    page.items.push(record.clone());
+                }
+                if page.items.len() == limit || scanned == USAGE_SCAN {
+                    let index = start + offset;
+                    let more: i64 = conn.llen(USAGE).await.map_err(StoreError::Redis)?;
+                    if usize::try_from(more).unwrap_or(0) > index + 1 {
+                        page.next = format!("{index}:{}", record.request_id);
                     }
+                    return Ok(page);
                 }
             }
-            start += page;
+            start += jsons.len();
         }
-        Ok(out)
     }
 
     async fn take_permits(&self, key: &str, window_start: i64, window_secs: i64, limit: u32, want: u32) -> Result<u32> {
@@ -433,6 +527,36 @@ impl Store for RedisStore {
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.revision.subscribe()
     }
+}
+
+impl RedisStore {
+    /// The index just after the record a usage cursor names; `BadCursor`
+    /// when the cursor is malformed or its record left the log.
+    async fn after_cursor(&self, cursor: &str) -> Result<usize> {
+        let bad = || StoreError::BadCursor { cursor: cursor.to_owned() };
+        let (index, request_id) = cursor.split_once(':').ok_or_else(bad)?;
+        let mut start: usize = index.parse().map_err(|_| bad())?;
+        let mut conn = self.conn.clone();
+        loop {
+            let jsons = usage_range(&mut conn, start, USAGE_PAGE).await?;
+            if jsons.is_empty() {
+                return Err(bad());
+            }
+            for (offset, json) in jsons.iter().enumerate() {
+                if decode::<UsageRecord>(json)?.request_id == request_id {
+                    return Ok(start + offset + 1);
+                }
+            }
+            start += jsons.len();
+        }
+    }
+}
+
+/// Up to `count` JSON records of `gw:usage` from index `start`.
+async fn usage_range(conn: &mut ConnectionManager, start: usize, count: usize) -> Result<Vec<String>> {
+    let first = isize::try_from(start).unwrap_or(isize::MAX);
+    let last = isize::try_from(start + count - 1).unwrap_or(isize::MAX);
+    conn.lrange(USAGE, first, last).await.map_err(StoreError::Redis)
 }
 
 // === impl AbortOnDrop ===
@@ -544,6 +668,11 @@ fn raise(current: &mut u64, revision: u64) -> bool {
 
 fn kind_key(kind: Kind) -> String {
     format!("gw:{kind}")
+}
+
+/// The name index of `kind` (unused for kinds without unique names).
+fn names_key(kind: Kind) -> String {
+    format!("gw:names:{kind}")
 }
 
 /// The hashes holding a kind's counters, in the order of `counter_values`.

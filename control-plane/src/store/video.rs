@@ -22,6 +22,9 @@ pub struct VideoFilter {
     pub status: Option<VideoStatus>,
     /// 0 means 100.
     pub limit: usize,
+    /// Only tasks listed after this `(created_at, id)`: the last of the
+    /// previous page, since lists go newest first.
+    pub before: Option<(i64, String)>,
 }
 
 /// What a compare-and-set did.
@@ -75,6 +78,7 @@ pub fn allowed(stored: &VideoTask, next: &VideoTask) -> bool {
 pub fn matches(filter: &VideoFilter, task: &VideoTask) -> bool {
     (filter.account_id.is_empty() || filter.account_id == task.account_id)
         && filter.status.is_none_or(|status| status == task.status)
+        && filter.before.as_ref().is_none_or(|(at, id)| (task.created_at, &task.id) < (*at, id))
 }
 
 /// The effective listing limit.

@@ -70,9 +70,28 @@ pub async fn admin_list(videos: &Videos, r: pb::ListVideoTasksRequest) -> Result
                 Status::invalid_argument("status must be one of queued, in_progress, completed, failed")
             })?),
         };
-    let filter = VideoFilter { account_id: r.account_id, status, limit: r.limit as usize };
-    let items = videos.list(&filter).await?;
-    Ok(pb::ListVideoTasksResponse { items: items.into_iter().map(Into::into).collect() })
+    // The page token is `<created_at>:<id>` of the previous page's last task.
+    let before = match r.page_token.split_once(':') {
+        _ if r.page_token.is_empty() => None,
+        Some((at, id)) => Some((at.parse().map_err(|_| bad_page_token())?, id.to_owned())),
+        None => return Err(bad_page_token()),
+    };
+    let limit = if r.limit == 0 { 100 } else { r.limit as usize };
+    // One more than asked says whether there is a next page.
+    let filter = VideoFilter { account_id: r.account_id, status, limit: limit + 1, before };
+    let mut items = videos.list(&filter).await?;
+    let mut next_page_token = String::new();
+    if items.len() > limit {
+        items.truncate(limit);
+        if let Some(last) = items.last() {
+            next_page_token = format!("{}:{}", last.created_at, last.id);
+        }
+    }
+    Ok(pb::ListVideoTasksResponse { items: items.into_iter().map(Into::into).collect(), next_page_token })
+}
+
+fn bad_page_token() -> Status {
+    Status::invalid_argument("invalid page token; list again from the start")
 }
 
 impl From<VideoError> for Status {

@@ -114,7 +114,7 @@ impl Gateway {
     pub async fn synced(&self) {
         let planes = self.cluster.data_planes.len();
         eventually("data planes to ACK the newest revision", Duration::from_secs(10), || async {
-            let list = self.admin().list_data_planes(pb::ListRequest {}).await.ok()?.into_inner();
+            let list = self.admin().list_data_planes(pb::ListRequest::default()).await.ok()?.into_inner();
             let current = |p: &pb::DataPlane| p.acked_revision >= list.revision;
             (list.items.len() == planes && list.items.iter().all(current)).then_some(())
         })

@@ -1,0 +1,574 @@
+//! gwctl's JSON (and YAML) contract: one struct per resource, written by
+//! gwctl from the wire types, so a protobuf change never changes what
+//! scripts parse. Money is integer micro-USD (`*_micros`) beside an exact
+//! decimal string of US dollars with six decimals (`*_usd`); times are Unix
+//! seconds, 0 for "not set"; no secret or key hash ever appears. The README
+//! lists these fields; `tests` pins each shape with a golden file.
+
+use std::collections::BTreeMap;
+
+use gw_pricing::wire;
+use gw_proto::pb;
+use serde::Serialize;
+
+/// An account.
+#[derive(Debug, Serialize)]
+pub struct Account {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub balance_micros: i64,
+    pub balance_usd: String,
+    pub unlimited: bool,
+    pub used_micros: i64,
+    pub used_usd: String,
+    pub groups: Vec<String>,
+    pub created_at: i64,
+}
+
+/// A group, named by its name.
+#[derive(Debug, Serialize)]
+pub struct Group {
+    pub name: String,
+    /// The price multiplier as exact decimal text ("1.5").
+    pub ratio: String,
+    /// The same multiplier in parts per million.
+    pub ratio_ppm: i64,
+    pub deprecated: bool,
+    pub description: String,
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// Requests allowed per window; absent (null) when there is no limit.
+#[derive(Debug, Serialize)]
+pub struct RateLimit {
+    pub max_requests: u32,
+    pub window_minutes: u32,
+}
+
+/// A token; its key is shown once, as `key` of `token create`.
+#[derive(Debug, Serialize)]
+pub struct Token {
+    pub id: String,
+    pub name: String,
+    pub account_id: String,
+    pub group: String,
+    pub key_prefix: String,
+    pub status: String,
+    pub unlimited: bool,
+    pub quota_micros: i64,
+    pub quota_usd: String,
+    pub used_micros: i64,
+    pub used_usd: String,
+    /// Empty: every model of the group.
+    pub models: Vec<String>,
+    /// Empty: any source address.
+    pub allow_ips: Vec<String>,
+    pub rate_limit: Option<RateLimit>,
+    pub expires_at: i64,
+    pub created_at: i64,
+}
+
+/// A token as created: the token and its key.
+#[derive(Debug, Serialize)]
+pub struct CreatedToken {
+    #[serde(flatten)]
+    pub token: Token,
+    pub key: String,
+}
+
+/// An upstream channel; its key is never shown, only whether it has one.
+#[derive(Debug, Serialize)]
+pub struct Channel {
+    pub id: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: String,
+    pub base_url: String,
+    pub has_key: bool,
+    pub models: Vec<String>,
+    pub model_map: BTreeMap<String, String>,
+    pub groups: Vec<String>,
+    pub priority: i32,
+    pub weight: u32,
+    /// Timeouts in milliseconds; 0 takes the data plane's default.
+    pub connect_timeout_ms: u32,
+    pub first_byte_timeout_ms: u32,
+    pub idle_timeout_ms: u32,
+    pub total_timeout_ms: u32,
+}
+
+/// A catalogue model; token prices are per 1M tokens.
+#[derive(Debug, Serialize)]
+pub struct Model {
+    pub id: String,
+    pub category: String,
+    pub input_price_micros: i64,
+    pub input_price_usd: String,
+    pub output_price_micros: i64,
+    pub output_price_usd: String,
+    pub cached_price_micros: i64,
+    pub cached_price_usd: String,
+    pub request_price_micros: i64,
+    pub request_price_usd: String,
+    pub second_price_micros: i64,
+    pub second_price_usd: String,
+    pub image_price_micros: i64,
+    pub image_price_usd: String,
+    pub owned_by: String,
+}
+
+/// One usage record.
+#[derive(Debug, Serialize)]
+pub struct Usage {
+    pub request_id: String,
+    pub created_at: i64,
+    pub token_id: String,
+    pub account_id: String,
+    pub group: String,
+    pub model: String,
+    pub channel_id: String,
+    pub endpoint: String,
+    /// The HTTP status of the answer.
+    pub status: u32,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cached_tokens: i64,
+    pub images: i64,
+    pub audio_millis: i64,
+    /// Token counts were estimated, not reported by the upstream.
+    pub estimated: bool,
+    pub cost_micros: i64,
+    pub cost_usd: String,
+    pub latency_ms: u32,
+    pub node_id: String,
+}
+
+/// A video generation task.
+#[derive(Debug, Serialize)]
+pub struct Video {
+    pub id: String,
+    pub status: String,
+    pub progress: u32,
+    pub account_id: String,
+    pub token_id: String,
+    pub group: String,
+    pub model: String,
+    pub channel_id: String,
+    pub upstream_id: String,
+    pub seconds: u32,
+    pub size: String,
+    pub cost_micros: i64,
+    pub cost_usd: String,
+    pub refunded: bool,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub completed_at: i64,
+    pub error_code: String,
+    pub error_message: String,
+    /// The upstream's other fields, as an object (null when none).
+    pub extra: Option<serde_json::Value>,
+}
+
+/// A data plane as the control plane sees it.
+#[derive(Debug, Serialize)]
+pub struct DataPlane {
+    pub node_id: String,
+    pub address: String,
+    pub version: String,
+    /// `in sync`, `behind` or `disconnected`.
+    pub state: String,
+    pub connected: bool,
+    pub acked_revision: u64,
+    pub sent_revision: u64,
+    pub control_plane_revision: u64,
+    pub behind: u64,
+    pub connected_at: i64,
+    pub last_seen: i64,
+    pub last_error: String,
+}
+
+/// A page of a list: the items and the token of the next page (null on
+/// the last), for `--continue`.
+#[derive(Debug, Serialize)]
+pub struct List<T> {
+    pub items: Vec<T>,
+    #[serde(rename = "continue")]
+    pub next: Option<String>,
+}
+
+/// The outcome of a delete (`deleted` false with `dry_run`).
+#[derive(Debug, Serialize)]
+pub struct Deleted {
+    pub kind: String,
+    pub id: String,
+    pub deleted: bool,
+    pub dry_run: bool,
+}
+
+/// Exact US dollars with six decimals: `5_500_000` → `"5.500000"`.
+pub fn usd(micros: i64) -> String {
+    gw_pricing::format_usd(micros)
+}
+
+// === impl From<wire types> ===
+
+impl From<&pb::Account> for Account {
+    fn from(a: &pb::Account) -> Account {
+        Account {
+            id: a.id.clone(),
+            name: a.name.clone(),
+            status: a.status.clone(),
+            balance_micros: a.balance_micros,
+            balance_usd: usd(a.balance_micros),
+            unlimited: a.unlimited,
+            used_micros: a.used_micros,
+            used_usd: usd(a.used_micros),
+            groups: a.groups.clone(),
+            created_at: a.created_at,
+        }
+    }
+}
+
+impl From<&pb::Group> for Group {
+    fn from(g: &pb::Group) -> Group {
+        let ppm = wire::ratio_ppm(g.ratio).unwrap_or(0);
+        Group {
+            name: g.name.clone(),
+            ratio: gw_pricing::format_ratio(ppm),
+            ratio_ppm: ppm,
+            deprecated: g.deprecated,
+            description: g.description.clone(),
+            rate_limit: rate_limit(g.rate_limit.as_ref()),
+        }
+    }
+}
+
+impl From<&pb::Token> for Token {
+    fn from(t: &pb::Token) -> Token {
+        Token {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            account_id: t.account_id.clone(),
+            group: t.group.clone(),
+            key_prefix: t.key_prefix.clone(),
+            status: t.status.clone(),
+            unlimited: t.unlimited,
+            quota_micros: t.quota_micros,
+            quota_usd: usd(t.quota_micros),
+            used_micros: t.used_micros,
+            used_usd: usd(t.used_micros),
+            models: t.models.clone(),
+            allow_ips: t.allow_ips.clone(),
+            rate_limit: rate_limit(t.rate_limit.as_ref()),
+            expires_at: t.expires_at,
+            created_at: t.created_at,
+        }
+    }
+}
+
+impl From<&pb::Channel> for Channel {
+    fn from(c: &pb::Channel) -> Channel {
+        Channel {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            kind: c.r#type.clone(),
+            status: c.status.clone(),
+            base_url: c.base_url.clone(),
+            has_key: c.has_key,
+            models: c.models.clone(),
+            model_map: c.model_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            groups: c.groups.clone(),
+            priority: c.priority,
+            weight: c.weight,
+            connect_timeout_ms: c.connect_timeout_ms,
+            first_byte_timeout_ms: c.first_byte_timeout_ms,
+            idle_timeout_ms: c.idle_timeout_ms,
+            total_timeout_ms: c.total_timeout_ms,
+        }
+    }
+}
+
+impl From<&pb::Model> for Model {
+    fn from(m: &pb::Model) -> Model {
+        Model {
+            id: m.id.clone(),
+            category: m.category.clone(),
+            input_price_micros: m.input_price_micros,
+            input_price_usd: usd(m.input_price_micros),
+            output_price_micros: m.output_price_micros,
+            output_price_usd: usd(m.output_price_micros),
+            cached_price_micros: m.cached_price_micros,
+            cached_price_usd: usd(m.cached_price_micros),
+            request_price_micros: m.request_price_micros,
+            request_price_usd: usd(m.request_price_micros),
+            second_price_micros: m.second_price_micros,
+            second_price_usd: usd(m.second_price_micros),
+            image_price_micros: m.image_price_micros,
+            image_price_usd: usd(m.image_price_micros),
+            owned_by: m.owned_by.clone(),
+        }
+    }
+}
+
+impl From<&pb::UsageRecord> for Usage {
+    fn from(r: &pb::UsageRecord) -> Usage {
+        Usage {
+            request_id: r.request_id.clone(),
+            created_at: r.created_at,
+            token_id: r.token_id.clone(),
+            account_id: r.account_id.clone(),
+            group: r.group.clone(),
+            model: r.model.clone(),
+            channel_id: r.channel_id.clone(),
+            endpoint: r.endpoint.clone(),
+            status: r.status,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            cached_tokens: r.cached_tokens,
+            images: r.images,
+            audio_millis: r.audio_millis,
+            estimated: r.estimated,
+            cost_micros: r.cost_micros,
+            cost_usd: usd(r.cost_micros),
+            latency_ms: r.latency_ms,
+            node_id: r.node_id.clone(),
+        }
+    }
+}
+
+impl From<&pb::VideoTask> for Video {
+    fn from(t: &pb::VideoTask) -> Video {
+        let extra = serde_json::from_str::<serde_json::Value>(&t.extra_json).ok().filter(|v| v.is_object());
+        Video {
+            id: t.id.clone(),
+            status: t.status.clone(),
+            progress: t.progress,
+            account_id: t.account_id.clone(),
+            token_id: t.token_id.clone(),
+            group: t.group.clone(),
+            model: t.model.clone(),
+            channel_id: t.channel_id.clone(),
+            upstream_id: t.upstream_id.clone(),
+            seconds: t.seconds,
+            size: t.size.clone(),
+            cost_micros: t.cost_micros,
+            cost_usd: usd(t.cost_micros),
+            refunded: t.refunded,
+            created_at: t.created_at,
+            updated_at: t.updated_at,
+            completed_at: t.completed_at,
+            error_code: t.error_code.clone(),
+            error_message: t.error_message.clone(),
+            extra,
+        }
+    }
+}
+
+fn rate_limit(limit: Option<&pb::RateLimit>) -> Option<RateLimit> {
+    limit
+        .filter(|l| l.window_minutes > 0)
+        .map(|l| RateLimit { max_requests: l.max_requests, window_minutes: l.window_minutes })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    //! Golden files: the JSON of each resource as scripts see it. A change
+    //! here is a change of gwctl's documented contract (README, "JSON
+    //! output"); update both on purpose, never one by accident.
+
+    use super::*;
+    use crate::output::json_text;
+
+    const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+
+    /// Compares `value`'s JSON with `golden/<name>.json`; with
+    /// `GWCTL_BLESS=1` writes the file instead.
+    fn golden(name: &str, value: &impl Serialize) {
+        let text = json_text(value).unwrap();
+        let path = std::path::Path::new(GOLDEN).join(format!("{name}.json"));
+        if std::env::var_os("GWCTL_BLESS").is_some() {
+            std::fs::create_dir_all(GOLDEN).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(text, expected, "{} differs (GWCTL_BLESS=1 rewrites it)", path.display());
+    }
+
+    fn limit() -> Option<pb::RateLimit> {
+        Some(pb::RateLimit { window_minutes: 1, max_requests: 60 })
+    }
+
+    #[test]
+    fn account_json_is_pinned() {
+        let account = pb::Account {
+            id: "acc_1".into(),
+            name: "acme".into(),
+            balance_micros: 100_100_000,
+            unlimited: false,
+            groups: vec!["default".into(), "vip".into()],
+            status: "enabled".into(),
+            used_micros: 1,
+            created_at: 1_798_761_600,
+        };
+        golden("account", &Account::from(&account));
+    }
+
+    #[test]
+    fn group_json_is_pinned() {
+        let group = pb::Group {
+            name: "vip".into(),
+            ratio: 0.000001,
+            deprecated: false,
+            description: "paying customers".into(),
+            rate_limit: limit(),
+        };
+        golden("group", &Group::from(&group));
+        let plain = pb::Group { name: "default".into(), ratio: 1.5, ..Default::default() };
+        golden("group-without-limit", &Group::from(&plain));
+    }
+
+    #[test]
+    fn token_json_is_pinned_and_has_no_hash() {
+        let token = pb::Token {
+            id: "tok_1".into(),
+            account_id: "acc_1".into(),
+            group: "default".into(),
+            name: "ci".into(),
+            key_hash: "0123456789abcdef".into(),
+            key_prefix: "sk-abcd…wxyz".into(),
+            status: "enabled".into(),
+            expires_at: 1_798_761_600,
+            unlimited: false,
+            quota_micros: 5_000_000,
+            used_micros: 3,
+            models: vec!["gpt-4o".into()],
+            allow_ips: vec!["10.0.0.0/8".into()],
+            rate_limit: limit(),
+            created_at: 1_700_000_000,
+        };
+        let created = CreatedToken { token: Token::from(&token), key: "sk-the-key".into() };
+        golden("token-created", &created);
+        let text = json_text(&Token::from(&token)).unwrap();
+        assert!(!text.contains("hash") && !text.contains("0123456789abcdef"), "{text}");
+        golden("token", &Token::from(&token));
+    }
+
+    #[test]
+    fn channel_json_is_pinned_and_has_no_key() {
+        let channel = pb::Channel {
+            id: "ch_1".into(),
+            name: "main".into(),
+            r#type: "openai".into(),
+            base_url: "https://api.openai.com/v1".into(),
+            api_key: "sk-upstream-secret".into(),
+            models: vec!["gpt-4o".into(), "gpt-4o-mini".into()],
+            model_map: [("gpt-4o".to_string(), "gpt-4o-2024-08-06".to_string())].into(),
+            groups: vec!["default".into()],
+            priority: -1,
+            weight: 3,
+            status: "enabled".into(),
+            connect_timeout_ms: 0,
+            first_byte_timeout_ms: 30_000,
+            idle_timeout_ms: 0,
+            total_timeout_ms: 0,
+            has_key: true,
+        };
+        let text = json_text(&Channel::from(&channel)).unwrap();
+        assert!(!text.contains("secret"), "{text}");
+        golden("channel", &Channel::from(&channel));
+    }
+
+    #[test]
+    fn model_json_is_pinned() {
+        let model = pb::Model {
+            id: "gpt-4o".into(),
+            category: "chat".into(),
+            input_price_micros: 2_500_000,
+            output_price_micros: 10_000_000,
+            cached_price_micros: 1_250_000,
+            request_price_micros: 1,
+            second_price_micros: 0,
+            image_price_micros: 0,
+            owned_by: "openai".into(),
+        };
+        golden("model", &Model::from(&model));
+    }
+
+    #[test]
+    fn usage_json_is_pinned_without_scientific_notation() {
+        let record = pb::UsageRecord {
+            request_id: "req_1".into(),
+            token_id: "tok_1".into(),
+            account_id: "acc_1".into(),
+            group: "default".into(),
+            model: "gpt-4o".into(),
+            channel_id: "ch_1".into(),
+            endpoint: "/v1/chat/completions".into(),
+            prompt_tokens: 11,
+            completion_tokens: 7,
+            cached_tokens: 0,
+            cost_micros: 3,
+            latency_ms: 120,
+            status: 200,
+            created_at: 1_798_761_600,
+            node_id: "dp-1".into(),
+            estimated: false,
+            images: 0,
+            audio_millis: 0,
+        };
+        let list = List { items: vec![Usage::from(&record)], next: Some("12:req_1".into()) };
+        let text = json_text(&list).unwrap();
+        assert!(text.contains("\"cost_usd\": \"0.000003\"") && !text.contains("e-"), "{text}");
+        golden("usage-list", &list);
+    }
+
+    #[test]
+    fn video_json_is_pinned() {
+        let task = pb::VideoTask {
+            id: "video_1".into(),
+            account_id: "acc_1".into(),
+            token_id: "tok_1".into(),
+            group: "default".into(),
+            model: "sora-2".into(),
+            channel_id: "ch_1".into(),
+            upstream_id: "up_1".into(),
+            status: "failed".into(),
+            progress: 100,
+            seconds: 4,
+            size: "1280x720".into(),
+            cost_micros: 400_000,
+            created_at: 1_798_761_600,
+            updated_at: 1_798_761_660,
+            completed_at: 1_798_761_660,
+            error_code: "upstream_error".into(),
+            error_message: "the upstream failed".into(),
+            refunded: true,
+            extra_json: r#"{"quality":"high"}"#.into(),
+        };
+        golden("video", &Video::from(&task));
+    }
+
+    #[test]
+    fn data_plane_and_delete_json_are_pinned() {
+        let plane = DataPlane {
+            node_id: "dp-1".into(),
+            address: "10.0.0.5:8080".into(),
+            version: "0.1.0".into(),
+            state: "behind".into(),
+            connected: true,
+            acked_revision: 40,
+            sent_revision: 42,
+            control_plane_revision: 42,
+            behind: 2,
+            connected_at: 1_798_761_600,
+            last_seen: 1_798_761_601,
+            last_error: String::new(),
+        };
+        golden("dataplane-list", &List { items: vec![plane], next: None });
+        let deleted = Deleted { kind: "account".into(), id: "acc_1".into(), deleted: true, dry_run: false };
+        golden("deleted", &deleted);
+    }
+}
