@@ -105,6 +105,9 @@ pub struct Meter {
     prompt_body: Option<bytes::Bytes>,
     /// Answer text seen, counted with `tokens` only if no usage came.
     completion_text: String,
+    /// Chat chunks that went to the client, whose text is read only if no
+    /// usage comes (it almost always does: parsing each would be wasted).
+    completion_chunks: Vec<bytes::Bytes>,
 }
 
 // === impl Charge ===
@@ -252,6 +255,7 @@ impl Meter {
             prompt_estimate,
             prompt_body: None,
             completion_text: String::new(),
+            completion_chunks: Vec::new(),
         }
     }
 
@@ -268,6 +272,12 @@ impl Meter {
         self.completion_text.push_str(text);
     }
 
+    /// A chat chunk's JSON went to the client: like `add_text` with its
+    /// text, read only if an estimate is needed.
+    pub fn add_chunk(&mut self, data: bytes::Bytes) {
+        self.completion_chunks.push(data);
+    }
+
     /// The usage the upstream reported, if any.
     #[cfg(test)]
     pub fn seen(&self) -> Option<Usage> {
@@ -282,11 +292,11 @@ impl Meter {
         let model = self.charge.as_ref().map_or("", |c| c.model.id.as_str());
         let prompt_tokens =
             self.prompt_body.as_ref().map_or(self.prompt_estimate, |body| crate::tokens::count_request(model, body));
-        let completion_tokens = if self.completion_text.is_empty() {
-            self.chunks
-        } else {
-            crate::tokens::count(model, &self.completion_text)
-        };
+        let mut text = std::borrow::Cow::Borrowed(self.completion_text.as_str());
+        for chunk in &self.completion_chunks {
+            text.to_mut().push_str(&answer::answer_text(chunk));
+        }
+        let completion_tokens = if text.is_empty() { self.chunks } else { crate::tokens::count(model, &text) };
         Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }
     }
 

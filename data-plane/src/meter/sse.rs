@@ -114,17 +114,18 @@ impl EventRelay for SseFilter {
         if self.first.is_none() {
             self.first = serde_json::from_slice::<ChunkHead>(data).ok();
         }
-        if let Some((usage, usage_only)) = answer::chunk_usage(data) {
-            self.usage_seen = true;
-            meter.observe(usage);
-            if usage_only {
-                return if self.keep_usage_chunk { raw } else { Bytes::new() };
+        // Only a chunk that names usage is parsed for it; the text of the
+        // others is read only if the answer ends without usage.
+        if mentions_usage(data) {
+            if let Some((usage, usage_only)) = answer::chunk_usage(data) {
+                self.usage_seen = true;
+                meter.observe(usage);
+                if usage_only {
+                    return if self.keep_usage_chunk { raw } else { Bytes::new() };
+                }
             }
         }
-        let text = answer::answer_text(data);
-        if !text.is_empty() {
-            meter.add_text(&text);
-        }
+        meter.add_chunk(Bytes::copy_from_slice(data));
         meter.add_chunks(1);
         raw
     }
@@ -136,6 +137,12 @@ impl EventRelay for SseFilter {
     fn complete(&self) -> bool {
         self.done
     }
+}
+
+/// Whether `data` mentions a `"usage"` key at all (a byte search, far
+/// cheaper than parsing every chunk).
+fn mentions_usage(data: &[u8]) -> bool {
+    data.windows(7).any(|w| w == b"\"usage\"")
 }
 
 /// The event's `data:` lines joined with `\n` (SSE's own rule).
