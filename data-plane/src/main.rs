@@ -51,9 +51,12 @@ struct Cli {
     /// Client connections served at once (more wait in the listen backlog)
     #[arg(long, env = "GW_DP_MAX_CONNECTIONS", default_value_t = 10_000)]
     max_connections: usize,
-    /// Time a client has to send request headers; also how long an idle keep-alive connection stays open, in ms
+    /// Time a client has to send request headers, in ms
     #[arg(long, env = "GW_DP_HEADER_READ_TIMEOUT_MS", default_value_t = 30_000)]
     header_read_timeout_ms: u64,
+    /// How long an idle keep-alive connection stays open between requests, in ms
+    #[arg(long, env = "GW_DP_KEEPALIVE_TIMEOUT_MS", default_value_t = 60_000)]
+    keepalive_timeout_ms: u64,
     /// Slowest request body accepted, in bytes per second on average after a 10 s grace
     #[arg(long, env = "GW_DP_BODY_MIN_RATE", default_value_t = 1024)]
     body_min_rate: u64,
@@ -99,6 +102,7 @@ fn config() -> Result<(Config, LogFormat), String> {
     config.upstream.total_timeout = Duration::from_millis(cli.total_timeout_ms);
     config.limits.max_connections = cli.max_connections;
     config.limits.header_read_timeout = Duration::from_millis(cli.header_read_timeout_ms);
+    config.limits.keepalive_timeout = Duration::from_millis(cli.keepalive_timeout_ms);
     config.limits.body_min_bytes_per_sec = cli.body_min_rate;
     config.budget.lease_ttl = Duration::from_secs(cli.lease_ttl_secs);
     config.budget.offline_allowance = match cli.offline_allowance.as_str() {
