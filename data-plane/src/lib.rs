@@ -12,6 +12,8 @@ mod config;
 mod durable;
 mod endpoints;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod grpc;
 mod http;
 mod json_body;
