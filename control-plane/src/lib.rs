@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod auth;
 pub mod budget;
+pub mod config;
 pub mod convert;
 pub mod domain;
 pub mod error;

@@ -13,6 +13,10 @@ use ipnet::IpNet;
 
 use crate::durable::write_durably;
 
+mod load;
+
+pub use load::{Loaded, load};
+
 /// File in the data directory that keeps a generated node id.
 pub const NODE_ID_FILE: &str = "node.id";
 
@@ -76,11 +80,8 @@ impl Config {
     /// the control-plane address is an `http(s)://` URI, the node key can
     /// travel in a header, and the upstream settings are usable.
     pub fn validate(&self) -> anyhow::Result<()> {
-        let uri: axum::http::Uri =
-            self.control_plane.parse().with_context(|| format!("control plane address {:?}", self.control_plane))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-            anyhow::bail!("control plane address {:?} must look like http://host:port", self.control_plane);
-        }
+        check_control_plane(&self.control_plane)
+            .map_err(|e| anyhow::anyhow!("control plane address {:?}: {e}", self.control_plane))?;
         if self.node_key.is_empty() || axum::http::HeaderValue::from_str(&self.node_key).is_err() {
             anyhow::bail!("the node key is empty or has characters a header cannot carry");
         }
@@ -123,6 +124,15 @@ pub fn read_node_key(data_dir: &Path) -> Result<String, String> {
             Err(format!("no node key: pass --node-key or set GW_NODE_KEY, or write it to {} ({error})", path.display()))
         }
     }
+}
+
+/// Checks that `address` is an `http(s)://host[:port]` URI.
+pub fn check_control_plane(address: &str) -> Result<(), String> {
+    let uri: axum::http::Uri = address.parse().map_err(|e| format!("not a URI: {e}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        return Err("must look like http://host:port".to_owned());
+    }
+    Ok(())
 }
 
 /// Parses a comma-separated list of CIDRs or bare IPs (`10.0.0.0/8,::1`).

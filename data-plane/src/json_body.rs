@@ -137,4 +137,20 @@ mod tests {
         );
         assert!(parse(r#"{"stream_options":{"include_usage":true}}"#).wants_usage());
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_body_is_parsed_or_refused_with_a_4xx(body in crate::fuzz::body(), usage in proptest::bool::ANY) {
+            match JsonBody::parse(Bytes::from(body)) {
+                Ok(json) => {
+                    let _ = (json.string("model"), json.is_true("stream"), json.wants_usage());
+                    let rewritten = json.rewrite(Some("other"), usage);
+                    proptest::prop_assert!(serde_json::from_slice::<serde_json::Value>(&rewritten).is_ok());
+                }
+                Err(error) => crate::fuzz::assert_client_error(&error)?,
+            }
+        }
+    }
 }

@@ -12,6 +12,8 @@ mod config;
 mod durable;
 mod endpoints;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod grpc;
 mod http;
 mod json_body;
@@ -27,7 +29,7 @@ mod tokens;
 mod translate;
 mod videos;
 
-pub use config::{Config, parse_trusted_proxies, read_node_key};
+pub use config::{Config, Loaded, load as load_config, parse_trusted_proxies, read_node_key};
 pub use http::Limits;
 pub use provider::Config as UpstreamConfig;
 pub use spool::SyncPolicy as SpoolSync;

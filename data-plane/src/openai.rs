@@ -195,4 +195,15 @@ mod tests {
         assert!(req.client_wants_usage);
         assert_eq!(req.upstream_body("m"), asked.as_bytes());
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_body_is_parsed_or_refused_with_a_4xx(body in crate::fuzz::body()) {
+            if let Err(error) = ChatRequest::parse(Bytes::from(body)) {
+                crate::fuzz::assert_client_error(&error)?;
+            }
+        }
+    }
 }

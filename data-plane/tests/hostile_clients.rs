@@ -1,6 +1,7 @@
 //! Slow and greedy clients against the real data plane (in-process, its
 //! control plane away): a client that never finishes its headers is closed
-//! within the header read timeout and the listener keeps serving, and
+//! within the header read timeout and the listener keeps serving, an idle
+//! keep-alive connection is closed after the keep-alive timeout, and
 //! connections past the limit wait until one closes.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
@@ -74,5 +75,36 @@ async fn connections_past_the_limit_wait_until_one_closes() {
     drop(first);
     let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut buf)).await.unwrap().unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200 OK"));
+    dp.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_keepalive_connections_are_closed_and_the_listener_keeps_serving() {
+    let keepalive = Duration::from_millis(300);
+    let limits = gw_data_plane::Limits { keepalive_timeout: keepalive, ..Default::default() };
+    let (dp, _dir) = data_plane(limits).await;
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        let mut stream = TcpStream::connect(dp.addr).await.unwrap();
+        assert_eq!(healthz(&mut stream).await, "HTTP/1.1 200 OK");
+        idle.push((stream, tokio::time::Instant::now()));
+    }
+    for (stream, answered) in &mut idle {
+        let mut buf = [0u8; 256];
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "an idle keep-alive connection is still open");
+        // The idle spell began as the answer left, just before it was read.
+        assert!(answered.elapsed() >= keepalive / 2, "closed after {:?}", answered.elapsed());
+    }
+    let mut fresh = TcpStream::connect(dp.addr).await.unwrap();
+    assert_eq!(healthz(&mut fresh).await, "HTTP/1.1 200 OK");
     dp.shutdown().await;
 }

@@ -380,4 +380,42 @@ mod tests {
         assert_eq!((usage.prompt_tokens, usage.completion_tokens, estimated), (3, 4, false));
         assert!(completion.bill(b"{}").2);
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_body_is_parsed_or_refused_with_a_4xx_and_any_answer_billed(
+            api in proptest::sample::select(&ALL[..]),
+            body in crate::fuzz::body(),
+            answer in crate::fuzz::body(),
+        ) {
+            match crate::fuzz::block_on(Call::parse(api, &HeaderMap::new(), Bytes::from(body))) {
+                Ok(call) => {
+                    let _ = (call.bound(), call.bill(&answer));
+                }
+                Err(error) => crate::fuzz::assert_client_error(&error)?,
+            }
+        }
+
+        #[test]
+        fn any_form_is_parsed_or_refused_with_a_4xx(
+            api in proptest::sample::select(&ALL[..]),
+            form in crate::fuzz::form(),
+        ) {
+            let mut headers = HeaderMap::new();
+            let content_type = format!("multipart/form-data; boundary={}", crate::fuzz::BOUNDARY);
+            headers.insert(axum::http::header::CONTENT_TYPE, content_type.parse().unwrap());
+            match crate::fuzz::block_on(Call::parse(api, &headers, Bytes::from(form))) {
+                Ok(call) => {
+                    let _ = call.bound();
+                    let upstream = crate::fuzz::block_on(call.upstream_body("other"));
+                    if let Err(error) = upstream {
+                        crate::fuzz::assert_client_error(&error)?;
+                    }
+                }
+                Err(error) => crate::fuzz::assert_client_error(&error)?,
+            }
+        }
+    }
 }

@@ -160,4 +160,24 @@ mod tests {
         let err = Form::parse(Bytes::from_static(b"--XyZ\r\nnope"), &headers()).await.unwrap_err();
         assert_eq!(err.status(), axum::http::StatusCode::BAD_REQUEST);
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_form_is_parsed_or_refused_with_a_4xx(form in crate::fuzz::form(), model in proptest::option::of(".{0,8}")) {
+            let mut headers = HeaderMap::new();
+            let content_type = format!("multipart/form-data; boundary={}", crate::fuzz::BOUNDARY);
+            headers.insert(header::CONTENT_TYPE, content_type.parse().unwrap());
+            match crate::fuzz::block_on(Form::parse(Bytes::from(form), &headers)) {
+                Ok(form) => {
+                    let _ = (form.len(), form.field("model"));
+                    if let Err(error) = crate::fuzz::block_on(form.upstream_body(model.as_deref())) {
+                        crate::fuzz::assert_client_error(&error)?;
+                    }
+                }
+                Err(error) => crate::fuzz::assert_client_error(&error)?,
+            }
+        }
+    }
 }

@@ -22,6 +22,7 @@ use serde_json::json;
 use tracing::Instrument as _;
 
 mod serve;
+mod watchdog;
 
 pub use serve::{Limits, serve};
 

@@ -1,11 +1,13 @@
 //! The listener's accept loop, with the limits a public listener needs:
 //! at most `max_connections` connections at once (further ones wait in the
 //! kernel's backlog until one closes), request headers within
-//! `header_read_timeout` (which also closes a keep-alive connection idle
-//! that long), and request bodies at a minimum rate (`MinRate`). Stopping
-//! lets in-flight requests, streams included, finish.
+//! `header_read_timeout`, keep-alive connections closed after
+//! `keepalive_timeout` without a request (both kept by `watchdog`), and
+//! request bodies at a minimum rate (`MinRate`). Stopping lets in-flight
+//! requests, streams included, finish.
 
 use std::{
+    convert::Infallible,
     future::Future as _,
     net::SocketAddr,
     pin::Pin,
@@ -24,14 +26,18 @@ use hyper_util::{
 use tokio::{net::TcpListener, sync::Semaphore, time::Instant};
 use tower::ServiceExt as _;
 
+use super::watchdog::{Activity, Tracked, Watched};
+
 /// Limits on client connections; the defaults suit a public listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Connections served at once.
     pub max_connections: usize,
-    /// Time to send a request's headers, and the longest a keep-alive
-    /// connection may sit idle between requests.
+    /// Time to send a request's headers, from accept or from the first
+    /// byte after an idle spell.
     pub header_read_timeout: Duration,
+    /// The longest a keep-alive connection may sit idle between requests.
+    pub keepalive_timeout: Duration,
     /// A request body must arrive at this many bytes per second or more,
     /// on average, once `body_grace` has passed.
     pub body_min_bytes_per_sec: u64,
@@ -57,6 +63,7 @@ impl Default for Limits {
         Limits {
             max_connections: 10_000,
             header_read_timeout: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(60),
             body_min_bytes_per_sec: 1024,
             body_grace: Duration::from_secs(10),
         }
@@ -68,6 +75,7 @@ impl Limits {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.max_connections > 0, "max connections must be at least 1");
         anyhow::ensure!(!self.header_read_timeout.is_zero(), "the header read timeout must be positive");
+        anyhow::ensure!(!self.keepalive_timeout.is_zero(), "the keep-alive timeout must be positive");
         anyhow::ensure!(self.body_min_bytes_per_sec > 0, "the minimum body rate must be positive");
         Ok(())
     }
@@ -84,7 +92,9 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    // The watchdog keeps the header and keep-alive deadlines: hyper's header
+    // timer would count idling and header reading as one.
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(None);
     tokio::pin!(shutdown);
     loop {
         let slot = tokio::select! {
@@ -107,15 +117,24 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-            let mut request = request.map(|body| Body::new(MinRate::new(Body::new(body), limits)));
-            request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-            router.clone().oneshot(request)
+        let activity = Activity::new();
+        let service = hyper::service::service_fn({
+            let activity = activity.clone();
+            move |request: hyper::Request<hyper::body::Incoming>| {
+                let busy = activity.busy();
+                let mut request = request.map(|body| Body::new(MinRate::new(Body::new(body), limits)));
+                request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+                let response = router.clone().oneshot(request);
+                async move { Ok::<_, Infallible>(response.await?.map(|body| Body::new(Tracked::new(body, busy)))) }
+            }
         });
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-        let connection = graceful.watch(connection);
+        let io = TokioIo::new(Watched::new(stream, activity.clone()));
+        let connection = graceful.watch(builder.serve_connection_with_upgrades(io, service).into_owned());
         tokio::spawn(async move {
-            let _ = connection.await;
+            tokio::select! {
+                _ = connection => {}
+                () = activity.expired(limits) => {}
+            }
             drop(slot);
         });
     }
@@ -185,6 +204,10 @@ impl hyper::body::Body for MinRate {
 mod tests {
     use futures_util::StreamExt as _;
     use hyper::body::Body as _;
+    use tokio::{
+        io::{AsyncReadExt as _, AsyncWriteExt as _},
+        net::TcpStream,
+    };
 
     use super::*;
 
@@ -224,5 +247,93 @@ mod tests {
         let body = MinRate::new(Body::from_stream(steady), limits());
         let collected = axum::body::to_bytes(Body::new(body), usize::MAX).await.unwrap();
         assert_eq!(collected.len(), 2000);
+    }
+
+    /// Serves `router` within `limits` on a free port until the test ends.
+    async fn serving(router: Router, limits: Limits) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, router, limits, std::future::pending()));
+        addr
+    }
+
+    /// Sends `GET path` and reads one whole response (it carries a
+    /// content-length, or ends its chunks with `0\r\n\r\n`).
+    async fn request(stream: &mut TcpStream, path: &str) -> String {
+        stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed mid-response: {:?}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&answer);
+            if text.ends_with("done") || text.ends_with("0\r\n\r\n") {
+                return text.into_owned();
+            }
+        }
+    }
+
+    /// Reads until the server closes the connection; how long that took.
+    async fn closed_after(stream: &mut TcpStream) -> Duration {
+        let started = Instant::now();
+        let mut buf = [0u8; 256];
+        tokio::time::timeout(Duration::from_secs(10), async { while let Ok(1..) = stream.read(&mut buf).await {} })
+            .await
+            .expect("the idle connection is still open");
+        started.elapsed()
+    }
+
+    fn slow_router() -> Router {
+        Router::new()
+            .route(
+                "/slow",
+                axum::routing::get(|| async {
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    "done"
+                }),
+            )
+            .route(
+                "/stream",
+                axum::routing::get(|| async {
+                    let parts = futures_util::stream::iter(["first ", "done"]).then(|part| async move {
+                        tokio::time::sleep(Duration::from_millis(400)).await;
+                        Ok::<_, std::io::Error>(Bytes::from_static(part.as_bytes()))
+                    });
+                    Body::from_stream(parts)
+                }),
+            )
+    }
+
+    #[tokio::test]
+    async fn requests_longer_than_the_keepalive_timeout_finish_and_the_idle_connection_then_closes() {
+        let keepalive = Duration::from_millis(200);
+        let addr = serving(slow_router(), Limits { keepalive_timeout: keepalive, ..Limits::default() }).await;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        assert!(request(&mut stream, "/slow").await.starts_with("HTTP/1.1 200 OK"));
+        let streamed = request(&mut stream, "/stream").await;
+        assert!(streamed.contains("first ") && streamed.ends_with("0\r\n\r\n"), "{streamed}");
+        let idle = closed_after(&mut stream).await;
+        // The idle spell began as the last chunk left, a little before it
+        // was read here.
+        assert!(idle >= keepalive / 2 && idle < Duration::from_secs(5), "{idle:?}");
+    }
+
+    #[tokio::test]
+    async fn an_idle_keepalive_connection_outlives_the_header_read_timeout() {
+        let limits = Limits {
+            header_read_timeout: Duration::from_millis(100),
+            keepalive_timeout: Duration::from_secs(30),
+            ..Limits::default()
+        };
+        let addr = serving(slow_router(), limits).await;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        assert!(request(&mut stream, "/slow").await.starts_with("HTTP/1.1 200 OK"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(request(&mut stream, "/slow").await.starts_with("HTTP/1.1 200 OK"));
+        // Half a request head after the idle spell: the header timeout applies.
+        stream.write_all(b"GET /slow HTTP/1.1\r\n").await.unwrap();
+        let waited = closed_after(&mut stream).await;
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
     }
 }

@@ -297,4 +297,24 @@ mod tests {
     fn multi_line_data_joins_with_newlines() {
         assert_eq!(event_data(b"event: e\ndata: {\"a\":\ndata:1}\n\n"), b"{\"a\":\n1}");
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_upstream_stream_is_relayed_without_a_panic(
+            chunks in crate::fuzz::sse_chunks(),
+            wants_usage in proptest::bool::ANY,
+            typed in proptest::bool::ANY,
+        ) {
+            let (mut meter, _rx) = meter();
+            let filter = if typed { SseFilter::typed_events() } else { SseFilter::new(wants_usage) };
+            let chunks: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+            let (out, _) = run(filter, &chunks, &mut meter);
+            if typed {
+                // Typed events are forwarded byte for byte.
+                proptest::prop_assert_eq!(out, chunks.concat());
+            }
+        }
+    }
 }

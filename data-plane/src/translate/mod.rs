@@ -142,4 +142,40 @@ mod tests {
         assert_eq!(args("{\"city\":"), serde_json::json!({}));
         assert_eq!(args("[1]"), serde_json::json!({}));
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_request_is_translated_or_refused_with_a_4xx(request in crate::fuzz::request_json()) {
+            for translated in [
+                messages_to_chat_request_noted(&request).map(|(v, _)| v),
+                chat_to_messages_request_noted(&request).map(|(v, _)| v),
+            ] {
+                if let Err(error) = translated {
+                    let error = crate::error::ProxyError::Untranslatable(error.to_string());
+                    crate::fuzz::assert_client_error(&error)?;
+                }
+            }
+        }
+
+        #[test]
+        fn any_response_is_translated_without_a_panic(response in crate::fuzz::request_json(), created: i64) {
+            let _ = chat_to_messages_response(&response);
+            let _ = messages_to_chat_response_noted(&response, created);
+        }
+
+        #[test]
+        fn any_stream_of_events_is_translated_without_a_panic(
+            events in proptest::collection::vec(crate::fuzz::body(), 0..12),
+            include_usage: bool,
+        ) {
+            let mut to_messages = ChatToMessagesStream::new();
+            let mut to_chat = MessagesToChatStream::new(include_usage, 0);
+            for event in &events {
+                let _ = (to_messages.push(event), to_chat.push(event));
+            }
+            let _ = (to_messages.finish(), to_chat.finish(), to_messages.usage(), to_chat.usage());
+        }
+    }
 }

@@ -254,4 +254,15 @@ mod tests {
         // where nothing listens.
         assert_eq!(status, StatusCode::BAD_GATEWAY, "{json}");
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_body_is_parsed_or_refused_with_a_4xx(body in crate::fuzz::body(), needs_max_tokens in proptest::bool::ANY) {
+            if let Err(error) = parse(Bytes::from(body), HeaderMap::new(), None, needs_max_tokens) {
+                crate::fuzz::assert_client_error(&error)?;
+            }
+        }
+    }
 }

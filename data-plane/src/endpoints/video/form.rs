@@ -456,4 +456,16 @@ mod tests {
         assert_eq!(guess_type("x.JPG"), "image/jpeg");
         assert_eq!(guess_type("noext"), "application/octet-stream");
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_form_is_read_or_refused_with_a_4xx(form in crate::fuzz::form()) {
+            let read = crate::fuzz::block_on(read(Body::from(form), crate::fuzz::BOUNDARY.to_owned()));
+            if let Err(error) = read {
+                crate::fuzz::assert_client_error(&error)?;
+            }
+        }
+    }
 }

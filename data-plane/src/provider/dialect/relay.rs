@@ -157,3 +157,40 @@ impl EventRelay for MessagesAsChat {
         self.done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::meter::{Charge, UsageSink, pump::Events, pump::Relay as _};
+
+    /// Sends `chunks` through `relay` with a meter; the bytes sent on.
+    fn relay<E: EventRelay>(relay: E, chunks: &[Vec<u8>]) -> Vec<u8> {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut meter = Meter::new(Charge::test("r1"), UsageSink::new(tx, "node"), 40);
+        let mut events = Events::new(relay);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            out.extend_from_slice(&events.push(Bytes::copy_from_slice(chunk), Some(&mut meter)));
+        }
+        out.extend_from_slice(&events.finish(Some(&mut meter)));
+        let _ = events.complete();
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_upstream_stream_is_relayed_in_either_dialect_without_a_panic(
+            chunks in crate::fuzz::sse_chunks(),
+            include_usage: bool,
+        ) {
+            let passed = relay(PassMessages::default(), &chunks);
+            proptest::prop_assert_eq!(passed, chunks.concat(), "messages events pass byte for byte");
+            let _ = relay(ChatAsMessages::new(), &chunks);
+            let _ = relay(MessagesAsChat::new(include_usage, 0), &chunks);
+        }
+    }
+}

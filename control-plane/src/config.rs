@@ -1,0 +1,231 @@
+//! The control plane's bootstrap settings, layered by `gw-bootstrap`:
+//! defaults, then the `--config` TOML file, then `GW_*` variables, then
+//! flags. Every invalid value is reported before the binary fails (exit 64).
+//! Key files are read only when starting, so `--check-config` runs where the
+//! secrets are not mounted.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use gw_bootstrap::{Failure, Layers, Setting};
+use gw_telemetry::LogFormat;
+
+use crate::{Config, keys::MIN_KEY_LEN};
+
+/// Every setting of `gw-control-plane`: file key, variable, default, help.
+pub static SETTINGS: &[Setting] = &[
+    Setting::new("listen", "GW_CP_LISTEN", Some("127.0.0.1:7070"), "gRPC listen address for gwctl and data planes"),
+    Setting::new(
+        "store",
+        "GW_CP_STORE",
+        Some(""),
+        "`redis://host:port/db` (or `rediss://`) for Redis; empty for the embedded store in the data dir",
+    ),
+    Setting::new(
+        "data_dir",
+        "GW_CP_DATA_DIR",
+        Some("gw-control-plane"),
+        "Holds the embedded store and the generated admin.key and node.key",
+    ),
+    Setting::new(
+        "admin_key",
+        "GW_ADMIN_KEY",
+        None,
+        "Admin credential, at least 32 characters [default: <data-dir>/admin.key, generated on first start]",
+    )
+    .secret(),
+    Setting::new(
+        "admin_key_file",
+        "GW_ADMIN_KEY_FILE",
+        None,
+        "File holding the admin credential (keeps it out of the process list)",
+    ),
+    Setting::new(
+        "node_key",
+        "GW_NODE_KEY",
+        None,
+        "Data-plane credential, at least 32 characters and not the admin key [default: <data-dir>/node.key]",
+    )
+    .secret(),
+    Setting::new("node_key_file", "GW_NODE_KEY_FILE", None, "File holding the data-plane credential"),
+    Setting::new(
+        "video_timeout",
+        "GW_CP_VIDEO_TIMEOUT",
+        Some("30m"),
+        "A video task not finished this long after submission fails and is refunded (`90s`, `30m`, `2h`)",
+    ),
+    Setting::new(
+        "video_poll_interval",
+        "GW_CP_VIDEO_POLL_INTERVAL",
+        Some("5s"),
+        "How often the video poller looks at unfinished tasks",
+    ),
+    Setting::new(
+        "video_refresh_after",
+        "GW_CP_VIDEO_REFRESH_AFTER",
+        Some("3s"),
+        "A video status query older than this asks the upstream again",
+    ),
+    Setting::new(
+        "probe_interval",
+        "GW_CP_PROBE_INTERVAL",
+        Some("30s"),
+        "How often auto-disabled channels are probed (GET /models) and re-enabled if they answer",
+    ),
+    Setting::new("log_format", "GW_LOG_FORMAT", Some("text"), "Log lines as `text` or `json`"),
+];
+
+/// A loaded configuration, and what the binary was asked to do with it.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    pub log_format: LogFormat,
+    /// `--check-config`: the values are valid; do not start.
+    pub check_only: bool,
+}
+
+/// Reads `args` (the first is the program name), the `GW_*` variables and
+/// the file `--config` names into a `Config`. Unless `--check-config` is
+/// given, also reads the key files. Keys given are checked for length and
+/// for differing; keys left to the data dir are checked at start. Fails
+/// with every invalid value at once.
+pub fn load<I, T>(args: I) -> Result<Loaded, Failure>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let command = clap::Command::new("gw-control-plane")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("The gateway's control plane (admin and policy gRPC services).");
+    let mut layers = Layers::parse(command, SETTINGS, "GW_CP_CONFIG", args)?;
+    let check_only = layers.check_only();
+    // Each value the layers give replaces the default; an invalid one is
+    // recorded and fails `finish` below, after every other was looked at.
+    let mut config = Config::new(([127, 0, 0, 1], 7070).into(), "gw-control-plane");
+    if let Some(listen) = layers.get("listen", |t| t.parse::<SocketAddr>().map_err(|e| e.to_string())) {
+        config.listen = listen;
+    }
+    if let Some(store) = layers.get("store", |t| match t {
+        "" => Ok(String::new()),
+        url if url.starts_with("redis://") || url.starts_with("rediss://") => Ok(url.to_owned()),
+        _ => Err("must be empty (embedded store) or a redis:// or rediss:// URL".to_owned()),
+    }) {
+        config.store = store;
+    }
+    if let Some(dir) = layers.get("data_dir", path) {
+        config.data_dir = dir;
+    }
+    config.admin_key = key(&mut layers, "admin", check_only);
+    config.node_key = key(&mut layers, "node", check_only);
+    if config.admin_key.is_some() && config.admin_key == config.node_key {
+        layers.error("the admin key and the node key must differ");
+    }
+    for (name, duration) in [
+        ("video_timeout", &mut config.video.timeout),
+        ("video_poll_interval", &mut config.video.poll_interval),
+        ("video_refresh_after", &mut config.video.refresh_after),
+        ("probe_interval", &mut config.probe.interval),
+    ] {
+        if let Some(value) = layers.get(name, parse_duration) {
+            *duration = value;
+        }
+    }
+    let log_format = layers.get("log_format", str::parse).unwrap_or_default();
+    layers.finish()?;
+    Ok(Loaded { config, log_format, check_only })
+}
+
+/// The `role` key (`admin` or `node`) given directly or in its file; `None`
+/// when neither is set (or, for a check, when only the file is).
+fn key(layers: &mut Layers, role: &str, check_only: bool) -> Option<String> {
+    let given = layers.get(&format!("{role}_key"), |t| check_key(t).map(|()| t.to_owned())).filter(|k| !k.is_empty());
+    let file = layers.get(&format!("{role}_key_file"), path);
+    match (given, file) {
+        (Some(_), Some(_)) => {
+            layers.error(format!("{role}_key and {role}_key_file are both set (in any layer): give one"));
+            None
+        }
+        (given, None) => given,
+        // A check leaves key files alone: the secret may be mounted only
+        // where the control plane runs.
+        (None, Some(_)) if check_only => None,
+        (None, Some(file)) => match std::fs::read_to_string(&file) {
+            Ok(text) => match check_key(text.trim()) {
+                Ok(()) => Some(text.trim().to_owned()),
+                Err(message) => {
+                    layers.error(format!("{role} key in {}: {message}", file.display()));
+                    None
+                }
+            },
+            Err(error) => {
+                layers.error(format!("reading {}: {error}", file.display()));
+                None
+            }
+        },
+    }
+}
+
+fn check_key(key: &str) -> Result<(), String> {
+    match key.chars().count() {
+        0 => Ok(()),
+        n if n < MIN_KEY_LEN => Err(format!("has {n} characters; at least {MIN_KEY_LEN} are needed")),
+        _ => Ok(()),
+    }
+}
+
+fn path(text: &str) -> Result<PathBuf, String> {
+    match text.is_empty() {
+        true => Err("must not be empty".to_owned()),
+        false => Ok(PathBuf::from(text)),
+    }
+}
+
+/// `500ms`, `90s`, `30m`, `2h`, or a bare number of seconds; never zero.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| "not a duration such as 90s or 30m".to_owned())?;
+    let millis = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err("not a duration such as 90s or 30m".to_owned()),
+    };
+    match n.saturating_mul(millis) {
+        0 => Err("must be longer than zero".to_owned()),
+        millis => Ok(Duration::from_millis(millis)),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_unit_or_seconds_and_are_never_zero() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5 days").is_err());
+    }
+
+    #[test]
+    fn a_check_reports_short_and_equal_keys_and_a_bad_store_together() {
+        let short = "x".repeat(10);
+        let args =
+            ["gw-control-plane", "--check-config", "--admin-key", &short, "--node-key", &short, "--store", "mysql://x"];
+        let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
+        assert_eq!(errors.len(), 3, "{errors:#?}");
+        assert!(errors.iter().all(|e| !e.contains(&short)), "a key was echoed: {errors:#?}");
+
+        let admin = "a".repeat(32);
+        let node = "n".repeat(32);
+        let args = ["gw-control-plane", "--check-config", "--admin-key", &admin, "--node-key", &node];
+        let loaded = load(args).map_err(|e| format!("{e:?}")).unwrap();
+        assert!(loaded.check_only);
+        assert_eq!(loaded.config.node_key.as_deref(), Some(node.as_str()));
+    }
+}

@@ -1,0 +1,259 @@
+//! The data plane's bootstrap settings, layered by `gw-bootstrap`: defaults,
+//! then the `--config` TOML file, then `GW_*` variables, then flags. Every
+//! invalid value is reported before the binary fails (exit 64). Key files
+//! are read only when starting, so `--check-config` runs where the secrets
+//! are not mounted.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use gw_bootstrap::{Failure, Layers, Setting};
+use gw_telemetry::LogFormat;
+
+use super::{Config, parse_trusted_proxies, read_node_key};
+
+/// Every setting of `gw-data-plane`: file key, variable, default, help.
+pub static SETTINGS: &[Setting] = &[
+    Setting::new("listen", "GW_DP_LISTEN", Some("127.0.0.1:8080"), "Client-facing HTTP address"),
+    Setting::new(
+        "control_plane",
+        "GW_DP_CONTROL_PLANE",
+        Some("http://127.0.0.1:7070"),
+        "The control plane's gRPC address",
+    ),
+    Setting::new(
+        "data_dir",
+        "GW_DP_DATA_DIR",
+        Some("gw-data-plane"),
+        "Holds the saved snapshot, the usage spool and the node id",
+    ),
+    Setting::new("node_key", "GW_NODE_KEY", None, "Node credential [default: contents of <data-dir>/node.key]")
+        .secret(),
+    Setting::new(
+        "node_key_file",
+        "GW_NODE_KEY_FILE",
+        None,
+        "File holding the node credential (keeps it out of the process list)",
+    ),
+    Setting::new(
+        "node_id",
+        "GW_DP_NODE_ID",
+        None,
+        "This node's name [default: generated once, kept in <data-dir>/node.id]",
+    ),
+    Setting::new(
+        "trusted_proxies",
+        "GW_DP_TRUSTED_PROXIES",
+        Some(""),
+        "Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are believed",
+    ),
+    Setting::new("max_attempts", "GW_DP_MAX_ATTEMPTS", Some("3"), "Upstream attempts per request, across channels"),
+    Setting::new(
+        "connect_timeout_ms",
+        "GW_DP_CONNECT_TIMEOUT_MS",
+        Some("10000"),
+        "Upstream connect timeout for channels without their own, in ms",
+    ),
+    Setting::new(
+        "first_byte_timeout_ms",
+        "GW_DP_FIRST_BYTE_TIMEOUT_MS",
+        Some("60000"),
+        "Time to the response headers of a streamed request, in ms",
+    ),
+    Setting::new(
+        "idle_timeout_ms",
+        "GW_DP_IDLE_TIMEOUT_MS",
+        Some("300000"),
+        "Longest silence inside an upstream response, in ms",
+    ),
+    Setting::new(
+        "total_timeout_ms",
+        "GW_DP_TOTAL_TIMEOUT_MS",
+        Some("600000"),
+        "Deadline of a whole upstream exchange, in ms",
+    ),
+    Setting::new(
+        "max_connections",
+        "GW_DP_MAX_CONNECTIONS",
+        Some("10000"),
+        "Client connections served at once (more wait in the listen backlog)",
+    ),
+    Setting::new(
+        "header_read_timeout_ms",
+        "GW_DP_HEADER_READ_TIMEOUT_MS",
+        Some("30000"),
+        "Time a client has to send request headers, in ms",
+    ),
+    Setting::new(
+        "keepalive_timeout_ms",
+        "GW_DP_KEEPALIVE_TIMEOUT_MS",
+        Some("60000"),
+        "How long an idle keep-alive connection stays open between requests, in ms",
+    ),
+    Setting::new(
+        "body_min_rate",
+        "GW_DP_BODY_MIN_RATE",
+        Some("1024"),
+        "Slowest request body accepted, in bytes per second on average after a 10 s grace",
+    ),
+    Setting::new(
+        "lease_ttl_secs",
+        "GW_DP_LEASE_TTL_SECS",
+        Some("60"),
+        "Lifetime of spending-budget leases in seconds (10 to 3600), renewed while in use",
+    ),
+    Setting::new(
+        "offline_allowance",
+        "GW_DP_OFFLINE_ALLOWANCE",
+        Some("share"),
+        "What may be admitted beyond the leases while the control plane is unreachable: `share` or an amount in USD",
+    ),
+    Setting::new(
+        "default_max_output_tokens",
+        "GW_DP_DEFAULT_MAX_OUTPUT_TOKENS",
+        Some("4096"),
+        "Output tokens reserved for a request that names no maximum",
+    ),
+    Setting::new(
+        "spool_sync",
+        "GW_DP_SPOOL_SYNC",
+        Some("interval"),
+        "When the usage spool fsyncs: `batch` (each group commit) or `interval` (each 200 ms segment)",
+    ),
+    Setting::new("log_format", "GW_LOG_FORMAT", Some("text"), "Log lines as `text` or `json`"),
+];
+
+/// A loaded configuration, and what the binary was asked to do with it.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    pub log_format: LogFormat,
+    /// `--check-config`: the values are valid; do not start.
+    pub check_only: bool,
+}
+
+/// Reads `args` (the first is the program name), the `GW_*` variables and
+/// the file `--config` names into a validated `Config`. Unless
+/// `--check-config` is given, also reads the node key (from its file, or
+/// `<data-dir>/node.key`). Fails with every invalid value at once.
+pub fn load<I, T>(args: I) -> Result<Loaded, Failure>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let command = clap::Command::new("gw-data-plane")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("The gateway's data plane: the OpenAI-compatible /v1 proxy.");
+    let mut layers = Layers::parse(command, SETTINGS, "GW_DP_CONFIG", args)?;
+    // Each value the layers give replaces the default; an invalid one is
+    // recorded and fails `finish` below, after every other was looked at.
+    let mut config = Config::new(([127, 0, 0, 1], 8080).into(), "", "gw-data-plane", "");
+    if let Some(listen) = layers.get("listen", |t| t.parse::<SocketAddr>().map_err(|e| e.to_string())) {
+        config.listen = listen;
+    }
+    if let Some(address) = layers.get("control_plane", |t| super::check_control_plane(t).map(|()| t.to_owned())) {
+        config.control_plane = address;
+    }
+    if let Some(dir) = layers.get("data_dir", path) {
+        config.data_dir = dir;
+    }
+    config.node_id = layers.get("node_id", |t| Ok(t.to_owned())).filter(|id| !id.is_empty());
+    if let Some(proxies) = layers.get("trusted_proxies", parse_trusted_proxies) {
+        config.trusted_proxies = proxies;
+    }
+    let upstream = &mut config.upstream;
+    if let Some(n) =
+        layers.get("max_attempts", |t| positive(t).and_then(|n| u32::try_from(n).map_err(|e| e.to_string())))
+    {
+        upstream.max_attempts = n;
+    }
+    for (name, timeout) in [
+        ("connect_timeout_ms", &mut upstream.connect_timeout),
+        ("first_byte_timeout_ms", &mut upstream.first_byte_timeout),
+        ("idle_timeout_ms", &mut upstream.idle_timeout),
+        ("total_timeout_ms", &mut upstream.total_timeout),
+        ("header_read_timeout_ms", &mut config.limits.header_read_timeout),
+        ("keepalive_timeout_ms", &mut config.limits.keepalive_timeout),
+    ] {
+        if let Some(value) = layers.get(name, millis) {
+            *timeout = value;
+        }
+    }
+    if let Some(n) =
+        layers.get("max_connections", |t| positive(t).and_then(|n| usize::try_from(n).map_err(|e| e.to_string())))
+    {
+        config.limits.max_connections = n;
+    }
+    if let Some(rate) = layers.get("body_min_rate", positive) {
+        config.limits.body_min_bytes_per_sec = rate;
+    }
+    if let Some(ttl) = layers.get("lease_ttl_secs", |t| match positive(t)? {
+        secs @ 10..=3_600 => Ok(Duration::from_secs(secs)),
+        _ => Err("must be between 10 and 3600 seconds".to_owned()),
+    }) {
+        config.budget.lease_ttl = ttl;
+    }
+    if let Some(allowance) = layers.get("offline_allowance", |t| match t {
+        "share" => Ok(None),
+        usd => gw_pricing::parse_usd_non_negative(usd).map(Some).map_err(|e| format!("{e} (or \"share\")")),
+    }) {
+        config.budget.offline_allowance = allowance;
+    }
+    if let Some(tokens) = layers.get("default_max_output_tokens", |t| {
+        t.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| "must be a whole number, zero or more".to_owned())
+    }) {
+        config.budget.default_max_output_tokens = tokens;
+    }
+    if let Some(sync) = layers.get("spool_sync", str::parse) {
+        config.spool_sync = sync;
+    }
+    let log_format = layers.get("log_format", str::parse).unwrap_or_default();
+    let check_only = layers.check_only();
+    let node_key = layers.get("node_key", |t| Ok(t.to_owned())).filter(|k| !k.is_empty());
+    let node_key_file = layers.get("node_key_file", path);
+    config.node_key = match (node_key, node_key_file) {
+        (Some(_), Some(_)) => {
+            layers.error("node_key and node_key_file are both set (in any layer): give one");
+            String::new()
+        }
+        (Some(key), None) => key,
+        // A check leaves key files alone: the secret may be mounted only
+        // where the data plane runs.
+        (None, _) if check_only => "unchecked".to_owned(),
+        (None, Some(file)) => match std::fs::read_to_string(&file) {
+            Ok(key) if !key.trim().is_empty() => key.trim().to_owned(),
+            Ok(_) => {
+                layers.error(format!("node key file {} is empty", file.display()));
+                String::new()
+            }
+            Err(error) => {
+                layers.error(format!("reading {}: {error}", file.display()));
+                String::new()
+            }
+        },
+        (None, None) => read_node_key(&config.data_dir).unwrap_or_else(|error| {
+            layers.error(error);
+            String::new()
+        }),
+    };
+    layers.finish()?;
+    // Only relations between settings are left to find here.
+    if let Err(error) = config.validate() {
+        return Err(Failure::Invalid(vec![format!("{error:#}")]));
+    }
+    Ok(Loaded { config, log_format, check_only })
+}
+
+fn path(text: &str) -> Result<PathBuf, String> {
+    match text.is_empty() {
+        true => Err("must not be empty".to_owned()),
+        false => Ok(PathBuf::from(text)),
+    }
+}
+
+fn positive(text: &str) -> Result<u64, String> {
+    text.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| "must be a whole number above zero".to_owned())
+}
+
+fn millis(text: &str) -> Result<Duration, String> {
+    positive(text).map(Duration::from_millis)
+}
