@@ -116,13 +116,13 @@ impl EventRelay for SseFilter {
         }
         // Only a chunk that names usage is parsed for it; the text of the
         // others is read only if the answer ends without usage.
-        if mentions_usage(data) {
-            if let Some((usage, usage_only)) = answer::chunk_usage(data) {
-                self.usage_seen = true;
-                meter.observe(usage);
-                if usage_only {
-                    return if self.keep_usage_chunk { raw } else { Bytes::new() };
-                }
+        if mentions_usage(data)
+            && let Some((usage, usage_only)) = answer::chunk_usage(data)
+        {
+            self.usage_seen = true;
+            meter.observe(usage);
+            if usage_only {
+                return if self.keep_usage_chunk { raw } else { Bytes::new() };
             }
         }
         meter.add_chunk(Bytes::copy_from_slice(data));
