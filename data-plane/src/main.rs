@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 use gw_data_plane::{Config, parse_trusted_proxies, read_node_key};
-use gw_telemetry::LogFormat;
+use gw_telemetry::{LogFormat, OtelConfig};
 
 /// The gateway's data plane: the OpenAI-compatible /v1 proxy.
 #[derive(Debug, Parser)]
@@ -13,6 +13,9 @@ use gw_telemetry::LogFormat;
 struct Cli {
     #[arg(long, env = "GW_DP_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Admin listener serving /metrics (Prometheus text) and /healthz; off unless set
+    #[arg(long, env = "GW_DP_ADMIN_LISTEN")]
+    admin_listen: Option<SocketAddr>,
     #[arg(long, env = "GW_DP_CONTROL_PLANE", default_value = "http://127.0.0.1:7070")]
     control_plane: String,
     #[arg(long, env = "GW_DP_DATA_DIR", default_value = "gw-data-plane")]
@@ -73,7 +76,7 @@ struct Cli {
     log_format: LogFormat,
 }
 
-fn config() -> Result<(Config, LogFormat), String> {
+fn config() -> Result<(Config, LogFormat, OtelConfig), String> {
     let cli = Cli::try_parse().map_err(|e| if e.use_stderr() { e.to_string() } else { e.exit() })?;
     let given = match &cli.node_key_file {
         Some(path) => Some(std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?),
@@ -85,6 +88,7 @@ fn config() -> Result<(Config, LogFormat), String> {
     };
     let mut config = Config::new(cli.listen, cli.control_plane, cli.data_dir, node_key.trim());
     config.node_id = cli.node_id;
+    config.admin_listen = cli.admin_listen;
     config.trusted_proxies =
         parse_trusted_proxies(&cli.trusted_proxies).map_err(|e| format!("--trusted-proxies: {e}"))?;
     config.upstream.max_attempts = cli.max_attempts;
@@ -106,20 +110,27 @@ fn config() -> Result<(Config, LogFormat), String> {
     config.budget.default_max_output_tokens = cli.default_max_output_tokens;
     config.spool_sync = cli.spool_sync;
     config.validate().map_err(|e| format!("{e:#}"))?;
-    Ok((config, cli.log_format))
+    let otel = OtelConfig::from_env().map_err(|e| e.to_string())?;
+    Ok((config, cli.log_format, otel))
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (config, log_format) = match config() {
+    let (config, log_format, otel) = match config() {
         Ok(config) => config,
         Err(message) => {
             eprintln!("gw-data-plane: {}", message.trim_end());
             return ExitCode::from(64);
         }
     };
-    gw_telemetry::init_logs(log_format);
-    match gw_data_plane::start(config).await {
+    let telemetry = match gw_telemetry::init(log_format, &otel, "gw-data-plane") {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("gw-data-plane: {error}");
+            return ExitCode::from(64);
+        }
+    };
+    let code = match gw_data_plane::start(config).await {
         Ok(handle) => {
             gw_data_plane::shutdown_signal().await;
             handle.shutdown().await;
@@ -129,5 +140,7 @@ async fn main() -> ExitCode {
             tracing::error!("cannot start: {error:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    code
 }

@@ -12,7 +12,7 @@ use std::{
 
 use axum::{
     Json, Router,
-    extract::{Request, State},
+    extract::{MatchedPath, Request, State},
     http::{HeaderValue, Method, StatusCode, Uri, header},
     middleware::{self, Next},
     response::{IntoResponse as _, Response},
@@ -30,6 +30,7 @@ use crate::{
     error::{self, ProxyError, Refused, Shape},
     pipeline::{self, App, RequestId, Trail},
     policy::auth::Access,
+    telemetry,
 };
 
 /// `created` of every model in `/v1/models`; the catalogue has no dates.
@@ -73,10 +74,11 @@ async fn request_layer(mut request: Request, next: Next) -> Response {
     let id = RequestId(new_request_id().into());
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
+    let route = request.extensions().get::<MatchedPath>().map(|m| m.as_str().to_owned());
     let trail = Arc::new(Trail::default());
     request.extensions_mut().insert(id.clone());
     request.extensions_mut().insert(trail.clone());
-    let span = tracing::info_span!("request", request_id = %id.0);
+    let span = telemetry::request_span(&id.0, &method, route.as_deref(), request.headers());
     let mut response = next.run(request).instrument(span.clone()).await;
     let refusal = response.extensions_mut().remove::<Refused>().map(|Refused(error)| error);
     if let Some(error) = &refusal {
@@ -86,6 +88,9 @@ async fn request_layer(mut request: Request, next: Next) -> Response {
         response.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
     }
     let fields = trail.fields();
+    let reason = refusal.as_ref().map_or("", ProxyError::reason);
+    telemetry::metrics::request(route.as_deref().unwrap_or("unmatched"), response.status().as_u16(), reason);
+    telemetry::responded(&span, route.as_deref(), &fields, response.status(), refusal.as_ref());
     span.in_scope(|| {
         tracing::info!(
             target: "gw_data_plane::access",

@@ -45,6 +45,8 @@ pub struct Charge {
     /// The request's budget reservation, settled by the first record (shared
     /// by the attempts' copies; released if none records anything).
     pub reservation: Arc<Mutex<Option<Reservation>>>,
+    /// The request's span: the usage lands on it when the answer ends.
+    pub span: tracing::Span,
 }
 
 /// What one request used and cost, as the reporter sends it (it turns it
@@ -105,6 +107,8 @@ pub struct Meter {
     prompt_body: Option<bytes::Bytes>,
     /// Answer text seen, counted with `tokens` only if no usage came.
     completion_text: String,
+    /// When the first content chunk came (time to first token).
+    first_output: Option<Instant>,
 }
 
 // === impl Charge ===
@@ -124,6 +128,7 @@ impl Charge {
             ratio_ppm: 1_000_000,
             started: Instant::now(),
             reservation: Arc::default(),
+            span: tracing::Span::none(),
         }
     }
 
@@ -142,15 +147,23 @@ impl UsageSink {
         UsageSink { tx, node_id: node_id.into() }
     }
 
-    /// Prices `usage`, settles the charge's reservation with the cost and
-    /// appends the record to the spool; the returned `Written` resolves once
-    /// it is on the spool.
-    pub fn record(&self, charge: &Charge, usage: Usage, status: u16, estimated: bool) -> Written {
-        self.record_with(charge, usage, Units::default(), status, estimated)
+    /// Prices `usage` and `units` (images, audio), settles the charge's
+    /// reservation with the cost and appends the record to the spool; the
+    /// returned `Written` resolves once it is on the spool.
+    pub fn record_with(&self, charge: &Charge, usage: Usage, units: Units, status: u16, estimated: bool) -> Written {
+        self.record_seen(charge, usage, units, status, estimated, None)
     }
 
-    /// `record` of a request that also used `units` (images, audio).
-    pub fn record_with(&self, charge: &Charge, usage: Usage, units: Units, status: u16, estimated: bool) -> Written {
+    /// `record_with`, noting when the first part of a streamed answer came.
+    fn record_seen(
+        &self,
+        charge: &Charge,
+        usage: Usage,
+        units: Units,
+        status: u16,
+        estimated: bool,
+        first_output: Option<Instant>,
+    ) -> Written {
         let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm).saturating_add(units_cost_micros(
             &units,
             &charge.model,
@@ -162,8 +175,24 @@ impl UsageSink {
         }
         let mut record = self.record_of(charge, usage, cost, status, estimated);
         record.units = units;
-        spool::append(&self.tx, Kind::Final, record)
+        let written = spool::append(&self.tx, Kind::Final, record);
+        crate::telemetry::usage(
+            &charge.span,
+            &crate::telemetry::Seen {
+                endpoint: charge.endpoint,
+                model: &charge.model.id,
+                channel: &charge.channel_id,
+                usage,
+                cost_micros: cost,
+                estimated,
+                status,
+                started: charge.started,
+                first_output,
+            },
+        );
+        written
     }
+
     /// Runs `attempt` with `charge` under an open entry on the spool: the
     /// entry (the prompt part, estimated from `request_bytes` at the
     /// model's input price) is written before `attempt` starts, so the
@@ -252,6 +281,7 @@ impl Meter {
             prompt_estimate,
             prompt_body: None,
             completion_text: String::new(),
+            first_output: None,
         }
     }
 
@@ -297,6 +327,9 @@ impl Meter {
 
     /// `n` more content chunks went to the client.
     pub fn add_chunks(&mut self, n: i64) {
+        if self.first_output.is_none() && n > 0 {
+            self.first_output = Some(Instant::now());
+        }
         self.chunks = self.chunks.saturating_add(n);
     }
 
@@ -320,7 +353,7 @@ impl Meter {
             None => (self.estimate(), true),
         };
         let charge = self.charge.take()?;
-        Some(self.sink.record(&charge, usage, status, estimated))
+        Some(self.sink.record_seen(&charge, usage, Units::default(), status, estimated, self.first_output))
     }
 }
 

@@ -62,8 +62,13 @@ pub struct Trail {
 pub struct TrailFields {
     pub token: Option<String>,
     pub account: Option<String>,
+    pub group: Option<String>,
     pub model: Option<String>,
     pub channel: Option<String>,
+    /// The channel's provider (`gen_ai.provider.name`).
+    pub provider: Option<&'static str>,
+    /// The model name the channel was asked for, after its mapping.
+    pub upstream_model: Option<String>,
     pub attempts: u32,
 }
 
