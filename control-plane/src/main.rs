@@ -12,6 +12,9 @@ struct Args {
     /// gRPC listen address for gwctl and data planes.
     #[arg(long, env = "GW_CP_LISTEN", default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
+    /// Admin listener serving /metrics (Prometheus text) and /healthz; off unless set.
+    #[arg(long, env = "GW_CP_ADMIN_LISTEN")]
+    admin_listen: Option<SocketAddr>,
     /// `redis://host:port/db` for Redis; empty for the embedded store in the data dir.
     #[arg(long, env = "GW_CP_STORE", default_value = "")]
     store: String,
@@ -50,7 +53,16 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    gw_telemetry::init_logs(args.log_format);
+    let telemetry = match gw_telemetry::OtelConfig::from_env()
+        .map_err(|e| e.to_string())
+        .and_then(|otel| gw_telemetry::init(args.log_format, &otel, "gw-control-plane").map_err(|e| e.to_string()))
+    {
+        Ok(telemetry) => telemetry,
+        Err(message) => {
+            eprintln!("gw-control-plane: {message}");
+            return ExitCode::from(64);
+        }
+    };
     let (admin_key, node_key) = match (key(args.admin_key, args.admin_key_file), key(args.node_key, args.node_key_file))
     {
         (Ok(admin), Ok(node)) => (admin, node),
@@ -61,6 +73,7 @@ async fn main() -> ExitCode {
     };
     let config = gw_control_plane::Config {
         listen: args.listen,
+        admin_listen: args.admin_listen,
         store: args.store,
         data_dir: args.data_dir,
         admin_key,
@@ -91,6 +104,7 @@ async fn main() -> ExitCode {
     }
     shutdown_signal().await;
     handle.shutdown().await;
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     ExitCode::SUCCESS
 }
 
