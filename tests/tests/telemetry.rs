@@ -1,6 +1,7 @@
 //! Telemetry end to end: the gateway exports its traces and metrics to a
 //! real OTLP receiver (gRPC) and serves Prometheus text that `promtool`
-//! accepts. Each request carries its own W3C `traceparent`, so each test
+//! accepts. Both planes run in this process, so one receiver gets the spans
+//! of both. Each request carries its own W3C `traceparent`, so each test
 //! finds its own trace among everything the shared receiver got.
 
 mod support;
@@ -160,7 +161,7 @@ async fn upstream(who: &str) -> MockUpstream {
 }
 
 #[tokio::test]
-async fn a_plain_chat_is_one_server_span_continuing_the_callers_trace_with_one_attempt_child() {
+async fn a_plain_chat_is_one_server_span_continuing_the_callers_trace_with_an_attempt_and_a_control_plane_child() {
     otlp();
     let gw = Gateway::start(1).await;
     let mock = upstream("a").await;
@@ -170,8 +171,13 @@ async fn a_plain_chat_is_one_server_span_continuing_the_callers_trace_with_one_a
     let (header, trace_id, caller_span) = traceparent();
     let reply = post(&gw, &gw.key, &header, &chat(false)).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
-    let (server, spans) = trace(&trace_id, 1).await;
+    // The attempt, and the control plane's answer to the spending lease
+    // the token's first request asked for.
+    let (server, spans) = trace(&trace_id, 2).await;
     assert_eq!(server.parent_span_id, caller_span, "the caller's span is the parent");
+    let lease = spans.iter().find(|s| s.name == "gateway.v1.PolicyService/AcquireSpend").expect("control-plane span");
+    assert_eq!((lease.kind, lease.parent_span_id.as_str()), ("server", server.span_id.as_str()));
+    assert_eq!(lease.attributes["rpc.system"], "grpc");
     assert_eq!(server.attributes["gw.request_id"], reply.request_id());
     assert_eq!(server.attributes["gw.attempts"], 1);
     assert_answered(&gw, &server, &spans, &channel);
