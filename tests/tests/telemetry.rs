@@ -275,18 +275,21 @@ async fn a_refusal_is_a_server_span_with_its_reason_and_no_attempt() {
 async fn metrics_reach_the_collector_and_the_admin_listener_passes_promtool() {
     otlp();
     let gw = Gateway::start(1).await;
-    let mock = upstream("a").await;
-    gw.channel("a", &mock.base_url(), 0, &[]).await;
+    let (a, b) = (upstream("a").await, upstream("b").await);
+    gw.channel("a", &a.base_url(), 10, &[]).await;
+    gw.channel("b", &b.base_url(), 0, &[]).await;
     gw.synced().await;
+    a.fail_next(502, 1);
     assert_eq!(gw.chat(0, false).await.status, 200);
     assert_eq!(gw.chat(0, true).await.status, 200);
     assert_eq!(gw.post(0, "/v1/chat/completions", Some("sk-wrong"), &chat(false)).await.status, 401);
 
     let admin = gw.cluster.data_planes[0].admin_addr.expect("admin listener");
     let url = format!("http://{admin}/metrics");
-    let text = eventually("token usage in /metrics", Duration::from_secs(10), || async {
+    // The ledger's metrics appear once the usage was reported.
+    let text = eventually("usage and ledger metrics in /metrics", Duration::from_secs(10), || async {
         let text = gw.cluster.http().get(&url).send().await.ok()?.text().await.ok()?;
-        text.contains("gen_ai_client_token_usage").then_some(text)
+        (text.contains("gen_ai_client_token_usage") && text.contains("gw_ledger_records_total")).then_some(text)
     })
     .await;
     for name in [
@@ -294,17 +297,29 @@ async fn metrics_reach_the_collector_and_the_admin_listener_passes_promtool() {
         "gen_ai_server_request_duration_seconds_bucket",
         "gen_ai_server_time_to_first_token_seconds_bucket",
         "gw_upstream_attempts_total",
+        "gw_upstream_failovers_total",
         "gw_overhead_seconds_bucket",
         "gw_snapshot_revision",
-        "gw_cost",
+        "gw_cost_micro_usd_total",
+        "gw_watch_streams",
     ] {
         assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
     }
     assert!(text.contains(r#"gw_reason="invalid_token""#), "{text}");
-    for forbidden in [gw.key.as_str(), gw.token.as_str()] {
-        assert!(!text.contains(forbidden), "a token in a label:\n{text}");
+    for forbidden in [gw.key.as_str(), gw.token.as_str(), gw.account.as_str()] {
+        assert!(!text.contains(forbidden), "an id or key in a label:\n{text}");
     }
-    promtool_accepts(&text);
+    promtool(&["check", "metrics"], Some(&text));
+
+    // What operators are given to watch names only metrics the gateway has.
+    let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/observability");
+    for file in ["grafana-dashboard.json", "alerts.yml"] {
+        let source = std::fs::read_to_string(format!("{deploy}/{file}")).expect("deploy file");
+        for name in metric_names(&source) {
+            assert!(families.contains(&name.as_str()), "{file} uses {name}, which the gateway does not export");
+        }
+    }
 
     let receiver = otlp();
     eventually("metrics over OTLP", Duration::from_secs(10), || async {
@@ -314,21 +329,95 @@ async fn metrics_reach_the_collector_and_the_admin_listener_passes_promtool() {
     .await;
 }
 
-/// Runs `promtool check metrics` over `text`.
-fn promtool_accepts(text: &str) {
+#[test]
+fn the_alert_rules_and_the_prometheus_example_pass_promtool() {
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/observability");
+    promtool(&["check", "rules", &format!("{deploy}/alerts.yml")], None);
+    promtool(&["check", "config", &format!("{deploy}/prometheus.yml")], None);
+}
+
+#[test]
+fn the_dashboard_is_grafana_json_whose_panels_all_query_prometheus() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/observability/grafana-dashboard.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("dashboard")).expect("JSON");
+    assert!(dashboard["title"].is_string() && dashboard["uid"].is_string());
+    assert!(dashboard["schemaVersion"].as_u64().is_some_and(|v| v >= 30));
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut ids = std::collections::BTreeSet::new();
+    for panel in panels {
+        let title = panel["title"].as_str().expect("panel title");
+        assert!(ids.insert(panel["id"].as_u64().expect("panel id")), "duplicate id on {title}");
+        assert_eq!(panel["datasource"]["type"], "prometheus", "{title}");
+        for key in ["h", "w", "x", "y"] {
+            assert!(panel["gridPos"][key].is_u64(), "{title}: gridPos.{key}");
+        }
+        let targets = panel["targets"].as_array().filter(|t| !t.is_empty()).expect("targets");
+        for target in targets {
+            let expr = target["expr"].as_str().expect("expr");
+            assert_eq!(expr.matches('(').count(), expr.matches(')').count(), "{title}: {expr}");
+            assert!(!metric_names(expr).is_empty(), "{title}: {expr} names no gateway metric");
+        }
+    }
+    let wanted = ["Tokens", "Cost", "Time to first token", "Errors", "revision", "spool"];
+    for word in wanted {
+        assert!(panels.iter().any(|p| p["title"].as_str().is_some_and(|t| t.contains(word))), "no {word} panel");
+    }
+}
+
+/// The gateway metric families `text` names (`gw_*`, `gen_ai_*`), with a
+/// histogram's `_bucket`, `_sum` and `_count` series named by their family.
+/// Label names are skipped: whatever is inside `{…}` (matchers, legend
+/// templates) and the lists of `by (…)` and `without (…)`.
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    let mut braces = 0usize;
+    while let Some(c) = rest.chars().next() {
+        let word_len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        if word_len == 0 {
+            match c {
+                '{' => braces += 1,
+                '}' => braces = braces.saturating_sub(1),
+                _ => {}
+            }
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        let (word, after) = rest.split_at(word_len);
+        rest = after;
+        if braces > 0 {
+            continue;
+        }
+        if matches!(word, "by" | "without") && rest.trim_start().starts_with('(') {
+            rest = rest.split_once(')').map_or("", |(_, r)| r);
+        } else if word.starts_with("gw_") || word.starts_with("gen_ai_") {
+            let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| word.strip_suffix(s)).unwrap_or(word);
+            names.insert(family.to_owned());
+        }
+    }
+    names
+}
+
+/// Runs `promtool` with `args`, feeding it `input`; fails the test with
+/// its output unless it succeeds.
+fn promtool(args: &[&str], input: Option<&str>) {
     use std::io::Write as _;
     let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("promtool (Debian package prometheus; tests/run installs it)");
-    child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("writing to promtool");
+    let mut stdin = child.stdin.take().expect("stdin");
+    if let Some(input) = input {
+        stdin.write_all(input.as_bytes()).expect("writing to promtool");
+    }
+    drop(stdin);
     let output = child.wait_with_output().expect("promtool");
     assert!(
         output.status.success(),
-        "promtool check metrics: {}{}\n{text}",
+        "promtool {args:?}: {}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );

@@ -65,11 +65,7 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
             .with_description("Tokens per request, by token type (input or output)")
             .with_boundaries(TOKENS.to_vec())
             .build(),
-        cost: meter
-            .u64_counter("gw.cost")
-            .with_unit("{micro_usd}")
-            .with_description("What requests cost, in micro-USD")
-            .build(),
+        cost: meter.u64_counter("gw.cost.micro_usd").with_description("What requests cost, in micro-USD").build(),
         overhead: meter
             .f64_histogram("gw.overhead")
             .with_unit("s")
@@ -148,7 +144,7 @@ pub fn spool_backlog(records: usize, segments: usize) {
 }
 
 /// Registers the gauges read from `app` at collection time: the snapshot's
-/// revision and age, and each channel's health. They stop reporting once
+/// revision and each channel's health. They stop reporting once
 /// the data plane is gone.
 pub fn observe(app: &Arc<App>) {
     let meter = gw_telemetry::meter("gw-data-plane");
