@@ -181,6 +181,7 @@ async fn a_plain_chat_is_one_server_span_continuing_the_callers_trace_with_an_at
     assert_eq!(server.attributes["gw.request_id"], reply.request_id());
     assert_eq!(server.attributes["gw.attempts"], 1);
     assert_answered(&gw, &server, &spans, &channel);
+    assert_eq!(server.attributes["gen_ai.response.finish_reasons"], json!(["stop"]));
     let attempts = attempts(&server, &spans);
     assert_eq!(attempts.len(), 1, "{spans:#?}");
     let attempt = attempts[0];

@@ -27,6 +27,7 @@ use crate::{
     policy::domain::{Channel, Model},
     pricing::{Units, Usage, cost_micros, units_cost_micros},
     spool::{self, Kind, Written},
+    telemetry::Answer,
 };
 
 /// Who pays for one request and at what price.
@@ -45,8 +46,9 @@ pub struct Charge {
     /// The request's budget reservation, settled by the first record (shared
     /// by the attempts' copies; released if none records anything).
     pub reservation: Arc<Mutex<Option<Reservation>>>,
-    /// The request's span: the usage lands on it when the answer ends.
-    pub span: tracing::Span,
+    /// The request's span and trail: the usage lands on the span when the
+    /// answer ends.
+    pub traced: crate::telemetry::Traced,
 }
 
 /// What one request used and cost, as the reporter sends it (it turns it
@@ -107,8 +109,8 @@ pub struct Meter {
     prompt_body: Option<bytes::Bytes>,
     /// Answer text seen, counted with `tokens` only if no usage came.
     completion_text: String,
-    /// When the first content chunk came (time to first token).
-    first_output: Option<Instant>,
+    /// When the first chunk came, the answer's model and finish reasons.
+    answer: Answer,
 }
 
 // === impl Charge ===
@@ -128,7 +130,7 @@ impl Charge {
             ratio_ppm: 1_000_000,
             started: Instant::now(),
             reservation: Arc::default(),
-            span: tracing::Span::none(),
+            traced: crate::telemetry::Traced::default(),
         }
     }
 
@@ -151,10 +153,11 @@ impl UsageSink {
     /// reservation with the cost and appends the record to the spool; the
     /// returned `Written` resolves once it is on the spool.
     pub fn record_with(&self, charge: &Charge, usage: Usage, units: Units, status: u16, estimated: bool) -> Written {
-        self.record_seen(charge, usage, units, status, estimated, None)
+        self.record_seen(charge, usage, units, status, estimated, &Answer::default())
     }
 
-    /// `record_with`, noting when the first part of a streamed answer came.
+    /// `record_with`, with what the answer said beyond its usage (for its
+    /// span and metrics).
     fn record_seen(
         &self,
         charge: &Charge,
@@ -162,7 +165,7 @@ impl UsageSink {
         units: Units,
         status: u16,
         estimated: bool,
-        first_output: Option<Instant>,
+        answer: &Answer,
     ) -> Written {
         let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm).saturating_add(units_cost_micros(
             &units,
@@ -177,7 +180,7 @@ impl UsageSink {
         record.units = units;
         let written = spool::append(&self.tx, Kind::Final, record);
         crate::telemetry::usage(
-            &charge.span,
+            &charge.traced,
             &crate::telemetry::Seen {
                 endpoint: charge.endpoint,
                 model: &charge.model.id,
@@ -187,7 +190,7 @@ impl UsageSink {
                 estimated,
                 status,
                 started: charge.started,
-                first_output,
+                answer,
             },
         );
         written
@@ -281,7 +284,7 @@ impl Meter {
             prompt_estimate,
             prompt_body: None,
             completion_text: String::new(),
-            first_output: None,
+            answer: Answer::default(),
         }
     }
 
@@ -320,6 +323,12 @@ impl Meter {
         Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }
     }
 
+    /// Notes what a whole (not streamed) answer `body` says of itself: its
+    /// model and finish reasons, for its span. Reads it only while tracing.
+    pub fn answered(&mut self, body: &[u8]) {
+        crate::telemetry::read_answer(body, &mut self.answer);
+    }
+
     /// Usage reported by the upstream; the last report wins.
     pub fn observe(&mut self, usage: Usage) {
         self.seen = Some(usage);
@@ -327,8 +336,8 @@ impl Meter {
 
     /// `n` more content chunks went to the client.
     pub fn add_chunks(&mut self, n: i64) {
-        if self.first_output.is_none() && n > 0 {
-            self.first_output = Some(Instant::now());
+        if self.answer.first_output.is_none() && n > 0 {
+            self.answer.first_output = Some(Instant::now());
         }
         self.chunks = self.chunks.saturating_add(n);
     }
@@ -353,7 +362,7 @@ impl Meter {
             None => (self.estimate(), true),
         };
         let charge = self.charge.take()?;
-        Some(self.sink.record_seen(&charge, usage, Units::default(), status, estimated, self.first_output))
+        Some(self.sink.record_seen(&charge, usage, Units::default(), status, estimated, &self.answer))
     }
 }
 

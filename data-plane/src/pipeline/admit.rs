@@ -89,7 +89,7 @@ impl Admitted {
             ratio_ppm: caller.group.ratio_ppm,
             started: self.started,
             reservation: Arc::default(),
-            span: tracing::Span::current(),
+            traced: crate::telemetry::Traced { span: tracing::Span::current(), trail: self.trail.clone() },
         }
     }
 

@@ -108,7 +108,7 @@ pub(super) fn usage(seen: &Seen<'_>) {
     let instruments = &*INSTRUMENTS;
     let mut attrs = labels(seen);
     instruments.cost.add(u64::try_from(seen.cost_micros).unwrap_or(0), &attrs);
-    if let Some(first) = seen.first_output {
+    if let Some(first) = seen.answer.first_output {
         instruments.ttft.record(first.saturating_duration_since(seen.started).as_secs_f64(), &attrs);
     }
     attrs.push(KeyValue::new("gw.status_class", status_class(seen.status)));

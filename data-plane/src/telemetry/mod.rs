@@ -9,11 +9,11 @@
 
 pub mod metrics;
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 use axum::http::{HeaderMap, Method, StatusCode};
 use opentelemetry::{
-    KeyValue,
+    Array, KeyValue, StringValue, Value,
     trace::{Status, TraceContextExt as _},
 };
 use serde::Deserialize;
@@ -26,6 +26,47 @@ use crate::{
     policy::domain::{Channel, ChannelKind},
     pricing::Usage,
 };
+
+/// A metered request's outcome, as `usage` reports it.
+pub struct Seen<'a> {
+    pub endpoint: &'static str,
+    pub model: &'a str,
+    pub channel: &'a str,
+    pub usage: Usage,
+    pub cost_micros: i64,
+    pub estimated: bool,
+    pub status: u16,
+    pub started: Instant,
+    pub answer: &'a Answer,
+}
+
+/// A request's span and trail, carried by its charge to where its usage
+/// is recorded (for a stream, when the stream ends).
+#[derive(Debug, Clone)]
+pub struct Traced {
+    pub span: Span,
+    pub trail: Arc<Trail>,
+}
+
+/// What an answer said of itself beyond its usage.
+#[derive(Debug, Default)]
+pub struct Answer {
+    /// When the first chunk of a streamed answer reached the meter.
+    pub first_output: Option<Instant>,
+    /// The model the upstream says answered.
+    pub model: Option<String>,
+    /// Why each choice ended (`stop`, `length`, `end_turn`, …).
+    pub finish_reasons: Vec<String>,
+}
+
+// === impl Traced ===
+
+impl Default for Traced {
+    /// No span, an empty trail.
+    fn default() -> Traced {
+        Traced { span: Span::none(), trail: Arc::default() }
+    }
+}
 
 /// The GenAI operation a client-facing path performs, if any.
 pub fn operation(path: &str) -> Option<&'static str> {
@@ -91,7 +132,6 @@ pub fn responded(
     span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
     let strings = [
         ("gen_ai.request.model", &fields.model),
-        ("gen_ai.response.model", &fields.upstream_model),
         ("gw.token.id", &fields.token),
         ("gw.account.id", &fields.account),
         ("gw.group", &fields.group),
@@ -212,11 +252,12 @@ pub fn inject(headers: &mut HeaderMap) {
 /// What one request used and cost, known when its answer ended: on its
 /// span (whose end moves to now, so a stream's span covers the stream) and
 /// in the metrics.
-pub fn usage(span: &Span, seen: &Seen<'_>) {
+pub fn usage(traced: &Traced, seen: &Seen<'_>) {
     metrics::usage(seen);
     if !gw_telemetry::tracing_enabled() {
         return;
     }
+    let span = &traced.span;
     span.in_scope(|| {
         span.set_attribute("gen_ai.usage.input_tokens", seen.usage.prompt_tokens);
         span.set_attribute("gen_ai.usage.output_tokens", seen.usage.completion_tokens);
@@ -226,25 +267,48 @@ pub fn usage(span: &Span, seen: &Seen<'_>) {
         span.set_attribute("gw.cost_micros", seen.cost_micros);
         span.set_attribute("gw.usage.estimated", seen.estimated);
         span.set_attribute("gw.status", i64::from(seen.status));
-        if let Some(first) = seen.first_output {
+        if let Some(first) = seen.answer.first_output {
             let ttft = first.saturating_duration_since(seen.started).as_secs_f64();
             span.set_attribute("gw.time_to_first_token_s", ttft);
+        }
+        // The answer's own word, else the name the channel was asked for.
+        let model = seen.answer.model.clone().or_else(|| traced.trail.fields().upstream_model);
+        if let Some(model) = model {
+            span.set_attribute("gen_ai.response.model", model);
+        }
+        if !seen.answer.finish_reasons.is_empty() {
+            let reasons: Vec<StringValue> = seen.answer.finish_reasons.iter().map(|r| r.clone().into()).collect();
+            span.set_attribute("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons)));
         }
     });
 }
 
-/// A metered request's outcome, as `usage` reports it.
-pub struct Seen<'a> {
-    pub endpoint: &'static str,
-    pub model: &'a str,
-    pub channel: &'a str,
-    pub usage: Usage,
-    pub cost_micros: i64,
-    pub estimated: bool,
-    pub status: u16,
-    pub started: Instant,
-    /// When the first piece of the answer reached the meter (streams).
-    pub first_output: Option<Instant>,
+/// Reads the model and finish reasons of a whole answer `body` (chat or
+/// messages dialect) into `answer`, only while tracing.
+pub fn read_answer(body: &[u8], answer: &mut Answer) {
+    if gw_telemetry::tracing_enabled() {
+        (answer.model, answer.finish_reasons) = answer_of(body);
+    }
+}
+
+/// The model and finish reasons (`choices[].finish_reason`, or the
+/// messages dialect's `stop_reason`) an answer states; nothing when it is
+/// not JSON.
+fn answer_of(body: &[u8]) -> (Option<String>, Vec<String>) {
+    #[derive(Deserialize)]
+    struct Body {
+        model: Option<String>,
+        #[serde(default)]
+        choices: Vec<Choice>,
+        stop_reason: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct Choice {
+        finish_reason: Option<String>,
+    }
+    let Ok(parsed) = serde_json::from_slice::<Body>(body) else { return (None, Vec::new()) };
+    let reasons = parsed.choices.into_iter().filter_map(|c| c.finish_reason).chain(parsed.stop_reason).collect();
+    (parsed.model, reasons)
 }
 
 /// Attributes for a metric recorded about `seen`.
@@ -254,4 +318,27 @@ fn labels(seen: &Seen<'_>) -> Vec<KeyValue> {
         KeyValue::new("gen_ai.request.model", seen.model.to_owned()),
         KeyValue::new("gw.channel", seen.channel.to_owned()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_of_both_dialects_state_their_model_and_finish_reasons() {
+        let chat = br#"{"model":"gpt-4o-2024","choices":[{"message":{"content":"hi"},"finish_reason":"stop"},{"finish_reason":"length"}]}"#;
+        assert_eq!(answer_of(chat), (Some("gpt-4o-2024".into()), vec!["stop".into(), "length".into()]));
+        let messages = br#"{"model":"claude-x","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn"}"#;
+        assert_eq!(answer_of(messages), (Some("claude-x".into()), vec!["end_turn".into()]));
+        assert_eq!(answer_of(b"not json"), (None, vec![]));
+    }
+
+    #[test]
+    fn paths_map_to_genai_operations() {
+        assert_eq!(operation("/v1/chat/completions"), Some("chat"));
+        assert_eq!(operation("/v1/messages"), Some("chat"));
+        assert_eq!(operation("/v1/embeddings"), Some("embeddings"));
+        assert_eq!(operation("/v1/images/generations"), Some("generate_content"));
+        assert_eq!(operation("/v1/models"), None);
+    }
 }
