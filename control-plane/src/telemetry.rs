@@ -1,7 +1,7 @@
 //! What the control plane tells OpenTelemetry: a server span per gRPC call
 //! (continuing the caller's `traceparent`, so a data plane's request and
 //! the control-plane work it caused are one trace), and the metrics of
-//! watch streams, fleet revisions and the usage ledger. Labels stay
+//! watch streams, fleet revisions, the usage ledger and video tasks. Labels stay
 //! low-cardinality: no node ids, tokens or request ids.
 
 use std::sync::LazyLock;
@@ -11,11 +11,15 @@ use opentelemetry::{
     metrics::{Counter, Histogram},
 };
 
-use crate::{domain::UsageOutcome, fleet::Fleet};
+use crate::{
+    domain::{UsageOutcome, VideoStatus},
+    fleet::Fleet,
+};
 
 struct Instruments {
     ledger_records: Counter<u64>,
     ledger_lag: Histogram<f64>,
+    video_tasks: Counter<u64>,
 }
 
 static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
@@ -30,6 +34,10 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
             .with_unit("s")
             .with_description("Time from a request's end on a data plane to its usage being applied")
             .with_boundaries(vec![0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0])
+            .build(),
+        video_tasks: meter
+            .u64_counter("gw.video.tasks")
+            .with_description("Video tasks entering each status (queued, in_progress, completed, failed)")
             .build(),
     }
 });
@@ -66,6 +74,11 @@ pub fn ledger_applied(outcome: &UsageOutcome, created_at: impl Iterator<Item = i
         #[allow(clippy::cast_precision_loss)] // seconds of lag fit an f64 exactly
         instruments.ledger_lag.record(now.saturating_sub(created).max(0) as f64, &[]);
     }
+}
+
+/// A video task entered `status` (created queued, or changed by this replica).
+pub fn video_status(status: VideoStatus) {
+    INSTRUMENTS.video_tasks.add(1, &[KeyValue::new("gw.status", status.as_str())]);
 }
 
 /// Registers the gauges read from `fleet` at collection time: open watch
