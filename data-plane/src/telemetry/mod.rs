@@ -95,13 +95,13 @@ pub fn provider_name(kind: ChannelKind) -> &'static str {
 pub fn request_span(request_id: &str, method: &Method, route: Option<&str>, headers: &HeaderMap) -> Span {
     let route = route.filter(|r| r.starts_with("/v1/"));
     let Some(route) = route.filter(|_| gw_telemetry::tracing_enabled()) else {
-        return tracing::info_span!("request", request_id);
+        return tracing::info_span!("request", request_id = %request_id);
     };
     let name = match operation(route) {
         Some(operation) => operation.to_owned(),
         None => format!("{method} {route}"),
     };
-    let span = tracing::info_span!("request", request_id, otel.name = name, otel.kind = "server");
+    let span = tracing::info_span!("request", request_id = %request_id, otel.name = name, otel.kind = "server");
     gw_telemetry::continue_from(&span, headers);
     span.set_attribute("http.request.method", method.to_string());
     span.set_attribute("http.route", route.to_owned());
