@@ -182,6 +182,9 @@ async fn a_plain_chat_is_one_server_span_continuing_the_callers_trace_with_an_at
     assert_eq!(server.attributes["gw.attempts"], 1);
     assert_answered(&gw, &server, &spans, &channel);
     assert_eq!(server.attributes["gen_ai.response.finish_reasons"], json!(["stop"]));
+    let cost = server.attributes["gw.cost_micros"].as_i64().expect("cost");
+    let header = reply.header("x-gateway-cost-usd").expect("the cost header of a whole answer");
+    assert_eq!(header, format!("{}.{:06}", cost / 1_000_000, cost % 1_000_000));
     let attempts = attempts(&server, &spans);
     assert_eq!(attempts.len(), 1, "{spans:#?}");
     let attempt = attempts[0];
@@ -217,6 +220,7 @@ async fn a_streamed_chat_span_lasts_to_the_end_of_the_stream_and_carries_its_usa
     assert_eq!(server.parent_span_id, caller_span);
     assert_answered(&gw, &server, &spans, &channel);
     assert_eq!(server.attributes["gw.stream"], true);
+    assert!(reply.header("x-gateway-cost-usd").is_none(), "a stream's cost is not known at its headers");
     let attempts = attempts(&server, &spans);
     assert_eq!(attempts.len(), 1, "{spans:#?}");
     // Four gaps of 30 ms between chunks: the server span covers the stream,
@@ -269,6 +273,7 @@ async fn a_refusal_is_a_server_span_with_its_reason_and_no_attempt() {
     assert_eq!(server.attributes["gen_ai.operation.name"], "chat");
     assert!(!server.error, "a client's mistake is no server error");
     assert!(attempts(&server, &spans).is_empty());
+    assert!(reply.header("x-gateway-cost-usd").is_none());
     assert_eq!(mock.request_count(), 0);
 }
 

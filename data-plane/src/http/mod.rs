@@ -65,9 +65,15 @@ pub fn new_request_id() -> String {
 static REQUEST_ID_HEADER: LazyLock<header::HeaderName> =
     LazyLock::new(|| header::HeaderName::from_static("x-request-id"));
 
+/// What a whole answer cost, in USD with six decimals; a stream's cost is
+/// known only once it ended (see its usage record).
+static COST_HEADER: LazyLock<header::HeaderName> =
+    LazyLock::new(|| header::HeaderName::from_static("x-gateway-cost-usd"));
+
 /// Gives each request an id (extension + `x-request-id` response header)
 /// and a span carrying it, renders a refusal in the shape of the path's API
-/// (the one place that does), and writes the access log line with what the
+/// (the one place that does), names a whole answer's cost
+/// (`x-gateway-cost-usd`), and writes the access log line with what the
 /// pipeline noted in the request's `Trail`.
 async fn request_layer(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
@@ -88,6 +94,9 @@ async fn request_layer(mut request: Request, next: Next) -> Response {
         response.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
     }
     let fields = trail.fields();
+    if let Some(cost) = fields.cost_micros.and_then(|c| HeaderValue::from_str(&gw_pricing::format_usd(c)).ok()) {
+        response.headers_mut().insert(COST_HEADER.clone(), cost);
+    }
     let reason = refusal.as_ref().map_or("", ProxyError::reason);
     telemetry::metrics::request(route.as_deref().unwrap_or("unmatched"), response.status().as_u16(), reason);
     telemetry::responded(&span, route.as_deref(), &fields, response.status(), refusal.as_ref());

@@ -70,6 +70,9 @@ pub struct TrailFields {
     /// The model name the channel was asked for, after its mapping.
     pub upstream_model: Option<String>,
     pub attempts: u32,
+    /// What the request cost, once its usage was recorded (before the
+    /// response for whole answers, at the end for streams).
+    pub cost_micros: Option<i64>,
 }
 
 // === impl App ===

@@ -69,7 +69,7 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
         overhead: meter
             .f64_histogram("gw.overhead")
             .with_unit("s")
-            .with_description("The gateway's own time before a request's first upstream send")
+            .with_description("The gateway's own time from a request's arrival to its first upstream attempt")
             .with_boundaries(OVERHEAD.to_vec())
             .build(),
         attempts: meter
@@ -131,7 +131,7 @@ pub fn attempt(channel: &str, outcome: &'static str, failover: bool) {
     }
 }
 
-/// The gateway's own time before a request's first upstream send.
+/// The gateway's own time from a request's arrival to its first upstream attempt.
 pub fn overhead(elapsed: Duration, endpoint: &str) {
     let operation = super::operation(endpoint).unwrap_or("other");
     INSTRUMENTS.overhead.record(elapsed.as_secs_f64(), &[KeyValue::new("gen_ai.operation.name", operation)]);

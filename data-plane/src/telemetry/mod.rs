@@ -254,6 +254,7 @@ pub fn inject(headers: &mut HeaderMap) {
 /// in the metrics.
 pub fn usage(traced: &Traced, seen: &Seen<'_>) {
     metrics::usage(seen);
+    traced.trail.update(|t| t.cost_micros = Some(seen.cost_micros));
     if !gw_telemetry::tracing_enabled() {
         return;
     }
