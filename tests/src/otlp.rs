@@ -1,7 +1,8 @@
 //! A real OTLP receiver for the telemetry suite: a tonic server speaking
 //! the collector's trace and metrics services (the `opentelemetry-proto`
-//! messages), keeping every span and metric name it was sent so tests can
-//! assert the span trees the gateway exports.
+//! messages), or the same messages as HTTP/protobuf (`POST /v1/traces`,
+//! `/v1/metrics`), keeping every span and metric name it was sent so tests
+//! can assert the span trees the gateway exports.
 
 use std::{
     collections::BTreeSet,
@@ -32,6 +33,8 @@ use tokio::net::TcpListener;
 pub struct ReceivedSpan {
     /// `service.name` of the resource that sent it.
     pub service: String,
+    /// All attributes of that resource.
+    pub resource: Map<String, Value>,
     pub trace_id: String,
     pub span_id: String,
     /// Empty for a root span.
@@ -79,6 +82,31 @@ impl OtlpReceiver {
         Ok(OtlpReceiver { addr, store })
     }
 
+    /// Listens for OTLP over HTTP/protobuf on a free loopback port.
+    pub async fn start_http() -> anyhow::Result<OtlpReceiver> {
+        use axum::{body::Bytes, extract::State, http::StatusCode, routing::post};
+        use prost::Message as _;
+        let listener = TcpListener::bind("127.0.0.1:0").await.context("binding the OTLP receiver")?;
+        let addr = listener.local_addr()?;
+        let store = Arc::new(Received::default());
+        let traces = |State(store): State<Arc<Received>>, body: Bytes| async move {
+            let Ok(request) = ExportTraceServiceRequest::decode(body) else { return StatusCode::BAD_REQUEST };
+            store.traces(request);
+            StatusCode::OK
+        };
+        let metrics = |State(store): State<Arc<Received>>, body: Bytes| async move {
+            let Ok(request) = ExportMetricsServiceRequest::decode(body) else { return StatusCode::BAD_REQUEST };
+            store.metrics(request);
+            StatusCode::OK
+        };
+        let router = axum::Router::new()
+            .route("/v1/traces", post(traces))
+            .route("/v1/metrics", post(metrics))
+            .with_state(store.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok(OtlpReceiver { addr, store })
+    }
+
     /// `http://127.0.0.1:port`, for `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
@@ -96,22 +124,19 @@ impl OtlpReceiver {
     }
 }
 
-// === impl Traces ===
+// === impl Received ===
 
-#[tonic::async_trait]
-impl TraceService for Traces {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+impl Received {
+    fn traces(&self, request: ExportTraceServiceRequest) {
         let mut received = Vec::new();
-        for resource in request.into_inner().resource_spans {
+        for resource in request.resource_spans {
             let resource_attributes = resource.resource.map(|r| attributes(&r.attributes)).unwrap_or_default();
             let service =
                 resource_attributes.get("service.name").and_then(Value::as_str).unwrap_or_default().to_owned();
             for span in resource.scope_spans.into_iter().flat_map(|s| s.spans) {
                 received.push(ReceivedSpan {
                     service: service.clone(),
+                    resource: resource_attributes.clone(),
                     trace_id: hex(&span.trace_id),
                     span_id: hex(&span.span_id),
                     parent_span_id: hex(&span.parent_span_id),
@@ -131,7 +156,24 @@ impl TraceService for Traces {
                 });
             }
         }
-        self.0.spans.lock().unwrap_or_else(PoisonError::into_inner).extend(received);
+        self.spans.lock().unwrap_or_else(PoisonError::into_inner).extend(received);
+    }
+
+    fn metrics(&self, request: ExportMetricsServiceRequest) {
+        let metrics = request.resource_metrics.into_iter().flat_map(|r| r.scope_metrics).flat_map(|s| s.metrics);
+        self.metrics.lock().unwrap_or_else(PoisonError::into_inner).extend(metrics.map(|m| m.name));
+    }
+}
+
+// === impl Traces ===
+
+#[tonic::async_trait]
+impl TraceService for Traces {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.0.traces(request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
     }
 }
@@ -144,15 +186,7 @@ impl MetricsService for Metrics {
         &self,
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        let names: Vec<String> = request
-            .into_inner()
-            .resource_metrics
-            .into_iter()
-            .flat_map(|r| r.scope_metrics)
-            .flat_map(|s| s.metrics)
-            .map(|m| m.name)
-            .collect();
-        self.0.metrics.lock().unwrap_or_else(PoisonError::into_inner).extend(names);
+        self.0.metrics(request.into_inner());
         Ok(tonic::Response::new(ExportMetricsServiceResponse { partial_success: None }))
     }
 }

@@ -15,7 +15,7 @@ use std::{
 
 use gw_telemetry::{LogFormat, OtelConfig};
 use gw_tests::{
-    harness::eventually,
+    harness::{binary, eventually, free_port},
     mock_upstream::{MockUpstream, Script},
     otlp::{OtlpReceiver, ReceivedSpan},
 };
@@ -333,6 +333,48 @@ async fn metrics_reach_the_collector_and_the_admin_listener_passes_promtool() {
         (names.contains("gen_ai.client.token.usage") && names.contains("gen_ai.server.request.duration")).then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn the_data_plane_binary_exports_over_otlp_http_as_its_otel_variables_say() {
+    let receiver = OtlpReceiver::start_http().await.expect("OTLP/HTTP receiver");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let addr = format!("127.0.0.1:{}", free_port());
+    // No control plane: a refusal needs none.
+    let _child = tokio::process::Command::new(binary("gw-data-plane"))
+        .args(["--listen", &addr, "--control-plane", &format!("http://127.0.0.1:{}", free_port())])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--node-key", "node-key-for-the-telemetry-test"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_SERVICE_NAME", "edge-7")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=e2e,team=gw")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("gw-data-plane starts");
+
+    let (header, trace_id, caller_span) = traceparent();
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/chat/completions");
+    eventually("the data plane to answer", Duration::from_secs(10), || async {
+        let response = client.post(&url).header("traceparent", &header).json(&chat(false)).send().await.ok()?;
+        (response.status() == 401).then_some(())
+    })
+    .await;
+    let server = eventually("the span over OTLP/HTTP", Duration::from_secs(10), || async {
+        receiver.trace(&trace_id).into_iter().find(|s| s.kind == "server")
+    })
+    .await;
+    assert_eq!(server.service, "edge-7");
+    assert_eq!(server.resource["deployment.environment"], "e2e");
+    assert_eq!(server.resource["team"], "gw");
+    assert_eq!(server.parent_span_id, caller_span);
+    assert_eq!(server.attributes["gw.refusal.reason"], "missing_token");
 }
 
 #[test]
