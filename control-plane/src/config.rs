@@ -15,6 +15,12 @@ use crate::{Config, keys::MIN_KEY_LEN};
 pub static SETTINGS: &[Setting] = &[
     Setting::new("listen", "GW_CP_LISTEN", Some("127.0.0.1:7070"), "gRPC listen address for gwctl and data planes"),
     Setting::new(
+        "admin_listen",
+        "GW_CP_ADMIN_LISTEN",
+        None,
+        "Admin listener serving /metrics (Prometheus text) and /healthz; off unless set",
+    ),
+    Setting::new(
         "store",
         "GW_CP_STORE",
         Some(""),
@@ -104,6 +110,7 @@ where
     if let Some(listen) = layers.get("listen", |t| t.parse::<SocketAddr>().map_err(|e| e.to_string())) {
         config.listen = listen;
     }
+    config.admin_listen = layers.get("admin_listen", |t| t.parse::<SocketAddr>().map_err(|e| e.to_string()));
     if let Some(store) = layers.get("store", |t| match t {
         "" => Ok(String::new()),
         url if url.starts_with("redis://") || url.starts_with("rediss://") => Ok(url.to_owned()),

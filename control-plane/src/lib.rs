@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod policy;
 pub mod probe;
 pub mod store;
+pub mod telemetry;
 pub mod video;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
@@ -34,6 +35,8 @@ use crate::{
 pub struct Config {
     /// gRPC address for both services; port 0 picks a free one.
     pub listen: SocketAddr,
+    /// The admin listener (`/metrics`, `/healthz`); `None` keeps it off.
+    pub admin_listen: Option<SocketAddr>,
     /// `redis://…` for Redis; empty for the embedded store in `data_dir`.
     pub store: String,
     /// Holds the embedded store and the generated key files.
@@ -53,6 +56,8 @@ pub struct Config {
 pub struct Handle {
     /// Bound gRPC address.
     pub addr: SocketAddr,
+    /// The bound admin address (`/metrics`), when one was configured.
+    pub admin_addr: Option<SocketAddr>,
     pub admin_key: String,
     pub node_key: String,
     /// Where the admin key is kept, when it came from a file.
@@ -62,6 +67,7 @@ pub struct Handle {
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     video_poller: JoinHandle<()>,
     prober: JoinHandle<()>,
+    admin: Option<JoinHandle<()>>,
 }
 
 // === impl Config ===
@@ -71,6 +77,7 @@ impl Config {
     pub fn new(listen: SocketAddr, data_dir: impl Into<PathBuf>) -> Config {
         Config {
             listen,
+            admin_listen: None,
             store: String::new(),
             data_dir: data_dir.into(),
             admin_key: None,
@@ -99,6 +106,9 @@ impl Handle {
         if tokio::time::timeout(std::time::Duration::from_secs(5), self.prober).await.is_err() {
             tracing::warn!("the channel probe did not stop in time");
         }
+        if let Some(admin) = self.admin {
+            let _ = admin.await;
+        }
     }
 }
 
@@ -122,7 +132,14 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
 
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
+    let admin_listener = match config.admin_listen {
+        Some(admin) => Some(gw_telemetry::admin::bind(admin).await.with_context(|| format!("binding {admin}"))?),
+        None => None,
+    };
+    let admin_addr =
+        admin_listener.as_ref().map(TcpListener::local_addr).transpose().context("reading the admin address")?;
     let fleet = fleet::Fleet::default();
+    telemetry::observe(&fleet);
     let (stop, stopped) = oneshot::channel::<()>();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
 
@@ -131,11 +148,13 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let video_poller = video::poller::spawn(videos.clone(), shutdown_rx.clone());
     let prober = probe::spawn(store.clone(), config.probe, shutdown_rx.clone())?;
     let admin = admin::AdminApi::new(store.clone(), fleet.clone()).with_videos(videos.clone());
+    let admin_stopped = shutdown_rx.clone();
     let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, shutdown_rx).with_videos(videos);
     let admin_auth = auth::KeyCheck::new(&keys.admin);
     let node_auth = auth::KeyCheck::new(&keys.node);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = tonic::transport::Server::builder()
+        .trace_fn(telemetry::rpc_span)
         .add_service(pb::admin_service_server::AdminServiceServer::with_interceptor(admin, admin_auth))
         .add_service(pb::policy_service_server::PolicyServiceServer::with_interceptor(policy, node_auth))
         .serve_with_incoming_shutdown(incoming, async move {
@@ -144,9 +163,22 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
             let _ = shutdown_tx.send(true);
         });
     let server = tokio::spawn(server);
+    let admin_server = admin_listener.map(|admin| {
+        let mut stopped = admin_stopped;
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            if let Err(error) = gw_telemetry::admin::serve(admin, shutdown).await {
+                tracing::warn!(%error, "admin listener failed");
+            }
+        })
+    });
     tracing::info!(%addr, store = %store_name(&config.store), "control plane listening");
     Ok(Handle {
         addr,
+        admin_addr,
+        admin: admin_server,
         admin_key: keys.admin,
         node_key: keys.node,
         admin_key_file: keys.admin_file,

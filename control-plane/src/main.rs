@@ -14,7 +14,16 @@ async fn main() -> ExitCode {
         println!("gw-control-plane: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    gw_telemetry::init_logs(loaded.log_format);
+    let telemetry = match gw_telemetry::OtelConfig::from_env()
+        .map_err(|e| e.to_string())
+        .and_then(|otel| gw_telemetry::init(loaded.log_format, &otel, "gw-control-plane").map_err(|e| e.to_string()))
+    {
+        Ok(telemetry) => telemetry,
+        Err(message) => {
+            eprintln!("gw-control-plane: {message}");
+            return ExitCode::from(64);
+        }
+    };
     let config = loaded.config;
     let handle = match gw_control_plane::start(config.clone()).await {
         Ok(handle) => handle,
@@ -32,6 +41,7 @@ async fn main() -> ExitCode {
     }
     shutdown_signal().await;
     handle.shutdown().await;
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     ExitCode::SUCCESS
 }
 

@@ -25,6 +25,8 @@ pub const NODE_ID_FILE: &str = "node.id";
 pub struct Config {
     /// Client-facing HTTP address; port 0 picks a free one.
     pub listen: SocketAddr,
+    /// The admin listener (`/metrics`, `/healthz`); `None` keeps it off.
+    pub admin_listen: Option<SocketAddr>,
     /// The control plane's gRPC address, e.g. `http://127.0.0.1:7070`.
     pub control_plane: String,
     /// Holds the snapshot file, the usage spool and the node id.
@@ -52,7 +54,7 @@ pub struct Config {
 // === impl Config ===
 
 impl Config {
-    /// A config with no trusted proxies, a generated node id, a 200 ms
+    /// A config with no admin listener, no trusted proxies, a generated node id, a 200 ms
     /// report interval, fsync per group commit and the default upstream
     /// settings.
     pub fn new(
@@ -63,6 +65,7 @@ impl Config {
     ) -> Config {
         Config {
             listen,
+            admin_listen: None,
             control_plane: control_plane.into(),
             data_dir: data_dir.into(),
             node_key: node_key.into(),

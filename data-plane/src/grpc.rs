@@ -42,6 +42,12 @@ impl ControlPlane {
     pub fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.metadata_mut().insert("authorization", self.authorization.clone());
+        // The caller's trace continues on the control plane.
+        for (name, value) in gw_telemetry::context_headers(&tracing::Span::current()) {
+            if let Ok(value) = value.parse() {
+                request.metadata_mut().insert(name, value);
+            }
+        }
         request
     }
 }

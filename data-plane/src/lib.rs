@@ -25,6 +25,7 @@ mod pricing;
 mod provider;
 mod reporter;
 mod spool;
+mod telemetry;
 mod tokens;
 mod translate;
 mod videos;
@@ -58,6 +59,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub struct Handle {
     /// The bound client-facing address.
     pub addr: SocketAddr,
+    /// The bound admin address (`/metrics`), when one was configured.
+    pub admin_addr: Option<SocketAddr>,
     node_id: String,
     snapshot: Arc<ArcSwap<Snapshot>>,
     stop_server: oneshot::Sender<()>,
@@ -140,6 +143,11 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
             .context("opening the usage spool")?;
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
+    let admin = match config.admin_listen {
+        Some(admin) => Some(gw_telemetry::admin::bind(admin).await.with_context(|| format!("binding {admin}"))?),
+        None => None,
+    };
+    let admin_addr = admin.as_ref().map(TcpListener::local_addr).transpose().context("reading the admin address")?;
 
     let (stop_tasks, tasks_stopped) = watch::channel(false);
     let (stop_reporter, reporter_stopped) = watch::channel(false);
@@ -185,23 +193,26 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         budgets: policy::budget::Budgets::new(Arc::new(spend), config.budget, Some(data_dir.join("fleet"))),
         videos,
     });
+    telemetry::metrics::observe(&app);
+    let mut tasks = vec![discovery, persister];
+    if let Some(admin) = admin {
+        let mut stopped = stop_tasks.subscribe();
+        tasks.push(tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            if let Err(error) = gw_telemetry::admin::serve(admin, shutdown).await {
+                tracing::warn!(%error, "admin listener failed");
+            }
+        }));
+    }
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let router = http::router(app);
     let server = tokio::spawn(http::serve(listener, router, config.limits, async move {
         let _ = server_stopped.await;
     }));
-    tracing::info!(%addr, node_id, control_plane = %config.control_plane, "data plane listening");
-    Ok(Handle {
-        addr,
-        node_id,
-        snapshot,
-        stop_server,
-        stop_tasks,
-        stop_reporter,
-        server,
-        tasks: vec![discovery, persister],
-        reporter,
-    })
+    tracing::info!(%addr, ?admin_addr, node_id, control_plane = %config.control_plane, "data plane listening");
+    Ok(Handle { addr, admin_addr, node_id, snapshot, stop_server, stop_tasks, stop_reporter, server, tasks, reporter })
 }
 
 /// Resolves on ctrl-c or SIGTERM: when a binary should call `shutdown`.

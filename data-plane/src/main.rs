@@ -19,8 +19,17 @@ async fn main() -> ExitCode {
         println!("gw-data-plane: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    gw_telemetry::init_logs(loaded.log_format);
-    match gw_data_plane::start(loaded.config).await {
+    let telemetry = match gw_telemetry::OtelConfig::from_env()
+        .map_err(|e| e.to_string())
+        .and_then(|otel| gw_telemetry::init(loaded.log_format, &otel, "gw-data-plane").map_err(|e| e.to_string()))
+    {
+        Ok(telemetry) => telemetry,
+        Err(message) => {
+            eprintln!("gw-data-plane: {message}");
+            return ExitCode::from(64);
+        }
+    };
+    let code = match gw_data_plane::start(loaded.config).await {
         Ok(handle) => {
             gw_data_plane::shutdown_signal().await;
             handle.shutdown().await;
@@ -30,5 +39,7 @@ async fn main() -> ExitCode {
             tracing::error!("cannot start: {error:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    code
 }

@@ -94,6 +94,7 @@ impl Reporter {
         let mut tick = tokio::time::interval(self.interval.max(Duration::from_millis(1)));
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
+            crate::telemetry::metrics::spool_backlog(backlog.unsent(), backlog.segments.len());
             let deadline = retry_at;
             let retry = async move {
                 match deadline {
@@ -247,6 +248,11 @@ impl Backlog {
             pending.opens = pending.opens.saturating_sub(1);
             self.reap(at);
         }
+    }
+
+    /// Records not yet acknowledged.
+    fn unsent(&self) -> usize {
+        self.segments.values().map(|p| p.records.len() - p.sent).sum()
     }
 
     fn has_unsent(&self) -> bool {

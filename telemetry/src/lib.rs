@@ -1,12 +1,26 @@
-//! How the gateway's binaries log, written once for all of them: one line
-//! per event on standard error, either plain text (colour only when stderr
-//! is a terminal, so files and journald get no escape codes) or one JSON
-//! object per line with the span fields (the request id on every line of a
-//! request). The level comes from `RUST_LOG`, `info` by default.
+//! How the gateway's binaries log, trace and count, written once for all of
+//! them. Logs: one line per event on standard error, either plain text
+//! (colour only when stderr is a terminal, so files and journald get no
+//! escape codes) or one JSON object per line with the span fields (the
+//! request id on every line of a request); the level comes from `RUST_LOG`,
+//! `info` by default. Traces and metrics: OpenTelemetry, configured by the
+//! standard `OTEL_*` variables (`config`), exported over OTLP (`trace`,
+//! `metrics`) and, for metrics, also as Prometheus text on an admin
+//! listener (`admin`).
 
-use std::{io::IsTerminal as _, str::FromStr};
+use std::{io::IsTerminal as _, str::FromStr, time::Duration};
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry_sdk::{metrics::SdkMeterProvider, trace::SdkTracerProvider};
+use tracing_subscriber::{EnvFilter, Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _};
+
+pub mod admin;
+mod config;
+mod metrics;
+mod trace;
+
+pub use config::{ConfigError, OtelConfig, ParentRoot, Protocol, Sampler};
+pub use metrics::{meter, prometheus_text};
+pub use trace::{context_headers, continue_from, enabled as tracing_enabled, extract, inject};
 
 /// The shape of log lines.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,6 +42,59 @@ impl FromStr for LogFormat {
             "text" | "" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
             other => Err(format!("log format must be text or json, not {other:?}")),
+        }
+    }
+}
+
+/// Why telemetry could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("building the OTLP exporter: {0}")]
+    Exporter(String),
+}
+
+/// What `init` set up; `shutdown` flushes what is still queued.
+#[must_use = "dropping it skips the final flush of spans and metrics"]
+pub struct Telemetry {
+    tracer: Option<SdkTracerProvider>,
+    meters: Option<SdkMeterProvider>,
+}
+
+/// Installs the global subscriber: log lines in `format`, plus, when
+/// `otel` has an endpoint, spans exported over OTLP as `service` (unless
+/// `OTEL_SERVICE_NAME` names it otherwise); and sets up the metrics (see
+/// `metrics`). Needs a Tokio runtime when exporting over gRPC. Fails only
+/// if an exporter cannot be built. A subscriber set already (a test, or an
+/// embedding process) is kept.
+pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Result<Telemetry, InitError> {
+    let meters = metrics::install(otel, service)?;
+    let tracer = match otel.endpoint {
+        Some(_) => Some(trace::provider(otel, trace::resource(otel, service))?),
+        None => None,
+    };
+    let otel_layer = tracer.as_ref().map(|provider| trace::layer(provider, service));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).boxed(),
+        LogFormat::Json => fmt.json().with_current_span(true).with_span_list(false).boxed(),
+    };
+    let _ = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel_layer).try_init();
+    Ok(Telemetry { tracer, meters })
+}
+
+// === impl Telemetry ===
+
+impl Telemetry {
+    /// Exports what is still queued (within a few seconds) and stops the
+    /// exporters. Blocks: call it off the async runtime's threads.
+    pub fn shutdown(self) {
+        if let Some(tracer) = self.tracer {
+            let _ = tracer.force_flush();
+            let _ = tracer.shutdown_with_timeout(Duration::from_secs(5));
+        }
+        if let Some(meters) = self.meters {
+            let _ = meters.shutdown_with_timeout(Duration::from_secs(5));
         }
     }
 }

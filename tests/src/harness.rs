@@ -179,6 +179,8 @@ pub struct ControlPlane {
 pub struct DataPlane {
     /// Its client-facing address; kept across restarts.
     pub addr: SocketAddr,
+    /// Its admin listener (`/metrics`): in-process data planes only.
+    pub admin_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub node_id: String,
     /// `--offline-allowance` in micro-USD; `None` keeps the default (share).
@@ -323,6 +325,7 @@ impl Cluster {
         for i in 0..data_planes {
             cluster.data_planes.push(DataPlane {
                 addr: SocketAddr::from(([127, 0, 0, 1], port(mode))),
+                admin_addr: None,
                 data_dir: cluster.dir.path().join(format!("data-plane-{i}")),
                 node_id: format!("dp-{i}"),
                 offline_allowance: None,
@@ -412,6 +415,7 @@ impl Cluster {
         let cp = &self.control_plane;
         gw_control_plane::Config {
             listen,
+            admin_listen: None,
             store: cp.store.clone(),
             data_dir,
             admin_key: Some(self.admin_key.clone()),
@@ -440,8 +444,10 @@ impl Cluster {
                     gw_data_plane::Config::new(dp.addr, endpoint, dp.data_dir.clone(), self.node_key.clone());
                 config.node_id = Some(dp.node_id.clone());
                 config.budget.offline_allowance = dp.offline_allowance;
+                config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
                 let handle = gw_data_plane::start(config).await.with_context(|| format!("starting data plane {i}"))?;
                 dp.addr = handle.addr;
+                dp.admin_addr = handle.admin_addr;
                 dp.running = Some(Running::InProcess(handle));
             }
             Mode::Processes => {

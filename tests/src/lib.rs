@@ -1,5 +1,5 @@
 //! End-to-end support: a mock upstream provider, a real `redis-server` on a
-//! free port, and a harness that runs the real control plane and data planes
+//! free port, an OTLP receiver, and a harness that runs the real control plane and data planes
 //! against them (in-process, or as processes for crash and restart tests),
 //! with an in-process admin client and one runner for the SDK scripts.
 
@@ -8,5 +8,6 @@ pub mod mock_endpoints;
 pub mod mock_messages;
 pub mod mock_upstream;
 pub mod mock_video;
+pub mod otlp;
 pub mod redis;
 pub mod schema;

@@ -335,6 +335,11 @@ async fn a_failed_video_is_refunded_once_and_has_no_content() {
     assert_eq!((task.status.as_str(), task.refunded), ("failed", true));
     let failed = tasks(&f, "", "failed").await;
     assert_eq!(failed.len(), 1, "{failed:?}");
+    // Counted as it happened (the planes run in this process).
+    let metrics = gw_telemetry::prometheus_text();
+    for status in ["queued", "failed"] {
+        assert!(metrics.contains(&format!(r#"gw_video_tasks_total{{gw_status="{status}"}}"#)), "{metrics}");
+    }
 }
 
 #[tokio::test]

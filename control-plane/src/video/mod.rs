@@ -180,6 +180,7 @@ impl Videos {
             }
         }
         tracing::info!(video = %task.id, account = %task.account_id, model = %task.model, seconds = task.seconds, cost, "video task created");
+        crate::telemetry::video_status(task.status);
         Ok(task)
     }
 
@@ -329,7 +330,12 @@ impl Videos {
                 return Ok(current);
             }
             match self.store.update_video(&next).await? {
-                VideoWrite::Written(written) => return Ok(written),
+                VideoWrite::Written(written) => {
+                    if written.status != current.status {
+                        crate::telemetry::video_status(written.status);
+                    }
+                    return Ok(written);
+                }
                 VideoWrite::Conflict(Some(stored)) => current = stored,
                 VideoWrite::Conflict(None) => return Err(VideoError::NotFound(current.id)),
             }

@@ -15,6 +15,12 @@ use super::{Config, parse_trusted_proxies, read_node_key};
 pub static SETTINGS: &[Setting] = &[
     Setting::new("listen", "GW_DP_LISTEN", Some("127.0.0.1:8080"), "Client-facing HTTP address"),
     Setting::new(
+        "admin_listen",
+        "GW_DP_ADMIN_LISTEN",
+        None,
+        "Admin listener serving /metrics (Prometheus text) and /healthz; off unless set",
+    ),
+    Setting::new(
         "control_plane",
         "GW_DP_CONTROL_PLANE",
         Some("http://127.0.0.1:7070"),
@@ -150,6 +156,7 @@ where
     if let Some(listen) = layers.get("listen", |t| t.parse::<SocketAddr>().map_err(|e| e.to_string())) {
         config.listen = listen;
     }
+    config.admin_listen = layers.get("admin_listen", |t| t.parse::<SocketAddr>().map_err(|e| e.to_string()));
     if let Some(address) = layers.get("control_plane", |t| super::check_control_plane(t).map(|()| t.to_owned())) {
         config.control_plane = address;
     }

@@ -73,6 +73,7 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
             return Err(error);
         }
     };
+    meter.answered(&bytes);
     match answer::response_usage(&bytes) {
         Some(usage) => meter.observe(usage),
         None => meter.add_text(&answer::answer_text(&bytes)),

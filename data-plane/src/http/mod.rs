@@ -12,7 +12,7 @@ use std::{
 
 use axum::{
     Json, Router,
-    extract::{Request, State},
+    extract::{MatchedPath, Request, State},
     http::{HeaderValue, Method, StatusCode, Uri, header},
     middleware::{self, Next},
     response::{IntoResponse as _, Response},
@@ -31,6 +31,7 @@ use crate::{
     error::{self, ProxyError, Refused, Shape},
     pipeline::{self, App, RequestId, Trail},
     policy::auth::Access,
+    telemetry,
 };
 
 /// `created` of every model in `/v1/models`; the catalogue has no dates.
@@ -65,19 +66,26 @@ pub fn new_request_id() -> String {
 static REQUEST_ID_HEADER: LazyLock<header::HeaderName> =
     LazyLock::new(|| header::HeaderName::from_static("x-request-id"));
 
+/// What a whole answer cost, in USD with six decimals; a stream's cost is
+/// known only once it ended (see its usage record).
+static COST_HEADER: LazyLock<header::HeaderName> =
+    LazyLock::new(|| header::HeaderName::from_static("x-gateway-cost-usd"));
+
 /// Gives each request an id (extension + `x-request-id` response header)
 /// and a span carrying it, renders a refusal in the shape of the path's API
-/// (the one place that does), and writes the access log line with what the
+/// (the one place that does), names a whole answer's cost
+/// (`x-gateway-cost-usd`), and writes the access log line with what the
 /// pipeline noted in the request's `Trail`.
 async fn request_layer(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = RequestId(new_request_id().into());
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
+    let route = request.extensions().get::<MatchedPath>().map(|m| m.as_str().to_owned());
     let trail = Arc::new(Trail::default());
     request.extensions_mut().insert(id.clone());
     request.extensions_mut().insert(trail.clone());
-    let span = tracing::info_span!("request", request_id = %id.0);
+    let span = telemetry::request_span(&id.0, &method, route.as_deref(), request.headers());
     let mut response = next.run(request).instrument(span.clone()).await;
     let refusal = response.extensions_mut().remove::<Refused>().map(|Refused(error)| error);
     if let Some(error) = &refusal {
@@ -87,6 +95,12 @@ async fn request_layer(mut request: Request, next: Next) -> Response {
         response.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
     }
     let fields = trail.fields();
+    if let Some(cost) = fields.cost_micros.and_then(|c| HeaderValue::from_str(&gw_pricing::format_usd(c)).ok()) {
+        response.headers_mut().insert(COST_HEADER.clone(), cost);
+    }
+    let reason = refusal.as_ref().map_or("", ProxyError::reason);
+    telemetry::metrics::request(route.as_deref().unwrap_or("unmatched"), response.status().as_u16(), reason);
+    telemetry::responded(&span, route.as_deref(), &fields, response.status(), refusal.as_ref());
     span.in_scope(|| {
         tracing::info!(
             target: "gw_data_plane::access",

@@ -27,6 +27,7 @@ use crate::{
     policy::domain::{Channel, Model},
     pricing::{Units, Usage, cost_micros, units_cost_micros},
     spool::{self, Kind, Written},
+    telemetry::Answer,
 };
 
 /// Who pays for one request and at what price.
@@ -45,6 +46,9 @@ pub struct Charge {
     /// The request's budget reservation, settled by the first record (shared
     /// by the attempts' copies; released if none records anything).
     pub reservation: Arc<Mutex<Option<Reservation>>>,
+    /// The request's span and trail: the usage lands on the span when the
+    /// answer ends.
+    pub traced: crate::telemetry::Traced,
 }
 
 /// What one request used and cost, as the reporter sends it (it turns it
@@ -108,6 +112,8 @@ pub struct Meter {
     /// Chat chunks that went to the client, whose text is read only if no
     /// usage comes (it almost always does: parsing each would be wasted).
     completion_chunks: Vec<bytes::Bytes>,
+    /// When the first chunk came, the answer's model and finish reasons.
+    answer: Answer,
 }
 
 // === impl Charge ===
@@ -127,6 +133,7 @@ impl Charge {
             ratio_ppm: 1_000_000,
             started: Instant::now(),
             reservation: Arc::default(),
+            traced: crate::telemetry::Traced::default(),
         }
     }
 
@@ -145,15 +152,24 @@ impl UsageSink {
         UsageSink { tx, node_id: node_id.into() }
     }
 
-    /// Prices `usage`, settles the charge's reservation with the cost and
-    /// appends the record to the spool; the returned `Written` resolves once
-    /// it is on the spool.
-    pub fn record(&self, charge: &Charge, usage: Usage, status: u16, estimated: bool) -> Written {
-        self.record_with(charge, usage, Units::default(), status, estimated)
+    /// Prices `usage` and `units` (images, audio), settles the charge's
+    /// reservation with the cost and appends the record to the spool; the
+    /// returned `Written` resolves once it is on the spool.
+    pub fn record_with(&self, charge: &Charge, usage: Usage, units: Units, status: u16, estimated: bool) -> Written {
+        self.record_seen(charge, usage, units, status, estimated, &Answer::default())
     }
 
-    /// `record` of a request that also used `units` (images, audio).
-    pub fn record_with(&self, charge: &Charge, usage: Usage, units: Units, status: u16, estimated: bool) -> Written {
+    /// `record_with`, with what the answer said beyond its usage (for its
+    /// span and metrics).
+    fn record_seen(
+        &self,
+        charge: &Charge,
+        usage: Usage,
+        units: Units,
+        status: u16,
+        estimated: bool,
+        answer: &Answer,
+    ) -> Written {
         let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm).saturating_add(units_cost_micros(
             &units,
             &charge.model,
@@ -165,8 +181,24 @@ impl UsageSink {
         }
         let mut record = self.record_of(charge, usage, cost, status, estimated);
         record.units = units;
-        spool::append(&self.tx, Kind::Final, record)
+        let written = spool::append(&self.tx, Kind::Final, record);
+        crate::telemetry::usage(
+            &charge.traced,
+            &crate::telemetry::Seen {
+                endpoint: charge.endpoint,
+                model: &charge.model.id,
+                channel: &charge.channel_id,
+                usage,
+                cost_micros: cost,
+                estimated,
+                status,
+                started: charge.started,
+                answer,
+            },
+        );
+        written
     }
+
     /// Runs `attempt` with `charge` under an open entry on the spool: the
     /// entry (the prompt part, estimated from `request_bytes` at the
     /// model's input price) is written before `attempt` starts, so the
@@ -256,6 +288,7 @@ impl Meter {
             prompt_body: None,
             completion_text: String::new(),
             completion_chunks: Vec::new(),
+            answer: Answer::default(),
         }
     }
 
@@ -300,6 +333,12 @@ impl Meter {
         Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }
     }
 
+    /// Notes what a whole (not streamed) answer `body` says of itself: its
+    /// model and finish reasons, for its span. Reads it only while tracing.
+    pub fn answered(&mut self, body: &[u8]) {
+        crate::telemetry::read_answer(body, &mut self.answer);
+    }
+
     /// Usage reported by the upstream; the last report wins.
     pub fn observe(&mut self, usage: Usage) {
         self.seen = Some(usage);
@@ -307,6 +346,9 @@ impl Meter {
 
     /// `n` more content chunks went to the client.
     pub fn add_chunks(&mut self, n: i64) {
+        if self.answer.first_output.is_none() && n > 0 {
+            self.answer.first_output = Some(Instant::now());
+        }
         self.chunks = self.chunks.saturating_add(n);
     }
 
@@ -330,7 +372,7 @@ impl Meter {
             None => (self.estimate(), true),
         };
         let charge = self.charge.take()?;
-        Some(self.sink.record(&charge, usage, status, estimated))
+        Some(self.sink.record_seen(&charge, usage, Units::default(), status, estimated, &self.answer))
     }
 }
 

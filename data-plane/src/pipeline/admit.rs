@@ -52,6 +52,7 @@ pub async fn admit(app: &App, request: Request, access: Access) -> Result<(Admit
     trail.update(|t| {
         t.token = Some(caller.token.id.clone());
         t.account = Some(caller.account.id.clone());
+        t.group = Some(caller.group.name.clone());
     });
     if access == Access::Spend {
         app.limits.check(&caller).await?;
@@ -64,7 +65,13 @@ pub async fn admit(app: &App, request: Request, access: Access) -> Result<(Admit
 impl Admitted {
     /// The scope of this request's upstream attempts.
     pub fn scope(&self) -> super::Scope<'_> {
-        super::Scope { request_id: &self.id.0, client: &self.caller.token.id, trail: &self.trail }
+        super::Scope {
+            request_id: &self.id.0,
+            client: &self.caller.token.id,
+            trail: &self.trail,
+            started: self.started,
+            endpoint: self.parts.uri.path(),
+        }
     }
 
     /// What this request to `endpoint` for `model` is billed as, before a
@@ -82,11 +89,14 @@ impl Admitted {
             ratio_ppm: caller.group.ratio_ppm,
             started: self.started,
             reservation: Arc::default(),
+            traced: crate::telemetry::Traced { span: tracing::Span::current(), trail: self.trail.clone() },
         }
     }
 
     /// Reads the whole `body` of this request (see `read_body`).
     pub async fn read_body(&self, body: Body) -> Result<bytes::Bytes, ProxyError> {
-        super::read_body(body, &self.parts.headers).await
+        let bytes = super::read_body(body, &self.parts.headers).await?;
+        crate::telemetry::request_body(&bytes);
+        Ok(bytes)
     }
 }

@@ -13,11 +13,14 @@
 //! client that made it, so one client's bad requests cannot take a shared
 //! channel out of rotation (see `provider::health`).
 
-use std::{future::Future, sync::Arc};
+use std::{future::Future, sync::Arc, time::Instant};
+
+use tracing::Instrument as _;
 
 use super::Trail;
 use crate::{
     backoff::Backoff, error::ProxyError, policy::domain::Channel, policy::snapshot::pick_channel, provider::Upstreams,
+    telemetry,
 };
 
 /// The request a run of attempts is for.
@@ -27,6 +30,10 @@ pub struct Scope<'a> {
     /// Who made the request (its token id): health counts failures per client.
     pub client: &'a str,
     pub trail: &'a Trail,
+    /// When the gateway received the request.
+    pub started: Instant,
+    /// The client-facing path (for the overhead metric's operation).
+    pub endpoint: &'a str,
 }
 
 /// The channels to try for one request, in order, within a budget.
@@ -65,8 +72,17 @@ where
         scope.trail.update(|t| {
             t.channel = Some(id.clone());
             t.attempts = attempts.made;
+            t.provider = Some(telemetry::provider_name(channel.kind));
         });
-        match attempt(channel).await {
+        if attempts.made == 1 {
+            telemetry::metrics::overhead(scope.started.elapsed(), scope.endpoint);
+        }
+        let span = telemetry::attempt_span(&channel, scope.trail, attempts.made);
+        let outcome = attempt(channel).instrument(span.clone()).await;
+        telemetry::attempt_ended(&span, outcome.as_ref().err());
+        let failover = outcome.as_ref().err().is_some_and(|e| e.is_retryable() && !attempts.spent());
+        telemetry::metrics::attempt(&id, outcome.as_ref().err().map_or("ok", ProxyError::reason), failover);
+        match outcome {
             Ok(done) => {
                 upstreams.health.succeeded(&id);
                 return Ok(done);
@@ -131,6 +147,11 @@ impl<'a> Attempts<'a> {
         Some(channel.clone())
     }
 
+    /// Whether no attempt is left in the budget.
+    pub fn spent(&self) -> bool {
+        self.made >= self.max || self.candidates.is_empty()
+    }
+
     /// The next untried channel, preferring those not cooling down.
     fn pick(&self, health: &crate::provider::Health) -> Option<&'a Arc<Channel>> {
         let mut skip = self.tried.clone();
@@ -175,7 +196,13 @@ mod tests {
     ) -> (Result<String, ProxyError>, Vec<String>) {
         let tried = Mutex::new(Vec::new());
         let trail = Trail::default();
-        let scope = Scope { request_id: "r1", client: "t1", trail: &trail };
+        let scope = Scope {
+            request_id: "r1",
+            client: "t1",
+            trail: &trail,
+            started: Instant::now(),
+            endpoint: "/v1/chat/completions",
+        };
         let result = run(upstreams, scope, list, |channel| {
             tried.lock().unwrap().push(channel.id.clone());
             let outcome =

@@ -62,9 +62,17 @@ pub struct Trail {
 pub struct TrailFields {
     pub token: Option<String>,
     pub account: Option<String>,
+    pub group: Option<String>,
     pub model: Option<String>,
     pub channel: Option<String>,
+    /// The channel's provider (`gen_ai.provider.name`).
+    pub provider: Option<&'static str>,
+    /// The model name the channel was asked for, after its mapping.
+    pub upstream_model: Option<String>,
     pub attempts: u32,
+    /// What the request cost, once its usage was recorded (before the
+    /// response for whole answers, at the end for streams).
+    pub cost_micros: Option<i64>,
 }
 
 // === impl App ===

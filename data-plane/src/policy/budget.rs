@@ -351,7 +351,8 @@ impl Budgets {
             }
         }
         let inner = self.inner.clone();
-        tokio::spawn(async move {
+        // In the span of the request that asked: its trace shows the call.
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let sent = Instant::now();
             let ttl = inner.config.lease_ttl;
             let answer = match tokio::time::timeout(ACQUIRE_TIMEOUT, inner.source.acquire(asks.clone(), ttl)).await {
@@ -360,7 +361,7 @@ impl Budgets {
             };
             inner.land(&asks, answer, sent, revision);
             drop(landed);
-        });
+        }));
         lease
     }
 

@@ -286,14 +286,15 @@ impl Limiter {
             down.probing = true;
         }
         let inner = self.inner.clone();
-        tokio::spawn(async move {
+        // In the span of the request that asked: its trace shows the call.
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let answer = match tokio::time::timeout(ACQUIRE_TIMEOUT, inner.source.acquire(asks.clone())).await {
                 Ok(answer) => answer,
                 Err(_) => Err(SourceError::Timeout(ACQUIRE_TIMEOUT)),
             };
             inner.land(&asks, answer);
             drop(landed);
-        });
+        }));
         lease
     }
 

@@ -242,6 +242,11 @@ impl Snapshot {
         self.models.get(id)
     }
 
+    /// Every channel of the snapshot, whatever its status, in no order.
+    pub fn all_channels(&self) -> impl Iterator<Item = &Arc<Channel>> {
+        self.channels.values()
+    }
+
     /// The channel with `id`, whatever its status (a video task made on a
     /// since disabled channel is still downloaded from it).
     pub fn channel_by_id(&self, id: &str) -> Option<&Arc<Channel>> {

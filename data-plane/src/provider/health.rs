@@ -167,8 +167,7 @@ impl Health {
         })
     }
 
-    /// The current streak of `channel`.
-    #[cfg(test)]
+    /// The current streak of `channel` (0: its last request succeeded).
     pub(crate) fn failures(&self, channel: &str) -> u32 {
         self.lock().get(channel).map_or(0, |h| h.failures)
     }

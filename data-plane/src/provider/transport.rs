@@ -224,6 +224,7 @@ impl Upstreams {
         headers.remove("x-api-key");
         let (name, credential) = super::credential(channel)?;
         headers.insert(name, credential);
+        crate::telemetry::inject(&mut headers);
         let send = client.request(method, url).headers(headers).timeout(total).body(body).send();
         let default_first_byte = if stream { self.config.first_byte_timeout } else { total };
         let first_byte = timeouts.first_byte.unwrap_or(default_first_byte).min(total);

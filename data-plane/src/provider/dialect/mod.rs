@@ -77,6 +77,7 @@ pub async fn messages(
                 return Ok(stream(app, &channel, response, PassMessages::default(), meter));
             }
             let (bytes, mut meter) = read(app, &channel, response, meter).await?;
+            meter.answered(&bytes);
             if let Some(usage) = answer::messages_body_usage(&bytes) {
                 meter.observe(usage);
             } else if let Ok(answer) = serde_json::from_slice::<Value>(&bytes) {
@@ -102,6 +103,7 @@ pub async fn messages(
             let Ok(completion) = serde_json::from_slice::<Value>(&bytes) else {
                 return Err(not_json(meter, &channel));
             };
+            meter.answered(&bytes);
             if let Some(usage) = answer::response_usage(&bytes) {
                 meter.observe(usage);
             }
@@ -141,6 +143,7 @@ pub async fn chat(
     let Ok(answer) = serde_json::from_slice::<Value>(&bytes) else {
         return Err(not_json(meter, &channel));
     };
+    meter.answered(&bytes);
     match answer::messages_body_usage(&bytes) {
         Some(usage) => meter.observe(usage),
         None => meter.add_text(&messages_text(&answer)),

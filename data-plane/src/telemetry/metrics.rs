@@ -1,0 +1,202 @@
+//! The data plane's metrics, recorded once where the pipeline learns each
+//! fact and read as Prometheus text on the admin listener or pushed over
+//! OTLP (see `gw_telemetry`). Labels are low-cardinality only: routes,
+//! statuses, reasons, models and channels from the catalogue, never request
+//! ids, tokens or keys.
+
+use std::{
+    sync::{Arc, LazyLock, Weak},
+    time::Duration,
+};
+
+use opentelemetry::{
+    KeyValue,
+    metrics::{Counter, Gauge, Histogram},
+};
+
+use super::{Seen, labels};
+use crate::pipeline::App;
+
+/// Seconds: from a millisecond to ten minutes, for durations of calls that
+/// may be long generations.
+const SECONDS: &[f64] =
+    &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+/// Seconds, finer: the gateway's own share of a request.
+const OVERHEAD: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+/// Tokens per request, as the GenAI conventions suggest (powers of 4).
+const TOKENS: &[f64] =
+    &[1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262_144.0, 1_048_576.0, 4_194_304.0];
+
+struct Instruments {
+    requests: Counter<u64>,
+    duration: Histogram<f64>,
+    ttft: Histogram<f64>,
+    tokens: Histogram<u64>,
+    cost: Counter<u64>,
+    overhead: Histogram<f64>,
+    attempts: Counter<u64>,
+    failovers: Counter<u64>,
+    spool_records: Gauge<u64>,
+    spool_segments: Gauge<u64>,
+}
+
+static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
+    let meter = gw_telemetry::meter("gw-data-plane");
+    Instruments {
+        requests: meter
+            .u64_counter("gw.requests")
+            .with_description("Requests answered, by route, status and refusal reason")
+            .build(),
+        duration: meter
+            .f64_histogram("gen_ai.server.request.duration")
+            .with_unit("s")
+            .with_description("Time from a request's arrival to the end of its answer")
+            .with_boundaries(SECONDS.to_vec())
+            .build(),
+        ttft: meter
+            .f64_histogram("gen_ai.server.time_to_first_token")
+            .with_unit("s")
+            .with_description("Time from a streamed request's arrival to its first answer chunk")
+            .with_boundaries(SECONDS.to_vec())
+            .build(),
+        tokens: meter
+            .u64_histogram("gen_ai.client.token.usage")
+            .with_unit("{token}")
+            .with_description("Tokens per request, by token type (input or output)")
+            .with_boundaries(TOKENS.to_vec())
+            .build(),
+        cost: meter.u64_counter("gw.cost.micro_usd").with_description("What requests cost, in micro-USD").build(),
+        overhead: meter
+            .f64_histogram("gw.overhead")
+            .with_unit("s")
+            .with_description("The gateway's own time from a request's arrival to its first upstream attempt")
+            .with_boundaries(OVERHEAD.to_vec())
+            .build(),
+        attempts: meter
+            .u64_counter("gw.upstream.attempts")
+            .with_description("Upstream attempts, by channel and outcome")
+            .build(),
+        failovers: meter
+            .u64_counter("gw.upstream.failovers")
+            .with_description("Attempts that failed and were followed by another, by the channel that failed")
+            .build(),
+        spool_records: meter
+            .u64_gauge("gw.spool.backlog.records")
+            .with_description("Usage records spooled and not yet acknowledged by the control plane")
+            .build(),
+        spool_segments: meter
+            .u64_gauge("gw.spool.backlog.segments")
+            .with_description("Spool segments kept until the control plane acknowledges them")
+            .build(),
+    }
+});
+
+/// One answered request (`reason`: the refusal's, empty when none).
+pub fn request(route: &str, status: u16, reason: &'static str) {
+    INSTRUMENTS.requests.add(
+        1,
+        &[
+            KeyValue::new("http.route", route.to_owned()),
+            KeyValue::new("http.response.status_code", i64::from(status)),
+            KeyValue::new("gw.reason", if reason.is_empty() { "none" } else { reason }),
+        ],
+    );
+}
+
+/// A metered request's tokens, cost, duration and time to first token.
+pub(super) fn usage(seen: &Seen<'_>) {
+    let instruments = &*INSTRUMENTS;
+    let mut attrs = labels(seen);
+    instruments.cost.add(u64::try_from(seen.cost_micros).unwrap_or(0), &attrs);
+    if let Some(first) = seen.answer.first_output {
+        instruments.ttft.record(first.saturating_duration_since(seen.started).as_secs_f64(), &attrs);
+    }
+    attrs.push(KeyValue::new("gw.status_class", status_class(seen.status)));
+    instruments.duration.record(seen.started.elapsed().as_secs_f64(), &attrs);
+    attrs.pop();
+    attrs.push(KeyValue::new("gen_ai.token.type", "input"));
+    instruments.tokens.record(u64::try_from(seen.usage.prompt_tokens).unwrap_or(0), &attrs);
+    attrs.pop();
+    attrs.push(KeyValue::new("gen_ai.token.type", "output"));
+    instruments.tokens.record(u64::try_from(seen.usage.completion_tokens).unwrap_or(0), &attrs);
+}
+
+/// An upstream attempt on `channel` ended with `outcome` (`ok` or the
+/// error's reason); `failover` when another attempt follows.
+pub fn attempt(channel: &str, outcome: &'static str, failover: bool) {
+    let channel = KeyValue::new("gw.channel", channel.to_owned());
+    INSTRUMENTS.attempts.add(1, &[channel.clone(), KeyValue::new("gw.outcome", outcome)]);
+    if failover {
+        INSTRUMENTS.failovers.add(1, &[channel]);
+    }
+}
+
+/// The gateway's own time from a request's arrival to its first upstream attempt.
+pub fn overhead(elapsed: Duration, endpoint: &str) {
+    let operation = super::operation(endpoint).unwrap_or("other");
+    INSTRUMENTS.overhead.record(elapsed.as_secs_f64(), &[KeyValue::new("gen_ai.operation.name", operation)]);
+}
+
+/// The reporter's backlog: records not yet acknowledged, segments kept.
+pub fn spool_backlog(records: usize, segments: usize) {
+    INSTRUMENTS.spool_records.record(u64::try_from(records).unwrap_or(u64::MAX), &[]);
+    INSTRUMENTS.spool_segments.record(u64::try_from(segments).unwrap_or(u64::MAX), &[]);
+}
+
+/// Registers the gauges read from `app` at collection time: the snapshot's
+/// revision and each channel's health. They stop reporting once
+/// the data plane is gone.
+pub fn observe(app: &Arc<App>) {
+    let meter = gw_telemetry::meter("gw-data-plane");
+    let weak: Weak<App> = Arc::downgrade(app);
+    let _revision = meter
+        .u64_observable_gauge("gw.snapshot.revision")
+        .with_description("Revision of the policy snapshot in use (0: none yet)")
+        .with_callback({
+            let weak = weak.clone();
+            move |observer| {
+                if let Some(app) = weak.upgrade() {
+                    let snapshot = app.snapshot.load();
+                    observer.observe(if snapshot.held { snapshot.revision } else { 0 }, &[]);
+                }
+            }
+        })
+        .build();
+    let _channels = meter
+        .u64_observable_gauge("gw.channel.consecutive_failures")
+        .with_description("Upstream failures in a row per channel (0: healthy)")
+        .with_callback({
+            let weak = weak.clone();
+            move |observer| {
+                if let Some(app) = weak.upgrade() {
+                    for channel in app.snapshot.load().all_channels() {
+                        let failures = app.upstreams.health.failures(&channel.id);
+                        observer.observe(u64::from(failures), &[KeyValue::new("gw.channel", channel.id.clone())]);
+                    }
+                }
+            }
+        })
+        .build();
+    let _cooling = meter
+        .u64_observable_gauge("gw.channel.cooling")
+        .with_description("1 while a channel cools down after an upstream 429 or repeated failures")
+        .with_callback(move |observer| {
+            if let Some(app) = weak.upgrade() {
+                for channel in app.snapshot.load().all_channels() {
+                    let cooling = u64::from(app.upstreams.health.cooling(&channel.id));
+                    observer.observe(cooling, &[KeyValue::new("gw.channel", channel.id.clone())]);
+                }
+            }
+        })
+        .build();
+}
+
+fn status_class(status: u16) -> &'static str {
+    match status {
+        200..=299 => "2xx",
+        400..=498 => "4xx",
+        499 => "client_closed",
+        500..=599 => "5xx",
+        _ => "other",
+    }
+}
