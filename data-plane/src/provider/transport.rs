@@ -288,11 +288,9 @@ fn cause_chain(error: &reqwest::Error) -> String {
     } else {
         "request error"
     });
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
+    if let Some(source) = std::error::Error::source(error) {
         text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+        text.push_str(&crate::error::error_chain(source));
     }
     text
 }
