@@ -15,6 +15,7 @@ use sha2::{Digest as _, Sha256};
 use tonic::{Request, Response, Status};
 
 use crate::{
+    continuity::Continuity,
     convert,
     domain::{
         AUTO_DISABLED, Account, Channel, DISABLED, ENABLED, Group, Kind, Model, RateLimit, Resource, Token,
@@ -35,6 +36,7 @@ pub const CHANNEL_TYPES: [&str; 2] = ["openai", "anthropic"];
 pub struct AdminApi {
     store: Arc<dyn Store>,
     fleet: Fleet,
+    continuity: Continuity,
     videos: Option<Arc<Videos>>,
 }
 
@@ -76,8 +78,8 @@ stored!(Account, Group, Token, Channel, Model);
 // === impl AdminApi ===
 
 impl AdminApi {
-    pub fn new(store: Arc<dyn Store>, fleet: Fleet) -> AdminApi {
-        AdminApi { store, fleet, videos: None }
+    pub fn new(store: Arc<dyn Store>, fleet: Fleet, continuity: Continuity) -> AdminApi {
+        AdminApi { store, fleet, continuity, videos: None }
     }
 
     /// Serves the video task RPCs with `videos` (without it they answer
@@ -598,6 +600,14 @@ impl pb::admin_service_server::AdminService for AdminApi {
             })
             .collect();
         Ok(Response::new(pb::ListDataPlanesResponse { items, revision, next_page_token }))
+    }
+
+    async fn get_store_status(&self, _: Request<pb::Empty>) -> Answer<pb::StoreStatus> {
+        Ok(Response::new(convert::store_status(self.continuity.status().await?)))
+    }
+
+    async fn confirm_store(&self, _: Request<pb::Empty>) -> Answer<pb::StoreStatus> {
+        Ok(Response::new(convert::store_status(self.continuity.confirm().await?)))
     }
 }
 

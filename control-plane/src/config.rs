@@ -77,6 +77,12 @@ pub static SETTINGS: &[Setting] = &[
         Some("30s"),
         "How often auto-disabled channels are probed (GET /models) and re-enabled if they answer",
     ),
+    Setting::new(
+        "require_store_persistence",
+        "GW_CP_REQUIRE_STORE_PERSISTENCE",
+        Some("false"),
+        "`true`: refuse to start on a Redis that keeps nothing on disk (or hides its CONFIG); `false`: warn",
+    ),
     Setting::new("log_format", "GW_LOG_FORMAT", Some("text"), "Log lines as `text` or `json`"),
 ];
 
@@ -135,6 +141,13 @@ where
         if let Some(value) = layers.get(name, parse_duration) {
             *duration = value;
         }
+    }
+    if let Some(require) = layers.get("require_store_persistence", |t| match t {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err("must be true or false".to_owned()),
+    }) {
+        config.require_store_persistence = require;
     }
     let log_format = layers.get("log_format", str::parse).unwrap_or_default();
     layers.finish()?;

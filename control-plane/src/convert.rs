@@ -245,3 +245,14 @@ pub fn spend_grant(budget: String, lease: crate::store::Lease) -> pb::SpendGrant
         missing: lease.missing,
     }
 }
+
+/// What `gwctl store status` shows.
+pub fn store_status(status: crate::continuity::StoreStatus) -> pb::StoreStatus {
+    pb::StoreStatus {
+        store_id: status.lineage.id,
+        confirmed: status.lineage.confirmed,
+        revision: status.revision,
+        persistence: status.persistence.as_str().to_owned(),
+        suspect: status.suspect.unwrap_or_default(),
+    }
+}

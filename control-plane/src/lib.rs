@@ -7,6 +7,7 @@ pub mod admin;
 pub mod auth;
 pub mod budget;
 pub mod config;
+pub mod continuity;
 pub mod convert;
 pub mod domain;
 pub mod error;
@@ -49,6 +50,9 @@ pub struct Config {
     pub video: video::Config,
     /// How often auto-disabled channels are probed back into rotation.
     pub probe: probe::Config,
+    /// Refuse to start on a store that keeps nothing across a restart of
+    /// its server (or does not say); without it, such a store is a warning.
+    pub require_store_persistence: bool,
 }
 
 /// A running control plane. Dropping it leaves the server running until
@@ -84,6 +88,7 @@ impl Config {
             node_key: None,
             video: video::Config::default(),
             probe: probe::Config::default(),
+            require_store_persistence: false,
         }
     }
 }
@@ -129,6 +134,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone(), first_start)
         .context("loading credentials")?;
     bootstrap(store.as_ref()).await.context("creating the default group")?;
+    check_persistence(store.as_ref(), config.require_store_persistence).await?;
+    let lineage = store.lineage().await.context("reading the store's lineage")?;
 
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
@@ -147,9 +154,10 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let videos = Arc::new(video::Videos::new(store.clone(), ledger.clone(), config.video.clone())?);
     let video_poller = video::poller::spawn(videos.clone(), shutdown_rx.clone());
     let prober = probe::spawn(store.clone(), config.probe, shutdown_rx.clone())?;
-    let admin = admin::AdminApi::new(store.clone(), fleet.clone()).with_videos(videos.clone());
+    let continuity = continuity::Continuity::new(store.clone());
+    let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone()).with_videos(videos.clone());
     let admin_stopped = shutdown_rx.clone();
-    let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, shutdown_rx).with_videos(videos);
+    let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx).with_videos(videos);
     let admin_auth = auth::KeyCheck::new(&keys.admin);
     let node_auth = auth::KeyCheck::new(&keys.node);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -174,7 +182,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
             }
         })
     });
-    tracing::info!(%addr, store = %store_name(&config.store), "control plane listening");
+    tracing::info!(%addr, store = %store_name(&config.store), lineage = %lineage.id, "control plane listening");
     Ok(Handle {
         addr,
         admin_addr,
@@ -188,6 +196,26 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         video_poller,
         prober,
     })
+}
+
+/// Warns about (or, with `require`, refuses) a store that loses everything
+/// when its server restarts: data planes would then refuse it (see
+/// `continuity`) until an operator confirms it.
+async fn check_persistence(store: &dyn Store, require: bool) -> anyhow::Result<()> {
+    use store::Persistence;
+    let persistence = store.persistence().await.context("asking the store how it persists")?;
+    let problem = match persistence {
+        Persistence::None => {
+            "the store keeps nothing on disk (redis: appendonly no, save \"\"): a restart of it loses every account, token and balance"
+        }
+        Persistence::Unknown => "the store does not say how it persists (redis CONFIG GET is refused)",
+        _ => return Ok(()),
+    };
+    if require {
+        anyhow::bail!("{problem}; refusing to start (require_store_persistence is set)");
+    }
+    tracing::warn!(persistence = persistence.as_str(), "{problem}; set appendonly yes on the redis server");
+    Ok(())
 }
 
 fn store_name(url: &str) -> &str {

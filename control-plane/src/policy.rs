@@ -15,12 +15,13 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::{
     budget::Authority,
+    continuity::Continuity,
     convert,
     domain::{AUTO_DISABLED, Change, ENABLED, Kind, UsageRecord},
     error::error_chain,
     fleet::Fleet,
     ledger::Ledger,
-    store::{self, Store, StoreError},
+    store::{self, Lineage, Store, StoreError},
     video::{self, Videos},
 };
 
@@ -35,6 +36,7 @@ pub struct PolicyApi {
     budgets: Authority,
     ledger: Arc<Ledger>,
     fleet: Fleet,
+    continuity: Continuity,
     shutdown: watch::Receiver<bool>,
     videos: Option<Arc<Videos>>,
 }
@@ -44,9 +46,15 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> 
 // === impl PolicyApi ===
 
 impl PolicyApi {
-    pub fn new(store: Arc<dyn Store>, ledger: Arc<Ledger>, fleet: Fleet, shutdown: watch::Receiver<bool>) -> PolicyApi {
+    pub fn new(
+        store: Arc<dyn Store>,
+        ledger: Arc<Ledger>,
+        fleet: Fleet,
+        continuity: Continuity,
+        shutdown: watch::Receiver<bool>,
+    ) -> PolicyApi {
         let budgets = Authority::new(store.clone());
-        PolicyApi { store, budgets, ledger, fleet, shutdown, videos: None }
+        PolicyApi { store, budgets, ledger, fleet, continuity, shutdown, videos: None }
     }
 
     /// Notes that data plane `node_id` (if named) called.
@@ -82,17 +90,23 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         if hello.node_id.is_empty() {
             return Err(Status::invalid_argument("hello needs a node_id"));
         }
+        let lineage = self.continuity.admit(&hello.node_id, &hello.store_id, hello.revision).await?;
+        let other_store = !hello.store_id.is_empty() && hello.store_id != lineage.id;
         let (tx, rx) = mpsc::channel(16);
         let session = Session {
             store: self.store.clone(),
             fleet: self.fleet.clone(),
+            continuity: self.continuity.clone(),
+            lineage,
             node_id: hello.node_id.clone(),
             sent: 0,
             tx,
         };
         self.fleet.connected(&hello.node_id, &hello.address, &hello.version);
         tracing::info!(node = %hello.node_id, revision = hello.revision, "data plane connected");
-        tokio::spawn(session.run(hello.revision, incoming, self.shutdown.clone()));
+        // Deltas only on top of this lineage's own revisions.
+        let known = if hello.want_full || other_store { 0 } else { hello.revision };
+        tokio::spawn(session.run(known, incoming, self.shutdown.clone()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -110,6 +124,8 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
                 bad.token_id
             )));
         }
+        // Kept in the data plane's spool until the store is trusted again.
+        self.continuity.trusted()?;
         let records: Vec<UsageRecord> = request.records.into_iter().map(Into::into).collect();
         let outcome = self.ledger.apply_reported(records).await.map_err(Status::from)?;
         self.seen(&request.node_id);
@@ -136,6 +152,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         request: Request<pb::AcquireSpendRequest>,
     ) -> Result<Response<pb::AcquireSpendResponse>, Status> {
         let request = request.into_inner();
+        self.continuity.trusted()?;
         let asks = request.asks.into_iter().map(convert::spend_ask).collect::<Result<Vec<_>, _>>()?;
         let budgets: Vec<String> = asks.iter().map(|a| a.budget.to_string()).collect();
         let (leases, ttl_secs) = self.budgets.lease(&request.node_id, asks, request.ttl_secs).await?;
@@ -220,6 +237,9 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
 struct Session {
     store: Arc<dyn Store>,
     fleet: Fleet,
+    continuity: Continuity,
+    /// The store lineage the data plane was admitted to.
+    lineage: Lineage,
     node_id: String,
     /// Revision of the last response sent.
     sent: u64,
@@ -240,11 +260,11 @@ impl Session {
                             return Ok(());
                         }
                         let newest = *revisions.borrow_and_update();
-                        if newest > self.sent {
+                        if newest != self.sent {
+                            // Lower (or a new lineage) means the store lost data: that
+                            // ends the session, and the data plane keeps what it has.
+                            self.continuity.still(&self.node_id, &self.lineage, self.sent).await.map_err(SessionEnd::Refused)?;
                             self.send_since().await?;
-                        } else if newest < self.sent {
-                            // The store went back in time (Redis lost its data): start over.
-                            self.send_full().await?;
                         }
                     }
                     message = incoming.next() => match message {
@@ -272,6 +292,9 @@ impl Session {
             Ok(()) | Err(SessionEnd::Closed) => {}
             Err(SessionEnd::Client(status)) => {
                 tracing::debug!(node = %self.node_id, %status, "watch stream broke");
+            }
+            Err(SessionEnd::Refused(status)) => {
+                let _ = self.tx.send(Err(status)).await;
             }
             Err(SessionEnd::Store(error)) => {
                 tracing::warn!(node = %self.node_id, error = %error_chain(&error), "watch ended on a store error");
@@ -308,6 +331,8 @@ impl Session {
             base: 0,
             upserts: snapshot.resources.into_iter().map(convert::resource_for_data_plane).collect(),
             deletes: Vec::new(),
+            store_id: self.lineage.id.clone(),
+            store_confirmed: self.lineage.confirmed,
         };
         self.send(response).await
     }
@@ -317,7 +342,14 @@ impl Session {
             return Ok(());
         };
         let touched: BTreeSet<(Kind, String)> = changes.into_iter().map(|c| (c.kind, c.id)).collect();
-        let mut response = pb::WatchResponse { revision, full: false, base: self.sent, ..Default::default() };
+        let mut response = pb::WatchResponse {
+            revision,
+            full: false,
+            base: self.sent,
+            store_id: self.lineage.id.clone(),
+            store_confirmed: self.lineage.confirmed,
+            ..Default::default()
+        };
         for (kind, id) in touched {
             match self.store.get(kind, &id).await? {
                 Some(resource) => response.upserts.push(convert::resource_for_data_plane(resource)),
@@ -344,6 +376,8 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 enum SessionEnd {
     Closed,
     Client(Status),
+    /// The store is not the one the data plane was admitted to.
+    Refused(Status),
     Store(StoreError),
 }
 

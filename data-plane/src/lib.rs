@@ -35,6 +35,13 @@ pub use http::Limits;
 pub use provider::Config as UpstreamConfig;
 pub use spool::SyncPolicy as SpoolSync;
 
+/// The revision and store lineage of the snapshot saved in `data_dir`
+/// (sealed under `node_key`); `None` when none is saved. Fails on a file
+/// sealed under another key, or altered.
+pub fn saved_snapshot(data_dir: &std::path::Path, node_key: &str) -> anyhow::Result<Option<(u64, String)>> {
+    Ok(policy::persist::load(data_dir, node_key)?.map(|snapshot| (snapshot.revision, snapshot.store_id)))
+}
+
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;

@@ -300,6 +300,7 @@ fn policy(revision: u64, upstream: SocketAddr, balance_micros: i64) -> pb::Watch
             resource(K::Token(pb::Token { id: "bad".into(), key_hash: "xyz".into(), ..Default::default() })),
         ],
         deletes: vec![],
+        ..Default::default()
     }
 }
 
@@ -503,6 +504,7 @@ async fn proxies_meters_and_reports_with_a_live_control_plane() {
             ..Default::default()
         }))],
         deletes: vec![],
+        ..Default::default()
     };
     assert!(session.send(topped).await.rejected.is_empty());
     let (status, _, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
@@ -512,7 +514,8 @@ async fn proxies_meters_and_reports_with_a_live_control_plane() {
     let stray = pb::WatchResponse { revision: 102, full: false, base: 101, ..Default::default() };
     session.tx.send(Ok(stray)).await.unwrap();
     let resync = cp.session().await;
-    assert_eq!(resync.hello.revision, 0);
+    assert!(resync.hello.want_full, "the resync asks for a full snapshot");
+    assert_eq!(resync.hello.revision, 100, "and says what it holds");
     assert_eq!(dp.revision(), 100);
 
     dp.shutdown().await;

@@ -36,21 +36,31 @@ impl std::error::Error for UsageError {}
 /// terminal. Fails with a `UsageError` when nobody can be asked, and when
 /// the answer is no.
 pub fn delete(args: &DeleteArgs, what: &str) -> Result<()> {
-    if args.yes {
-        return Ok(());
+    if ask(args.yes, &format!("delete {what}"))? {
+        Ok(())
+    } else {
+        Err(UsageError(format!("not deleting {what}")).into())
+    }
+}
+
+/// Whether to go ahead with `action`: true with `yes`, else the answer on a
+/// terminal. Fails with a `UsageError` when nobody can be asked.
+pub fn ask(yes: bool, action: &str) -> Result<bool> {
+    if yes {
+        return Ok(true);
     }
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         return Err(UsageError(format!(
-            "refusing to delete {what} without confirmation: standard input is not a terminal; pass --yes (or --dry-run to check)"
+            "refusing to {action} without confirmation: standard input is not a terminal; pass --yes"
         ))
         .into());
     }
-    eprint!("delete {what}? [y/N] ");
+    eprint!("{action}? [y/N] ");
     std::io::stderr().flush().context("writing the question")?;
     let mut answer = String::new();
     stdin.lock().read_line(&mut answer).context("reading the answer")?;
-    if is_yes(&answer) { Ok(()) } else { Err(UsageError(format!("not deleting {what}")).into()) }
+    Ok(is_yes(&answer))
 }
 
 fn is_yes(answer: &str) -> bool {

@@ -189,6 +189,31 @@ pub struct DataPlane {
     pub last_error: String,
 }
 
+/// The control plane's store, as `gwctl store status` shows it.
+#[derive(Debug, Serialize)]
+pub struct StoreStatus {
+    /// The store's lineage: changes when it is confirmed after losing data.
+    pub store_id: String,
+    pub confirmed: bool,
+    pub revision: u64,
+    /// `aof`, `rdb`, `aof+rdb`, `none`, `durable` (embedded) or `unknown`.
+    pub persistence: String,
+    /// Why the control plane refuses to serve the store; null when it does not.
+    pub suspect: Option<String>,
+}
+
+impl From<&pb::StoreStatus> for StoreStatus {
+    fn from(s: &pb::StoreStatus) -> StoreStatus {
+        StoreStatus {
+            store_id: s.store_id.clone(),
+            confirmed: s.confirmed,
+            revision: s.revision,
+            persistence: s.persistence.clone(),
+            suspect: (!s.suspect.is_empty()).then(|| s.suspect.clone()),
+        }
+    }
+}
+
 /// A page of a list: the items and the token of the next page (null on
 /// the last), for `--continue`.
 #[derive(Debug, Serialize)]
@@ -568,6 +593,18 @@ mod tests {
             last_error: String::new(),
         };
         golden("dataplane-list", &List { items: vec![plane], next: None });
+    }
+
+    #[test]
+    fn store_status_json_is_pinned() {
+        let status = pb::StoreStatus {
+            store_id: "6f1d2c".into(),
+            confirmed: false,
+            revision: 42,
+            persistence: "aof".into(),
+            suspect: "the store lost its data".into(),
+        };
+        golden("store-status", &StoreStatus::from(&status));
         let deleted = Deleted { kind: "account".into(), id: "acc_1".into(), deleted: true, dry_run: false };
         golden("deleted", &deleted);
     }

@@ -413,16 +413,12 @@ impl Cluster {
     /// `data_dir`, with the cluster's store, keys and video timing.
     fn in_process_config(&self, listen: SocketAddr, data_dir: PathBuf) -> gw_control_plane::Config {
         let cp = &self.control_plane;
-        gw_control_plane::Config {
-            listen,
-            admin_listen: None,
-            store: cp.store.clone(),
-            data_dir,
-            admin_key: Some(self.admin_key.clone()),
-            node_key: Some(self.node_key.clone()),
-            video: cp.video.clone(),
-            probe: gw_control_plane::probe::Config::default(),
-        }
+        let mut config = gw_control_plane::Config::new(listen, data_dir);
+        config.store = cp.store.clone();
+        config.admin_key = Some(self.admin_key.clone());
+        config.node_key = Some(self.node_key.clone());
+        config.video = cp.video.clone();
+        config
     }
 
     /// Stops the control plane gracefully (`shutdown()`, or SIGTERM).

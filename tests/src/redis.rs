@@ -1,6 +1,7 @@
-//! A real `redis-server` of a test's own: a free port on 127.0.0.1, no
-//! persistence, a temporary directory, killed when dropped. Never port 6379,
-//! never a server shared with anything else.
+//! A real `redis-server` of a test's own: a free port on 127.0.0.1, a
+//! temporary directory, killed when dropped; no persistence unless started
+//! with `start_persistent`. Never port 6379, never a server shared with
+//! anything else.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -22,6 +23,8 @@ const PORT_ATTEMPTS: usize = 3;
 pub struct RedisServer {
     port: u16,
     dir: tempfile::TempDir,
+    /// Keeps an append-only file (fsync on every write) in `dir`.
+    persistent: bool,
     child: Option<Child>,
 }
 
@@ -32,13 +35,22 @@ impl RedisServer {
     /// Fails when `redis-server` is not installed or never gets ready (the
     /// error carries its log).
     pub async fn start() -> anyhow::Result<RedisServer> {
+        RedisServer::start_with(false).await
+    }
+
+    /// `start`, with an append-only file that `restart` comes back with.
+    pub async fn start_persistent() -> anyhow::Result<RedisServer> {
+        RedisServer::start_with(true).await
+    }
+
+    async fn start_with(persistent: bool) -> anyhow::Result<RedisServer> {
         let dir = tempfile::tempdir().context("creating the redis directory")?;
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
-            match spawn(port, dir.path()).await {
+            match spawn(port, dir.path(), persistent).await {
                 Ok(child) => {
-                    return Ok(RedisServer { port, dir, child: Some(child) });
+                    return Ok(RedisServer { port, dir, persistent, child: Some(child) });
                 }
                 Err(error) => last_error = Some(error),
             }
@@ -57,10 +69,26 @@ impl RedisServer {
     }
 
     /// Kills the server and starts a new one on the same port, waiting until
-    /// it answers. Its data is lost (there is no persistence).
+    /// it answers. Its data is lost unless the server is persistent.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.stop().await?;
-        self.child = Some(spawn(self.port, self.dir.path()).await?);
+        self.child = Some(spawn(self.port, self.dir.path(), self.persistent).await?);
+        Ok(())
+    }
+
+    /// Kills the server, deletes what it kept on disk and starts it again:
+    /// a server that came back without its data.
+    pub async fn restart_empty(&mut self) -> anyhow::Result<()> {
+        self.stop().await?;
+        for entry in std::fs::read_dir(self.dir.path()).context("listing the redis directory")? {
+            let path = entry?.path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)?;
+            } else if path.extension().is_none_or(|x| x != "log") {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        self.child = Some(spawn(self.port, self.dir.path(), self.persistent).await?);
         Ok(())
     }
 
@@ -80,11 +108,14 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Spawns `redis-server` on `port` and waits until it answers `PING`.
-async fn spawn(port: u16, dir: &Path) -> anyhow::Result<Child> {
+async fn spawn(port: u16, dir: &Path, persistent: bool) -> anyhow::Result<Child> {
     let log_path = dir.join(format!("redis-{port}.log"));
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).context("opening the redis log")?;
+    let appendonly: &[&str] =
+        if persistent { &["--appendonly", "yes", "--appendfsync", "always"] } else { &["--appendonly", "no"] };
     let mut child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .args(appendonly)
         .arg("--dir")
         .arg(dir)
         .stdin(Stdio::null())

@@ -16,6 +16,7 @@ use super::{
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord, now_unix};
 
 mod ledger;
+mod lineage;
 mod video;
 
 /// Resource-wide bookkeeping: the revision, the feed's length and floor, the

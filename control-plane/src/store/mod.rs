@@ -17,6 +17,7 @@
 pub mod budget;
 pub mod conformance;
 pub mod embedded;
+pub mod lineage;
 pub mod redis;
 pub mod video;
 
@@ -29,6 +30,7 @@ use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome,
 
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 pub use self::embedded::EmbeddedStore;
+pub use self::lineage::{Lineage, LineageStore, Persistence};
 pub use self::redis::RedisStore;
 pub use self::video::{VideoFilter, VideoStore, VideoWrite};
 
@@ -88,7 +90,7 @@ pub struct Modified {
 
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
-pub trait Store: VideoStore + BudgetStore + Send + Sync + 'static {
+pub trait Store: VideoStore + BudgetStore + LineageStore + Send + Sync + 'static {
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;
 

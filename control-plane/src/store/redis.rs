@@ -33,6 +33,7 @@ use super::{
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 mod ledger;
+mod lineage;
 mod video;
 
 const REV: &str = "gw:rev";
@@ -48,8 +49,8 @@ const FEED_RETAIN: u64 = 100_000;
 const USAGE_PAGE: usize = 1_000;
 /// How long the follower's `XREAD` blocks before it re-reads `gw:rev`.
 const FOLLOW_BLOCK: Duration = Duration::from_secs(1);
-const RECONNECT_MIN: Duration = Duration::from_millis(100);
-const RECONNECT_MAX: Duration = Duration::from_secs(5);
+const RECONNECT_MIN: Duration = Duration::from_millis(50);
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
 /// Compare-and-set attempts of one `modify` before it gives up; each lost
 /// attempt means another write of the same resource succeeded.
 const MODIFY_ATTEMPTS: u32 = 64;
@@ -199,7 +200,12 @@ impl RedisStore {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_response_timeout(Some(Duration::from_secs(10)))
-            .set_number_of_retries(3);
+            .set_number_of_retries(3)
+            // Bounded: a restarted Redis is found again within a second or
+            // so, not after minutes of ever longer pauses.
+            .set_min_delay(RECONNECT_MIN)
+            .set_exponent_base(2.0)
+            .set_max_delay(RECONNECT_MAX);
         let mut conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(StoreError::Redis)?;
         let start: u64 = conn.get::<_, Option<u64>>(REV).await.map_err(StoreError::Redis)?.unwrap_or(0);
         let revision = Arc::new(watch::channel(start).0);

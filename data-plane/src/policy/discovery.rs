@@ -92,7 +92,8 @@ impl Discovery {
 
     async fn session(&self, want_full: bool, backoff: &mut Backoff) -> SessionEnd {
         let held = self.snapshot.load();
-        let revision = if want_full || !held.held { 0 } else { held.revision };
+        let revision = if held.held { held.revision } else { 0 };
+        let store_id = held.store_id.clone();
         drop(held);
         let (tx, rx) = mpsc::channel(16);
         let hello = pb::Hello {
@@ -100,6 +101,8 @@ impl Discovery {
             revision,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             address: self.address.clone(),
+            store_id,
+            want_full,
         };
         // The receiver is alive right here, so this cannot fail.
         let _ = tx.send(pb::WatchRequest { kind: Some(watch_request::Kind::Hello(hello)) }).await;
@@ -120,6 +123,9 @@ impl Discovery {
             let current = self.snapshot.load_full();
             if !message.full && message.base != current.revision {
                 return SessionEnd::Resync { base: message.base, held: current.revision };
+            }
+            if let Err(why) = fits(&current, &message) {
+                return SessionEnd::Failed(tonic::Status::failed_precondition(why));
             }
             let applied = if message.upserts.len() > BLOCKING_THRESHOLD {
                 match tokio::task::spawn_blocking(move || apply(&current, message)).await {
@@ -163,6 +169,29 @@ impl Discovery {
     }
 }
 
+/// Whether `message` may replace `current`: never with the state of another
+/// store unless an operator confirmed that store, never with an older
+/// revision of the same one. The control plane refuses such a store itself;
+/// this keeps the saved snapshot safe from one that does not.
+fn fits(current: &Snapshot, message: &pb::WatchResponse) -> Result<(), String> {
+    if !current.held || current.store_id.is_empty() {
+        return Ok(());
+    }
+    if message.store_id != current.store_id && !message.store_confirmed {
+        return Err(format!(
+            "refused the state of store {:?} (unconfirmed) in place of store {:?}",
+            message.store_id, current.store_id
+        ));
+    }
+    if message.store_id == current.store_id && message.revision < current.revision {
+        return Err(format!(
+            "refused revision {} of store {:?}: revision {} is held",
+            message.revision, message.store_id, current.revision
+        ));
+    }
+    Ok(())
+}
+
 /// Builds the snapshot `message` leads to from `current`, skipping (and
 /// naming) resources that do not convert.
 fn apply(current: &Snapshot, message: pb::WatchResponse) -> Applied {
@@ -179,7 +208,9 @@ fn apply(current: &Snapshot, message: pb::WatchResponse) -> Applied {
         }
     }
     let snapshot = if message.full {
-        Snapshot::build(message.revision, upserts)
+        let mut snapshot = Snapshot::build(message.revision, upserts);
+        snapshot.store_id = message.store_id;
+        snapshot
     } else {
         let mut deletes: Vec<(Kind, String)> = Vec::with_capacity(message.deletes.len());
         for reference in &message.deletes {
@@ -191,7 +222,11 @@ fn apply(current: &Snapshot, message: pb::WatchResponse) -> Applied {
                 }
             }
         }
-        current.apply(message.revision, upserts, deletes)
+        let mut snapshot = current.apply(message.revision, upserts, deletes);
+        if !message.store_id.is_empty() {
+            snapshot.store_id = message.store_id;
+        }
+        snapshot
     };
     Applied { snapshot, rejected, errors }
 }
@@ -203,6 +238,28 @@ mod tests {
 
     fn upsert_model(id: &str) -> pb::Resource {
         pb::Resource { kind: Some(pb::resource::Kind::Model(pb::Model { id: id.into(), ..Default::default() })) }
+    }
+
+    #[test]
+    fn another_stores_state_is_refused_unless_confirmed_and_an_older_revision_always() {
+        let mut held = Snapshot::build(7, Vec::new());
+        held.store_id = "s1".into();
+        let message = |store_id: &str, revision, confirmed| pb::WatchResponse {
+            revision,
+            full: true,
+            store_id: store_id.into(),
+            store_confirmed: confirmed,
+            ..Default::default()
+        };
+        assert!(fits(&held, &message("s1", 8, false)).is_ok());
+        assert!(fits(&held, &message("s1", 7, false)).is_ok());
+        assert!(fits(&held, &message("s1", 6, true)).is_err(), "older revision of the same store");
+        assert!(fits(&held, &message("s2", 1, false)).is_err(), "an unconfirmed other store");
+        assert!(fits(&held, &message("s2", 1, true)).is_ok(), "a confirmed other store");
+        assert!(fits(&Snapshot::default(), &message("s2", 1, false)).is_ok(), "nothing held");
+
+        let applied = apply(&held, message("s2", 1, true));
+        assert_eq!(applied.snapshot.store_id, "s2");
     }
 
     #[test]
@@ -218,6 +275,7 @@ mod tests {
                 },
             ],
             deletes: vec![],
+            ..Default::default()
         };
         let applied = apply(&Snapshot::default(), full);
         assert_eq!(applied.rejected, ["token/bad"]);
@@ -233,6 +291,7 @@ mod tests {
                 pb::ResourceRef { kind: "model".into(), id: "m1".into() },
                 pb::ResourceRef { kind: "gizmo".into(), id: "x".into() },
             ],
+            ..Default::default()
         };
         let next = apply(&applied.snapshot, delta);
         assert_eq!(next.rejected, ["gizmo/x"]);

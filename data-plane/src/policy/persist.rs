@@ -60,7 +60,9 @@ pub fn load(data_dir: &Path, node_key: &str) -> anyhow::Result<Option<Snapshot>>
             None
         }
     });
-    Ok(Some(Snapshot::build(full.revision, resources)))
+    let mut snapshot = Snapshot::build(full.revision, resources);
+    snapshot.store_id = full.store_id;
+    Ok(Some(snapshot))
 }
 
 /// Writes `snapshot` to `<data_dir>/snapshot.pb` atomically, sealed under
@@ -72,6 +74,8 @@ pub fn save(data_dir: &Path, snapshot: &Snapshot, node_key: &str) -> anyhow::Res
         base: 0,
         upserts: snapshot.resources().map(|r| convert::to_pb(&r)).collect(),
         deletes: Vec::new(),
+        store_id: snapshot.store_id.clone(),
+        store_confirmed: false,
     };
     let path = data_dir.join(SNAPSHOT_FILE);
     let sealed = seal(&full.encode_to_vec(), node_key)?;

@@ -33,6 +33,8 @@ pub struct Snapshot {
     pub revision: u64,
     /// False only for the placeholder used before any snapshot arrived.
     pub held: bool,
+    /// Lineage of the control-plane store it came from; empty when unknown.
+    pub store_id: String,
     tokens: ShardedMap<KeyHash, Arc<Token>>,
     /// Token id → key hash, so deletes (which name ids) find the entry.
     token_keys: ShardedMap<String, KeyHash>,

@@ -1,0 +1,129 @@
+//! The store's lineage: an identity written once when a store is first
+//! used, so that a store that lost its data (an empty Redis after a restart
+//! without persistence) or went back in time (an old backup) can be told
+//! from the one the fleet was fed from.
+//!
+//! A lineage created on first use is unconfirmed; `confirm` replaces it with
+//! a new, confirmed one when an operator says the store as it is now is the
+//! truth. Data planes holding a snapshot of another lineage accept a
+//! confirmed one only.
+
+use async_trait::async_trait;
+
+use super::Result;
+
+/// A store's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lineage {
+    /// Random, 32 hex digits; never reused.
+    pub id: String,
+    /// An operator confirmed this store as the truth.
+    pub confirmed: bool,
+}
+
+/// Whether the store keeps its data across a restart of its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// An append-only file, snapshots or both (Redis).
+    Aof,
+    Rdb,
+    AofAndRdb,
+    /// Nothing is written to disk: a restart loses everything.
+    None,
+    /// Every commit is on disk (the embedded store).
+    Durable,
+    /// The server does not say (`CONFIG` is disabled, as on some managed
+    /// services).
+    Unknown,
+}
+
+/// The lineage part of a store.
+#[async_trait]
+pub trait LineageStore: Send + Sync {
+    /// The store's lineage, created (unconfirmed) atomically on first call
+    /// when the store has none: every replica sees the same one.
+    async fn lineage(&self) -> Result<Lineage>;
+
+    /// Replaces the lineage with a new confirmed one and returns it.
+    async fn confirm_lineage(&self) -> Result<Lineage>;
+
+    /// How the store persists its data.
+    async fn persistence(&self) -> Result<Persistence>;
+}
+
+/// A new lineage id.
+pub fn new_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+// === impl Persistence ===
+
+impl Persistence {
+    /// The name `gwctl store status` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Persistence::Aof => "aof",
+            Persistence::Rdb => "rdb",
+            Persistence::AofAndRdb => "aof+rdb",
+            Persistence::None => "none",
+            Persistence::Durable => "durable",
+            Persistence::Unknown => "unknown",
+        }
+    }
+
+    /// From Redis's `appendonly` and `save` settings.
+    pub fn of_redis(appendonly: &str, save: &str) -> Persistence {
+        match (appendonly.eq_ignore_ascii_case("yes"), !save.trim().is_empty()) {
+            (true, true) => Persistence::AofAndRdb,
+            (true, false) => Persistence::Aof,
+            (false, true) => Persistence::Rdb,
+            (false, false) => Persistence::None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_settings_name_the_persistence() {
+        assert_eq!(Persistence::of_redis("no", ""), Persistence::None);
+        assert_eq!(Persistence::of_redis("yes", ""), Persistence::Aof);
+        assert_eq!(Persistence::of_redis("no", "3600 1 300 100"), Persistence::Rdb);
+        assert_eq!(Persistence::of_redis("YES", "60 1"), Persistence::AofAndRdb);
+    }
+
+    #[test]
+    fn ids_are_32_hex_digits_and_differ() {
+        let (a, b) = (new_id(), new_id());
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}
+
+/// Checks every backend passes (run from `store::conformance`).
+pub mod conformance {
+    use std::sync::Arc;
+
+    use crate::store::Store;
+
+    /// A lineage is stable until confirmed; confirming makes a new one.
+    pub async fn run(store: Arc<dyn Store>) {
+        let first = store.lineage().await.expect("lineage");
+        assert_eq!(store.lineage().await.expect("lineage again"), first, "the lineage changed without a confirm");
+        let confirmed = store.confirm_lineage().await.expect("confirm");
+        assert!(confirmed.confirmed, "a confirmed lineage says so");
+        assert_ne!(confirmed.id, first.id, "confirming makes a new id");
+        assert_eq!(store.lineage().await.expect("lineage after confirm"), confirmed, "the confirmed lineage is kept");
+        store.persistence().await.expect("persistence");
+    }
+
+    /// Two replicas asking at once for the lineage of a store that has none
+    /// agree on one.
+    pub async fn run_shared(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+        let (one, other) = tokio::join!(a.lineage(), b.lineage());
+        assert_eq!(one.expect("lineage via a"), other.expect("lineage via b"), "replicas disagree on the lineage");
+    }
+}

@@ -1,0 +1,66 @@
+//! The lineage on Redis: the hash `gw:lineage` with fields `id` and
+//! `confirmed` ("1" or "0"). A Redis that lost its data has no such hash, and
+//! the first replica to ask writes a new unconfirmed one.
+
+use std::sync::LazyLock;
+
+use async_trait::async_trait;
+use redis::Script;
+
+use super::RedisStore;
+use crate::store::lineage::{self, Lineage, LineageStore, Persistence};
+use crate::store::{Result, StoreError};
+
+const LINEAGE: &str = "gw:lineage";
+
+/// Key 1 `gw:lineage`; arg 1 an id to use when there is none. Returns
+/// `{id, confirmed}`.
+const READ_OR_CREATE: &str = r"
+local id = redis.call('HGET', KEYS[1], 'id')
+if not id then
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'confirmed', '0')
+  return {ARGV[1], '0'}
+end
+return {id, redis.call('HGET', KEYS[1], 'confirmed') or '0'}
+";
+
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ_OR_CREATE));
+
+#[async_trait]
+impl LineageStore for RedisStore {
+    async fn lineage(&self) -> Result<Lineage> {
+        let (id, confirmed): (String, String) = SCRIPT
+            .key(LINEAGE)
+            .arg(lineage::new_id())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)?;
+        Ok(Lineage { id, confirmed: confirmed == "1" })
+    }
+
+    async fn confirm_lineage(&self) -> Result<Lineage> {
+        let id = lineage::new_id();
+        let _: () = redis::cmd("HSET")
+            .arg(LINEAGE)
+            .arg("id")
+            .arg(&id)
+            .arg("confirmed")
+            .arg("1")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)?;
+        Ok(Lineage { id, confirmed: true })
+    }
+
+    async fn persistence(&self) -> Result<Persistence> {
+        let mut conn = self.conn.clone();
+        let mut setting = async |name: &str| -> Option<String> {
+            let reply: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query_async(&mut conn).await.ok()?;
+            reply.into_iter().nth(1)
+        };
+        let (Some(appendonly), Some(save)) = (setting("appendonly").await, setting("save").await) else {
+            return Ok(Persistence::Unknown);
+        };
+        Ok(Persistence::of_redis(&appendonly, &save))
+    }
+}
