@@ -7,6 +7,7 @@ honoured, and bad values refused."""
 
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -49,8 +50,8 @@ def check(report, helm, toml_out):
         validate(report, out.stdout)
         rendered = Rendered(out.stdout)
         user_values = yaml.safe_load(values.read_text()) or {}
-        properties(report, rendered, user_values)
         toml_out[values.stem] = tomls(report, rendered, values.name)
+        properties(report, rendered, user_values, toml_out[values.stem])
     refusals(report, helm)
 
 
@@ -80,7 +81,7 @@ def dig(obj, *path, default=None):
     return obj
 
 
-def properties(report, r, values):
+def properties(report, r, values, tomls):
     cp = r.one("Deployment", "-control-plane")
     dp = r.one("Deployment", "-data-plane")
     if not report.check(cp is not None and dp is not None, "a Deployment for each plane"):
@@ -131,8 +132,15 @@ def properties(report, r, values):
         report.check(sc.get("allowPrivilegeEscalation") is False, f"{name}: no privilege escalation")
         mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
-        data = volumes.get(mounts.get("/var/lib/gateway", ""), {})
-        report.check("emptyDir" in data, f"{name}: data dir /var/lib/gateway is an emptyDir")
+        plane = name.replace(" ", "-")
+        data_dir = str(tomllib.loads(tomls.get(plane, "")).get("data_dir", ""))
+        # The binary makes its data dir 0700, which needs a directory it
+        # owns: one it creates inside the volume, not the mount point.
+        parents = [p for p in mounts if data_dir.startswith(p.rstrip("/") + "/")]
+        report.check(
+            bool(parents) and "emptyDir" in volumes.get(mounts[parents[0]], {}),
+            f"{name}: data dir {data_dir} is a subdirectory of an emptyDir volume",
+        )
         report.check(container.get("resources", {}).get("requests"), f"{name}: resource requests")
         command = container.get("command", []) + container.get("args", [])
         report.check("--config" in command, f"{name}: started with --config")
@@ -192,6 +200,7 @@ def refusals(report, helm):
         ("a short admin key", ["--set", "keys.adminKey=short", "--set", "keys.nodeKey=" + "n" * 32], "32 characters"),
         ("equal admin and node keys", ["--set", "keys.adminKey=" + "k" * 32, "--set", "keys.nodeKey=" + "k" * 32], "must differ"),
         ("TLS without a certificate", ["--set", "tls.enabled=true"], "tls.cert"),
+        ("a master key that is not 64 hex", ["--set", "masterKey.enabled=true", "--set", "masterKey.value=" + "m" * 64], "64 hex"),
     ):
         out = template(helm, *args)
         report.check(out.returncode != 0 and reason in out.stderr, f"helm template fails with {what}, naming {reason}")

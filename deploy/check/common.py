@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Settings the deploy files use that the TLS and master-key work adds to the
 # binaries; a key in neither this list nor the binary's sources fails.
 ASSUMED = {
-    "control-plane": {"tls_cert_file", "tls_key_file", "client_ca_file", "master_key_file"},
+    "control-plane": {"tls_cert_file", "tls_key_file", "client_ca_file", "require_client_cert", "master_key_file"},
     "data-plane": {"control_plane_ca_file", "control_plane_cert_file", "control_plane_key_file"},
 }
 
