@@ -55,6 +55,13 @@ def check(report):
     users = [r for w, r in final if w == "USER"]
     user = users[-1].split(":")[0] if users else ""
     report.check(user.isdigit() and int(user) != 0, f"runtime stage runs as a numeric non-root USER ({users[-1] if users else 'none'})")
+    workdirs = [i for i, (w, _) in enumerate(final) if w == "WORKDIR"]
+    if workdirs:
+        where = final[workdirs[-1]][1].rstrip("/")
+        made = [
+            r for w, r in final[: workdirs[-1]] if w == "COPY" and f"--chown={user}" in r and r.rstrip("/").endswith(where)
+        ]
+        report.check(bool(made), f"WORKDIR {where} is created owned by user {user} (a COPY --chown before it)")
     copies = " ".join(r for w, r in final if w == "COPY" and any(f"--from={b}" in r for b in builders))
     for name in bin_names():
         report.check(re.search(rf"/{re.escape(name)}(\s|$)", copies) is not None, f"runtime stage copies {name} from the build stage")
