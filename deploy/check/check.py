@@ -14,7 +14,7 @@ import chart
 import compose
 import image
 import systemd
-from common import ASSUMED, Report, run
+from common import ASSUMED, Report, run, settings
 
 
 def main():
@@ -55,9 +55,9 @@ def binaries(report, bin_dir, rendered, mounted):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GW_", "OTEL_"))}
     with tempfile.TemporaryDirectory() as tmp:
         for where, plane, text, env in cases:
-            assumed = sorted(key for key in ASSUMED[plane] if f"\n{key} =" in f"\n{text}")
-            if assumed:
-                report.note(f"{where}: not run, it names settings this build may lack ({', '.join(assumed)})")
+            lacking = sorted(k for k in ASSUMED[plane] - set(settings(plane)) if f"\n{k} =" in f"\n{text}")
+            if lacking:
+                report.note(f"{where}: not run, it names settings this build lacks ({', '.join(lacking)})")
                 continue
             path = Path(tmp) / f"{plane}.toml"
             path.write_text(text)
