@@ -582,24 +582,19 @@ impl pb::admin_service_server::AdminService for AdminApi {
     async fn list_data_planes(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListDataPlanesResponse> {
         let r = request.into_inner();
         let revision = self.store.revision().await?;
-        let mut nodes = self.fleet.list();
-        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        let (nodes, next_page_token) = page(nodes, |n| &n.node_id, |_| true, &r);
-        let items = nodes
-            .into_iter()
-            .map(|n| pb::DataPlane {
-                node_id: n.node_id,
-                address: n.address,
-                version: n.version,
-                acked_revision: n.acked_revision,
-                sent_revision: n.sent_revision,
-                connected_at: n.connected_at,
-                last_seen: n.last_seen,
-                connected: n.connected,
-                last_error: n.last_error,
-            })
-            .collect();
+        let nodes = self.fleet.registry().await?;
+        let (nodes, next_page_token) = page(nodes, |(n, _)| &n.node_id, |_| true, &r);
+        let items = nodes.into_iter().map(|(n, liveness)| convert::data_plane(n, liveness)).collect();
         Ok(Response::new(pb::ListDataPlanesResponse { items, revision, next_page_token }))
+    }
+
+    async fn remove_data_plane(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
+        let node_id = request.into_inner().id;
+        if !self.fleet.remove(&node_id).await? {
+            return Err(Status::not_found(format!("data plane {node_id:?} not found")));
+        }
+        tracing::info!(node = %node_id, "data plane removed from the fleet registry");
+        Ok(Response::new(pb::Empty {}))
     }
 
     async fn get_store_status(&self, _: Request<pb::Empty>) -> Answer<pb::StoreStatus> {

@@ -256,3 +256,23 @@ pub fn store_status(status: crate::continuity::StoreStatus) -> pb::StoreStatus {
         suspect: status.suspect.unwrap_or_default(),
     }
 }
+
+/// A fleet record as `ListDataPlanes` answers it; `connected` only while
+/// it is live.
+pub fn data_plane(n: crate::domain::DataPlane, liveness: crate::fleet::Liveness) -> pb::DataPlane {
+    pb::DataPlane {
+        node_id: n.node_id,
+        address: n.address,
+        version: n.version,
+        acked_revision: n.acked_revision,
+        sent_revision: n.sent_revision,
+        connected_at: n.connected_at,
+        last_seen: n.last_seen,
+        connected: liveness == crate::fleet::Liveness::Connected,
+        last_error: n.last_error,
+        replica: n.replica,
+        spool_backlog: n.spool_backlog,
+        requests_per_second: n.requests_per_second,
+        liveness: liveness.as_str().to_owned(),
+    }
+}

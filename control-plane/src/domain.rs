@@ -259,6 +259,28 @@ impl Resource {
 }
 
 /// Current Unix time in seconds.
+/// One data plane as the fleet registry keeps it (in the store, so every
+/// replica sees every data plane).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DataPlane {
+    pub node_id: String,
+    pub address: String,
+    pub version: String,
+    /// The replica holding its watch stream (that replica's listen address).
+    pub replica: String,
+    pub acked_revision: u64,
+    pub sent_revision: u64,
+    pub connected_at: i64,
+    /// Its last heartbeat, ACK or call, in Unix seconds.
+    pub last_seen: i64,
+    /// Its watch stream was open when last written; see `fleet::live`.
+    pub connected: bool,
+    pub last_error: String,
+    pub spool_backlog: u64,
+    pub requests_per_second: f64,
+}
+
 pub fn now_unix() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }

@@ -1,91 +1,288 @@
-//! What this replica knows of the data planes it streams policy to: which
-//! revision each was sent and acknowledged, and when it was last heard from.
+//! The fleet registry: every data plane that any replica streams policy to,
+//! kept in the store so that every replica lists the same fleet.
+//!
+//! This replica writes the records of the data planes whose watch streams it
+//! holds, from one writer task that always writes a node's newest state: on
+//! connect, on each ACK and heartbeat (data planes send one every few
+//! seconds), and on disconnect (only while the record is still this
+//! replica's: the data plane may have moved on). A record not refreshed for
+//! `GONE_AFTER_SECS` is gone — its data plane or its replica died — and is
+//! left out of the live count until it calls again or is removed.
 
 use std::{
     collections::BTreeMap,
-    sync::{Arc, Mutex},
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
 };
 
-use crate::domain::now_unix;
+use tokio::sync::{mpsc, watch};
 
-/// One data plane as last seen by this replica.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DataPlane {
-    pub node_id: String,
-    pub address: String,
-    pub version: String,
-    pub acked_revision: u64,
-    pub sent_revision: u64,
-    pub connected_at: i64,
-    pub last_seen: i64,
-    pub connected: bool,
-    pub last_error: String,
+use crate::domain::{DataPlane, now_unix};
+use crate::store::{Store, StoreError};
+
+/// A data plane silent this long (no heartbeat, ACK or call) is gone: three
+/// missed heartbeats.
+pub const GONE_AFTER_SECS: i64 = 15;
+/// How often the live count is read back from the store.
+const REFRESH: Duration = Duration::from_secs(5);
+
+/// How a listed data plane is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its watch stream is open and it was heard from lately.
+    Connected,
+    /// It closed its watch stream.
+    Disconnected,
+    /// Not heard from for `GONE_AFTER_SECS`.
+    Gone,
 }
 
-/// Shared registry of data planes, keyed by node id.
-#[derive(Debug, Clone, Default)]
+/// The registry as one replica sees and writes it.
+#[derive(Clone)]
 pub struct Fleet {
-    nodes: Arc<Mutex<BTreeMap<String, DataPlane>>>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    /// This replica's name in the records it writes.
+    replica: String,
+    /// The data planes whose streams this replica holds (or held).
+    local: Mutex<BTreeMap<String, DataPlane>>,
+    writes: mpsc::UnboundedSender<String>,
+    /// Live data planes of the whole fleet, as last read from the store.
+    live: AtomicUsize,
+}
+
+// === impl Liveness ===
+
+impl Liveness {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Liveness::Connected => "connected",
+            Liveness::Disconnected => "disconnected",
+            Liveness::Gone => "gone",
+        }
+    }
 }
 
 // === impl Fleet ===
 
 impl Fleet {
-    /// Records a newly opened watch stream.
-    pub fn connected(&self, node_id: &str, address: &str, version: &str) {
+    /// A registry writing to `store` as `replica`; spawns its writer task and
+    /// the refresh of the live count, which end with `shutdown`.
+    pub fn start(store: Arc<dyn Store>, replica: String, shutdown: watch::Receiver<bool>) -> Fleet {
+        let (writes, queued) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner { store, replica, local: Mutex::default(), writes, live: AtomicUsize::new(0) });
+        tokio::spawn(write_loop(Arc::downgrade(&inner), queued));
+        tokio::spawn(refresh_loop(Arc::downgrade(&inner), shutdown));
+        Fleet { inner }
+    }
+
+    /// Records a newly opened watch stream of a data plane that holds
+    /// `revision` (0 for nothing) of this store: that counts as acknowledged.
+    pub fn connected(&self, node_id: &str, address: &str, version: &str, revision: u64) {
         let now = now_unix();
-        self.with(node_id, |n| {
+        let replica = self.inner.replica.clone();
+        self.update(node_id, true, |n| {
             n.address = address.to_owned();
             n.version = version.to_owned();
+            n.replica = replica;
             n.connected = true;
             n.connected_at = now;
             n.last_seen = now;
+            n.acked_revision = revision;
+            n.sent_revision = revision;
+            n.last_error.clear();
         });
     }
 
     pub fn sent(&self, node_id: &str, revision: u64) {
-        self.with(node_id, |n| n.sent_revision = revision);
+        self.update(node_id, false, |n| n.sent_revision = revision);
     }
 
     /// Records an ACK, or a NACK when `error` is not empty.
     pub fn acked(&self, node_id: &str, revision: u64, error: &str) {
         let now = now_unix();
-        self.with(node_id, |n| {
+        self.update(node_id, true, |n| {
             n.acked_revision = n.acked_revision.max(revision);
             n.last_error = error.to_owned();
             n.last_seen = now;
         });
     }
 
+    /// Records a heartbeat.
+    pub fn heartbeat(&self, node_id: &str, spool_backlog: u64, requests_per_second: f64) {
+        let now = now_unix();
+        self.update(node_id, true, |n| {
+            n.spool_backlog = spool_backlog;
+            n.requests_per_second = requests_per_second;
+            n.last_seen = now;
+        });
+    }
+
+    /// Notes a call from `node_id` (written with its next heartbeat).
     pub fn seen(&self, node_id: &str) {
         let now = now_unix();
-        self.with(node_id, |n| n.last_seen = now);
+        self.update(node_id, false, |n| n.last_seen = now);
     }
 
     pub fn disconnected(&self, node_id: &str) {
         let now = now_unix();
-        self.with(node_id, |n| {
+        self.update(node_id, true, |n| {
             n.connected = false;
             n.last_seen = now;
         });
     }
 
-    /// How many data planes hold a watch stream open now.
+    /// How many data planes hold a watch stream open on this replica.
     pub fn connected_count(&self) -> usize {
-        self.nodes.lock().map(|nodes| nodes.values().filter(|n| n.connected).count()).unwrap_or(0)
+        self.local().values().filter(|n| n.connected).count()
     }
 
-    /// Every data plane seen since this replica started, by node id.
+    /// How many data planes the whole fleet has live (at least this
+    /// replica's own), as of the last refresh.
+    pub fn live_count(&self) -> usize {
+        self.inner.live.load(Ordering::Relaxed).max(self.connected_count())
+    }
+
+    /// The data planes of this replica, by node id.
     pub fn list(&self) -> Vec<DataPlane> {
-        self.nodes.lock().map(|nodes| nodes.values().cloned().collect()).unwrap_or_default()
+        self.local().values().cloned().collect()
     }
 
-    fn with(&self, node_id: &str, f: impl FnOnce(&mut DataPlane)) {
-        if let Ok(mut nodes) = self.nodes.lock() {
-            let node = nodes
+    /// Every data plane of the fleet, by node id, with how it is doing.
+    pub async fn registry(&self) -> Result<Vec<(DataPlane, Liveness)>, StoreError> {
+        let now = now_unix();
+        let records = self.inner.store.list_data_planes().await?;
+        Ok(records
+            .into_iter()
+            .map(|record| {
+                let liveness = liveness(&record, now);
+                (record, liveness)
+            })
+            .collect())
+    }
+
+    /// Forgets `node_id`; false when the registry has no such data plane.
+    pub async fn remove(&self, node_id: &str) -> Result<bool, StoreError> {
+        self.local().remove(node_id);
+        self.inner.store.remove_data_plane(node_id).await
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, DataPlane>> {
+        self.inner.local.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Changes the local record of `node_id` with `f`; `write` queues it
+    /// for the store.
+    fn update(&self, node_id: &str, write: bool, f: impl FnOnce(&mut DataPlane)) {
+        {
+            let mut local = self.local();
+            let node = local
                 .entry(node_id.to_owned())
                 .or_insert_with(|| DataPlane { node_id: node_id.to_owned(), ..DataPlane::default() });
             f(node);
         }
+        if write {
+            let _ = self.inner.writes.send(node_id.to_owned());
+        }
+    }
+}
+
+/// How `record` is doing at `now`.
+pub fn liveness(record: &DataPlane, now: i64) -> Liveness {
+    if now - record.last_seen > GONE_AFTER_SECS {
+        Liveness::Gone
+    } else if record.connected {
+        Liveness::Connected
+    } else {
+        Liveness::Disconnected
+    }
+}
+
+/// This replica's name in fleet records: its listen address, with the
+/// host name in place of an unspecified IP (every pod listens on 0.0.0.0).
+pub fn replica_name(listen: SocketAddr) -> String {
+    if listen.ip().is_unspecified() {
+        let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty());
+        let host = host.or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()));
+        format!("{}:{}", host.unwrap_or_else(|| "localhost".to_owned()), listen.port())
+    } else {
+        listen.to_string()
+    }
+}
+
+/// Writes each queued node's newest local record; a disconnect only while
+/// the stored record is still this replica's session, and then forgets it.
+async fn write_loop(inner: std::sync::Weak<Inner>, mut queued: mpsc::UnboundedReceiver<String>) {
+    while let Some(node_id) = queued.recv().await {
+        let Some(inner) = inner.upgrade() else { return };
+        let record = inner.local.lock().unwrap_or_else(|e| e.into_inner()).get(&node_id).cloned();
+        let Some(record) = record else { continue };
+        let result = if record.connected {
+            inner.store.put_data_plane(&record).await
+        } else {
+            disconnect(&inner, &record).await
+        };
+        if let Err(error) = result {
+            tracing::debug!(node = %node_id, %error, "fleet registry write failed; the next heartbeat retries");
+        }
+    }
+}
+
+async fn disconnect(inner: &Inner, record: &DataPlane) -> Result<(), StoreError> {
+    let stored = inner.store.list_data_planes().await?.into_iter().find(|r| r.node_id == record.node_id);
+    let ours = stored.is_none_or(|s| s.replica == record.replica && s.connected_at == record.connected_at);
+    if ours {
+        inner.store.put_data_plane(record).await?;
+    }
+    let mut local = inner.local.lock().unwrap_or_else(|e| e.into_inner());
+    if local.get(&record.node_id).is_some_and(|n| !n.connected) {
+        local.remove(&record.node_id);
+    }
+    Ok(())
+}
+
+/// Reads the live count back from the store every `REFRESH`.
+async fn refresh_loop(inner: std::sync::Weak<Inner>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(REFRESH);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        if let Ok(records) = inner.store.list_data_planes().await {
+            let now = now_unix();
+            let live = records.iter().filter(|r| liveness(r, now) == Liveness::Connected).count();
+            inner.live.store(live, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_not_refreshed_is_gone() {
+        let record = DataPlane { connected: true, last_seen: 1_000, ..DataPlane::default() };
+        assert_eq!(liveness(&record, 1_000 + GONE_AFTER_SECS), Liveness::Connected);
+        assert_eq!(liveness(&record, 1_001 + GONE_AFTER_SECS), Liveness::Gone);
+        let closed = DataPlane { connected: false, ..record };
+        assert_eq!(liveness(&closed, 1_005), Liveness::Disconnected);
+    }
+
+    #[test]
+    fn replicas_on_an_unspecified_address_are_named_by_host() {
+        assert_eq!(replica_name("10.0.0.10:7070".parse().unwrap()), "10.0.0.10:7070");
+        let named = replica_name("0.0.0.0:7070".parse().unwrap());
+        assert!(named.ends_with(":7070") && !named.starts_with("0.0.0.0"), "{named}");
     }
 }

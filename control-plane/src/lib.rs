@@ -145,10 +145,10 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     };
     let admin_addr =
         admin_listener.as_ref().map(TcpListener::local_addr).transpose().context("reading the admin address")?;
-    let fleet = fleet::Fleet::default();
-    telemetry::observe(&fleet);
     let (stop, stopped) = oneshot::channel::<()>();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let fleet = fleet::Fleet::start(store.clone(), fleet::replica_name(addr), shutdown_rx.clone());
+    telemetry::observe(&fleet);
 
     let ledger = Arc::new(ledger::Ledger::new(store.clone()));
     let videos = Arc::new(video::Videos::new(store.clone(), ledger.clone(), config.video.clone())?);

@@ -102,7 +102,10 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             sent: 0,
             tx,
         };
-        self.fleet.connected(&hello.node_id, &hello.address, &hello.version);
+        // What it holds of this lineage counts as acknowledged: a reconnect
+        // with nothing new to send shows it in sync.
+        let holds = if other_store { 0 } else { hello.revision };
+        self.fleet.connected(&hello.node_id, &hello.address, &hello.version, holds);
         tracing::info!(node = %hello.node_id, revision = hello.revision, "data plane connected");
         // Deltas only on top of this lineage's own revisions.
         let known = if hello.want_full || other_store { 0 } else { hello.revision };
@@ -159,7 +162,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         self.seen(&request.node_id);
         let grants =
             budgets.into_iter().zip(leases).map(|(budget, lease)| convert::spend_grant(budget, lease)).collect();
-        let data_planes = u32::try_from(self.fleet.connected_count()).unwrap_or(u32::MAX).max(1);
+        let data_planes = u32::try_from(self.fleet.live_count()).unwrap_or(u32::MAX).max(1);
         Ok(Response::new(pb::AcquireSpendResponse { grants, ttl_secs, data_planes }))
     }
 
@@ -278,6 +281,9 @@ impl Session {
                                 tracing::warn!(node = %self.node_id, revision = ack.revision, %error, "data plane rejected resources");
                             }
                             self.fleet.acked(&self.node_id, ack.revision, &error);
+                        }
+                        Some(Ok(pb::WatchRequest { kind: Some(pb::watch_request::Kind::Heartbeat(beat)) })) => {
+                            self.fleet.heartbeat(&self.node_id, beat.spool_backlog, beat.requests_per_second);
                         }
                         Some(Ok(_)) => {}
                         Some(Err(status)) => return Err(SessionEnd::Client(status)),

@@ -29,6 +29,7 @@ mod telemetry;
 mod tokens;
 mod translate;
 mod videos;
+mod vitals;
 
 pub use config::{Config, Loaded, load as load_config, parse_trusted_proxies, read_node_key};
 pub use http::Limits;
@@ -166,12 +167,14 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         persist_rx,
         tasks_stopped.clone(),
     ));
+    let vitals = Arc::new(vitals::Vitals::default());
     let discovery = Discovery {
         control: control.clone(),
         node_id: node_id.clone(),
         address: addr.to_string(),
         snapshot: snapshot.clone(),
         persist: persist_tx,
+        vitals: vitals.clone(),
         shutdown: tasks_stopped,
     };
     let discovery = tokio::spawn(discovery.run());
@@ -187,6 +190,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         control,
         node_id: node_id.clone(),
         interval: config.report_interval,
+        vitals: vitals.clone(),
         shutdown: reporter_stopped,
     };
     let reporter = tokio::spawn(reporter.run());
@@ -199,6 +203,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         limits: policy::limits::Limiter::new(Arc::new(permits)),
         budgets: policy::budget::Budgets::new(Arc::new(spend), config.budget, Some(data_dir.join("fleet"))),
         videos,
+        vitals,
     });
     telemetry::metrics::observe(&app);
     let mut tasks = vec![discovery, persister];

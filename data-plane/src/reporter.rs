@@ -52,6 +52,7 @@ pub struct Reporter {
     pub control: grpc::ControlPlane,
     pub node_id: String,
     pub interval: Duration,
+    pub vitals: std::sync::Arc<crate::vitals::Vitals>,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -95,6 +96,7 @@ impl Reporter {
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             crate::telemetry::metrics::spool_backlog(backlog.unsent(), backlog.segments.len());
+            self.vitals.set_backlog(backlog.unsent());
             let deadline = retry_at;
             let retry = async move {
                 match deadline {

@@ -1,10 +1,12 @@
-//! `gwctl dataplanes`: the data planes the control plane knows, and which
-//! policy revision each has applied.
+//! `gwctl dataplanes`: the fleet's data planes (the same list from every
+//! control-plane replica), which policy revision each has applied, and how
+//! each is doing; removing those that are gone.
 
 use anyhow::Result;
 use gw_proto::pb;
 
 use crate::client::{Admin, RpcResult};
+use crate::confirm::{self, DeleteArgs};
 use crate::flags::Page;
 use crate::output::{self, Output, Render};
 use crate::schema;
@@ -20,6 +22,15 @@ pub enum Command {
         gwctl dataplanes list -o json | jq '.items[] | select(.state != \"in sync\")'"
     )]
     List(ListArgs),
+    /// Forget a data plane, typically one listed as gone (a live one
+    /// reappears with its next heartbeat).
+    #[command(
+        alias = "rm",
+        after_help = "Examples:\n  \
+        gwctl dataplanes remove dp-7 --yes\n  \
+        gwctl dataplanes list -o json | jq -r '.items[] | select(.state == \"gone\") | .node_id'"
+    )]
+    Remove(DeleteArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +58,13 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 Output::Json | Output::Yaml | Output::Name => table,
             })
         }
+        Command::Remove(args) => {
+            if !args.dry_run {
+                confirm::delete(&args, &format!("data plane {}", args.target))?;
+                admin.remove_data_plane(pb::GetRequest { id: args.target.clone() }).await.rpc()?;
+            }
+            output::render_deleted(out, "dataplane", &args.target, args.dry_run)
+        }
     }
 }
 
@@ -58,19 +76,20 @@ impl Row<'_> {
     }
 
     fn state(&self) -> &'static str {
-        match (self.plane.connected, self.behind()) {
-            (false, _) => "disconnected",
-            (true, 0) => "in sync",
-            (true, _) => "behind",
+        match (self.plane.liveness.as_str(), self.plane.connected, self.behind()) {
+            ("gone", _, _) => "gone",
+            (_, false, _) => "disconnected",
+            (_, true, 0) => "in sync",
+            (_, true, _) => "behind",
         }
     }
 }
 
 impl Render for Row<'_> {
     const COLUMNS: &'static [&'static str] =
-        &["NODE", "ADDRESS", "VERSION", "STATE", "ACKED", "SENT", "BEHIND", "LAST SEEN", "LAST ERROR"];
+        &["NODE", "ADDRESS", "REPLICA", "STATE", "ACKED", "BEHIND", "BACKLOG", "REQ/S", "LAST SEEN", "LAST ERROR"];
 
-    const WIDE: &'static [&'static str] = &["CONNECTED AT"];
+    const WIDE: &'static [&'static str] = &["VERSION", "SENT", "CONNECTED AT"];
     type Json = schema::DataPlane;
 
     fn json(&self) -> schema::DataPlane {
@@ -88,6 +107,9 @@ impl Render for Row<'_> {
             connected_at: p.connected_at,
             last_seen: p.last_seen,
             last_error: p.last_error.clone(),
+            replica: p.replica.clone(),
+            spool_backlog: p.spool_backlog,
+            requests_per_second: p.requests_per_second,
         }
     }
 
@@ -96,7 +118,8 @@ impl Render for Row<'_> {
     }
 
     fn wide_row(&self) -> Vec<String> {
-        vec![output::time(self.plane.connected_at)]
+        let p = self.plane;
+        vec![p.version.clone(), p.sent_revision.to_string(), output::time(p.connected_at)]
     }
 
     fn row(&self) -> Vec<String> {
@@ -104,11 +127,12 @@ impl Render for Row<'_> {
         vec![
             p.node_id.clone(),
             p.address.clone(),
-            p.version.clone(),
+            p.replica.clone(),
             self.state().to_string(),
             p.acked_revision.to_string(),
-            p.sent_revision.to_string(),
             self.behind().to_string(),
+            p.spool_backlog.to_string(),
+            format!("{:.1}", p.requests_per_second),
             output::time(p.last_seen),
             if p.last_error.is_empty() { "-".to_string() } else { p.last_error.clone() },
         ]
@@ -120,7 +144,10 @@ impl Render for Row<'_> {
             ("node", p.node_id.clone()),
             ("address", p.address.clone()),
             ("version", p.version.clone()),
+            ("replica", p.replica.clone()),
             ("state", self.state().to_string()),
+            ("spool backlog", p.spool_backlog.to_string()),
+            ("requests per second", format!("{:.1}", p.requests_per_second)),
             ("acked revision", p.acked_revision.to_string()),
             ("sent revision", p.sent_revision.to_string()),
             ("connected at", output::time(p.connected_at)),

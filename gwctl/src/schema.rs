@@ -177,7 +177,7 @@ pub struct DataPlane {
     pub node_id: String,
     pub address: String,
     pub version: String,
-    /// `in sync`, `behind` or `disconnected`.
+    /// `in sync`, `behind`, `disconnected` or `gone` (silent for 15 s).
     pub state: String,
     pub connected: bool,
     pub acked_revision: u64,
@@ -187,6 +187,11 @@ pub struct DataPlane {
     pub connected_at: i64,
     pub last_seen: i64,
     pub last_error: String,
+    /// The control-plane replica holding its watch stream.
+    pub replica: String,
+    /// Usage records waiting in its spool, as of its last heartbeat.
+    pub spool_backlog: u64,
+    pub requests_per_second: f64,
 }
 
 /// The control plane's store, as `gwctl store status` shows it.
@@ -591,8 +596,13 @@ mod tests {
             connected_at: 1_798_761_600,
             last_seen: 1_798_761_601,
             last_error: String::new(),
+            replica: "cp-0:7070".into(),
+            spool_backlog: 3,
+            requests_per_second: 41.5,
         };
         golden("dataplane-list", &List { items: vec![plane], next: None });
+        let deleted = Deleted { kind: "account".into(), id: "acc_1".into(), deleted: true, dry_run: false };
+        golden("deleted", &deleted);
     }
 
     #[test]
@@ -605,7 +615,5 @@ mod tests {
             suspect: "the store lost its data".into(),
         };
         golden("store-status", &StoreStatus::from(&status));
-        let deleted = Deleted { kind: "account".into(), id: "acc_1".into(), deleted: true, dry_run: false };
-        golden("deleted", &deleted);
     }
 }

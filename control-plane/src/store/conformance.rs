@@ -40,6 +40,7 @@ pub async fn run(store: Arc<dyn Store>) {
     permits_never_exceed_the_limit(store.clone()).await;
     super::budget::conformance::run(store.clone()).await;
     super::lineage::conformance::run(store.clone()).await;
+    super::fleet::conformance::run(store.clone()).await;
 }
 
 /// Runs the checks that need two store instances on one backend (two

@@ -17,6 +17,7 @@
 pub mod budget;
 pub mod conformance;
 pub mod embedded;
+pub mod fleet;
 pub mod lineage;
 pub mod redis;
 pub mod video;
@@ -30,6 +31,7 @@ use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome,
 
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 pub use self::embedded::EmbeddedStore;
+pub use self::fleet::FleetStore;
 pub use self::lineage::{Lineage, LineageStore, Persistence};
 pub use self::redis::RedisStore;
 pub use self::video::{VideoFilter, VideoStore, VideoWrite};
@@ -90,7 +92,7 @@ pub struct Modified {
 
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
-pub trait Store: VideoStore + BudgetStore + LineageStore + Send + Sync + 'static {
+pub trait Store: VideoStore + BudgetStore + LineageStore + FleetStore + Send + Sync + 'static {
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;
 

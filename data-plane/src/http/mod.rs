@@ -51,7 +51,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(endpoints::routes())
         .fallback(invalid_url)
         .method_not_allowed_fallback(invalid_url)
-        .layer(middleware::from_fn(request_layer))
+        .layer(middleware::from_fn_with_state(app.clone(), request_layer))
         .with_state(app)
 }
 
@@ -76,7 +76,7 @@ static COST_HEADER: LazyLock<header::HeaderName> =
 /// (the one place that does), names a whole answer's cost
 /// (`x-gateway-cost-usd`), and writes the access log line with what the
 /// pipeline noted in the request's `Trail`.
-async fn request_layer(mut request: Request, next: Next) -> Response {
+async fn request_layer(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = RequestId(new_request_id().into());
     let method = request.method().clone();
@@ -99,6 +99,7 @@ async fn request_layer(mut request: Request, next: Next) -> Response {
         response.headers_mut().insert(COST_HEADER.clone(), cost);
     }
     let reason = refusal.as_ref().map_or("", ProxyError::reason);
+    app.vitals.answered();
     telemetry::metrics::request(route.as_deref().unwrap_or("unmatched"), response.status().as_u16(), reason);
     telemetry::responded(&span, route.as_deref(), &fields, response.status(), refusal.as_ref());
     span.in_scope(|| {
@@ -191,6 +192,7 @@ pub(crate) mod tests {
                 crate::grpc::ControlPlane::new("http://127.0.0.1:1", "test-node-key").unwrap(),
                 "test-node",
             ),
+            vitals: Arc::default(),
         })
     }
 

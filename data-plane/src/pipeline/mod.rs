@@ -44,6 +44,8 @@ pub struct App {
     pub budgets: Budgets,
     /// Video tasks: the control plane's answers and the upstreams' files.
     pub videos: crate::videos::Videos,
+    /// Counters the heartbeats report.
+    pub vitals: Arc<crate::vitals::Vitals>,
 }
 
 /// The id of one request, as sent in `x-request-id` and error messages.

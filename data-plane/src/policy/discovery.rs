@@ -19,6 +19,7 @@ use crate::{
     policy::convert,
     policy::domain::{Kind, Resource},
     policy::snapshot::Snapshot,
+    vitals::Vitals,
 };
 
 /// Largest message accepted on the watch stream: a full snapshot of a
@@ -26,6 +27,9 @@ use crate::{
 const MAX_MESSAGE: usize = 1 << 30;
 /// Above this many upserts the snapshot is built off the async workers.
 const BLOCKING_THRESHOLD: usize = 1000;
+/// How often a heartbeat goes up the watch stream (the control plane counts
+/// a data plane gone after three missed ones).
+const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// The discovery task and what it publishes to.
 pub struct Discovery {
@@ -36,6 +40,8 @@ pub struct Discovery {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     /// Feeds the snapshot file writer.
     pub persist: watch::Sender<Arc<Snapshot>>,
+    /// What the heartbeats report.
+    pub vitals: Arc<Vitals>,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -113,11 +119,22 @@ impl Discovery {
         };
         tracing::debug!(revision, "watching the control plane");
         let mut synced = false;
+        let mut beat = tokio::time::interval(HEARTBEAT);
+        let mut counted = (tokio::time::Instant::now(), self.vitals.requests());
         loop {
-            let message = match stream.message().await {
-                Ok(Some(message)) => message,
-                Ok(None) => return SessionEnd::Closed,
-                Err(status) => return SessionEnd::Failed(status),
+            let message = tokio::select! {
+                message = stream.message() => match message {
+                    Ok(Some(message)) => message,
+                    Ok(None) => return SessionEnd::Closed,
+                    Err(status) => return SessionEnd::Failed(status),
+                },
+                _ = beat.tick() => {
+                    let heartbeat = self.heartbeat(&mut counted);
+                    if tx.send(pb::WatchRequest { kind: Some(watch_request::Kind::Heartbeat(heartbeat)) }).await.is_err() {
+                        return SessionEnd::Closed;
+                    }
+                    continue;
+                }
             };
             let full = message.full;
             let current = self.snapshot.load_full();
@@ -146,6 +163,22 @@ impl Discovery {
             if tx.send(pb::WatchRequest { kind: Some(watch_request::Kind::Ack(ack)) }).await.is_err() {
                 return SessionEnd::Closed;
             }
+        }
+    }
+
+    /// The heartbeat to send now; `counted` is when requests were last
+    /// counted and how many there were.
+    fn heartbeat(&self, counted: &mut (tokio::time::Instant, u64)) -> pb::Heartbeat {
+        let now = tokio::time::Instant::now();
+        let requests = self.vitals.requests();
+        let elapsed = now.duration_since(counted.0).as_secs_f64();
+        #[allow(clippy::cast_precision_loss)] // a rate; exact to far beyond any real count
+        let rate = if elapsed > 0.0 { requests.saturating_sub(counted.1) as f64 / elapsed } else { 0.0 };
+        *counted = (now, requests);
+        pb::Heartbeat {
+            revision: self.snapshot.load().revision,
+            spool_backlog: self.vitals.backlog(),
+            requests_per_second: rate,
         }
     }
 
