@@ -77,6 +77,24 @@ pub static SETTINGS: &[Setting] = &[
         Some("30s"),
         "How often auto-disabled channels are probed (GET /models) and re-enabled if they answer",
     ),
+    Setting::new(
+        "usage_retention_days",
+        "GW_CP_USAGE_RETENTION_DAYS",
+        Some("90"),
+        "Raw usage records (gwctl usage list) are removed this many days after they were made",
+    ),
+    Setting::new(
+        "usage_max_records",
+        "GW_CP_USAGE_MAX_RECORDS",
+        Some("1000000"),
+        "At most this many raw usage records are kept, the oldest removed first; 0 for no cap",
+    ),
+    Setting::new(
+        "rollup_retention_days",
+        "GW_CP_ROLLUP_RETENTION_DAYS",
+        Some("400"),
+        "Hourly and daily usage rollups (gwctl usage summary) are kept this many days",
+    ),
     Setting::new("log_format", "GW_LOG_FORMAT", Some("text"), "Log lines as `text` or `json`"),
 ];
 
@@ -135,6 +153,22 @@ where
         if let Some(value) = layers.get(name, parse_duration) {
             *duration = value;
         }
+    }
+    for (name, days) in [
+        ("usage_retention_days", &mut config.retention.usage_days),
+        ("rollup_retention_days", &mut config.retention.rollup_days),
+    ] {
+        if let Some(value) = layers.get(name, |t| match t.parse::<u32>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err("must be a whole number of days above zero".to_owned()),
+        }) {
+            *days = value;
+        }
+    }
+    if let Some(cap) =
+        layers.get("usage_max_records", |t| t.parse::<u64>().map_err(|_| "must be a whole number".to_owned()))
+    {
+        config.retention.usage_max_records = cap;
     }
     let log_format = layers.get("log_format", str::parse).unwrap_or_default();
     layers.finish()?;

@@ -15,6 +15,7 @@ pub mod keys;
 pub mod ledger;
 pub mod policy;
 pub mod probe;
+pub mod retention;
 pub mod store;
 pub mod telemetry;
 pub mod video;
@@ -49,6 +50,8 @@ pub struct Config {
     pub video: video::Config,
     /// How often auto-disabled channels are probed back into rotation.
     pub probe: probe::Config,
+    /// How long raw usage records and usage rollups are kept.
+    pub retention: store::Retention,
 }
 
 /// A running control plane. Dropping it leaves the server running until
@@ -67,6 +70,7 @@ pub struct Handle {
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     video_poller: JoinHandle<()>,
     prober: JoinHandle<()>,
+    pruner: JoinHandle<()>,
     admin: Option<JoinHandle<()>>,
 }
 
@@ -84,6 +88,7 @@ impl Config {
             node_key: None,
             video: video::Config::default(),
             probe: probe::Config::default(),
+            retention: store::Retention::default(),
         }
     }
 }
@@ -106,6 +111,7 @@ impl Handle {
         if tokio::time::timeout(std::time::Duration::from_secs(5), self.prober).await.is_err() {
             tracing::warn!("the channel probe did not stop in time");
         }
+        let _ = self.pruner.await;
         if let Some(admin) = self.admin {
             let _ = admin.await;
         }
@@ -124,7 +130,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("making {} private", config.data_dir.display()))?;
     }
-    let store = store::open(&config.store, &config.data_dir).await.context("opening the store")?;
+    let store = store::open(&config.store, &config.data_dir, config.retention).await.context("opening the store")?;
     let first_start = store.revision().await.context("reading the store's revision")? == 0;
     let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone(), first_start)
         .context("loading credentials")?;
@@ -147,6 +153,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let videos = Arc::new(video::Videos::new(store.clone(), ledger.clone(), config.video.clone())?);
     let video_poller = video::poller::spawn(videos.clone(), shutdown_rx.clone());
     let prober = probe::spawn(store.clone(), config.probe, shutdown_rx.clone())?;
+    let pruner = retention::spawn(store.clone(), shutdown_rx.clone());
     let admin = admin::AdminApi::new(store.clone(), fleet.clone()).with_videos(videos.clone());
     let admin_stopped = shutdown_rx.clone();
     let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, shutdown_rx).with_videos(videos);
@@ -187,6 +194,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         server,
         video_poller,
         prober,
+        pruner,
     })
 }
 

@@ -422,6 +422,7 @@ impl Cluster {
             node_key: Some(self.node_key.clone()),
             video: cp.video.clone(),
             probe: gw_control_plane::probe::Config::default(),
+            retention: gw_control_plane::store::Retention::default(),
         }
     }
 
