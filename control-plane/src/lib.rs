@@ -18,6 +18,7 @@ pub mod probe;
 pub mod retention;
 pub mod store;
 pub mod telemetry;
+pub mod usage_summary;
 pub mod video;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};

@@ -145,6 +145,47 @@ pub struct Usage {
     pub node_id: String,
 }
 
+/// `usage summary`: sums of usage over `[from, to)`, grouped by `group_by`.
+#[derive(Debug, Serialize)]
+pub struct UsageSummary {
+    /// The range summed (whole hours, Unix seconds).
+    pub from: i64,
+    pub to: i64,
+    /// `hour` or `day`, then any of `account`, `token`, `model`, `channel`.
+    pub group_by: Vec<String>,
+    pub rows: Vec<UsageSummaryRow>,
+    /// The sums of every row.
+    pub totals: UsageCounts,
+}
+
+/// One group of a usage summary: its bucket (0 unless grouped by time) and
+/// dimensions (empty unless grouped by them).
+#[derive(Debug, Serialize)]
+pub struct UsageSummaryRow {
+    pub bucket_start: i64,
+    pub account_id: String,
+    pub token_id: String,
+    pub model: String,
+    pub channel_id: String,
+    #[serde(flatten)]
+    pub counts: UsageCounts,
+}
+
+/// The sums of a usage summary row.
+#[derive(Debug, Default, Serialize)]
+pub struct UsageCounts {
+    /// Requests; a refund counts none.
+    pub requests: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cached_tokens: i64,
+    pub images: i64,
+    pub audio_millis: i64,
+    /// Net of refunds.
+    pub cost_micros: i64,
+    pub cost_usd: String,
+}
+
 /// A video generation task.
 #[derive(Debug, Serialize)]
 pub struct Video {
@@ -366,6 +407,37 @@ impl From<&pb::VideoTask> for Video {
     }
 }
 
+impl From<&pb::UsageSummaryRow> for UsageSummaryRow {
+    fn from(r: &pb::UsageSummaryRow) -> UsageSummaryRow {
+        UsageSummaryRow {
+            bucket_start: r.bucket_start,
+            account_id: r.account_id.clone(),
+            token_id: r.token_id.clone(),
+            model: r.model.clone(),
+            channel_id: r.channel_id.clone(),
+            counts: UsageCounts::sum(std::iter::once(r)),
+        }
+    }
+}
+
+impl UsageCounts {
+    /// The sums of `rows`.
+    pub fn sum<'a>(rows: impl IntoIterator<Item = &'a pb::UsageSummaryRow>) -> UsageCounts {
+        let mut sums = UsageCounts::default();
+        for r in rows {
+            sums.requests += r.requests;
+            sums.prompt_tokens += r.prompt_tokens;
+            sums.completion_tokens += r.completion_tokens;
+            sums.cached_tokens += r.cached_tokens;
+            sums.images += r.images;
+            sums.audio_millis += r.audio_millis;
+            sums.cost_micros += r.cost_micros;
+        }
+        sums.cost_usd = usd(sums.cost_micros);
+        sums
+    }
+}
+
 fn rate_limit(limit: Option<&pb::RateLimit>) -> Option<RateLimit> {
     limit
         .filter(|l| l.window_minutes > 0)
@@ -523,6 +595,39 @@ mod tests {
         let text = json_text(&list).unwrap();
         assert!(text.contains("\"cost_usd\": \"0.000003\"") && !text.contains("e-"), "{text}");
         golden("usage-list", &list);
+    }
+
+    #[test]
+    fn usage_summary_json_is_pinned() {
+        let rows = [
+            pb::UsageSummaryRow {
+                bucket_start: 1_798_761_600,
+                model: "gpt-4o".into(),
+                requests: 3,
+                prompt_tokens: 30,
+                completion_tokens: 12,
+                cached_tokens: 10,
+                cost_micros: 1_500,
+                ..Default::default()
+            },
+            pb::UsageSummaryRow {
+                bucket_start: 1_798_848_000,
+                model: "sora-2".into(),
+                requests: 1,
+                audio_millis: 0,
+                images: 2,
+                cost_micros: -3,
+                ..Default::default()
+            },
+        ];
+        let summary = UsageSummary {
+            from: 1_798_761_600,
+            to: 1_798_934_400,
+            group_by: vec!["day".into(), "model".into()],
+            rows: rows.iter().map(Into::into).collect(),
+            totals: UsageCounts::sum(&rows),
+        };
+        golden("usage-summary", &summary);
     }
 
     #[test]
