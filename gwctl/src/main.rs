@@ -10,6 +10,7 @@ mod config;
 mod confirm;
 mod contexts;
 mod dataplanes;
+mod doctor;
 #[cfg(test)]
 mod e2e;
 mod flags;

@@ -186,6 +186,50 @@ pub struct UsageCounts {
     pub cost_usd: String,
 }
 
+/// `doctor`: the calls made for one key, in order, and the conclusion.
+#[derive(Debug, Serialize)]
+pub struct Doctor {
+    /// The address checked, as an SDK's base URL.
+    pub base_url: String,
+    /// Every call answered as it should.
+    pub ok: bool,
+    pub checks: Vec<DoctorCheck>,
+    pub diagnosis: Diagnosis,
+}
+
+/// One call of `doctor`.
+#[derive(Debug, Serialize)]
+pub struct DoctorCheck {
+    /// `GET /v1/models` or `POST /v1/chat/completions`.
+    pub request: String,
+    /// The model a chat was sent to; empty for the list.
+    pub model: String,
+    pub ok: bool,
+    /// The HTTP status; 0 when no answer came.
+    pub status: u16,
+    /// The error message of a failure (or the connection error); what an
+    /// answer held otherwise.
+    pub message: String,
+    pub request_id: String,
+    pub latency_ms: u64,
+}
+
+/// What `doctor` concluded, after SPEC §7.
+#[derive(Debug, Serialize)]
+pub struct Diagnosis {
+    /// `ok`, `configuration` (a 4xx) or `link` (a 5xx, or no answer).
+    pub kind: String,
+    /// Where the failure lies: `none`, `key`, `account`, `group`, `model`,
+    /// `address` or `gateway`.
+    pub scope: String,
+    /// `scope` in words; empty when all is well.
+    pub limited_to: String,
+    pub cause: String,
+    pub remedy: String,
+    /// Whether retrying (with backoff, a bounded number of times) may help.
+    pub retry: bool,
+}
+
 /// A video generation task.
 #[derive(Debug, Serialize)]
 pub struct Video {
@@ -628,6 +672,32 @@ mod tests {
             totals: UsageCounts::sum(&rows),
         };
         golden("usage-summary", &summary);
+    }
+
+    #[test]
+    fn doctor_json_is_pinned() {
+        let report = Doctor {
+            base_url: "http://127.0.0.1:8080/v1".into(),
+            ok: false,
+            checks: vec![DoctorCheck {
+                request: "GET /v1/models".into(),
+                model: String::new(),
+                ok: false,
+                status: 401,
+                message: "无效的令牌 (request id: req_1)".into(),
+                request_id: "req_1".into(),
+                latency_ms: 3,
+            }],
+            diagnosis: Diagnosis {
+                kind: "configuration".into(),
+                scope: "key".into(),
+                limited_to: "the key itself".into(),
+                cause: "the key is refused".into(),
+                remedy: "Send `Authorization: Bearer <API_KEY>` with the complete token".into(),
+                retry: false,
+            },
+        };
+        golden("doctor", &report);
     }
 
     #[test]
