@@ -254,6 +254,29 @@ mod tests {
     }
 
     #[test]
+    fn retention_comes_from_flags_and_refuses_zero_days() {
+        let args = [
+            "gw-control-plane",
+            "--check-config",
+            "--usage-retention-days",
+            "7",
+            "--rollup-retention-days",
+            "800",
+            "--usage-max-records",
+            "0",
+        ];
+        let loaded = load(args).map_err(|e| format!("{e:?}")).unwrap();
+        let want = crate::store::Retention { usage_days: 7, usage_max_records: 0, rollup_days: 800 };
+        assert_eq!(loaded.config.retention, want);
+        let defaults = load(["gw-control-plane", "--check-config"]).map_err(|e| format!("{e:?}")).unwrap();
+        assert_eq!(defaults.config.retention, crate::store::Retention::default());
+
+        let args = ["gw-control-plane", "--check-config", "--usage-retention-days", "0", "--usage-max-records", "x"];
+        let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+    }
+
+    #[test]
     fn a_check_reports_short_and_equal_keys_and_a_bad_store_together() {
         let short = "x".repeat(10);
         let args =
