@@ -135,4 +135,9 @@ async fn doctor_tells_a_good_key_a_refused_key_and_a_failing_model_apart() {
     assert!(diagnosis["limited_to"].as_str().is_some_and(|s| s.contains("model flaky")), "{report:#}");
     assert_eq!(diagnosis["remedy"], "Back off and retry, or switch model or group");
     assert_eq!(diagnosis["retry"], true);
+    let (ok, text) = doctor(&gw, Key::File(&gw.key), "table", &["--model", "flaky"]).await;
+    eprintln!("{text}");
+    assert!(!ok, "{text}");
+    assert!(text.contains("diagnosis: link (5xx or unreachable): gateway or upstream failure"), "{text}");
+    assert!(text.contains("limited to: model flaky"), "{text}");
 }
