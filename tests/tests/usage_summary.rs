@@ -1,6 +1,7 @@
-//! `gwctl usage summary` over a real cluster on Redis: requests served by a
-//! data plane reach the hourly and daily rollups once each, and the summary
-//! gwctl prints sums exactly what the usage records say.
+//! `gwctl usage summary` over a real cluster, on Redis and on the embedded
+//! store: requests served by a data plane reach the hourly and daily rollups
+//! once each, and the summary gwctl prints sums exactly what the usage
+//! records say.
 
 mod support;
 
@@ -13,9 +14,17 @@ fn sum(records: &[Value], field: &str) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_summary_sums_exactly_the_usage_records_by_day_model_and_channel() {
+async fn on_redis_the_summary_sums_exactly_the_usage_records_by_day_model_and_channel() {
+    summary_sums_the_records(Gateway::start(1).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_embedded_store_the_summary_sums_exactly_the_usage_records() {
+    summary_sums_the_records(Gateway::start_embedded(1).await).await;
+}
+
+async fn summary_sums_the_records(gateway: Gateway) {
     let upstream = MockUpstream::start().await.expect("mock upstream");
-    let gateway = Gateway::start(1).await;
     let channel = gateway.channel("main", &upstream.base_url(), 0, &[]).await;
     gateway.synced().await;
     for stream in [false, true, false] {
