@@ -69,8 +69,16 @@ end
 -- whose arguments start at ARGV[a] (account, token, cost, -cost, node, JSON,
 -- rollup field prefix, the seven rollup counters, the hour and day hashes'
 -- expiry), unless its request id was seen; whether it was applied. ARGV[1]
--- is the marker's TTL.
+-- is the marker's TTL. Rollup counts are summed per hash field in
+-- `pending` and written by `flush`, once per field for the whole batch.
 local COUNTERS = {'req', 'in', 'out', 'cached', 'img', 'audio', 'cost'}
+local pending, expiries = {}, {}
+local function flush()
+  for key, fields in pairs(pending) do
+    for field, n in pairs(fields) do redis.call('HINCRBY', key, field, string.format('%d', n)) end
+  end
+  for key, at in pairs(expiries) do redis.call('EXPIREAT', key, at) end
+end
 local function apply(k, a)
   if not redis.call('SET', KEYS[k], '1', 'NX', 'EX', ARGV[1]) then return false end
   local account, token, cost = ARGV[a], ARGV[a + 1], ARGV[a + 2]
@@ -86,11 +94,16 @@ local function apply(k, a)
   redis.call('LPUSH', KEYS[6], ARGV[a + 5])
   for p = 0, 1 do
     local bucket = KEYS[k + 3 + p]
+    local fields = pending[bucket]
+    if not fields then fields = {}; pending[bucket] = fields end
     for j, name in ipairs(COUNTERS) do
-      local n = ARGV[a + 6 + j]
-      if n ~= '0' then redis.call('HINCRBY', bucket, ARGV[a + 6] .. '#' .. name, n) end
+      local n = tonumber(ARGV[a + 6 + j])
+      if n ~= 0 then
+        local field = ARGV[a + 6] .. '#' .. name
+        fields[field] = (fields[field] or 0) + n
+      end
     end
-    redis.call('EXPIREAT', bucket, ARGV[a + 14 + p])
+    expiries[bucket] = ARGV[a + 14 + p]
   end
   return true
 end
@@ -108,6 +121,7 @@ for i = 7, #KEYS, 5 do
     duplicates = duplicates + 1
   end
 end
+flush()
 if applied > 0 then redis.call('LTRIM', KEYS[6], 0, ARGV[2]) end
 return {applied, duplicates}
 ";
@@ -159,6 +173,7 @@ if not unlimited then
   if remaining - others < cost then return {3, remaining} end
 end
 apply(7, 4)
+flush()
 redis.call('LTRIM', KEYS[6], 0, ARGV[2])
 return {0}
 ";
