@@ -23,6 +23,7 @@ use crate::{
     },
     fleet::Fleet,
     store::{Patch, Store, StoreError},
+    usage_summary,
     video::{self, Videos},
 };
 
@@ -566,6 +567,12 @@ impl pb::admin_service_server::AdminService for AdminApi {
         let page = self.store.list_usage_page(&filter).await?;
         let items = page.items.into_iter().map(Into::into).collect();
         Ok(Response::new(pb::ListUsageResponse { items, next_page_token: page.next }))
+    }
+
+    async fn summarize_usage(&self, request: Request<pb::SummarizeUsageRequest>) -> Answer<pb::SummarizeUsageResponse> {
+        let query = usage_summary::Query::try_from(request.into_inner()).map_err(Status::invalid_argument)?;
+        let summary = usage_summary::summarize(self.store.as_ref(), &query).await?;
+        Ok(Response::new(summary.into()))
     }
 
     async fn list_video_tasks(

@@ -83,6 +83,24 @@ pub static SETTINGS: &[Setting] = &[
         Some("false"),
         "`true`: refuse to start on a Redis that keeps nothing on disk (or hides its CONFIG); `false`: warn",
     ),
+    Setting::new(
+        "usage_retention_days",
+        "GW_CP_USAGE_RETENTION_DAYS",
+        Some("90"),
+        "Raw usage records (gwctl usage list) are removed this many days after they were made",
+    ),
+    Setting::new(
+        "usage_max_records",
+        "GW_CP_USAGE_MAX_RECORDS",
+        Some("1000000"),
+        "At most this many raw usage records are kept, the oldest removed first; 0 for no cap",
+    ),
+    Setting::new(
+        "rollup_retention_days",
+        "GW_CP_ROLLUP_RETENTION_DAYS",
+        Some("400"),
+        "Hourly and daily usage rollups (gwctl usage summary) are kept this many days",
+    ),
     Setting::new("log_format", "GW_LOG_FORMAT", Some("text"), "Log lines as `text` or `json`"),
 ];
 
@@ -148,6 +166,22 @@ where
         _ => Err("must be true or false".to_owned()),
     }) {
         config.require_store_persistence = require;
+    }
+    for (name, days) in [
+        ("usage_retention_days", &mut config.retention.usage_days),
+        ("rollup_retention_days", &mut config.retention.rollup_days),
+    ] {
+        if let Some(value) = layers.get(name, |t| match t.parse::<u32>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err("must be a whole number of days above zero".to_owned()),
+        }) {
+            *days = value;
+        }
+    }
+    if let Some(cap) =
+        layers.get("usage_max_records", |t| t.parse::<u64>().map_err(|_| "must be a whole number".to_owned()))
+    {
+        config.retention.usage_max_records = cap;
     }
     let log_format = layers.get("log_format", str::parse).unwrap_or_default();
     layers.finish()?;
@@ -230,6 +264,29 @@ mod tests {
         assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5 days").is_err());
+    }
+
+    #[test]
+    fn retention_comes_from_flags_and_refuses_zero_days() {
+        let args = [
+            "gw-control-plane",
+            "--check-config",
+            "--usage-retention-days",
+            "7",
+            "--rollup-retention-days",
+            "800",
+            "--usage-max-records",
+            "0",
+        ];
+        let loaded = load(args).map_err(|e| format!("{e:?}")).unwrap();
+        let want = crate::store::Retention { usage_days: 7, usage_max_records: 0, rollup_days: 800 };
+        assert_eq!(loaded.config.retention, want);
+        let defaults = load(["gw-control-plane", "--check-config"]).map_err(|e| format!("{e:?}")).unwrap();
+        assert_eq!(defaults.config.retention, crate::store::Retention::default());
+
+        let args = ["gw-control-plane", "--check-config", "--usage-retention-days", "0", "--usage-max-records", "x"];
+        let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
+        assert_eq!(errors.len(), 2, "{errors:#?}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use gw_proto::pb;
 
 use crate::domain::{Account, Channel, Group, Model, RateLimit, Resource, Token, UsageRecord};
+use crate::usage_summary;
 
 impl From<pb::RateLimit> for RateLimit {
     fn from(r: pb::RateLimit) -> RateLimit {
@@ -206,6 +207,62 @@ impl From<pb::UsageRecord> for UsageRecord {
             images: u.images,
             audio_millis: u.audio_millis,
         }
+    }
+}
+
+impl TryFrom<pb::SummarizeUsageRequest> for usage_summary::Query {
+    type Error = String;
+
+    /// Fails on a dimension this control plane does not know.
+    fn try_from(r: pb::SummarizeUsageRequest) -> Result<Self, String> {
+        use usage_summary::Dimension as D;
+        let group_by = r
+            .group_by
+            .iter()
+            .map(|code| match pb::UsageDimension::try_from(*code) {
+                Ok(pb::UsageDimension::Hour) => Ok(D::Hour),
+                Ok(pb::UsageDimension::Day) => Ok(D::Day),
+                Ok(pb::UsageDimension::Account) => Ok(D::Account),
+                Ok(pb::UsageDimension::Token) => Ok(D::Token),
+                Ok(pb::UsageDimension::Model) => Ok(D::Model),
+                Ok(pb::UsageDimension::Channel) => Ok(D::Channel),
+                _ => Err(format!("unknown usage dimension {code}")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(usage_summary::Query {
+            group_by,
+            from: r.from,
+            to: r.to,
+            account_id: r.account_id,
+            token_id: r.token_id,
+            model: r.model,
+            channel_id: r.channel_id,
+            group: r.group,
+        })
+    }
+}
+
+impl From<usage_summary::Summary> for pb::SummarizeUsageResponse {
+    fn from(summary: usage_summary::Summary) -> pb::SummarizeUsageResponse {
+        let rows = summary
+            .rows
+            .into_iter()
+            .map(|row| pb::UsageSummaryRow {
+                bucket_start: row.bucket_start,
+                account_id: row.account_id,
+                token_id: row.token_id,
+                model: row.model,
+                channel_id: row.channel_id,
+                requests: row.counts.requests,
+                prompt_tokens: row.counts.prompt_tokens,
+                completion_tokens: row.counts.completion_tokens,
+                cached_tokens: row.counts.cached_tokens,
+                images: row.counts.images,
+                audio_millis: row.counts.audio_millis,
+                cost_micros: row.counts.cost_micros,
+            })
+            .collect();
+        pb::SummarizeUsageResponse { rows, from: summary.from, to: summary.to }
     }
 }
 

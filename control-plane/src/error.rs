@@ -1,9 +1,10 @@
 //! How store failures leave the control plane: the one mapping of
-//! `StoreError` to a gRPC status. Internal causes are logged, never sent.
+//! `StoreError` (and a summary's refusal) to a gRPC status. Internal causes are logged, never sent.
 
 use tonic::Status;
 
 use crate::store::StoreError;
+use crate::usage_summary::SummaryError;
 
 impl From<StoreError> for Status {
     fn from(error: StoreError) -> Status {
@@ -20,6 +21,15 @@ impl From<StoreError> for Status {
                 tracing::error!(error = %error_chain(&other), "store operation failed");
                 Status::unavailable("the store is unavailable")
             }
+        }
+    }
+}
+
+impl From<SummaryError> for Status {
+    fn from(error: SummaryError) -> Status {
+        match error {
+            SummaryError::Invalid(reason) => Status::invalid_argument(reason),
+            SummaryError::Store(error) => error.into(),
         }
     }
 }

@@ -16,8 +16,10 @@ pub mod keys;
 pub mod ledger;
 pub mod policy;
 pub mod probe;
+pub mod retention;
 pub mod store;
 pub mod telemetry;
+pub mod usage_summary;
 pub mod video;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
@@ -53,6 +55,8 @@ pub struct Config {
     /// Refuse to start on a store that keeps nothing across a restart of
     /// its server (or does not say); without it, such a store is a warning.
     pub require_store_persistence: bool,
+    /// How long raw usage records and usage rollups are kept.
+    pub retention: store::Retention,
 }
 
 /// A running control plane. Dropping it leaves the server running until
@@ -71,6 +75,7 @@ pub struct Handle {
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     video_poller: JoinHandle<()>,
     prober: JoinHandle<()>,
+    pruner: JoinHandle<()>,
     admin: Option<JoinHandle<()>>,
 }
 
@@ -89,6 +94,7 @@ impl Config {
             video: video::Config::default(),
             probe: probe::Config::default(),
             require_store_persistence: false,
+            retention: store::Retention::default(),
         }
     }
 }
@@ -111,6 +117,7 @@ impl Handle {
         if tokio::time::timeout(std::time::Duration::from_secs(5), self.prober).await.is_err() {
             tracing::warn!("the channel probe did not stop in time");
         }
+        let _ = self.pruner.await;
         if let Some(admin) = self.admin {
             let _ = admin.await;
         }
@@ -129,7 +136,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("making {} private", config.data_dir.display()))?;
     }
-    let store = store::open(&config.store, &config.data_dir).await.context("opening the store")?;
+    let store = store::open(&config.store, &config.data_dir, config.retention).await.context("opening the store")?;
     let first_start = store.revision().await.context("reading the store's revision")? == 0;
     let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone(), first_start)
         .context("loading credentials")?;
@@ -154,6 +161,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let videos = Arc::new(video::Videos::new(store.clone(), ledger.clone(), config.video.clone())?);
     let video_poller = video::poller::spawn(videos.clone(), shutdown_rx.clone());
     let prober = probe::spawn(store.clone(), config.probe, shutdown_rx.clone())?;
+    let pruner = retention::spawn(store.clone(), shutdown_rx.clone());
     let continuity = continuity::Continuity::new(store.clone());
     let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone()).with_videos(videos.clone());
     let admin_stopped = shutdown_rx.clone();
@@ -195,6 +203,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         server,
         video_poller,
         prober,
+        pruner,
     })
 }
 

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::CommandFactory as _;
 
 use crate::config::Global;
-use crate::{account, channel, client, contexts, dataplanes, group, model, store, token, up, usage, video};
+use crate::{account, channel, client, contexts, dataplanes, doctor, group, model, store, token, up, usage, video};
 
 /// Operate the LLM API gateway.
 #[derive(Debug, clap::Parser)]
@@ -59,6 +59,14 @@ pub enum Command {
     /// The control plane's store: lineage, persistence, confirmation.
     #[command(subcommand)]
     Store(store::Command),
+    /// Diagnose a key against a data plane (SPEC 7.6): list its models, send
+    /// a minimal chat, tell configuration from link and name the remedy.
+    #[command(after_help = "Examples:\n  \
+        gwctl doctor --base-url http://127.0.0.1:8080 --key-file ~/.config/gw/client.key\n  \
+        printf %s \"$KEY\" | gwctl doctor --base-url https://gw.example.com/v1 --key-file - --model gpt-4o\n  \
+        GW_API_KEY=sk-… gwctl doctor -o json\n\n\
+        Exit code 1 when the diagnosis found a problem.")]
+    Doctor(doctor::Args),
     /// Run a single-node gateway (control plane and data plane) until ctrl-c.
     #[command(after_help = "Examples:\n  \
         gwctl up\n  \
@@ -87,6 +95,7 @@ pub async fn run(cli: Cli) -> Result<String> {
     match command {
         Command::Up(args) => up::run(args, &global).await.map(|()| String::new()),
         Command::Config(cmd) => contexts::run(cmd, &global, &contexts::path()?),
+        Command::Doctor(args) => doctor::run(args, out).await,
         Command::Completion { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "gwctl", &mut script);

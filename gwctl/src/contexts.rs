@@ -210,7 +210,7 @@ fn contexts_text(out: Output, rows: &[Row]) -> Result<String> {
         Output::Json => output::json_text(&rows),
         Output::Yaml => output::yaml_text(&rows),
         Output::Name => Ok(rows.iter().map(|r| format!("{}\n", r.name)).collect()),
-        Output::Table | Output::Wide => {
+        Output::Table | Output::Wide | Output::Csv => {
             let cells: Vec<Vec<String>> = rows
                 .iter()
                 .map(|r| {
@@ -223,7 +223,12 @@ fn contexts_text(out: Output, rows: &[Row]) -> Result<String> {
                     ]
                 })
                 .collect();
-            Ok(output::table_text(&["CURRENT", "NAME", "ENDPOINT", "ADMIN KEY FILE", "CA FILE"], &cells))
+            let columns = ["CURRENT", "NAME", "ENDPOINT", "ADMIN KEY FILE", "CA FILE"];
+            Ok(if out == Output::Csv {
+                output::csv_text(&columns, &cells)
+            } else {
+                output::table_text(&columns, &cells)
+            })
         }
     }
 }

@@ -55,7 +55,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             let table = output::render_list(out, &rows, &list.next_page_token)?;
             Ok(match out {
                 Output::Table | Output::Wide => format!("control plane revision {}\n{table}", list.revision),
-                Output::Json | Output::Yaml | Output::Name => table,
+                Output::Json | Output::Yaml | Output::Csv | Output::Name => table,
             })
         }
         Command::Remove(args) => {

@@ -10,6 +10,7 @@ mod config;
 mod confirm;
 mod contexts;
 mod dataplanes;
+mod doctor;
 #[cfg(test)]
 mod e2e;
 mod flags;
@@ -20,6 +21,7 @@ mod output;
 mod resolve;
 mod schema;
 mod store;
+mod summary;
 mod token;
 mod up;
 mod usage;

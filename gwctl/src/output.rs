@@ -1,6 +1,7 @@
 //! How results are shown: aligned tables and `key: value` blocks for
 //! people (`-o table`, `-o wide`), the `schema` structs as JSON or YAML for
-//! scripts, bare ids for `xargs` (`-o name`). A list is a page; when more
+//! scripts, comma-separated values of the table's columns for
+//! spreadsheets (`-o csv`), bare ids for `xargs` (`-o name`). A list is a page; when more
 //! items exist, JSON and YAML carry the `continue` token and the other
 //! forms say so on stderr, so a list never stops silently.
 
@@ -25,6 +26,8 @@ pub enum Output {
     Json,
     /// The same fields as YAML.
     Yaml,
+    /// The wide table's columns as CSV (RFC 4180), for spreadsheets.
+    Csv,
     /// Ids only, one a line, for xargs.
     Name,
 }
@@ -68,6 +71,10 @@ pub fn render_one<T: Render>(out: Output, item: &T) -> Result<String> {
         Output::Json => json_text(&item.json()),
         Output::Yaml => yaml_text(&item.json()),
         Output::Table | Output::Wide => Ok(fields_text(&item.fields())),
+        Output::Csv => {
+            let (labels, values): (Vec<&str>, Vec<String>) = item.fields().into_iter().unzip();
+            Ok(csv_text(&labels, &[values]))
+        }
         Output::Name => Ok(format!("{}\n", item.name())),
     }
 }
@@ -84,7 +91,7 @@ pub fn render_list<T: Render>(out: Output, items: &[T], next: &str) -> Result<St
         Output::Json => return json_text(&list()),
         Output::Yaml => return yaml_text(&list()),
         Output::Table => table_text(T::COLUMNS, &items.iter().map(Render::row).collect::<Vec<_>>()),
-        Output::Wide => {
+        Output::Wide | Output::Csv => {
             let columns: Vec<&str> = T::COLUMNS.iter().chain(T::WIDE).copied().collect();
             let rows: Vec<Vec<String>> = items
                 .iter()
@@ -94,7 +101,7 @@ pub fn render_list<T: Render>(out: Output, items: &[T], next: &str) -> Result<St
                     row
                 })
                 .collect();
-            table_text(&columns, &rows)
+            if out == Output::Csv { csv_text(&columns, &rows) } else { table_text(&columns, &rows) }
         }
         Output::Name => items.iter().map(|item| format!("{}\n", item.name())).collect(),
     };
@@ -112,6 +119,10 @@ pub fn render_deleted(out: Output, kind: &str, id: &str, dry_run: bool) -> Resul
         Output::Json => json_text(&deleted),
         Output::Yaml => yaml_text(&deleted),
         Output::Name => Ok(format!("{id}\n")),
+        Output::Csv => Ok(csv_text(
+            &["kind", "id", "deleted", "dry_run"],
+            &[vec![kind.to_owned(), id.to_owned(), (!dry_run).to_string(), dry_run.to_string()]],
+        )),
         Output::Table | Output::Wide if dry_run => Ok(format!("would delete {kind} {id:?} (dry run)\n")),
         Output::Table | Output::Wide => Ok(format!("deleted {kind} {id:?}\n")),
     }
@@ -164,6 +175,25 @@ pub fn table_text(columns: &[&str], rows: &[Vec<String>]) -> String {
         }
         text.push_str(line.trim_end());
         text.push('\n');
+    }
+    text
+}
+
+/// A header line and one line per row, comma-separated; a cell holding a
+/// comma, quote or line break is quoted with its quotes doubled (RFC 4180).
+pub fn csv_text(columns: &[&str], rows: &[Vec<String>]) -> String {
+    let cell = |text: &str| {
+        if text.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", text.replace('"', "\"\""))
+        } else {
+            text.to_owned()
+        }
+    };
+    let mut text = String::new();
+    let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        text.push_str(&row.iter().map(|c| cell(c)).collect::<Vec<_>>().join(","));
+        text.push_str("\r\n");
     }
     text
 }
@@ -271,6 +301,13 @@ mod tests {
         ];
         let text = table_text(&["ID", "NAME", "NOTE"], &rows);
         assert_eq!(text, "ID      NAME  NOTE\nacc_1   acme  x\nacc_22  b\n");
+    }
+
+    #[test]
+    fn csv_quotes_only_cells_that_need_it() {
+        let rows = vec![vec!["a,b".to_string(), "say \"hi\"".to_string(), "plain".to_string()]];
+        let text = csv_text(&["X", "Y", "Z"], &rows);
+        assert_eq!(text, "X,Y,Z\r\n\"a,b\",\"say \"\"hi\"\"\",plain\r\n");
     }
 
     #[test]

@@ -145,6 +145,91 @@ pub struct Usage {
     pub node_id: String,
 }
 
+/// `usage summary`: sums of usage over `[from, to)`, grouped by `group_by`.
+#[derive(Debug, Serialize)]
+pub struct UsageSummary {
+    /// The range summed (whole hours, Unix seconds).
+    pub from: i64,
+    pub to: i64,
+    /// `hour` or `day`, then any of `account`, `token`, `model`, `channel`.
+    pub group_by: Vec<String>,
+    pub rows: Vec<UsageSummaryRow>,
+    /// The sums of every row.
+    pub totals: UsageCounts,
+}
+
+/// One group of a usage summary: its bucket (0 unless grouped by time) and
+/// dimensions (empty unless grouped by them).
+#[derive(Debug, Serialize)]
+pub struct UsageSummaryRow {
+    pub bucket_start: i64,
+    pub account_id: String,
+    pub token_id: String,
+    pub model: String,
+    pub channel_id: String,
+    #[serde(flatten)]
+    pub counts: UsageCounts,
+}
+
+/// The sums of a usage summary row.
+#[derive(Debug, Default, Serialize)]
+pub struct UsageCounts {
+    /// Requests; a refund counts none.
+    pub requests: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cached_tokens: i64,
+    pub images: i64,
+    pub audio_millis: i64,
+    /// Net of refunds.
+    pub cost_micros: i64,
+    pub cost_usd: String,
+}
+
+/// `doctor`: the calls made for one key, in order, and the conclusion.
+#[derive(Debug, Serialize)]
+pub struct Doctor {
+    /// The address checked, as an SDK's base URL.
+    pub base_url: String,
+    /// Every call answered as it should.
+    pub ok: bool,
+    pub checks: Vec<DoctorCheck>,
+    pub diagnosis: Diagnosis,
+}
+
+/// One call of `doctor`.
+#[derive(Debug, Serialize)]
+pub struct DoctorCheck {
+    /// `GET /v1/models` or `POST /v1/chat/completions`.
+    pub request: String,
+    /// The model a chat was sent to; empty for the list.
+    pub model: String,
+    pub ok: bool,
+    /// The HTTP status; 0 when no answer came.
+    pub status: u16,
+    /// The error message of a failure (or the connection error); what an
+    /// answer held otherwise.
+    pub message: String,
+    pub request_id: String,
+    pub latency_ms: u64,
+}
+
+/// What `doctor` concluded, after SPEC §7.
+#[derive(Debug, Serialize)]
+pub struct Diagnosis {
+    /// `ok`, `configuration` (a 4xx) or `link` (a 5xx, or no answer).
+    pub kind: String,
+    /// Where the failure lies: `none`, `key`, `account`, `group`, `model`,
+    /// `address` or `gateway`.
+    pub scope: String,
+    /// `scope` in words; empty when all is well.
+    pub limited_to: String,
+    pub cause: String,
+    pub remedy: String,
+    /// Whether retrying (with backoff, a bounded number of times) may help.
+    pub retry: bool,
+}
+
 /// A video generation task.
 #[derive(Debug, Serialize)]
 pub struct Video {
@@ -396,6 +481,37 @@ impl From<&pb::VideoTask> for Video {
     }
 }
 
+impl From<&pb::UsageSummaryRow> for UsageSummaryRow {
+    fn from(r: &pb::UsageSummaryRow) -> UsageSummaryRow {
+        UsageSummaryRow {
+            bucket_start: r.bucket_start,
+            account_id: r.account_id.clone(),
+            token_id: r.token_id.clone(),
+            model: r.model.clone(),
+            channel_id: r.channel_id.clone(),
+            counts: UsageCounts::sum(std::iter::once(r)),
+        }
+    }
+}
+
+impl UsageCounts {
+    /// The sums of `rows`.
+    pub fn sum<'a>(rows: impl IntoIterator<Item = &'a pb::UsageSummaryRow>) -> UsageCounts {
+        let mut sums = UsageCounts::default();
+        for r in rows {
+            sums.requests += r.requests;
+            sums.prompt_tokens += r.prompt_tokens;
+            sums.completion_tokens += r.completion_tokens;
+            sums.cached_tokens += r.cached_tokens;
+            sums.images += r.images;
+            sums.audio_millis += r.audio_millis;
+            sums.cost_micros += r.cost_micros;
+        }
+        sums.cost_usd = usd(sums.cost_micros);
+        sums
+    }
+}
+
 fn rate_limit(limit: Option<&pb::RateLimit>) -> Option<RateLimit> {
     limit
         .filter(|l| l.window_minutes > 0)
@@ -553,6 +669,65 @@ mod tests {
         let text = json_text(&list).unwrap();
         assert!(text.contains("\"cost_usd\": \"0.000003\"") && !text.contains("e-"), "{text}");
         golden("usage-list", &list);
+    }
+
+    #[test]
+    fn usage_summary_json_is_pinned() {
+        let rows = [
+            pb::UsageSummaryRow {
+                bucket_start: 1_798_761_600,
+                model: "gpt-4o".into(),
+                requests: 3,
+                prompt_tokens: 30,
+                completion_tokens: 12,
+                cached_tokens: 10,
+                cost_micros: 1_500,
+                ..Default::default()
+            },
+            pb::UsageSummaryRow {
+                bucket_start: 1_798_848_000,
+                model: "sora-2".into(),
+                requests: 1,
+                audio_millis: 0,
+                images: 2,
+                cost_micros: -3,
+                ..Default::default()
+            },
+        ];
+        let summary = UsageSummary {
+            from: 1_798_761_600,
+            to: 1_798_934_400,
+            group_by: vec!["day".into(), "model".into()],
+            rows: rows.iter().map(Into::into).collect(),
+            totals: UsageCounts::sum(&rows),
+        };
+        golden("usage-summary", &summary);
+    }
+
+    #[test]
+    fn doctor_json_is_pinned() {
+        let report = Doctor {
+            base_url: "http://127.0.0.1:8080/v1".into(),
+            ok: false,
+            checks: vec![DoctorCheck {
+                request: "GET /v1/models".into(),
+                model: String::new(),
+                ok: false,
+                status: 401,
+                message: "无效的令牌 (request id: req_1)".into(),
+                request_id: "req_1".into(),
+                latency_ms: 3,
+            }],
+            diagnosis: Diagnosis {
+                kind: "configuration".into(),
+                scope: "key".into(),
+                limited_to: "the key itself".into(),
+                cause: "the key is refused".into(),
+                remedy: "Send `Authorization: Bearer <API_KEY>` with the complete token".into(),
+                retry: false,
+            },
+        };
+        golden("doctor", &report);
     }
 
     #[test]

@@ -243,6 +243,13 @@ fn render_created(out: Output, created: &pb::CreatedToken) -> Result<String> {
             eprintln!("warning: -o name prints the token id only; its key is not shown again");
             Ok(format!("{}\n", token.id))
         }
+        Output::Csv => {
+            let mut fields = token.fields();
+            fields.push(("key", created.key.clone()));
+            eprintln!("warning: copy the key now; it is not shown again");
+            let (labels, values): (Vec<&str>, Vec<String>) = fields.into_iter().unzip();
+            Ok(output::csv_text(&labels, &[values]))
+        }
         Output::Table | Output::Wide => {
             let mut fields = token.fields();
             fields.push(("key", created.key.clone()));

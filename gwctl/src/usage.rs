@@ -25,6 +25,13 @@ pub enum Command {
         gwctl usage list --token ci --limit 50 --continue 49:req_7f3k2"
     )]
     List(ListArgs),
+    /// Sum usage by hour or day and account, token, model or channel, from
+    /// the rollups (kept longer than the records).
+    #[command(after_help = "Examples:\n  \
+        gwctl usage summary --by day,model --from 7d\n  \
+        gwctl usage summary --by hour --from 2027-01-01 --to 2027-01-02 --account acme -o csv\n  \
+        gwctl usage summary --by account --from 30d -o json")]
+    Summary(crate::summary::SummaryArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -91,6 +98,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             let (items, next) = gather(admin, &mut request, args.limit).await?;
             output::render_list(out, &items, &next)
         }
+        Command::Summary(args) => crate::summary::run(args, admin, out).await,
     }
 }
 

@@ -179,7 +179,8 @@ pub struct ControlPlane {
 pub struct DataPlane {
     /// Its client-facing address; kept across restarts.
     pub addr: SocketAddr,
-    /// Its admin listener (`/metrics`): in-process data planes only.
+    /// Its admin listener (`/metrics`, `/healthz`) on 127.0.0.1; a process
+    /// keeps its port across restarts.
     pub admin_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub node_id: String,
@@ -458,6 +459,8 @@ impl Cluster {
                     .arg("--node-id")
                     .arg(&dp.node_id)
                     .env("GW_NODE_KEY", &self.node_key);
+                let admin = *dp.admin_addr.get_or_insert_with(|| SocketAddr::from(([127, 0, 0, 1], free_port())));
+                command.arg("--admin-listen").arg(admin.to_string());
                 if let Some(micros) = dp.offline_allowance {
                     command.arg("--offline-allowance").arg(format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000));
                 }

@@ -254,12 +254,23 @@ async fn data_planes_serve_without_the_control_plane_and_usage_lands_once() {
     assert_eq!(chat(&f, 0, &f.key, false).await.0, 200);
     wait_for_charges(&f, 1).await;
 
+    let mut answered = Vec::new();
+    for i in 0..2 {
+        answered.push(chat_answers_counted(&f, i).await);
+    }
     f.cluster.stop_control_plane().await;
     for i in 0..2 {
         for stream in [false, true] {
             let (status, _, body) = chat(&f, i, &f.key, stream).await;
             assert_eq!(status, 200, "data plane {i} stopped serving without the control plane: {body}");
         }
+    }
+    // Each data plane process counted exactly its two answers on /metrics.
+    for (i, before) in answered.into_iter().enumerate() {
+        eventually("each data plane's /metrics to count its two answers", Duration::from_secs(10), || async {
+            (chat_answers_counted(&f, i).await == before + 2).then_some(())
+        })
+        .await;
     }
     f.cluster.start_control_plane().await.expect("restart control plane");
 
@@ -289,6 +300,22 @@ async fn restarted_data_plane_serves_from_its_disk_snapshot() {
 
     f.cluster.start_control_plane().await.expect("restart control plane");
     wait_for_charges(&f, 1).await;
+}
+
+/// The `gw_requests_total` of chat answered 200 that data plane `i` shows
+/// on its admin listener's `/metrics`.
+async fn chat_answers_counted(f: &Fixture, i: usize) -> u64 {
+    let admin = f.cluster.data_planes[i].admin_addr.expect("the data plane's admin listener");
+    let text = f.cluster.http().get(format!("http://{admin}/metrics")).send().await.expect("/metrics").text().await;
+    let text = text.expect("/metrics body");
+    text.lines()
+        .filter(|line| {
+            line.starts_with("gw_requests_total{")
+                && line.contains(r#"http_response_status_code="200""#)
+                && line.contains(r#"http_route="/v1/chat/completions""#)
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Asserts an OpenAI-shaped error with an exact message (plus the request-id

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gw_control_plane::domain::{DISABLED, Kind, Resource};
-use gw_control_plane::store::{EmbeddedStore, Patch, RedisStore, Store, conformance};
+use gw_control_plane::store::{EmbeddedStore, Patch, RedisStore, Store, conformance, rollup};
 use gw_tests::{harness::try_eventually, redis::RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,6 +22,23 @@ async fn embedded_store_passes_the_conformance_suite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = EmbeddedStore::open(&dir.path().join("store.redb")).expect("open");
     conformance::run(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_keeps_usage_as_long_as_its_retention_says() {
+    let server = RedisServer::start().await.expect("start redis-server");
+    let store =
+        RedisStore::connect(&server.url()).await.expect("connect").with_retention(rollup::conformance::RETENTION);
+    rollup::conformance::run_retention(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_store_keeps_usage_as_long_as_its_retention_says() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = EmbeddedStore::open(&dir.path().join("store.redb"))
+        .expect("open")
+        .with_retention(rollup::conformance::RETENTION);
+    rollup::conformance::run_retention(Arc::new(store)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

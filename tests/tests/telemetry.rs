@@ -220,6 +220,7 @@ async fn a_streamed_chat_span_lasts_to_the_end_of_the_stream_and_carries_its_usa
     assert_eq!(server.parent_span_id, caller_span);
     assert_answered(&gw, &server, &spans, &channel);
     assert_eq!(server.attributes["gw.stream"], true);
+    assert_eq!(server.attributes["gen_ai.response.finish_reasons"], json!(["stop"]), "read from the stream");
     assert!(reply.header("x-gateway-cost-usd").is_none(), "a stream's cost is not known at its headers");
     let attempts = attempts(&server, &spans);
     assert_eq!(attempts.len(), 1, "{spans:#?}");

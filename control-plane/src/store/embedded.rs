@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use tokio::sync::watch;
 
+use super::rollup::Retention;
 use super::{
     Modified, Patch, Result, Store, StoreError, USAGE_SCAN, unique_name, usage_matches, usage_older_than_wanted,
 };
@@ -18,6 +19,7 @@ use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome,
 mod fleet;
 mod ledger;
 mod lineage;
+mod rollup;
 mod video;
 
 /// Resource-wide bookkeeping: the revision, the feed's length and floor, the
@@ -45,8 +47,6 @@ const USAGE_SEQ: &str = "usage_seq";
 
 /// Changes kept in the feed; older ones are trimmed a revision at a time.
 const FEED_RETAIN: u64 = 100_000;
-/// Usage records kept in the log.
-const USAGE_RETAIN: u64 = 1_000_000;
 /// Expired request ids forgotten per usage transaction, to bound its cost.
 const APPLIED_PRUNE_BATCH: usize = 1_000;
 /// Stale permit windows forgotten per `take_permits`, to bound its cost.
@@ -58,6 +58,7 @@ const PERMITS_PRUNE_BATCH: usize = 100;
 pub struct EmbeddedStore {
     db: Arc<Database>,
     revision: Arc<watch::Sender<u64>>,
+    retention: Retention,
 }
 
 // === impl EmbeddedStore ===
@@ -88,6 +89,7 @@ impl EmbeddedStore {
         txn.open_table(USAGE).map_err(db_err)?;
         txn.open_table(APPLIED).map_err(db_err)?;
         txn.open_table(APPLIED_EXPIRY).map_err(db_err)?;
+        txn.open_table(rollup::ROLLUPS).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
 
         let revision = {
@@ -95,7 +97,13 @@ impl EmbeddedStore {
             let meta = txn.open_table(META).map_err(db_err)?;
             meta_get(&meta, REVISION)?
         };
-        Ok(Self { db: Arc::new(db), revision: Arc::new(watch::channel(revision).0) })
+        Ok(Self { db: Arc::new(db), revision: Arc::new(watch::channel(revision).0), retention: Retention::default() })
+    }
+
+    /// The store with `retention` instead of the default.
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
     }
 
     /// Runs `f` in one write transaction on the blocking pool. When `f` names
@@ -288,9 +296,10 @@ impl Store for EmbeddedStore {
     async fn apply_usage(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
         let records = records.to_vec();
         let now = u64::try_from(now_unix()).unwrap_or(0);
+        let retention = self.retention;
         let (outcome, _) = self
             .write(move |txn| {
-                let mut ledger = ledger::Ledger::open(txn, now)?;
+                let mut ledger = ledger::Ledger::open(txn, now, &retention)?;
                 let mut outcome = UsageOutcome::default();
                 for record in &records {
                     if ledger.apply(record)? {

@@ -20,6 +20,7 @@ pub mod embedded;
 pub mod fleet;
 pub mod lineage;
 pub mod redis;
+pub mod rollup;
 pub mod video;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub use self::embedded::EmbeddedStore;
 pub use self::fleet::FleetStore;
 pub use self::lineage::{Lineage, LineageStore, Persistence};
 pub use self::redis::RedisStore;
+pub use self::rollup::{Retention, RollupStore};
 pub use self::video::{VideoFilter, VideoStore, VideoWrite};
 
 /// How long a usage record may be applied after it was made (by its
@@ -92,7 +94,7 @@ pub struct Modified {
 
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
-pub trait Store: VideoStore + BudgetStore + LineageStore + FleetStore + Send + Sync + 'static {
+pub trait Store: VideoStore + BudgetStore + LineageStore + FleetStore + RollupStore + Send + Sync + 'static {
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;
 
@@ -226,11 +228,12 @@ pub async fn switch_channel_status(store: &dyn Store, id: &str, from: &'static s
 }
 
 /// Opens the store named by `url`: `redis://…` (or `rediss://…`) for Redis,
-/// anything else (or empty) is the embedded store in `data_dir`.
-pub async fn open(url: &str, data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn Store>> {
+/// anything else (or empty) is the embedded store in `data_dir`; either
+/// keeps usage as `retention` says.
+pub async fn open(url: &str, data_dir: &std::path::Path, retention: Retention) -> anyhow::Result<Arc<dyn Store>> {
     use anyhow::Context as _;
     if url.starts_with("redis://") || url.starts_with("rediss://") {
-        let store = RedisStore::connect(url).await.context("connecting to redis")?;
+        let store = RedisStore::connect(url).await.context("connecting to redis")?.with_retention(retention);
         Ok(Arc::new(store))
     } else {
         let path = if url.is_empty() || url == "embedded" {
@@ -239,6 +242,6 @@ pub async fn open(url: &str, data_dir: &std::path::Path) -> anyhow::Result<Arc<d
             std::path::PathBuf::from(url.strip_prefix("file://").unwrap_or(url))
         };
         let store = EmbeddedStore::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        Ok(Arc::new(store))
+        Ok(Arc::new(store.with_retention(retention)))
     }
 }

@@ -5,7 +5,8 @@
 //! (`gw:balance`, `gw:account_used`, `gw:token_used`) so that a `modify`
 //! never clobbers a concurrent charge; `gw:rev`, the revision; `gw:changes`,
 //! a stream with entry ids `<rev>-<n>` and fields `kind`, `id`; `gw:usage`, a
-//! list of JSON records, newest first; `gw:applied:<request_id>`, the
+//! list of JSON records, newest first; `gw:rollup:*`, usage rollups (see
+//! `rollup`); `gw:applied:<request_id>`, the
 //! idempotency markers; `gw:hold:<budget>`, spending leases (see `ledger`);
 //! `gw:permits:<key>:<window_start>`, rate-limit permits granted in one
 //! window; `gw:names:<kind>`, name → id of the kinds whose names are unique,
@@ -26,6 +27,7 @@ use redis::{AsyncCommands, AsyncConnectionConfig, Client, ErrorKind, RedisError,
 use tokio::sync::watch;
 
 use super::embedded::{check_same_id, parse_resource, resource_json};
+use super::rollup::Retention;
 use super::{
     Modified, Patch, Result, Store, StoreError, USAGE_SCAN, names_are_unique, unique_name, usage_matches,
     usage_older_than_wanted,
@@ -35,6 +37,7 @@ use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome,
 mod fleet;
 mod ledger;
 mod lineage;
+mod rollup;
 mod video;
 
 const REV: &str = "gw:rev";
@@ -172,6 +175,7 @@ pub struct RedisStore {
     conn: ConnectionManager,
     scripts: Scripts,
     revision: Arc<watch::Sender<u64>>,
+    retention: Retention,
     _follower: AbortOnDrop,
 }
 
@@ -221,9 +225,16 @@ impl RedisStore {
             take_permits: Script::new(TAKE_PERMITS),
             index_names: Script::new(INDEX_NAMES),
         };
-        let store = Self { conn, scripts, revision, _follower: AbortOnDrop(follower) };
+        let retention = Retention::default();
+        let store = Self { conn, scripts, revision, retention, _follower: AbortOnDrop(follower) };
         store.index_names().await?;
         Ok(store)
+    }
+
+    /// The store with `retention` instead of the default.
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
     }
 
     /// Builds the name index of each kind with unique names, once per

@@ -333,6 +333,12 @@ impl Meter {
         Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }
     }
 
+    /// Notes the finish reasons one streamed event's `data` (as the upstream
+    /// sent it) states, for the request's span.
+    pub fn read_event(&mut self, data: &[u8]) {
+        crate::telemetry::read_stream_event(data, &mut self.answer);
+    }
+
     /// Notes what a whole (not streamed) answer `body` says of itself: its
     /// model and finish reasons, for its span. Reads it only while tracing.
     pub fn answered(&mut self, body: &[u8]) {

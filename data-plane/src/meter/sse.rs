@@ -97,6 +97,7 @@ impl EventRelay for SseFilter {
         if data.is_empty() {
             return raw;
         }
+        meter.read_event(data);
         if self.typed_events {
             if let Some(usage) = answer::event_usage(data) {
                 self.usage_seen = true;

@@ -26,7 +26,7 @@ pub struct Gateway {
     pub account: String,
     pub token: String,
     pub key: String,
-    _redis: RedisServer,
+    _redis: Option<RedisServer>,
 }
 
 /// One answer of the data plane.
@@ -44,6 +44,17 @@ impl Gateway {
     pub async fn start(data_planes: usize) -> Gateway {
         let redis = RedisServer::start().await.expect("redis-server");
         let cluster = Cluster::start(&redis.url(), data_planes).await.expect("cluster");
+        Gateway::customer(cluster, Some(redis)).await
+    }
+
+    /// `start`, with the control plane on its embedded store.
+    pub async fn start_embedded(data_planes: usize) -> Gateway {
+        let cluster = Cluster::start("", data_planes).await.expect("cluster");
+        Gateway::customer(cluster, None).await
+    }
+
+    /// Creates the model, the `vip` group, the account and the token.
+    async fn customer(cluster: Cluster, redis: Option<RedisServer>) -> Gateway {
         let mut admin = cluster.admin();
         let model = pb::Model {
             id: MODEL.into(),

@@ -1,15 +1,19 @@
 //! Usage records and spending leases in the embedded store. `holds` maps
 //! `(budget, holder)` to `(amount, expires_at)`; every lease, release,
 //! charge and usage batch is one redb write transaction, so checking what is
-//! available and taking it are one step. None of them bumps the revision.
+//! available and taking it are one step, and a record's rollups (see
+//! `rollup`) are bumped in the transaction that applies it. None of them
+//! bumps the revision.
 
 use async_trait::async_trait;
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
-use super::{APPLIED, APPLIED_EXPIRY, EmbeddedStore, META, USAGE, USAGE_RETAIN, USAGE_SEQ};
+use super::rollup::ROLLUPS;
+use super::{APPLIED, APPLIED_EXPIRY, EmbeddedStore, META, USAGE, USAGE_SEQ};
 use super::{charge, db_err, encode, meta_get, parse_resource, prune_applied, resources};
 use crate::domain::{Kind, Resource, UsageRecord};
 use crate::store::budget::{self, Budget, BudgetStore, Charged, Lease, LeaseAsk};
+use crate::store::rollup::{Counts, Dims, Period, Retention};
 use crate::store::{APPLIED_TTL_SECS, Result};
 
 /// `(budget, holder)` → `(amount, expires_at)`.
@@ -26,8 +30,11 @@ pub(super) struct Ledger<'t> {
     log: Table<'t, u64, &'static [u8]>,
     meta: Table<'t, &'static str, u64>,
     holds: Table<'t, (&'static str, &'static str), (i64, i64)>,
+    rollups: Table<'t, (u8, i64, &'static str), [i64; 7]>,
     seq: u64,
     now: u64,
+    /// Records the log keeps at most; 0 for no cap.
+    cap: u64,
 }
 
 /// What is left of a budget and what its leases hold.
@@ -44,7 +51,7 @@ struct Standing {
 
 impl<'t> Ledger<'t> {
     /// Opens the ledger's tables in `txn` and forgets expired request ids.
-    pub(super) fn open(txn: &'t WriteTransaction, now: u64) -> Result<Ledger<'t>> {
+    pub(super) fn open(txn: &'t WriteTransaction, now: u64, retention: &Retention) -> Result<Ledger<'t>> {
         prune_applied(txn, now)?;
         let meta = txn.open_table(META).map_err(db_err)?;
         let seq = meta_get(&meta, USAGE_SEQ)?;
@@ -56,8 +63,10 @@ impl<'t> Ledger<'t> {
             log: txn.open_table(USAGE).map_err(db_err)?,
             meta,
             holds: txn.open_table(HOLDS).map_err(db_err)?,
+            rollups: txn.open_table(ROLLUPS).map_err(db_err)?,
             seq,
             now,
+            cap: retention.usage_max_records,
         })
     }
 
@@ -93,17 +102,25 @@ impl<'t> Ledger<'t> {
         }
         self.seq += 1;
         self.log.insert(self.seq, encode(record)?.as_slice()).map_err(db_err)?;
+        let (dims, counts) = (Dims::of(record).encode(), Counts::of(record));
+        for period in Period::ALL {
+            let key = (period.code(), period.bucket(record.created_at), dims.as_str());
+            let mut sum =
+                Counts::from_array(self.rollups.get(key).map_err(db_err)?.map(|v| v.value()).unwrap_or_default());
+            sum.add(&counts);
+            self.rollups.insert(key, sum.to_array()).map_err(db_err)?;
+        }
         Ok(true)
     }
 
-    /// Writes the sequence number and trims the log to `USAGE_RETAIN`.
+    /// Writes the sequence number and trims the log to the count cap.
     pub(super) fn close(mut self) -> Result<()> {
         self.meta.insert(USAGE_SEQ, self.seq).map_err(db_err)?;
         // Sequence numbers are dense, so the log holds first..=seq.
         loop {
             let first = self.log.first().map_err(db_err)?.map(|(k, _)| k.value());
             match first {
-                Some(first) if self.seq - first >= USAGE_RETAIN => {
+                Some(first) if self.cap > 0 && self.seq - first >= self.cap => {
                     self.log.remove(first).map_err(db_err)?;
                 }
                 _ => return Ok(()),
@@ -164,9 +181,10 @@ impl BudgetStore for EmbeddedStore {
     async fn lease(&self, ask: &LeaseAsk) -> Result<Lease> {
         let ask = ask.clone();
         let now = u64::try_from(ask.now).unwrap_or(0);
+        let retention = self.retention;
         let (lease, _) = self
             .write(move |txn| {
-                let mut ledger = Ledger::open(txn, now)?;
+                let mut ledger = Ledger::open(txn, now, &retention)?;
                 let standing = ledger.standing(&ask.budget, &ask.holder, ask.now)?;
                 let mut lease = Lease {
                     remaining: standing.remaining,
@@ -211,9 +229,10 @@ impl BudgetStore for EmbeddedStore {
 
     async fn charge(&self, record: &UsageRecord, now: i64) -> Result<Charged> {
         let record = record.clone();
+        let retention = self.retention;
         let (charged, _) = self
             .write(move |txn| {
-                let mut ledger = Ledger::open(txn, u64::try_from(now).unwrap_or(0))?;
+                let mut ledger = Ledger::open(txn, u64::try_from(now).unwrap_or(0), &retention)?;
                 if ledger.seen(&record.request_id)? {
                     return Ok((Charged::Duplicate, vec![]));
                 }

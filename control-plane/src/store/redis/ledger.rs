@@ -1,24 +1,25 @@
 //! Usage records and spending leases on Redis.
 //!
-//! Layout: `gw:usage`, a list of JSON records, newest first;
+//! Layout: `gw:usage`, a list of JSON records, newest applied first;
 //! `gw:applied:<request_id>`, the idempotency markers; `gw:hold:<budget>`,
-//! a hash holder → `amount:expires_at` of the leases of one budget. Applying
-//! records, leasing, releasing and charging are each one Lua script, so
-//! checking what is available and taking it are one step. None of them
-//! bumps the revision: spending is not policy.
+//! a hash holder → `amount:expires_at` of the leases of one budget;
+//! `gw:rollup:<hour|day>:<bucket start>`, one hash per rollup bucket (see
+//! `rollup`). Applying records, leasing, releasing and charging are each one
+//! Lua script, so checking what is available and taking it are one step, and
+//! a record, its counters and its rollups are written together or not at
+//! all. None of them bumps the revision: spending is not policy.
 
 use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use redis::Script;
 
+use super::rollup::bucket_key;
 use super::{ACCOUNT_USED, BALANCE, RedisStore, TOKEN_USED, USAGE, kind_key, malformed};
 use crate::domain::{Kind, UsageOutcome, UsageRecord};
 use crate::store::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
+use crate::store::rollup::{Counts, Dims, Period};
 use crate::store::{APPLIED_TTL_SECS, Result, StoreError};
-
-/// Usage records kept in `gw:usage`.
-const USAGE_RETAIN: u64 = 1_000_000;
 /// Records per usage script, so one call never holds Redis for long.
 const USAGE_BATCH: usize = 500;
 /// How long a hold hash outlives its newest lease.
@@ -63,38 +64,64 @@ local function standing(kind, id)
   end
   return true, false, tonumber(redis.call('HGET', KEYS[3], id) or '0')
 end
--- Applies one record unless its request id was seen; whether it was applied.
-local function apply(applied_key, ttl, account, token, cost, debit, node, record, token_hold, account_hold)
-  if not redis.call('SET', applied_key, '1', 'NX', 'EX', ttl) then return false end
+-- Applies the record whose keys start at KEYS[k] (`gw:applied:<id>`, the
+-- token's and the account's hold hash, its hour and day rollup hashes) and
+-- whose arguments start at ARGV[a] (account, token, cost, -cost, node, JSON,
+-- rollup field prefix, the seven rollup counters, the hour and day hashes'
+-- expiry), unless its request id was seen; whether it was applied. ARGV[1]
+-- is the marker's TTL. Rollup counts are summed per hash field in
+-- `pending` and written by `flush`, once per field for the whole batch.
+local COUNTERS = {'req', 'in', 'out', 'cached', 'img', 'audio', 'cost'}
+local pending, expiries = {}, {}
+local function flush()
+  for key, fields in pairs(pending) do
+    for field, n in pairs(fields) do redis.call('HINCRBY', key, field, string.format('%d', n)) end
+  end
+  for key, at in pairs(expiries) do redis.call('EXPIREAT', key, at) end
+end
+local function apply(k, a)
+  if not redis.call('SET', KEYS[k], '1', 'NX', 'EX', ARGV[1]) then return false end
+  local account, token, cost = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   if redis.call('HEXISTS', KEYS[1], account) == 1 then
-    redis.call('HINCRBY', KEYS[3], account, debit)
+    redis.call('HINCRBY', KEYS[3], account, ARGV[a + 3])
     redis.call('HINCRBY', KEYS[4], account, cost)
   end
   if redis.call('HEXISTS', KEYS[2], token) == 1 then
     redis.call('HINCRBY', KEYS[5], token, cost)
   end
-  take_hold(token_hold, node, tonumber(cost))
-  take_hold(account_hold, node, tonumber(cost))
-  redis.call('LPUSH', KEYS[6], record)
+  take_hold(KEYS[k + 1], ARGV[a + 4], tonumber(cost))
+  take_hold(KEYS[k + 2], ARGV[a + 4], tonumber(cost))
+  redis.call('LPUSH', KEYS[6], ARGV[a + 5])
+  for p = 0, 1 do
+    local bucket = KEYS[k + 3 + p]
+    local fields = pending[bucket]
+    if not fields then fields = {}; pending[bucket] = fields end
+    for j, name in ipairs(COUNTERS) do
+      local n = tonumber(ARGV[a + 6 + j])
+      if n ~= 0 then
+        local field = ARGV[a + 6] .. '#' .. name
+        fields[field] = (fields[field] or 0) + n
+      end
+    end
+    expiries[bucket] = ARGV[a + 14 + p]
+  end
   return true
 end
 ";
 
-/// Keys 7… three per record: `gw:applied:<id>`, the token's and the
-/// account's hold hash. Args: 1 TTL, 2 last usage index kept, then per
-/// record: account, token, cost, -cost, node, JSON. Returns `{applied,
-/// duplicates}`.
+/// Keys 7… `RECORD_KEYS` per record, args 3… `RECORD_ARGS` per record (see
+/// `apply`). Args: 1 TTL, 2 last usage index kept (-1: all). Returns
+/// `{applied, duplicates}`.
 const APPLY_USAGE: &str = r"
 local applied, duplicates = 0, 0
-for i = 7, #KEYS, 3 do
-  local a = 3 + (i - 7) / 3 * 6
-  if apply(KEYS[i], ARGV[1], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
-           KEYS[i + 1], KEYS[i + 2]) then
+for i = 7, #KEYS, 5 do
+  if apply(i, 3 + (i - 7) / 5 * 16) then
     applied = applied + 1
   else
     duplicates = duplicates + 1
   end
 end
+flush()
 if applied > 0 then redis.call('LTRIM', KEYS[6], 0, ARGV[2]) end
 return {applied, duplicates}
 ";
@@ -127,26 +154,26 @@ take_hold(KEYS[7], ARGV[1], tonumber(ARGV[2]))
 return 1
 ";
 
-/// Keys 7 `gw:applied:<id>`, 8 the token's hold hash, 9 the account's.
-/// Args: 1 TTL, 2 last usage index kept, 3 account, 4 token, 5 cost,
-/// 6 -cost, 7 node, 8 JSON, 9 now. Returns `{0}` applied, `{1}` duplicate,
+/// Keys 7… one record's (see `apply`). Args: 1 TTL, 2 last usage index
+/// kept, 3 now, 4… the record's. Returns `{0}` applied, `{1}` duplicate,
 /// `{2}` token quota short, `{3, balance}` balance short.
 const CHARGE: &str = r"
 if redis.call('EXISTS', KEYS[7]) == 1 then return {1} end
-local now, cost = tonumber(ARGV[9]), tonumber(ARGV[5])
-local found, unlimited, remaining = standing('token', ARGV[4])
+local now, cost = tonumber(ARGV[3]), tonumber(ARGV[6])
+local found, unlimited, remaining = standing('token', ARGV[5])
 if not found then return {2} end
 if not unlimited then
   local others = holds(KEYS[8], '', now)
   if remaining - others < cost then return {2} end
 end
-found, unlimited, remaining = standing('account', ARGV[3])
+found, unlimited, remaining = standing('account', ARGV[4])
 if not found then return {3, 0} end
 if not unlimited then
   local others = holds(KEYS[9], '', now)
   if remaining - others < cost then return {3, remaining} end
 end
-apply(KEYS[7], ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], KEYS[8], KEYS[9])
+apply(7, 4)
+flush()
 redis.call('LTRIM', KEYS[6], 0, ARGV[2])
 return {0}
 ";
@@ -169,20 +196,43 @@ fn invocation(script: &Script) -> redis::ScriptInvocation<'_> {
 // === impl RedisStore ===
 
 impl RedisStore {
+    /// The last index of `gw:usage` the count cap keeps; -1 keeps all.
+    fn last_usage_index(&self) -> i64 {
+        match self.retention.usage_max_records {
+            0 => -1,
+            cap => i64::try_from(cap).unwrap_or(i64::MAX).saturating_sub(1),
+        }
+    }
+
+    /// Adds one record's keys and arguments (the layout `apply` reads).
+    fn record_call(&self, call: &mut redis::ScriptInvocation<'_>, record: &UsageRecord) -> Result<()> {
+        let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
+        call.key(format!("gw:applied:{}", record.request_id));
+        call.key(hold_key(&Budget::Token(record.token_id.clone())));
+        call.key(hold_key(&Budget::Account(record.account_id.clone())));
+        for period in Period::ALL {
+            call.key(bucket_key(period, period.bucket(record.created_at)));
+        }
+        call.arg(&record.account_id).arg(&record.token_id);
+        call.arg(record.cost_micros).arg(record.cost_micros.saturating_neg());
+        call.arg(&record.node_id).arg(json).arg(Dims::of(record).encode());
+        for count in Counts::of(record).to_array() {
+            call.arg(count);
+        }
+        for period in Period::ALL {
+            call.arg(self.retention.rollup_expires_at(period, period.bucket(record.created_at)));
+        }
+        Ok(())
+    }
+
     /// `Store::apply_usage` on Redis, in batches of `USAGE_BATCH`.
     pub(super) async fn apply_usage_records(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
         let mut outcome = UsageOutcome::default();
         for batch in records.chunks(USAGE_BATCH) {
             let mut call = invocation(&SCRIPTS[0]);
-            call.arg(APPLIED_TTL_SECS).arg(USAGE_RETAIN - 1);
+            call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index());
             for record in batch {
-                let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
-                call.key(format!("gw:applied:{}", record.request_id));
-                call.key(hold_key(&Budget::Token(record.token_id.clone())));
-                call.key(hold_key(&Budget::Account(record.account_id.clone())));
-                call.arg(&record.account_id).arg(&record.token_id);
-                call.arg(record.cost_micros).arg(record.cost_micros.saturating_neg());
-                call.arg(&record.node_id).arg(json);
+                self.record_call(&mut call, record)?;
             }
             let (applied, duplicates): (u32, u32) =
                 call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
@@ -217,13 +267,9 @@ impl BudgetStore for RedisStore {
     }
 
     async fn charge(&self, record: &UsageRecord, now: i64) -> Result<Charged> {
-        let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
         let mut call = invocation(&SCRIPTS[3]);
-        call.key(format!("gw:applied:{}", record.request_id));
-        call.key(hold_key(&Budget::Token(record.token_id.clone())));
-        call.key(hold_key(&Budget::Account(record.account_id.clone())));
-        call.arg(APPLIED_TTL_SECS).arg(USAGE_RETAIN - 1).arg(&record.account_id).arg(&record.token_id);
-        call.arg(record.cost_micros).arg(record.cost_micros.saturating_neg()).arg(&record.node_id).arg(json).arg(now);
+        call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index()).arg(now);
+        self.record_call(&mut call, record)?;
         let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(match reply.as_slice() {
             [0] => Charged::Applied,

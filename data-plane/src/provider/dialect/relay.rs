@@ -55,6 +55,7 @@ impl EventRelay for PassMessages {
     fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
         self.usage.observe_data(data);
         if let Some(meter) = meter {
+            meter.read_event(data);
             if let Some(text) = messages_event_text(data) {
                 meter.add_text(&text);
             }
@@ -103,6 +104,10 @@ impl EventRelay for ChatAsMessages {
         if data.is_empty() {
             return Bytes::new();
         }
+        let mut meter = meter;
+        if let Some(meter) = meter.as_deref_mut() {
+            meter.read_event(data);
+        }
         let events = self.translator.push(data);
         self.translated(events, meter)
     }
@@ -133,6 +138,7 @@ impl EventRelay for MessagesAsChat {
             return Bytes::new();
         }
         if let Some(meter) = meter {
+            meter.read_event(data);
             if let Some(text) = messages_event_text(data) {
                 meter.add_text(&text);
             }

@@ -1,0 +1,96 @@
+//! Usage rollups and retention on Redis.
+//!
+//! Layout: one hash per period and bucket, `gw:rollup:hour:<start>` and
+//! `gw:rollup:day:<start>` (`<start>` the bucket's first Unix second, UTC),
+//! whose fields are `<dims>#<counter>`: `<dims>` the JSON array `[account,
+//! token, model, channel, group]`, `<counter>` one of `req`, `in`, `out`,
+//! `cached`, `img`, `audio`, `cost` (micro-USD), each an integer. The ledger's
+//! scripts bump them with `HINCRBY` in the step that applies the record, and
+//! set the hash to expire (`EXPIREAT`) `rollup_days` after its bucket ends,
+//! so Redis drops old buckets itself. A bucket holds at most seven fields per
+//! token × model × channel that had usage in it; keys grow by 24 + 1 a day
+//! and live `rollup_days`.
+//!
+//! Raw records (`gw:usage`, newest applied first) are trimmed from the tail
+//! by `prune` while the oldest is past `usage_days`, and to
+//! `usage_max_records` by every usage script.
+
+use async_trait::async_trait;
+use redis::Script;
+
+use super::{RedisStore, USAGE};
+use crate::store::rollup::{Counts, Dims, Period, Pruned, RollupStore, Row};
+use crate::store::{Result, StoreError};
+
+/// Bucket hashes read per pipeline.
+const READ_BATCH: usize = 256;
+/// Records one `prune` removes at most.
+const PRUNE_BATCH: u64 = 10_000;
+
+/// Key 1 `gw:usage`. Args: 1 cutoff (Unix second), 2 most to remove.
+/// Pops the oldest applied record while it was made before the cutoff.
+const PRUNE: &str = r"
+local cutoff, most, removed = tonumber(ARGV[1]), tonumber(ARGV[2]), 0
+while removed < most do
+  local tail = redis.call('LINDEX', KEYS[1], -1)
+  if not tail then break end
+  local ok, record = pcall(cjson.decode, tail)
+  if not ok or type(record.created_at) ~= 'number' or record.created_at >= cutoff then break end
+  redis.call('RPOP', KEYS[1])
+  removed = removed + 1
+end
+return removed
+";
+
+/// The hash of the rollup bucket of `period` starting at `start`.
+pub(super) fn bucket_key(period: Period, start: i64) -> String {
+    format!("gw:rollup:{}:{start}", period.as_str())
+}
+
+#[async_trait]
+impl RollupStore for RedisStore {
+    async fn rollups(&self, period: Period, from: i64, to: i64) -> Result<Vec<Row>> {
+        let starts: Vec<i64> = (period.bucket(from)..to).step_by(period.secs().unsigned_abs() as usize).collect();
+        let mut rows = Vec::new();
+        let mut conn = self.conn.clone();
+        for chunk in starts.chunks(READ_BATCH) {
+            let mut pipe = redis::pipe();
+            for start in chunk {
+                pipe.hgetall(bucket_key(period, *start));
+            }
+            let hashes: Vec<Vec<(String, i64)>> = pipe.query_async(&mut conn).await.map_err(StoreError::Redis)?;
+            for (start, fields) in chunk.iter().zip(hashes) {
+                if *start >= from {
+                    rows.extend(bucket_rows(*start, fields));
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    async fn prune(&self, now: i64) -> Result<Pruned> {
+        let removed: u64 = Script::new(PRUNE)
+            .key(USAGE)
+            .arg(self.retention.usage_cutoff(now))
+            .arg(PRUNE_BATCH)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)?;
+        Ok(Pruned { records: removed, rollup_rows: 0 })
+    }
+}
+
+/// The rows of one bucket hash; fields that do not parse are skipped.
+fn bucket_rows(start: i64, fields: Vec<(String, i64)>) -> Vec<Row> {
+    let mut rows: std::collections::BTreeMap<String, [i64; 7]> = std::collections::BTreeMap::new();
+    for (field, value) in fields {
+        let Some((dims, counter)) = field.rsplit_once('#') else { continue };
+        let Some(index) = Counts::NAMES.iter().position(|name| *name == counter) else { continue };
+        rows.entry(dims.to_owned()).or_default()[index] = value;
+    }
+    rows.into_iter()
+        .filter_map(|(dims, counts)| {
+            Some(Row { bucket_start: start, dims: Dims::decode(&dims)?, counts: Counts::from_array(counts) })
+        })
+        .collect()
+}
