@@ -15,6 +15,7 @@ use sha2::{Digest as _, Sha256};
 use tonic::{Request, Response, Status};
 
 use crate::{
+    access::{Caller, rpc::Credentials},
     convert,
     domain::{
         AUTO_DISABLED, Account, Channel, DISABLED, ENABLED, Group, Kind, Model, RateLimit, Resource, Token,
@@ -36,6 +37,7 @@ pub struct AdminApi {
     store: Arc<dyn Store>,
     fleet: Fleet,
     videos: Option<Arc<Videos>>,
+    credentials: Option<Credentials>,
 }
 
 type Answer<T> = Result<Response<T>, Status>;
@@ -77,7 +79,29 @@ stored!(Account, Group, Token, Channel, Model);
 
 impl AdminApi {
     pub fn new(store: Arc<dyn Store>, fleet: Fleet) -> AdminApi {
-        AdminApi { store, fleet, videos: None }
+        AdminApi { store, fleet, videos: None, credentials: None }
+    }
+
+    /// Serves the credential and audit RPCs with `credentials` (without it
+    /// they answer Unavailable).
+    pub fn with_credentials(mut self, credentials: Credentials) -> AdminApi {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    fn credentials(&self) -> Result<&Credentials, Status> {
+        self.credentials.as_ref().ok_or_else(|| Status::unavailable("credentials are not served here"))
+    }
+
+    /// Token `id` when `caller` may touch it: NotFound when absent,
+    /// PermissionDenied when it belongs to another account. Admins and
+    /// operators pass without a read.
+    async fn check_token_owner(&self, caller: &Caller, id: &str) -> Result<(), Status> {
+        if caller.account().is_some() {
+            let token = self.fetch::<Token>(id).await?;
+            caller.check_owner("token", id, &token.account_id)?;
+        }
+        Ok(())
     }
 
     /// Serves the video task RPCs with `videos` (without it they answer
@@ -140,6 +164,7 @@ impl AdminApi {
 #[tonic::async_trait]
 impl pb::admin_service_server::AdminService for AdminApi {
     async fn create_account(&self, request: Request<pb::CreateAccountRequest>) -> Answer<pb::Account> {
+        let caller = Caller::of_request(&request)?;
         let r = request.into_inner();
         let name = required("name", r.name)?;
         let groups = clean_list(r.groups);
@@ -154,15 +179,20 @@ impl pb::admin_service_server::AdminService for AdminApi {
             used_micros: 0,
             created_at: now_unix(),
         };
+        caller.target(&account.id);
         self.store.create(Resource::Account(account.clone())).await?;
         Ok(Response::new(account.into()))
     }
 
     async fn list_accounts(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListAccountsResponse> {
+        let caller = Caller::of_request(&request)?;
         let r = request.into_inner();
         let accounts = self.list::<Account>().await?;
         let keep = |a: &Account| {
-            is(&r.status, &a.status) && is(&r.name, &a.name) && (r.group.is_empty() || a.groups.contains(&r.group))
+            caller.sees_account(&a.id)
+                && is(&r.status, &a.status)
+                && is(&r.name, &a.name)
+                && (r.group.is_empty() || a.groups.contains(&r.group))
         };
         let (items, next_page_token) = page(accounts, |a| &a.id, keep, &r);
         Ok(Response::new(pb::ListAccountsResponse {
@@ -172,11 +202,17 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn get_account(&self, request: Request<pb::GetRequest>) -> Answer<pb::Account> {
-        Ok(Response::new(self.fetch::<Account>(&request.into_inner().id).await?.into()))
+        let caller = Caller::of_request(&request)?;
+        let mut id = request.into_inner().id;
+        // An account credential reads its own account, also when it names none.
+        caller.narrow(&mut id)?;
+        Ok(Response::new(self.fetch::<Account>(&id).await?.into()))
     }
 
     async fn update_account(&self, request: Request<pb::UpdateAccountRequest>) -> Answer<pb::Account> {
+        let caller = Caller::of_request(&request)?;
         let r = request.into_inner();
+        caller.target(&r.id);
         let name = r.name.map(|name| required("name", name)).transpose()?;
         let groups = if r.set_groups {
             let groups = clean_list(r.groups);
@@ -200,7 +236,9 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn top_up_account(&self, request: Request<pb::TopUpRequest>) -> Answer<pb::Account> {
+        let caller = Caller::of_request(&request)?;
         let r = request.into_inner();
+        caller.target(&r.id);
         if r.amount_micros == 0 {
             return Err(Status::invalid_argument("amount must not be zero"));
         }
@@ -211,7 +249,9 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn delete_account(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
+        let caller = Caller::of_request(&request)?;
         let id = request.into_inner().id;
+        caller.target(&id);
         let tokens = self.tokens_where(|t| t.account_id == id).await?;
         if tokens > 0 {
             return Err(Status::failed_precondition(format!(
@@ -223,8 +263,10 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn create_group(&self, request: Request<pb::Group>) -> Answer<pb::Group> {
+        let caller = Caller::of_request(&request)?;
         let mut group: Group = request.into_inner().into();
         group.name = required("name", group.name)?;
+        caller.target(&group.name);
         check_ratio(group.ratio)?;
         check_rate_limit(&group.rate_limit)?;
         self.store.create(Resource::Group(group.clone())).await?;
@@ -246,7 +288,9 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn update_group(&self, request: Request<pb::UpdateGroupRequest>) -> Answer<pb::Group> {
+        let caller = Caller::of_request(&request)?;
         let r = request.into_inner();
+        caller.target(&r.name);
         if let Some(ratio) = r.ratio {
             check_ratio(ratio)?;
         }
@@ -268,7 +312,9 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn delete_group(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
+        let caller = Caller::of_request(&request)?;
         let name = request.into_inner().id;
+        caller.target(&name);
         let tokens = self.tokens_where(|t| t.group == name).await?;
         if tokens > 0 {
             return Err(Status::failed_precondition(format!("group {name:?} is used by {tokens} token(s)")));
@@ -278,7 +324,9 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn create_token(&self, request: Request<pb::CreateTokenRequest>) -> Answer<pb::CreatedToken> {
-        let r = request.into_inner();
+        let caller = Caller::of_request(&request)?;
+        let mut r = request.into_inner();
+        caller.narrow(&mut r.account_id)?;
         let account = self.fetch::<Account>(&r.account_id).await?;
         let group = if r.group.is_empty() { "default".to_owned() } else { r.group };
         self.fetch::<Group>(&group)
@@ -312,12 +360,15 @@ impl pb::admin_service_server::AdminService for AdminApi {
             rate_limit,
             created_at: now_unix(),
         };
+        caller.target(&token.id);
         self.store.create(Resource::Token(token.clone())).await?;
         Ok(Response::new(pb::CreatedToken { token: Some(token.into()), key }))
     }
 
     async fn list_tokens(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListTokensResponse> {
-        let r = request.into_inner();
+        let caller = Caller::of_request(&request)?;
+        let mut r = request.into_inner();
+        caller.narrow(&mut r.account_id)?;
         let tokens = self.list::<Token>().await?;
         let keep = |t: &Token| {
             is(&r.status, &t.status)
@@ -334,11 +385,18 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn get_token(&self, request: Request<pb::GetRequest>) -> Answer<pb::Token> {
-        Ok(Response::new(self.fetch::<Token>(&request.into_inner().id).await?.into()))
+        let caller = Caller::of_request(&request)?;
+        let id = request.into_inner().id;
+        let token = self.fetch::<Token>(&id).await?;
+        caller.check_owner("token", &id, &token.account_id)?;
+        Ok(Response::new(token.into()))
     }
 
     async fn update_token(&self, request: Request<pb::UpdateTokenRequest>) -> Answer<pb::Token> {
+        let caller = Caller::of_request(&request)?;
         let r = request.into_inner();
+        caller.target(&r.id);
+        self.check_token_owner(&caller, &r.id).await?;
         if let Some(group) = &r.group {
             // A token's account never changes, so this check need not be
             // part of the edit.
@@ -393,13 +451,19 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn delete_token(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
-        self.store.delete(Kind::Token, &request.into_inner().id).await?;
+        let caller = Caller::of_request(&request)?;
+        let id = request.into_inner().id;
+        caller.target(&id);
+        self.check_token_owner(&caller, &id).await?;
+        self.store.delete(Kind::Token, &id).await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn create_channel(&self, request: Request<pb::Channel>) -> Answer<pb::Channel> {
+        let caller = Caller::of_request(&request)?;
         let mut channel: Channel = request.into_inner().into();
         channel.id = new_id("ch");
+        caller.target(&channel.id);
         channel.name = required("name", channel.name)?;
         if channel.kind.is_empty() {
             channel.kind = "openai".into();
@@ -446,7 +510,9 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn update_channel(&self, request: Request<pb::UpdateChannelRequest>) -> Answer<pb::Channel> {
+        let caller = Caller::of_request(&request)?;
         let r = request.into_inner();
+        caller.target(&r.id);
         let name = r.name.map(|name| required("name", name)).transpose()?;
         if let Some(kind) = &r.r#type {
             check_channel_type(kind)?;
@@ -488,13 +554,18 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn delete_channel(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
-        self.store.delete(Kind::Channel, &request.into_inner().id).await?;
+        let caller = Caller::of_request(&request)?;
+        let id = request.into_inner().id;
+        caller.target(&id);
+        self.store.delete(Kind::Channel, &id).await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn create_model(&self, request: Request<pb::Model>) -> Answer<pb::Model> {
+        let caller = Caller::of_request(&request)?;
         let mut model: Model = request.into_inner().into();
         model.id = required("id", model.id)?;
+        caller.target(&model.id);
         if model.category.is_empty() {
             model.category = "chat".into();
         }
@@ -519,7 +590,9 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn update_model(&self, request: Request<pb::UpdateModelRequest>) -> Answer<pb::Model> {
+        let caller = Caller::of_request(&request)?;
         let r = request.into_inner();
+        caller.target(&r.id);
         let (category, owned_by) = (r.category, r.owned_by);
         let model = self
             .edit(&r.id, move |model: &mut Model| {
@@ -539,12 +612,17 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn delete_model(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
-        self.store.delete(Kind::Model, &request.into_inner().id).await?;
+        let caller = Caller::of_request(&request)?;
+        let id = request.into_inner().id;
+        caller.target(&id);
+        self.store.delete(Kind::Model, &id).await?;
         Ok(Response::new(pb::Empty {}))
     }
 
     async fn list_usage(&self, request: Request<pb::ListUsageRequest>) -> Answer<pb::ListUsageResponse> {
-        let r = request.into_inner();
+        let caller = Caller::of_request(&request)?;
+        let mut r = request.into_inner();
+        caller.narrow(&mut r.account_id)?;
         if r.from > 0 && r.to > 0 && r.from >= r.to {
             return Err(Status::invalid_argument("from must be before to"));
         }
@@ -599,6 +677,36 @@ impl pb::admin_service_server::AdminService for AdminApi {
             .collect();
         Ok(Response::new(pb::ListDataPlanesResponse { items, revision, next_page_token }))
     }
+
+    async fn create_credential(&self, request: Request<pb::CreateCredentialRequest>) -> Answer<pb::CreatedCredential> {
+        let caller = Caller::of_request(&request)?;
+        let created = self.credentials()?.create(request.into_inner()).await?;
+        caller.target(created.credential.as_ref().map_or("", |c| c.id.as_str()));
+        Ok(Response::new(created))
+    }
+
+    async fn list_credentials(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListCredentialsResponse> {
+        Ok(Response::new(self.credentials()?.list(request.into_inner()).await?))
+    }
+
+    async fn revoke_credential(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
+        let caller = Caller::of_request(&request)?;
+        let id = request.into_inner().id;
+        caller.target(&id);
+        self.credentials()?.revoke(&id).await?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn rotate_credential(&self, request: Request<pb::GetRequest>) -> Answer<pb::CreatedCredential> {
+        let caller = Caller::of_request(&request)?;
+        let id = request.into_inner().id;
+        caller.target(&id);
+        Ok(Response::new(self.credentials()?.rotate(&id).await?))
+    }
+
+    async fn list_audit(&self, request: Request<pb::ListAuditRequest>) -> Answer<pb::ListAuditResponse> {
+        Ok(Response::new(self.credentials()?.audit(request.into_inner()).await?))
+    }
 }
 
 /// A new client key: `sk-` and 48 random alphanumeric characters.
@@ -622,21 +730,21 @@ pub fn display_prefix(key: &str) -> String {
     format!("{head}…{tail}")
 }
 
-fn new_id(prefix: &str) -> String {
+pub(crate) fn new_id(prefix: &str) -> String {
     let body: String =
         rand::rng().sample_iter(&Alphanumeric).map(|b| char::from(b).to_ascii_lowercase()).take(12).collect();
     format!("{prefix}_{body}")
 }
 
 /// Whether `have` passes the filter `want`; an empty filter passes anything.
-fn is(want: &str, have: &str) -> bool {
+pub(crate) fn is(want: &str, have: &str) -> bool {
     want.is_empty() || want == have
 }
 
 /// The page of `items` (in `id` order) that `request` asks for: those that
 /// `keep`, after its page token, at most `page_size` of them (all for 0);
 /// and the token of the next page, empty when this is the last.
-fn page<T>(
+pub(crate) fn page<T>(
     items: Vec<T>,
     id: impl Fn(&T) -> &String,
     keep: impl Fn(&T) -> bool,

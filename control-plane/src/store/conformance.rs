@@ -39,6 +39,7 @@ pub async fn run(store: Arc<dyn Store>) {
     super::video::conformance::run(store.clone()).await;
     permits_never_exceed_the_limit(store.clone()).await;
     super::budget::conformance::run(store.clone()).await;
+    super::access::conformance::run(store.clone()).await;
 }
 
 /// Runs the checks that need two store instances on one backend (two

@@ -15,6 +15,7 @@ use super::{
 };
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord, now_unix};
 
+mod access;
 mod ledger;
 mod video;
 

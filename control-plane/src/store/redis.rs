@@ -32,6 +32,7 @@ use super::{
 };
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
+mod access;
 mod ledger;
 mod video;
 
