@@ -206,6 +206,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         let mut id = request.into_inner().id;
         // An account credential reads its own account, also when it names none.
         caller.narrow(&mut id)?;
+        let id = required("id", id)?;
         Ok(Response::new(self.fetch::<Account>(&id).await?.into()))
     }
 
@@ -327,6 +328,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         let caller = Caller::of_request(&request)?;
         let mut r = request.into_inner();
         caller.narrow(&mut r.account_id)?;
+        r.account_id = required("account", r.account_id)?;
         let account = self.fetch::<Account>(&r.account_id).await?;
         let group = if r.group.is_empty() { "default".to_owned() } else { r.group };
         self.fetch::<Group>(&group)
