@@ -259,6 +259,12 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 "account {id:?} still has {tokens} token(s); delete them first"
             )));
         }
+        let credentials = self.store.list_credentials().await?.into_iter().filter(|c| c.account_id == id).count();
+        if credentials > 0 {
+            return Err(Status::failed_precondition(format!(
+                "account {id:?} still has {credentials} credential(s); revoke them first"
+            )));
+        }
         self.store.delete(Kind::Account, &id).await?;
         Ok(Response::new(pb::Empty {}))
     }

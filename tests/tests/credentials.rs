@@ -274,6 +274,16 @@ async fn an_account_credential_sees_and_touches_only_its_own_account() {
     assert_eq!(records.iter().map(|r| r.request_id.as_str()).collect::<Vec<_>>(), ["req-a"], "only its usage");
     let error = mine.top_up_account(pb::TopUpRequest { id: f.a.clone(), amount_micros: 1 }).await.expect_err("credit");
     assert_eq!(error.code(), Code::PermissionDenied, "an account credential cannot credit itself");
+
+    // An account is deleted only once no credential is bound to it.
+    let mut admin = f.cluster.admin();
+    let gamma = account(&mut admin, "gamma").await;
+    let bound = credential(&mut admin, "account", &gamma, "").await.expect("credential").credential.unwrap_or_default();
+    let error = admin.delete_account(pb::GetRequest { id: gamma.clone() }).await.expect_err("bound credential");
+    assert_eq!(error.code(), Code::FailedPrecondition);
+    assert!(error.message().contains("1 credential(s)"), "{}", error.message());
+    admin.revoke_credential(pb::GetRequest { id: bound.id }).await.expect("revoke");
+    admin.delete_account(pb::GetRequest { id: gamma }).await.expect("delete once revoked");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
