@@ -7,7 +7,7 @@
 //! Lists page in id order: a page token is the last id of the previous
 //! page, so a page never repeats or skips an item that stayed in place.
 
-use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
+use std::{collections::BTreeMap, sync::Arc};
 
 use gw_proto::pb;
 use rand::{RngExt as _, distr::Alphanumeric};
@@ -23,6 +23,10 @@ use crate::{
     },
     fleet::Fleet,
     store::{Patch, Store, StoreError},
+    validate::{
+        check_base_url, check_channel_type, check_ip_list, check_model, check_rate_limit, check_ratio, clean_list,
+        required, status_value,
+    },
     video::{self, Videos},
 };
 
@@ -779,100 +783,6 @@ fn set<T: Clone>(field: &mut T, value: &Option<T>) {
     }
 }
 
-fn required(field: &str, value: String) -> Result<String, Status> {
-    let value = value.trim().to_owned();
-    if value.is_empty() { Err(Status::invalid_argument(format!("{field} is required"))) } else { Ok(value) }
-}
-
-/// Trims, drops empty entries and duplicates, keeps order.
-fn clean_list(items: Vec<String>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(items.len());
-    for item in items {
-        let item = item.trim().to_owned();
-        if !item.is_empty() && !out.contains(&item) {
-            out.push(item);
-        }
-    }
-    out
-}
-
-fn status_value(status: &str, allowed: &[&str]) -> Result<String, Status> {
-    if allowed.contains(&status) {
-        Ok(status.to_owned())
-    } else {
-        Err(Status::invalid_argument(format!("status must be one of {}", allowed.join(", "))))
-    }
-}
-
-fn check_ratio(ratio: f64) -> Result<(), Status> {
-    if (0.0..=1000.0).contains(&ratio) {
-        Ok(())
-    } else {
-        Err(Status::invalid_argument("ratio must be between 0 and 1000"))
-    }
-}
-
-fn check_rate_limit(limit: &RateLimit) -> Result<(), Status> {
-    if limit.window_minutes > 0 && limit.max_requests == 0 {
-        return Err(Status::invalid_argument("a rate limit needs at least one request per window"));
-    }
-    Ok(())
-}
-
-fn check_channel_type(kind: &str) -> Result<(), Status> {
-    if CHANNEL_TYPES.contains(&kind) {
-        Ok(())
-    } else {
-        Err(Status::invalid_argument(format!("channel type must be one of {}", CHANNEL_TYPES.join(", "))))
-    }
-}
-
-fn check_base_url(url: &str) -> Result<(), Status> {
-    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
-    match rest {
-        Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(()),
-        _ => Err(Status::invalid_argument("base URL must start with http:// or https:// and name a host")),
-    }
-}
-
-fn check_model(model: &Model) -> Result<(), Status> {
-    if !CATEGORIES.contains(&model.category.as_str()) {
-        return Err(Status::invalid_argument(format!("category must be one of {}", CATEGORIES.join(", "))));
-    }
-    let prices = [
-        model.input_price_micros,
-        model.output_price_micros,
-        model.cached_price_micros,
-        model.request_price_micros,
-        model.second_price_micros,
-        model.image_price_micros,
-    ];
-    if prices.iter().any(|p| *p < 0) {
-        return Err(Status::invalid_argument("prices must not be negative"));
-    }
-    Ok(())
-}
-
-/// Each entry is an IPv4/IPv6 address or CIDR.
-fn check_ip_list(entries: &[String]) -> Result<(), Status> {
-    for entry in entries {
-        let (addr, bits) = match entry.split_once('/') {
-            Some((addr, bits)) => (addr, Some(bits)),
-            None => (entry.as_str(), None),
-        };
-        let valid = match (addr.parse::<IpAddr>(), bits.map(str::parse::<u8>)) {
-            (Ok(_), None) => true,
-            (Ok(IpAddr::V4(_)), Some(Ok(b))) => b <= 32,
-            (Ok(IpAddr::V6(_)), Some(Ok(b))) => b <= 128,
-            _ => false,
-        };
-        if !valid {
-            return Err(Status::invalid_argument(format!("{entry:?} is not an IP address or CIDR")));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -885,20 +795,5 @@ mod tests {
         assert!(shown.starts_with(&key[..7]) && shown.ends_with(&key[key.len() - 4..]));
         assert!(shown.chars().count() < 16);
         assert_eq!(hash_key("sk-a").len(), 64);
-    }
-
-    #[test]
-    fn ip_lists_accept_addresses_and_cidrs_only() {
-        let ok = ["10.0.0.0/8", "::1", "2001:db8::/32", "127.0.0.1"].map(String::from);
-        assert!(check_ip_list(&ok).is_ok());
-        for bad in ["10.0.0.0/33", "::/129", "localhost", "1.2.3"] {
-            assert!(check_ip_list(&[bad.to_owned()]).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn lists_are_trimmed_and_deduplicated() {
-        let list = clean_list(vec![" a".into(), "b".into(), "".into(), "a".into()]);
-        assert_eq!(list, ["a", "b"]);
     }
 }

@@ -18,6 +18,7 @@ pub mod policy;
 pub mod probe;
 pub mod store;
 pub mod telemetry;
+pub mod validate;
 pub mod video;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};

@@ -81,9 +81,9 @@ impl AccessStore for EmbeddedStore {
             .write(move |txn| {
                 let mut credentials = txn.open_table(CREDENTIALS).map_err(db_err)?;
                 let mut keys = txn.open_table(CREDENTIAL_KEYS).map_err(db_err)?;
-                let stored = credentials.get(id.as_str()).map_err(db_err)?.map(|json| decode(json.value()));
-                let Some(stored) = stored.transpose()? else { return Err(StoreError::NoCredential { id }) };
-                let mut credential: Credential = stored;
+                let stored: Option<Credential> =
+                    credentials.get(id.as_str()).map_err(db_err)?.map(|json| decode(json.value())).transpose()?;
+                let Some(mut credential) = stored else { return Err(StoreError::NoCredential { id }) };
                 if keys.get(key_hash.as_str()).map_err(db_err)?.is_some() {
                     return Err(StoreError::KeyTaken);
                 }
@@ -104,10 +104,9 @@ impl AccessStore for EmbeddedStore {
         self.write(move |txn| {
             let mut credentials = txn.open_table(CREDENTIALS).map_err(db_err)?;
             let mut keys = txn.open_table(CREDENTIAL_KEYS).map_err(db_err)?;
-            let removed = credentials.remove(id.as_str()).map_err(db_err)?.map(|json| decode(json.value()));
-            let Some(credential): Option<Credential> = removed.transpose()? else {
-                return Err(StoreError::NoCredential { id });
-            };
+            let removed: Option<Credential> =
+                credentials.remove(id.as_str()).map_err(db_err)?.map(|json| decode(json.value())).transpose()?;
+            let Some(credential) = removed else { return Err(StoreError::NoCredential { id }) };
             keys.remove(credential.key_hash.as_str()).map_err(db_err)?;
             Ok(((), vec![]))
         })
@@ -119,8 +118,9 @@ impl AccessStore for EmbeddedStore {
         let id = id.to_owned();
         self.write(move |txn| {
             let mut credentials = txn.open_table(CREDENTIALS).map_err(db_err)?;
-            let stored = credentials.get(id.as_str()).map_err(db_err)?.map(|json| decode(json.value()));
-            if let Some(mut credential) = stored.transpose()?.map(|c: Credential| c) {
+            let stored: Option<Credential> =
+                credentials.get(id.as_str()).map_err(db_err)?.map(|json| decode(json.value())).transpose()?;
+            if let Some(mut credential) = stored {
                 credential.last_used_at = credential.last_used_at.max(at);
                 credentials.insert(id.as_str(), encode(&credential)?.as_slice()).map_err(db_err)?;
             }
