@@ -154,6 +154,9 @@ async fn audit_lists_newest_first_filtered_and_paged(store: &dyn Store) {
     }
     assert_eq!(paged, ["t6", "t5", "t4", "t3", "t2", "t1", "t0"], "paging neither repeats nor skips");
 
+    // A cursor past the newest entry starts at the newest.
+    let ahead = AuditFilter { cursor: (seqs[6] + 1_000).to_string(), ..mine.clone() };
+    assert_eq!(store.list_audit(&ahead).await.expect("list").items.len(), 7, "a cursor ahead of the log");
     let error = store.list_audit(&AuditFilter { cursor: "nonsense".into(), ..mine }).await.expect_err("bad cursor");
     assert!(matches!(error, StoreError::BadCursor { .. }), "{error:?}");
 }

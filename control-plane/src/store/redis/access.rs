@@ -226,7 +226,7 @@ impl AccessStore for RedisStore {
             Some(before) => {
                 let newest: Option<String> = conn.lindex(AUDIT, 0).await.map_err(StoreError::Redis)?;
                 let newest = newest.map(|json| decode::<AuditEntry>(&json)).transpose()?.map_or(0, |e| e.seq);
-                usize::try_from(newest.saturating_sub(before).saturating_add(1)).unwrap_or(usize::MAX)
+                usize::try_from((newest + 1).saturating_sub(before)).unwrap_or(usize::MAX)
             }
         };
         let (limit, mut matched) = (filter.limit(), 0);
