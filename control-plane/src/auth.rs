@@ -1,5 +1,7 @@
 //! Checks the `authorization: Bearer <key>` metadata of every gRPC call
-//! against one expected key, comparing in constant time.
+//! against one expected key, comparing in constant time: the policy
+//! service's node key. The admin service's guard (`access`) uses the same
+//! comparison for the bootstrap admin key.
 
 use sha2::{Digest as _, Sha256};
 use tonic::{Request, Status, service::Interceptor};
