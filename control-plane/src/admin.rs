@@ -6,6 +6,11 @@
 //!
 //! Lists page in id order: a page token is the last id of the previous
 //! page, so a page never repeats or skips an item that stayed in place.
+//!
+//! The guard in `access` has authenticated and authorised every call by the
+//! time a handler runs; handlers that an account credential may call narrow
+//! what they read and write with the request's `Caller`, and writes note the
+//! resource they are about for the audit log.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -97,9 +102,9 @@ impl AdminApi {
         self.credentials.as_ref().ok_or_else(|| Status::unavailable("credentials are not served here"))
     }
 
-    /// Token `id` when `caller` may touch it: NotFound when absent,
-    /// PermissionDenied when it belongs to another account. Admins and
-    /// operators pass without a read.
+    /// Whether `caller` may touch token `id`: NotFound when it is absent,
+    /// PermissionDenied when it belongs to another account. Callers that see
+    /// every account pass without a read.
     async fn check_token_owner(&self, caller: &Caller, id: &str) -> Result<(), Status> {
         if caller.account().is_some() {
             let token = self.fetch::<Token>(id).await?;
