@@ -1,5 +1,7 @@
 //! Checks the `authorization: Bearer <key>` metadata of every gRPC call
-//! against one expected key, comparing in constant time.
+//! against one expected key, comparing in constant time: the policy
+//! service's node key. The admin service's guard (`access`) uses the same
+//! comparison for the bootstrap admin key.
 
 use sha2::{Digest as _, Sha256};
 use tonic::{Request, Status, service::Interceptor};
@@ -17,6 +19,12 @@ impl KeyCheck {
     pub fn new(key: &str) -> KeyCheck {
         KeyCheck { expected: Sha256::digest(key.as_bytes()).into() }
     }
+
+    /// Whether `presented` is the key, compared in constant time.
+    pub fn matches(&self, presented: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        digest.iter().zip(self.expected.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
 }
 
 impl Interceptor for KeyCheck {
@@ -27,9 +35,7 @@ impl Interceptor for KeyCheck {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| Status::unauthenticated("missing credential"))?;
-        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        let same = digest.iter().zip(self.expected.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-        if same { Ok(request) } else { Err(Status::unauthenticated("invalid credential")) }
+        if self.matches(presented) { Ok(request) } else { Err(Status::unauthenticated("invalid credential")) }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use gw_proto::pb;
 
+use crate::access::{AuditEntry, Credential};
 use crate::domain::{Account, Channel, Group, Model, RateLimit, Resource, Token, UsageRecord};
 use crate::usage_summary;
 
@@ -331,5 +332,36 @@ pub fn data_plane(n: crate::domain::DataPlane, liveness: crate::fleet::Liveness)
         spool_backlog: n.spool_backlog,
         requests_per_second: n.requests_per_second,
         liveness: liveness.as_str().to_owned(),
+    }
+}
+
+impl From<Credential> for pb::Credential {
+    fn from(c: Credential) -> pb::Credential {
+        // The key hash stays in the store.
+        pb::Credential {
+            id: c.id,
+            name: c.name,
+            role: c.role.as_str().to_owned(),
+            account_id: c.account_id,
+            key_prefix: c.key_prefix,
+            created_at: c.created_at,
+            last_used_at: c.last_used_at,
+            rotated_at: c.rotated_at,
+        }
+    }
+}
+
+impl From<AuditEntry> for pb::AuditEntry {
+    fn from(e: AuditEntry) -> pb::AuditEntry {
+        pb::AuditEntry {
+            seq: e.seq,
+            at: e.at,
+            actor_id: e.actor_id,
+            actor_role: e.actor_role.as_str().to_owned(),
+            method: e.method,
+            kind: e.kind,
+            target: e.target,
+            outcome: e.outcome,
+        }
     }
 }

@@ -9,10 +9,11 @@ use crate::usage_summary::SummaryError;
 impl From<StoreError> for Status {
     fn from(error: StoreError) -> Status {
         match error {
-            StoreError::NotFound { .. } => Status::not_found(error.to_string()),
-            StoreError::AlreadyExists { .. } | StoreError::NameTaken { .. } => {
-                Status::already_exists(error.to_string())
-            }
+            StoreError::NotFound { .. } | StoreError::NoCredential { .. } => Status::not_found(error.to_string()),
+            StoreError::AlreadyExists { .. }
+            | StoreError::NameTaken { .. }
+            | StoreError::CredentialExists { .. }
+            | StoreError::KeyTaken => Status::already_exists(error.to_string()),
             StoreError::BadCursor { .. } => Status::invalid_argument(error.to_string()),
             StoreError::Rejected { reason } => Status::invalid_argument(reason),
             // The caller may simply try again, as for any optimistic write.

@@ -2,8 +2,10 @@
 //! its file in the data dir, or generated there (mode 0600) when the store is
 //! still empty. A replica joining a store that is already in use never mints
 //! keys of its own: it must be given the fleet's keys. A key must have at
-//! least `MIN_KEY_LEN` characters and the two keys must differ, so a node's
-//! credential never opens the admin API.
+//! least `MIN_KEY_LEN` characters and no key may serve two roles (the admin
+//! and node keys differ, and no stored credential reuses either), so a
+//! node's credential never opens the admin API. `check_length` and
+//! `KeyError` are the rules stored credentials follow too.
 
 use std::{
     io::Write as _,
@@ -13,8 +15,18 @@ use std::{
 use anyhow::Context as _;
 use rand::{RngExt as _, distr::Alphanumeric};
 
-/// Shortest admin or node key accepted.
+/// Shortest admin, node or credential key accepted.
 pub const MIN_KEY_LEN: usize = 32;
+
+/// Why a key is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("the {role} key must have at least {MIN_KEY_LEN} characters (it has {len})")]
+    TooShort { role: &'static str, len: usize },
+    /// The key is already another role's.
+    #[error("the {role} key and the {other} key must differ")]
+    Reused { role: &'static str, other: &'static str },
+}
 
 /// Credentials of one control plane.
 #[derive(Debug, Clone)]
@@ -47,21 +59,25 @@ impl Keys {
             Some(key) => key,
             None => read_or_create(&data_dir.join("node.key"), "gwnode-", first_start, "--node-key / GW_NODE_KEY")?,
         };
-        check(&admin, "admin")?;
-        check(&node, "node")?;
-        anyhow::ensure!(admin != node, "the admin key and the node key must differ");
+        check_length(&admin, "admin")?;
+        check_length(&node, "node")?;
+        if admin == node {
+            return Err(KeyError::Reused { role: "admin", other: "node" }.into());
+        }
         Ok(Keys { admin, node, admin_file })
+    }
+
+    /// The hashes (`admin::hash_key`) of the keys no stored credential may
+    /// reuse, each with its role.
+    pub fn reserved(&self) -> Vec<(&'static str, String)> {
+        vec![("admin", crate::admin::hash_key(&self.admin)), ("node", crate::admin::hash_key(&self.node))]
     }
 }
 
 /// Refuses a `role` key that is too short to resist guessing.
-fn check(key: &str, role: &str) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        key.chars().count() >= MIN_KEY_LEN,
-        "the {role} key must have at least {MIN_KEY_LEN} characters (it has {})",
-        key.chars().count()
-    );
-    Ok(())
+pub fn check_length(key: &str, role: &'static str) -> Result<(), KeyError> {
+    let len = key.chars().count();
+    if len < MIN_KEY_LEN { Err(KeyError::TooShort { role, len }) } else { Ok(()) }
 }
 
 /// A random credential: `prefix` + 48 alphanumeric characters.

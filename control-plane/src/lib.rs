@@ -3,6 +3,7 @@
 //! keeps state in a `Store`, and streams every change to connected data
 //! planes as deltas they acknowledge.
 
+pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod budget;
@@ -20,6 +21,7 @@ pub mod retention;
 pub mod store;
 pub mod telemetry;
 pub mod usage_summary;
+pub mod validate;
 pub mod video;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
@@ -140,6 +142,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let first_start = store.revision().await.context("reading the store's revision")? == 0;
     let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone(), first_start)
         .context("loading credentials")?;
+    refuse_reused_keys(store.as_ref(), &keys).await?;
     bootstrap(store.as_ref()).await.context("creating the default group")?;
     check_persistence(store.as_ref(), config.require_store_persistence).await?;
     let lineage = store.lineage().await.context("reading the store's lineage")?;
@@ -163,15 +166,17 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let prober = probe::spawn(store.clone(), config.probe, shutdown_rx.clone())?;
     let pruner = retention::spawn(store.clone(), shutdown_rx.clone());
     let continuity = continuity::Continuity::new(store.clone());
-    let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone()).with_videos(videos.clone());
+    let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone())
+        .with_videos(videos.clone())
+        .with_credentials(access::rpc::Credentials::new(store.clone(), keys.reserved()));
     let admin_stopped = shutdown_rx.clone();
     let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx).with_videos(videos);
-    let admin_auth = auth::KeyCheck::new(&keys.admin);
+    let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
     let node_auth = auth::KeyCheck::new(&keys.node);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = tonic::transport::Server::builder()
         .trace_fn(telemetry::rpc_span)
-        .add_service(pb::admin_service_server::AdminServiceServer::with_interceptor(admin, admin_auth))
+        .add_service(access::Guard::new(pb::admin_service_server::AdminServiceServer::new(admin), admin_auth))
         .add_service(pb::policy_service_server::PolicyServiceServer::with_interceptor(policy, node_auth))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.await;
@@ -235,6 +240,18 @@ fn store_name(url: &str) -> &str {
     } else {
         url
     }
+}
+
+/// Refuses to start when the admin or node key is also the secret of a
+/// stored credential: a key serves one role.
+async fn refuse_reused_keys(store: &dyn Store, keys: &keys::Keys) -> anyhow::Result<()> {
+    for (role, hash) in keys.reserved() {
+        if let Some(credential) = store.credential_by_key(&hash).await.context("reading credentials")? {
+            return Err(keys::KeyError::Reused { role, other: "credential" })
+                .with_context(|| format!("credential {} has the {role} key as its secret", credential.id));
+        }
+    }
+    Ok(())
 }
 
 /// A fresh store gets the `default` group every token starts in.

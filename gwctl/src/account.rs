@@ -30,10 +30,13 @@ pub enum Command {
     )]
     List(ListArgs),
     /// Show one account.
-    #[command(after_help = "Examples:\n  gwctl account get acme\n  gwctl account get acc_3k2j9x -o json")]
+    #[command(
+        alias = "show",
+        after_help = "Examples:\n  gwctl account get acme\n  gwctl account get acc_3k2j9x -o json\n  gwctl account show    # an account credential's own account"
+    )]
     Get {
-        /// Id or name of the account.
-        account: String,
+        /// Id or name of the account [default: an account credential's own].
+        account: Option<String>,
     },
     /// Add to (or, with a negative amount, deduct from) an account's balance.
     #[command(
@@ -129,7 +132,10 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             output::render_list(out, &list.items, &list.next_page_token)
         }
         Command::Get { account } => {
-            let id = resolve::account(admin, &account).await?;
+            let id = match account {
+                Some(account) => resolve::account(admin, &account).await?,
+                None => String::new(),
+            };
             output::render_one(out, &admin.get_account(pb::GetRequest { id }).await.rpc()?)
         }
         Command::Topup { account, amount } => {

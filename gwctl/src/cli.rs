@@ -6,7 +6,10 @@ use anyhow::Result;
 use clap::CommandFactory as _;
 
 use crate::config::Global;
-use crate::{account, channel, client, contexts, dataplanes, doctor, group, model, store, token, up, usage, video};
+use crate::{
+    account, audit, channel, client, contexts, credentials, dataplanes, doctor, group, model, store, token, up, usage,
+    video,
+};
 
 /// Operate the LLM API gateway.
 #[derive(Debug, clap::Parser)]
@@ -53,6 +56,12 @@ pub enum Command {
     /// Video generation tasks.
     #[command(subcommand, alias = "videos")]
     Video(video::Command),
+    /// Credentials of the admin API and their roles.
+    #[command(subcommand, alias = "credential")]
+    Credentials(credentials::Command),
+    /// The log of admin writes.
+    #[command(subcommand)]
+    Audit(audit::Command),
     /// Data planes connected to the control plane.
     #[command(subcommand, alias = "dataplane")]
     Dataplanes(dataplanes::Command),
@@ -108,6 +117,8 @@ pub async fn run(cli: Cli) -> Result<String> {
         Command::Model(cmd) => model::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Usage(cmd) => usage::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Video(cmd) => video::run(cmd, &mut client::connect(&global).await?, out).await,
+        Command::Credentials(cmd) => credentials::run(cmd, &mut client::connect(&global).await?, out).await,
+        Command::Audit(cmd) => audit::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Dataplanes(cmd) => dataplanes::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Store(cmd) => store::run(cmd, &mut client::connect(&global).await?, out).await,
     }

@@ -85,9 +85,10 @@ pub fn status_error(status: Status) -> anyhow::Error {
         message => message.to_string(),
     };
     match status.code() {
-        Code::Unauthenticated | Code::PermissionDenied => {
+        Code::Unauthenticated => {
             anyhow!("{message} (check --admin-key-file, --admin-key, the context's key file or <data-dir>/admin.key)")
         }
+        Code::PermissionDenied => anyhow!("permission denied: {message}"),
         Code::Unavailable => anyhow!("control plane unavailable: {message}"),
         _ => anyhow!("{message}"),
     }

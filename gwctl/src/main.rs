@@ -3,12 +3,14 @@
 //! contexts for several control planes, and `up` for a single node.
 
 mod account;
+mod audit;
 mod channel;
 mod cli;
 mod client;
 mod config;
 mod confirm;
 mod contexts;
+mod credentials;
 mod dataplanes;
 mod doctor;
 #[cfg(test)]

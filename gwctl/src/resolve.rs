@@ -9,15 +9,23 @@ use tonic::Code;
 
 use crate::client::{Admin, RpcResult, status_error};
 
-/// An account's id from its id or unique name.
+/// An account's id from its id or unique name. An account credential
+/// names its own account by either; another account's id is refused.
 pub async fn account(admin: &mut Admin, text: &str) -> Result<String> {
+    let mut denied = None;
     match admin.get_account(pb::GetRequest { id: text.to_owned() }).await {
         Ok(found) => return Ok(found.into_inner().id),
+        // Not an id this credential may read: perhaps its account's name.
+        Err(status) if status.code() == Code::PermissionDenied => denied = Some(status),
         Err(status) if status.code() != Code::NotFound => return Err(status_error(status)),
         Err(_) => {}
     }
     let list = admin.list_accounts(by_name(text)).await.rpc()?;
-    one("account", text, list.items.into_iter().map(|a| a.id).collect())
+    let ids: Vec<String> = list.items.into_iter().map(|a| a.id).collect();
+    match denied {
+        Some(status) if ids.is_empty() => Err(status_error(status)),
+        _ => one("account", text, ids),
+    }
 }
 
 /// A token's id from its id or unique name.

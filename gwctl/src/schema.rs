@@ -304,6 +304,49 @@ impl From<&pb::StoreStatus> for StoreStatus {
     }
 }
 
+/// An admin credential; its secret is shown once, as `key` of
+/// `credentials create` and `credentials rotate`, and its hash never.
+#[derive(Debug, Serialize)]
+pub struct Credential {
+    pub id: String,
+    pub name: String,
+    /// `admin`, `operator-readonly` or `account`.
+    pub role: String,
+    /// The account of an `account` credential; empty for the other roles.
+    pub account_id: String,
+    pub key_prefix: String,
+    pub created_at: i64,
+    /// 0 for never; kept to the minute.
+    pub last_used_at: i64,
+    /// 0 for never.
+    pub rotated_at: i64,
+}
+
+/// A credential as created or rotated: the credential and its secret, or,
+/// when the secret went to a file, null and the file's path.
+#[derive(Debug, Serialize)]
+pub struct CreatedCredential {
+    #[serde(flatten)]
+    pub credential: Credential,
+    pub key: Option<String>,
+    pub key_file: Option<String>,
+}
+
+/// One entry of the audit log of admin writes.
+#[derive(Debug, Serialize)]
+pub struct AuditEntry {
+    /// Position in the log; larger is newer.
+    pub seq: u64,
+    pub at: i64,
+    pub actor_id: String,
+    pub actor_role: String,
+    pub method: String,
+    pub kind: String,
+    pub target: String,
+    /// `ok`, or the gRPC code of the failure (`permission_denied`, …).
+    pub outcome: String,
+}
+
 /// A page of a list: the items and the token of the next page (null on
 /// the last), for `--continue`.
 #[derive(Debug, Serialize)]
@@ -494,6 +537,21 @@ impl From<&pb::UsageSummaryRow> for UsageSummaryRow {
     }
 }
 
+impl From<&pb::Credential> for Credential {
+    fn from(c: &pb::Credential) -> Credential {
+        Credential {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            role: c.role.clone(),
+            account_id: c.account_id.clone(),
+            key_prefix: c.key_prefix.clone(),
+            created_at: c.created_at,
+            last_used_at: c.last_used_at,
+            rotated_at: c.rotated_at,
+        }
+    }
+}
+
 impl UsageCounts {
     /// The sums of `rows`.
     pub fn sum<'a>(rows: impl IntoIterator<Item = &'a pb::UsageSummaryRow>) -> UsageCounts {
@@ -509,6 +567,21 @@ impl UsageCounts {
         }
         sums.cost_usd = usd(sums.cost_micros);
         sums
+    }
+}
+
+impl From<&pb::AuditEntry> for AuditEntry {
+    fn from(e: &pb::AuditEntry) -> AuditEntry {
+        AuditEntry {
+            seq: e.seq,
+            at: e.at,
+            actor_id: e.actor_id.clone(),
+            actor_role: e.actor_role.clone(),
+            method: e.method.clone(),
+            kind: e.kind.clone(),
+            target: e.target.clone(),
+            outcome: e.outcome.clone(),
+        }
     }
 }
 
@@ -754,6 +827,38 @@ mod tests {
             extra_json: r#"{"quality":"high"}"#.into(),
         };
         golden("video", &Video::from(&task));
+    }
+
+    #[test]
+    fn credential_and_audit_json_are_pinned() {
+        let credential = pb::Credential {
+            id: "cred_1".into(),
+            name: "acme console".into(),
+            role: "account".into(),
+            account_id: "acc_1".into(),
+            key_prefix: "gwcred-…wxyz".into(),
+            created_at: 1_798_761_600,
+            last_used_at: 1_798_761_660,
+            rotated_at: 0,
+        };
+        golden("credential", &Credential::from(&credential));
+        let created = CreatedCredential {
+            credential: Credential::from(&credential),
+            key: Some("gwcred-secret".into()),
+            key_file: None,
+        };
+        golden("credential-created", &created);
+        let entry = pb::AuditEntry {
+            seq: 42,
+            at: 1_798_761_600,
+            actor_id: "cred_1".into(),
+            actor_role: "account".into(),
+            method: "UpdateToken".into(),
+            kind: "token".into(),
+            target: "tok_1".into(),
+            outcome: "ok".into(),
+        };
+        golden("audit-list", &List { items: vec![AuditEntry::from(&entry)], next: Some("42".into()) });
     }
 
     #[test]

@@ -67,9 +67,9 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
-    /// Account the token spends from: id or name.
+    /// Account the token spends from: id or name [default: an account credential's own].
     #[arg(long)]
-    account: String,
+    account: Option<String>,
     /// Group the token's requests are priced and limited by.
     #[arg(long, default_value = "default")]
     group: String,
@@ -151,7 +151,9 @@ pub struct UpdateArgs {
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
         Command::Create(mut args) => {
-            args.account = resolve::account(admin, &args.account).await?;
+            if let Some(account) = &args.account {
+                args.account = Some(resolve::account(admin, account).await?);
+            }
             let created = admin.create_token(create_request(args)).await.rpc()?;
             render_created(out, &created)
         }
@@ -199,7 +201,7 @@ async fn set_status(admin: &mut Admin, out: Output, token: String, status: Statu
 
 fn create_request(args: CreateArgs) -> pb::CreateTokenRequest {
     pb::CreateTokenRequest {
-        account_id: args.account,
+        account_id: args.account.unwrap_or_default(),
         group: args.group,
         name: args.name,
         // Without a quota the token is bounded only by its account.
@@ -339,7 +341,7 @@ mod tests {
 
     fn create_args() -> CreateArgs {
         CreateArgs {
-            account: "acc_1".into(),
+            account: Some("acc_1".into()),
             group: "default".into(),
             name: String::new(),
             quota: None,

@@ -235,6 +235,11 @@ impl Replica {
         self.admin.clone()
     }
 
+    /// An admin client of this replica that sends `key`.
+    pub fn admin_as(&self, key: &str) -> Admin {
+        admin_client(self.addr, key)
+    }
+
     /// Stops the replica gracefully.
     pub async fn shutdown(self) {
         self.handle.shutdown().await;
@@ -529,11 +534,22 @@ impl Cluster {
         }
     }
 
+    /// An in-process admin client of the control plane that sends `key`
+    /// (a credential other than the cluster's admin key).
+    pub fn admin_as(&self, key: &str) -> Admin {
+        admin_client(self.control_plane.addr, key)
+    }
+
     /// Runs the `gwctl` binary with `-o json <args>` against the control
     /// plane and parses its output; fails with gwctl's stderr when it exits
     /// non-zero. For tests about gwctl; other tests use [`Cluster::admin`].
     pub async fn gwctl(&self, args: &[&str]) -> anyhow::Result<Value> {
-        let output = self.gwctl_raw(args).await?;
+        self.gwctl_as(&self.admin_key, args).await
+    }
+
+    /// `gwctl`, sending `key` instead of the cluster's admin key.
+    pub async fn gwctl_as(&self, key: &str, args: &[&str]) -> anyhow::Result<Value> {
+        let output = self.gwctl_raw_as(key, args).await?;
         if !output.status.success() {
             bail!("gwctl {} failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
         }
@@ -544,11 +560,16 @@ impl Cluster {
 
     /// Runs `gwctl -o json <args>` and returns its raw output.
     pub async fn gwctl_raw(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
+        self.gwctl_raw_as(&self.admin_key, args).await
+    }
+
+    /// `gwctl_raw`, sending `key` instead of the cluster's admin key.
+    pub async fn gwctl_raw_as(&self, key: &str, args: &[&str]) -> anyhow::Result<std::process::Output> {
         Command::new(binary("gwctl"))
             .arg("--endpoint")
             .arg(format!("http://{}", self.control_plane.addr))
             .arg("--admin-key")
-            .arg(&self.admin_key)
+            .arg(key)
             .arg("-o")
             .arg("json")
             .args(args)

@@ -42,6 +42,7 @@ pub async fn run(store: Arc<dyn Store>) {
     super::lineage::conformance::run(store.clone()).await;
     super::fleet::conformance::run(store.clone()).await;
     super::rollup::conformance::run(store.clone()).await;
+    super::access::conformance::run(store.clone()).await;
 }
 
 /// Runs the checks that need two store instances on one backend (two

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord, now_unix};
 
+mod access;
 mod fleet;
 mod ledger;
 mod lineage;

@@ -14,6 +14,7 @@
 //! atomic write as the create or rename (groups and models are named by
 //! their ids). Duplicates written before that rule stay readable.
 
+pub mod access;
 pub mod budget;
 pub mod conformance;
 pub mod embedded;
@@ -30,6 +31,7 @@ use tokio::sync::watch;
 
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
+pub use self::access::AccessStore;
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 pub use self::embedded::EmbeddedStore;
 pub use self::fleet::FleetStore;
@@ -67,6 +69,13 @@ pub enum StoreError {
     /// A `Patch` refused the change it was asked to make; nothing was written.
     #[error("{reason}")]
     Rejected { reason: String },
+    #[error("credential {id:?} not found")]
+    NoCredential { id: String },
+    #[error("credential {id:?} already exists")]
+    CredentialExists { id: String },
+    /// Another credential's secret hashes the same.
+    #[error("the key is already in use by another credential")]
+    KeyTaken,
     /// Other writers kept changing the resource while `modify` tried to.
     #[error("{kind} {id:?} kept changing concurrently; try again")]
     Contended { kind: Kind, id: String },
@@ -94,7 +103,9 @@ pub struct Modified {
 
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
-pub trait Store: VideoStore + BudgetStore + LineageStore + FleetStore + RollupStore + Send + Sync + 'static {
+pub trait Store:
+    VideoStore + BudgetStore + LineageStore + FleetStore + RollupStore + AccessStore + Send + Sync + 'static
+{
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;
 

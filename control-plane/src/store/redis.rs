@@ -34,6 +34,7 @@ use super::{
 };
 use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
+mod access;
 mod fleet;
 mod ledger;
 mod lineage;

@@ -160,7 +160,7 @@ impl VideoStore for EmbeddedStore {
 }
 
 /// A table for reading, or `None` when no write has created it yet.
-fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
+pub(super) fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
     txn: &ReadTransaction,
     table: TableDefinition<K, V>,
 ) -> Result<Option<redb::ReadOnlyTable<K, V>>> {

@@ -1,0 +1,131 @@
+//! The admin API's input rules: what a name, a list, a status, a price, a
+//! rate limit, a channel type, a base URL or an IP allowlist must look like.
+//! Each check answers InvalidArgument naming the field, never a store error.
+
+use std::net::IpAddr;
+
+use tonic::Status;
+
+use crate::admin::{CATEGORIES, CHANNEL_TYPES};
+use crate::domain::{Model, RateLimit};
+
+/// `value` trimmed; InvalidArgument when that leaves nothing.
+pub(crate) fn required(field: &str, value: String) -> Result<String, Status> {
+    let value = value.trim().to_owned();
+    if value.is_empty() { Err(Status::invalid_argument(format!("{field} is required"))) } else { Ok(value) }
+}
+
+/// Trims, drops empty entries and duplicates, keeps order.
+pub(crate) fn clean_list(items: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let item = item.trim().to_owned();
+        if !item.is_empty() && !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+/// `status` when it is one of `allowed`.
+pub(crate) fn status_value(status: &str, allowed: &[&str]) -> Result<String, Status> {
+    if allowed.contains(&status) {
+        Ok(status.to_owned())
+    } else {
+        Err(Status::invalid_argument(format!("status must be one of {}", allowed.join(", "))))
+    }
+}
+
+/// A group's price ratio: 0 to 1000.
+pub(crate) fn check_ratio(ratio: f64) -> Result<(), Status> {
+    if (0.0..=1000.0).contains(&ratio) {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument("ratio must be between 0 and 1000"))
+    }
+}
+
+/// A limit with a window allows at least one request in it.
+pub(crate) fn check_rate_limit(limit: &RateLimit) -> Result<(), Status> {
+    if limit.window_minutes > 0 && limit.max_requests == 0 {
+        return Err(Status::invalid_argument("a rate limit needs at least one request per window"));
+    }
+    Ok(())
+}
+
+/// One of `CHANNEL_TYPES`.
+pub(crate) fn check_channel_type(kind: &str) -> Result<(), Status> {
+    if CHANNEL_TYPES.contains(&kind) {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!("channel type must be one of {}", CHANNEL_TYPES.join(", "))))
+    }
+}
+
+/// `http://` or `https://` and a host.
+pub(crate) fn check_base_url(url: &str) -> Result<(), Status> {
+    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(()),
+        _ => Err(Status::invalid_argument("base URL must start with http:// or https:// and name a host")),
+    }
+}
+
+/// A known category and no negative price.
+pub(crate) fn check_model(model: &Model) -> Result<(), Status> {
+    if !CATEGORIES.contains(&model.category.as_str()) {
+        return Err(Status::invalid_argument(format!("category must be one of {}", CATEGORIES.join(", "))));
+    }
+    let prices = [
+        model.input_price_micros,
+        model.output_price_micros,
+        model.cached_price_micros,
+        model.request_price_micros,
+        model.second_price_micros,
+        model.image_price_micros,
+    ];
+    if prices.iter().any(|p| *p < 0) {
+        return Err(Status::invalid_argument("prices must not be negative"));
+    }
+    Ok(())
+}
+
+/// Each entry is an IPv4/IPv6 address or CIDR.
+pub(crate) fn check_ip_list(entries: &[String]) -> Result<(), Status> {
+    for entry in entries {
+        let (addr, bits) = match entry.split_once('/') {
+            Some((addr, bits)) => (addr, Some(bits)),
+            None => (entry.as_str(), None),
+        };
+        let valid = match (addr.parse::<IpAddr>(), bits.map(str::parse::<u8>)) {
+            (Ok(_), None) => true,
+            (Ok(IpAddr::V4(_)), Some(Ok(b))) => b <= 32,
+            (Ok(IpAddr::V6(_)), Some(Ok(b))) => b <= 128,
+            _ => false,
+        };
+        if !valid {
+            return Err(Status::invalid_argument(format!("{entry:?} is not an IP address or CIDR")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_lists_accept_addresses_and_cidrs_only() {
+        let ok = ["10.0.0.0/8", "::1", "2001:db8::/32", "127.0.0.1"].map(String::from);
+        assert!(check_ip_list(&ok).is_ok());
+        for bad in ["10.0.0.0/33", "::/129", "localhost", "1.2.3"] {
+            assert!(check_ip_list(&[bad.to_owned()]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lists_are_trimmed_and_deduplicated() {
+        let list = clean_list(vec![" a".into(), "b".into(), "".into(), "a".into()]);
+        assert_eq!(list, ["a", "b"]);
+    }
+}
