@@ -18,6 +18,7 @@ pub mod budget;
 pub mod conformance;
 pub mod embedded;
 pub mod redis;
+pub mod sealed;
 pub mod video;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome,
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 pub use self::embedded::EmbeddedStore;
 pub use self::redis::RedisStore;
+pub use self::sealed::SealedStore;
 pub use self::video::{VideoFilter, VideoStore, VideoWrite};
 
 /// How long a usage record may be applied after it was made (by its
@@ -61,6 +63,13 @@ pub enum StoreError {
     /// A `Patch` refused the change it was asked to make; nothing was written.
     #[error("{reason}")]
     Rejected { reason: String },
+    /// A channel's stored key does not open with the configured master keys.
+    #[error("the key of channel {id:?} cannot be opened with the configured master keys")]
+    Sealed {
+        id: String,
+        #[source]
+        source: crate::secrets::SealError,
+    },
     /// Other writers kept changing the resource while `modify` tried to.
     #[error("{kind} {id:?} kept changing concurrently; try again")]
     Contended { kind: Kind, id: String },
@@ -222,11 +231,21 @@ pub async fn switch_channel_status(store: &dyn Store, id: &str, from: &'static s
 }
 
 /// Opens the store named by `url`: `redis://…` (or `rediss://…`) for Redis,
-/// anything else (or empty) is the embedded store in `data_dir`.
-pub async fn open(url: &str, data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn Store>> {
+/// anything else (or empty) is the embedded store in `data_dir`. A
+/// `rediss://` server's certificate is checked against `ca_file` when given,
+/// else against the system's roots.
+pub async fn open(
+    url: &str,
+    data_dir: &std::path::Path,
+    ca_file: Option<&std::path::Path>,
+) -> anyhow::Result<Arc<dyn Store>> {
     use anyhow::Context as _;
     if url.starts_with("redis://") || url.starts_with("rediss://") {
-        let store = RedisStore::connect(url).await.context("connecting to redis")?;
+        let ca = match ca_file {
+            Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
+            None => None,
+        };
+        let store = RedisStore::connect_with_ca(url, ca).await.context("connecting to redis")?;
         Ok(Arc::new(store))
     } else {
         let path = if url.is_empty() || url == "embedded" {
