@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::CommandFactory as _;
 
 use crate::config::Global;
-use crate::{account, channel, client, contexts, dataplanes, group, model, token, up, usage, video};
+use crate::{account, channel, client, contexts, dataplanes, group, model, secrets, token, up, usage, video};
 
 /// Operate the LLM API gateway.
 #[derive(Debug, clap::Parser)]
@@ -56,6 +56,9 @@ pub enum Command {
     /// Data planes connected to the control plane.
     #[command(subcommand, alias = "dataplane")]
     Dataplanes(dataplanes::Command),
+    /// Upstream keys at rest: re-seal them under a master key.
+    #[command(subcommand, alias = "secret")]
+    Secrets(secrets::Command),
     /// Run a single-node gateway (control plane and data plane) until ctrl-c.
     #[command(after_help = "Examples:\n  \
         gwctl up\n  \
@@ -97,6 +100,7 @@ pub async fn run(cli: Cli) -> Result<String> {
         Command::Usage(cmd) => usage::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Video(cmd) => video::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Dataplanes(cmd) => dataplanes::run(cmd, &mut client::connect(&global).await?, out).await,
+        Command::Secrets(cmd) => secrets::run(cmd, &mut client::connect(&global).await?, out).await,
     }
 }
 

@@ -19,6 +19,7 @@ mod money;
 mod output;
 mod resolve;
 mod schema;
+mod secrets;
 mod token;
 mod up;
 mod usage;
