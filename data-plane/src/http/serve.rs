@@ -3,7 +3,8 @@
 //! kernel's backlog until one closes), request headers within
 //! `header_read_timeout`, keep-alive connections closed after
 //! `keepalive_timeout` without a request (both kept by `watchdog`), and
-//! request bodies at a minimum rate (`MinRate`). Stopping lets in-flight
+//! request bodies at a minimum rate (`MinRate`). With TLS, the handshake
+//! too must end within the header read timeout. Stopping lets in-flight
 //! requests, streams included, finish.
 
 use std::{
@@ -375,5 +376,36 @@ mod tests {
         stream.write_all(b"GET /slow HTTP/1.1\r\n").await.unwrap();
         let waited = closed_after(&mut stream).await;
         assert!(waited < Duration::from_secs(5), "{waited:?}");
+    }
+
+    /// A TLS acceptor presenting a fresh self-signed certificate for localhost.
+    fn acceptor(dir: &std::path::Path) -> TlsAcceptor {
+        gw_tls::install_provider();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
+        let (cert_file, key_file) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let cert = gw_tls::ReloadingCert::load(&cert_file, &key_file).unwrap();
+        TlsAcceptor::from(Arc::new(gw_tls::server_config(cert, None).unwrap()))
+    }
+
+    #[tokio::test]
+    async fn a_silent_tls_client_is_closed_after_the_header_read_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits { header_read_timeout: Duration::from_millis(200), ..Limits::default() };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, slow_router(), limits, Some(acceptor(dir.path())), std::future::pending()));
+        // Connects and never starts the handshake.
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let waited = closed_after(&mut silent).await;
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        // Plain HTTP gets no answer but a closed connection.
+        let mut plain = TcpStream::connect(addr).await.unwrap();
+        plain.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut answer)).await.unwrap();
+        assert!(!String::from_utf8_lossy(&answer).contains("HTTP/1.1"), "{answer:?}");
     }
 }
