@@ -349,4 +349,42 @@ mod tests {
         assert!(loaded.check_only);
         assert_eq!(loaded.config.node_key.as_deref(), Some(node.as_str()));
     }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_a_bad_master_key_is_reported_without_echoing_it() {
+        let bad_key = "0123456789abcdef-not-hex";
+        let args = [
+            "gw-control-plane",
+            "--check-config",
+            "--tls-cert-file",
+            "cp.crt",
+            "--require-client-cert",
+            "true",
+            "--master-key",
+            bad_key,
+        ];
+        let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(errors.iter().any(|e| e.contains("tls_cert_file and tls_key_file go together")), "{errors:#?}");
+        assert!(errors.iter().any(|e| e.contains("64 hex characters")), "{errors:#?}");
+        assert!(errors.iter().all(|e| !e.contains(bad_key)), "the key was echoed: {errors:#?}");
+
+        let args = ["gw-control-plane", "--check-config", "--tls-cert-file", "a", "--tls-key-file", "b"];
+        let with_mtls = [&args[..], &["--require-client-cert", "true"]].concat();
+        let Err(Failure::Invalid(errors)) = load(with_mtls) else { panic!("accepted") };
+        assert!(errors[0].contains("require_client_cert needs client_ca_file"), "{errors:#?}");
+        let loaded = load([&args[..], &["--client-ca-file", "ca.pem", "--require-client-cert", "true"]].concat())
+            .map_err(|e| format!("{e:?}"))
+            .unwrap();
+        let tls = loaded.config.tls.unwrap();
+        assert!(tls.require_client_cert && tls.client_ca_file.is_some());
+
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("master.key");
+        std::fs::write(&key_file, format!("{}\n", "7f".repeat(32))).unwrap();
+        let key_file = key_file.to_string_lossy().into_owned();
+        let loaded = load(["gw-control-plane", "--master-key-file", key_file.as_str()]).unwrap();
+        let expected = crate::secrets::MasterKey::parse(&"7f".repeat(32)).unwrap();
+        assert_eq!(loaded.config.master_keys.current_id(), Some(expected.id()));
+    }
 }
