@@ -2,8 +2,7 @@
 //! embedded redb file hold only sealed keys, requests still reach the
 //! upstream with the plain key, `gwctl secrets rotate` re-seals every key
 //! under a new master key (after which the old key alone opens nothing and
-//! a restart with the new key serves on), and an empty key is refused. Also
-//! the control plane's `grpc.health.v1` service.
+//! a restart with the new key serves on), and an empty key is refused.
 
 use std::{path::Path, time::Duration};
 
@@ -15,7 +14,6 @@ use gw_tests::{
     redis::RedisServer,
 };
 use serde_json::json;
-use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
 const UPSTREAM_KEY: &str = "sk-upstream-secret-at-rest-0123456789";
 
@@ -192,6 +190,52 @@ async fn gwctl_secrets_rotate_reseals_every_key_and_a_restart_with_the_new_key_s
 }
 
 #[tokio::test]
+async fn replicas_rolled_to_a_new_key_with_the_old_as_previous_serve_on_and_rotate_reseals() {
+    let redis = RedisServer::start().await.expect("redis-server");
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let (_, old) = master_key(7);
+    let (_, new) = master_key(8);
+    let mut cluster = cluster(&redis.url(), old.clone()).await;
+    let (token, channel) = populate(&cluster, &upstream).await;
+
+    // Step 1: the new key is current, the old one still opens.
+    cluster.stop_control_plane().await;
+    cluster.control_plane.master_keys = Keyring::new(Some(new.clone()), vec![old.clone()]);
+    cluster.start_control_plane().await.expect("restart with both keys");
+    assert_eq!(sealed_with(&raw_redis_key(&redis, &channel).await), Some(old.id()));
+    served(&cluster, &upstream, &token).await;
+
+    // Step 2: `gwctl secrets rotate` with no new key seals under the current one.
+    let answer = cluster.gwctl(&["secrets", "rotate"]).await.expect("rotate");
+    assert_eq!(answer, json!({ "resealed": 1, "key_id": new.id() }));
+    assert_eq!(sealed_with(&raw_redis_key(&redis, &channel).await), Some(new.id()));
+    let again = cluster.gwctl(&["secrets", "rotate"]).await.expect("rotate again");
+    assert_eq!(again["resealed"], 0, "{again}");
+
+    // Step 3: the old key can go.
+    cluster.stop_control_plane().await;
+    cluster.control_plane.master_keys = Keyring::new(Some(new), vec![]);
+    cluster.start_control_plane().await.expect("restart with the new key alone");
+    served(&cluster, &upstream, &token).await;
+}
+
+#[tokio::test]
+async fn without_a_master_key_rotation_is_refused_and_keys_stay_as_before() {
+    let redis = RedisServer::start().await.expect("redis-server");
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let cluster = Cluster::start(&redis.url(), 1).await.expect("cluster");
+    let (token, channel) = populate(&cluster, &upstream).await;
+    let client = redis::Client::open(redis.url()).expect("redis url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
+    let json: String = redis::cmd("HGET").arg("gw:channel").arg(&channel).query_async(&mut conn).await.expect("HGET");
+    assert!(json.contains(UPSTREAM_KEY), "without a master key the key is stored as before: {json}");
+    served(&cluster, &upstream, &token).await;
+    let output = cluster.gwctl_raw(&["secrets", "rotate"]).await.expect("gwctl");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no master key"), "{output:?}");
+}
+
+#[tokio::test]
 async fn an_empty_upstream_key_is_refused_unless_the_channel_needs_none() {
     let (_, key) = master_key(5);
     let cluster = cluster("", key).await;
@@ -228,35 +272,4 @@ async fn an_empty_upstream_key_is_refused_unless_the_channel_needs_none() {
     let args = [&base[..], &["--no-key"]].concat();
     let created = cluster.gwctl(&args).await.expect("a keyless channel");
     assert_eq!(created["name"], "unset", "{created}");
-}
-
-#[tokio::test]
-async fn the_health_service_follows_the_store() {
-    let mut redis = RedisServer::start().await.expect("redis-server");
-    let (_, key) = master_key(6);
-    let cluster = cluster(&redis.url(), key).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.control_plane.addr))
-        .expect("url")
-        .connect_lazy();
-    let health = HealthClient::new(channel);
-    let status = |service: &'static str| {
-        let mut health = health.clone();
-        async move {
-            let request = HealthCheckRequest { service: service.into() };
-            health.check(request).await.ok().map(|r| r.into_inner().status())
-        }
-    };
-    let wait_for = |want: ServingStatus| async move {
-        eventually(&format!("health {want:?}"), Duration::from_secs(20), || async {
-            let whole = status("").await?;
-            let policy = status("gateway.v1.PolicyService").await?;
-            (whole == want && policy == want).then_some(())
-        })
-        .await
-    };
-    wait_for(ServingStatus::Serving).await;
-    redis.stop().await.expect("stop redis");
-    wait_for(ServingStatus::NotServing).await;
-    redis.restart().await.expect("restart redis");
-    wait_for(ServingStatus::Serving).await;
 }
