@@ -104,7 +104,14 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::ReportUsageRequest>,
     ) -> Result<Response<pb::ReportUsageResponse>, Status> {
-        let request = crate::peer::with_node(request, |r| &mut r.node_id);
+        let identity = request.extensions().get::<crate::peer::NodeIdentity>().cloned();
+        let mut request = crate::peer::with_node(request, |r| &mut r.node_id);
+        // Usage is booked against the leases of the node the certificate names.
+        if let Some(crate::peer::NodeIdentity(name)) = identity {
+            for record in &mut request.records {
+                record.node_id.clone_from(&name);
+            }
+        }
         if request.records.len() > MAX_BATCH {
             return Err(Status::invalid_argument(format!("at most {MAX_BATCH} records per report")));
         }

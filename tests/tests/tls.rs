@@ -65,7 +65,8 @@ async fn setup() -> Fixture {
             });
         },
         |_, dp| {
-            dp.node_id = NODE.into();
+            // Not the certificate's name: the control plane goes by the certificate.
+            dp.node_id = "dp-claimed".into();
             dp.node_key = Some(String::new());
             dp.tls = Some(gw_data_plane::ListenerTls {
                 cert_file: dp_listener.cert_file.clone(),
@@ -165,10 +166,22 @@ async fn a_chat_request_and_gwctl_cross_tls_and_the_node_is_known_by_its_certifi
     let upstream = f.upstream.last_request().expect("the upstream was called");
     assert_eq!(upstream.header("authorization"), Some(format!("Bearer {UPSTREAM_KEY}").as_str()));
 
-    // The control plane names the data plane as its certificate does.
+    // The control plane names the data plane as its certificate does, not
+    // as the data plane calls itself, and books its usage under that name.
     let planes = f.cluster.admin().list_data_planes(pb::ListRequest::default()).await.expect("list").into_inner();
     let names: Vec<&str> = planes.items.iter().map(|p| p.node_id.as_str()).collect();
     assert_eq!(names, [NODE]);
+    let admin = f.cluster.admin();
+    let records = eventually("the usage record", Duration::from_secs(10), || {
+        let mut admin = admin.clone();
+        async move {
+            let request = pb::ListUsageRequest { limit: 10, ..Default::default() };
+            let items = admin.list_usage(request).await.ok()?.into_inner().items;
+            (!items.is_empty()).then_some(items)
+        }
+    })
+    .await;
+    assert!(records.iter().all(|r| r.node_id == NODE), "{records:?}");
 
     // gwctl over https://, trusting the CA file.
     let channels = f.cluster.gwctl(&["channel", "list"]).await.expect("gwctl over https");
