@@ -61,6 +61,17 @@ pub struct Config {
 pub struct ListenerTls {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
+    /// How often the files are compared with what was loaded.
+    pub reload_interval: Duration,
+}
+
+// === impl ListenerTls ===
+
+impl ListenerTls {
+    /// The pair in `cert_file` and `key_file`, checked every 2 s.
+    pub fn new(cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> ListenerTls {
+        ListenerTls { cert_file: cert_file.into(), key_file: key_file.into(), reload_interval: Duration::from_secs(2) }
+    }
 }
 
 // === impl Config ===

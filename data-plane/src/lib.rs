@@ -51,9 +51,6 @@ use crate::{
     reporter::Reporter,
 };
 
-/// How often the listener's certificate files are checked for a new pair.
-const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(2);
-
 /// How long `Handle::shutdown` lets in-flight requests finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -134,7 +131,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
             let cert = gw_tls::ReloadingCert::load(&tls.cert_file, &tls.key_file)
                 .with_context(|| format!("loading the listener's certificate {}", tls.cert_file.display()))?;
             let server = gw_tls::server_config(cert.clone(), None)?;
-            Some((cert, tokio_rustls::TlsAcceptor::from(Arc::new(server))))
+            Some((cert, tls.reload_interval, tokio_rustls::TlsAcceptor::from(Arc::new(server))))
         }
         None => None,
     };
@@ -206,8 +203,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     });
     telemetry::metrics::observe(&app);
     let mut tasks = vec![discovery, persister];
-    let acceptor = tls.map(|(cert, acceptor)| {
-        tasks.push(cert.watch(TLS_RELOAD_INTERVAL, stop_tasks.subscribe()));
+    let acceptor = tls.map(|(cert, interval, acceptor)| {
+        tasks.push(cert.watch(interval, stop_tasks.subscribe()));
         acceptor
     });
     if let Some(admin) = admin {

@@ -34,6 +34,12 @@ struct Fixture {
 /// Redis, the control plane and one data plane, all on TLS; the data plane
 /// reaches the control plane with a client certificate and no node key.
 async fn setup() -> Fixture {
+    setup_reloading(None).await
+}
+
+/// `setup`, the data plane checking its certificate files every
+/// `reload_interval` (default 2 s).
+async fn setup_reloading(reload_interval: Option<Duration>) -> Fixture {
     let certs = tempfile::tempdir().expect("tempdir");
     let ca = TestCa::new(certs.path()).expect("CA");
     let redis_cert = ca.server("redis", "redis").expect("redis certificate");
@@ -68,10 +74,11 @@ async fn setup() -> Fixture {
             // Not the certificate's name: the control plane goes by the certificate.
             dp.node_id = "dp-claimed".into();
             dp.node_key = Some(String::new());
-            dp.tls = Some(gw_data_plane::ListenerTls {
-                cert_file: dp_listener.cert_file.clone(),
-                key_file: dp_listener.key_file.clone(),
-            });
+            let mut tls = gw_data_plane::ListenerTls::new(&dp_listener.cert_file, &dp_listener.key_file);
+            if let Some(interval) = reload_interval {
+                tls.reload_interval = interval;
+            }
+            dp.tls = Some(tls);
             dp.control_plane_tls = gw_data_plane::ClientTls {
                 ca_file: Some(ca.cert_file.clone()),
                 cert_file: Some(dp_client.cert_file.clone()),
@@ -243,4 +250,25 @@ async fn a_replaced_certificate_is_presented_to_new_connections_without_a_restar
     // Served over the new certificate, without a restart.
     let (status, body) = chat(&f).await;
     assert_eq!(status, 200, "{body}");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_reloads_the_certificate_at_once() {
+    gw_tls::install_provider();
+    // Polling alone would take an hour: only the signal can reload it.
+    let f = setup_reloading(Some(Duration::from_secs(3600))).await;
+    assert_eq!(presented_name(&f).await.as_deref(), Some("data-plane-first"));
+    let second = f.ca.server("data-plane-hup", "data-plane-hup").expect("new certificate");
+    replace_pair(&f.listener, &second);
+    let hup = tokio::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .await
+        .expect("kill -HUP");
+    assert!(hup.success());
+    eventually("the listener to present the certificate after SIGHUP", Duration::from_secs(10), || async {
+        (presented_name(&f).await.as_deref() == Some("data-plane-hup")).then_some(())
+    })
+    .await;
 }

@@ -67,11 +67,13 @@ impl ReloadingCert {
     }
 
     /// Spawns the task that reloads the pair every `interval` and on SIGHUP,
-    /// until `shutdown` turns true.
+    /// until `shutdown` turns true. Must be called within a tokio runtime.
     pub fn watch(self: Arc<Self>, interval: Duration, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+        // Registered before returning, so a SIGHUP sent right after start
+        // reloads rather than ends the process.
+        #[cfg(unix)]
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         tokio::spawn(async move {
-            #[cfg(unix)]
-            let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
             let mut ticks = tokio::time::interval(interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -236,7 +236,7 @@ where
     let log_format = layers.get("log_format", str::parse).unwrap_or_default();
     let check_only = layers.check_only();
     match (layers.get("tls_cert_file", path), layers.get("tls_key_file", path)) {
-        (Some(cert_file), Some(key_file)) => config.tls = Some(super::ListenerTls { cert_file, key_file }),
+        (Some(cert_file), Some(key_file)) => config.tls = Some(super::ListenerTls::new(cert_file, key_file)),
         (None, None) => {}
         _ => layers.error("tls_cert_file and tls_key_file go together: give both or neither"),
     }
