@@ -228,4 +228,27 @@ mod tests {
         assert!(parse_trusted_proxies("").unwrap().is_empty());
         assert!(parse_trusted_proxies("10.0.0.0/8,nope").is_err());
     }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_a_client_certificate_stands_in_for_the_node_key() {
+        let args = |extra: &[&str]| {
+            let mut args = vec!["gw-data-plane", "--check-config", "--node-key", "k"];
+            args.extend_from_slice(extra);
+            load(args)
+        };
+        let Err(gw_bootstrap::Failure::Invalid(errors)) =
+            args(&["--tls-cert-file", "dp.crt", "--client-key-file", "dp-1.key"])
+        else {
+            panic!("accepted")
+        };
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        let loaded = args(&["--tls-cert-file", "dp.crt", "--tls-key-file", "dp.key"]).unwrap();
+        assert_eq!(loaded.config.tls.unwrap().reload_interval, Duration::from_secs(2));
+
+        let mut config = Config::new("127.0.0.1:0".parse().unwrap(), "https://cp:1", "d", "");
+        assert!(config.validate().is_err(), "neither a key nor a certificate");
+        config.control_plane_tls.cert_file = Some("dp-1.crt".into());
+        config.control_plane_tls.key_file = Some("dp-1.key".into());
+        assert!(config.validate().is_ok());
+    }
 }
