@@ -50,6 +50,7 @@ pub struct AdminApi {
     continuity: Continuity,
     videos: Option<Arc<Videos>>,
     credentials: Option<Credentials>,
+    secrets: Option<Arc<crate::store::SealedStore>>,
 }
 
 type Answer<T> = Result<Response<T>, Status>;
@@ -91,7 +92,7 @@ stored!(Account, Group, Token, Channel, Model);
 
 impl AdminApi {
     pub fn new(store: Arc<dyn Store>, fleet: Fleet, continuity: Continuity) -> AdminApi {
-        AdminApi { store, fleet, continuity, videos: None, credentials: None }
+        AdminApi { store, fleet, continuity, videos: None, credentials: None, secrets: None }
     }
 
     /// Serves the credential and audit RPCs with `credentials` (without it
@@ -120,6 +121,12 @@ impl AdminApi {
     /// Unavailable).
     pub fn with_videos(mut self, videos: Arc<Videos>) -> AdminApi {
         self.videos = Some(videos);
+        self
+    }
+
+    /// Serves `RotateSecrets` on `store`, the sealing view of the store.
+    pub fn with_secrets(mut self, store: Arc<crate::store::SealedStore>) -> AdminApi {
+        self.secrets = Some(store);
         self
     }
 
@@ -481,7 +488,14 @@ impl pb::admin_service_server::AdminService for AdminApi {
 
     async fn create_channel(&self, request: Request<pb::Channel>) -> Answer<pb::Channel> {
         let caller = Caller::of_request(&request)?;
-        let mut channel: Channel = request.into_inner().into();
+        let request = request.into_inner();
+        // `has_key` says a key was meant: an empty one is an unset variable.
+        if request.has_key && request.api_key.trim().is_empty() {
+            return Err(Status::invalid_argument(
+                "the upstream key is empty; create the channel without a key instead",
+            ));
+        }
+        let mut channel: Channel = request.into();
         channel.id = new_id("ch");
         caller.target(&channel.id);
         channel.name = required("name", channel.name)?;
@@ -682,6 +696,22 @@ impl pb::admin_service_server::AdminService for AdminApi {
 
     async fn get_video_task(&self, request: Request<pb::GetRequest>) -> Answer<pb::VideoTask> {
         video::rpc::admin_get(self.videos()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn rotate_secrets(&self, request: Request<pb::RotateSecretsRequest>) -> Answer<pb::RotateSecretsResponse> {
+        let store = self.secrets.as_ref().ok_or_else(|| Status::unavailable("secrets are not managed here"))?;
+        let new = request.into_inner().new_master_key;
+        let keys = match new.trim() {
+            "" => (*store.keys()).clone(),
+            new => {
+                let key = crate::secrets::MasterKey::parse(new).map_err(|e| Status::invalid_argument(e.to_string()))?;
+                store.keys().rotated(key)
+            }
+        };
+        let resealed = store.reseal_all(keys).await?;
+        let key_id = store.keys().current_id().unwrap_or_default().to_owned();
+        tracing::info!(key_id, resealed, "upstream keys sealed under the current master key");
+        Ok(Response::new(pb::RotateSecretsResponse { resealed: u32::try_from(resealed).unwrap_or(u32::MAX), key_id }))
     }
 
     async fn list_data_planes(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListDataPlanesResponse> {

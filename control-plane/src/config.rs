@@ -9,7 +9,11 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use gw_bootstrap::{Failure, Layers, Setting};
 use gw_telemetry::LogFormat;
 
-use crate::{Config, keys::MIN_KEY_LEN};
+use crate::{
+    Config, ServerTls,
+    keys::MIN_KEY_LEN,
+    secrets::{Keyring, MasterKey},
+};
 
 /// Every setting of `gw-control-plane`: file key, variable, default, help.
 pub static SETTINGS: &[Setting] = &[
@@ -101,6 +105,45 @@ pub static SETTINGS: &[Setting] = &[
         Some("400"),
         "Hourly and daily usage rollups (gwctl usage summary) are kept this many days",
     ),
+    Setting::new(
+        "tls_cert_file",
+        "GW_CP_TLS_CERT_FILE",
+        None,
+        "PEM certificate chain of the gRPC listener; with tls_key_file, serves TLS only",
+    ),
+    Setting::new("tls_key_file", "GW_CP_TLS_KEY_FILE", None, "PEM private key of tls_cert_file"),
+    Setting::new(
+        "client_ca_file",
+        "GW_CP_CLIENT_CA_FILE",
+        None,
+        "PEM CA bundle: a data plane showing a client certificate it signed is admitted as the node the certificate names",
+    ),
+    Setting::new(
+        "require_client_cert",
+        "GW_CP_REQUIRE_CLIENT_CERT",
+        Some("false"),
+        "The policy service refuses data planes without a client certificate (the node key alone is not enough)",
+    ),
+    Setting::new(
+        "store_ca_file",
+        "GW_CP_STORE_CA_FILE",
+        None,
+        "PEM CA bundle a rediss:// store's certificate is checked against [default: the system's roots]",
+    ),
+    Setting::new(
+        "master_key",
+        "GW_MASTER_KEY",
+        None,
+        "Master key sealing upstream keys at rest: 64 hex characters (`openssl rand -hex 32`)",
+    )
+    .secret(),
+    Setting::new("master_key_file", "GW_MASTER_KEY_FILE", None, "File holding the master key (0600)"),
+    Setting::new(
+        "previous_master_key_files",
+        "GW_PREVIOUS_MASTER_KEY_FILES",
+        Some(""),
+        "Comma-separated files of earlier master keys: they still open upstream keys, never seal new ones",
+    ),
     Setting::new("log_format", "GW_LOG_FORMAT", Some("text"), "Log lines as `text` or `json`"),
 ];
 
@@ -183,9 +226,80 @@ where
     {
         config.retention.usage_max_records = cap;
     }
+    config.store_ca_file = layers.get("store_ca_file", path);
+    config.tls = server_tls(&mut layers);
+    config.master_keys = master_keys(&mut layers, check_only);
     let log_format = layers.get("log_format", str::parse).unwrap_or_default();
     layers.finish()?;
     Ok(Loaded { config, log_format, check_only })
+}
+
+/// The listener's TLS files; both or neither of certificate and key.
+fn server_tls(layers: &mut Layers) -> Option<ServerTls> {
+    let cert_file = layers.get("tls_cert_file", path);
+    let key_file = layers.get("tls_key_file", path);
+    let client_ca_file = layers.get("client_ca_file", path);
+    let require_client_cert = layers.get("require_client_cert", parse_bool).unwrap_or(false);
+    match (cert_file, key_file) {
+        (Some(cert_file), Some(key_file)) => {
+            if require_client_cert && client_ca_file.is_none() {
+                layers.error("require_client_cert needs client_ca_file");
+            }
+            Some(ServerTls { cert_file, key_file, client_ca_file, require_client_cert })
+        }
+        (None, None) => {
+            if client_ca_file.is_some() || require_client_cert {
+                layers.error("client_ca_file and require_client_cert need tls_cert_file and tls_key_file");
+            }
+            None
+        }
+        _ => {
+            layers.error("tls_cert_file and tls_key_file go together: give both or neither");
+            None
+        }
+    }
+}
+
+/// The master key (given or from its file) and the previous keys' files.
+/// A check reads no key file.
+fn master_keys(layers: &mut Layers, check_only: bool) -> Keyring {
+    let given = layers.get("master_key", |t| MasterKey::parse(t).map(Some).map_err(|e| e.to_string()));
+    let file = layers.get("master_key_file", path);
+    let previous: Vec<PathBuf> = layers
+        .get("previous_master_key_files", |t| {
+            Ok(t.split(',').map(str::trim).filter(|p| !p.is_empty()).map(PathBuf::from).collect())
+        })
+        .unwrap_or_default();
+    let read = |layers: &mut Layers, file: &PathBuf| match MasterKey::read(file) {
+        Ok(key) => Some(key),
+        Err(error) => {
+            layers.error(error.to_string());
+            None
+        }
+    };
+    let current = match (given.flatten(), file) {
+        (Some(_), Some(_)) => {
+            layers.error("master_key and master_key_file are both set (in any layer): give one");
+            None
+        }
+        (Some(key), None) => Some(key),
+        (None, Some(_)) if check_only => None,
+        (None, Some(file)) => read(layers, &file),
+        (None, None) => None,
+    };
+    if current.is_none() && !previous.is_empty() && !check_only {
+        layers.error("previous_master_key_files needs a current master key (master_key_file)");
+    }
+    let previous = if check_only { Vec::new() } else { previous.iter().filter_map(|f| read(layers, f)).collect() };
+    Keyring::new(current, previous)
+}
+
+fn parse_bool(text: &str) -> Result<bool, String> {
+    match text {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" | "" => Ok(false),
+        _ => Err("must be true or false".to_owned()),
+    }
 }
 
 /// The `role` key (`admin` or `node`) given directly or in its file; `None`
@@ -304,5 +418,43 @@ mod tests {
         let loaded = load(args).map_err(|e| format!("{e:?}")).unwrap();
         assert!(loaded.check_only);
         assert_eq!(loaded.config.node_key.as_deref(), Some(node.as_str()));
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_a_bad_master_key_is_reported_without_echoing_it() {
+        let bad_key = "0123456789abcdef-not-hex";
+        let args = [
+            "gw-control-plane",
+            "--check-config",
+            "--tls-cert-file",
+            "cp.crt",
+            "--require-client-cert",
+            "true",
+            "--master-key",
+            bad_key,
+        ];
+        let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(errors.iter().any(|e| e.contains("tls_cert_file and tls_key_file go together")), "{errors:#?}");
+        assert!(errors.iter().any(|e| e.contains("64 hex characters")), "{errors:#?}");
+        assert!(errors.iter().all(|e| !e.contains(bad_key)), "the key was echoed: {errors:#?}");
+
+        let args = ["gw-control-plane", "--check-config", "--tls-cert-file", "a", "--tls-key-file", "b"];
+        let with_mtls = [&args[..], &["--require-client-cert", "true"]].concat();
+        let Err(Failure::Invalid(errors)) = load(with_mtls) else { panic!("accepted") };
+        assert!(errors[0].contains("require_client_cert needs client_ca_file"), "{errors:#?}");
+        let loaded = load([&args[..], &["--client-ca-file", "ca.pem", "--require-client-cert", "true"]].concat())
+            .map_err(|e| format!("{e:?}"))
+            .unwrap();
+        let tls = loaded.config.tls.unwrap();
+        assert!(tls.require_client_cert && tls.client_ca_file.is_some());
+
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("master.key");
+        std::fs::write(&key_file, format!("{}\n", "7f".repeat(32))).unwrap();
+        let key_file = key_file.to_string_lossy().into_owned();
+        let loaded = load(["gw-control-plane", "--master-key-file", key_file.as_str()]).unwrap();
+        let expected = crate::secrets::MasterKey::parse(&"7f".repeat(32)).unwrap();
+        assert_eq!(loaded.config.master_keys.current_id(), Some(expected.id()));
     }
 }

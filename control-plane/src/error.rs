@@ -16,6 +16,12 @@ impl From<StoreError> for Status {
             | StoreError::KeyTaken => Status::already_exists(error.to_string()),
             StoreError::BadCursor { .. } => Status::invalid_argument(error.to_string()),
             StoreError::Rejected { reason } => Status::invalid_argument(reason),
+            // The operator must give this replica the master key (never a
+            // secret in the message: it names the channel and the key id).
+            StoreError::Sealed { .. } => {
+                tracing::error!(error = %error_chain(&error), "an upstream key cannot be opened");
+                Status::failed_precondition(error_chain(&error))
+            }
             // The caller may simply try again, as for any optimistic write.
             StoreError::Contended { .. } => Status::aborted(error.to_string()),
             other => {

@@ -13,11 +13,14 @@ pub mod convert;
 pub mod domain;
 pub mod error;
 pub mod fleet;
+pub mod health;
 pub mod keys;
 pub mod ledger;
+pub mod peer;
 pub mod policy;
 pub mod probe;
 pub mod retention;
+pub mod secrets;
 pub mod store;
 pub mod telemetry;
 pub mod usage_summary;
@@ -59,6 +62,27 @@ pub struct Config {
     pub require_store_persistence: bool,
     /// How long raw usage records and usage rollups are kept.
     pub retention: store::Retention,
+    /// TLS of the gRPC listener; `None` serves plain HTTP/2.
+    pub tls: Option<ServerTls>,
+    /// CA bundle a `rediss://` store's certificate is checked against;
+    /// `None` trusts the system's roots.
+    pub store_ca_file: Option<PathBuf>,
+    /// Master keys sealing upstream keys at rest; empty keeps them plain.
+    pub master_keys: secrets::Keyring,
+}
+
+/// TLS of the gRPC listener (admin and policy services).
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// PEM certificate chain and private key the listener presents.
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// PEM CA bundle: data planes showing a client certificate it signed are
+    /// admitted to the policy service as the node the certificate names.
+    pub client_ca_file: Option<PathBuf>,
+    /// The policy service refuses calls without such a certificate (the
+    /// node key alone is not enough). Needs `client_ca_file`.
+    pub require_client_cert: bool,
 }
 
 /// A running control plane. Dropping it leaves the server running until
@@ -78,6 +102,7 @@ pub struct Handle {
     video_poller: JoinHandle<()>,
     prober: JoinHandle<()>,
     pruner: JoinHandle<()>,
+    health: JoinHandle<()>,
     admin: Option<JoinHandle<()>>,
 }
 
@@ -97,6 +122,9 @@ impl Config {
             probe: probe::Config::default(),
             require_store_persistence: false,
             retention: store::Retention::default(),
+            tls: None,
+            store_ca_file: None,
+            master_keys: secrets::Keyring::default(),
         }
     }
 }
@@ -120,6 +148,7 @@ impl Handle {
             tracing::warn!("the channel probe did not stop in time");
         }
         let _ = self.pruner.await;
+        let _ = self.health.await;
         if let Some(admin) = self.admin {
             let _ = admin.await;
         }
@@ -138,7 +167,13 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("making {} private", config.data_dir.display()))?;
     }
-    let store = store::open(&config.store, &config.data_dir, config.retention).await.context("opening the store")?;
+    gw_tls::install_provider();
+    let raw = store::open(&config.store, &config.data_dir, config.store_ca_file.as_deref(), config.retention)
+        .await
+        .context("opening the store")?;
+    let sealed = Arc::new(store::SealedStore::new(raw, config.master_keys.clone()));
+    check_sealed(&sealed).await?;
+    let store: Arc<dyn Store> = sealed.clone();
     let first_start = store.revision().await.context("reading the store's revision")? == 0;
     let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone(), first_start)
         .context("loading credentials")?;
@@ -168,14 +203,22 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let continuity = continuity::Continuity::new(store.clone());
     let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone())
         .with_videos(videos.clone())
-        .with_credentials(access::rpc::Credentials::new(store.clone(), keys.reserved()));
+        .with_credentials(access::rpc::Credentials::new(store.clone(), keys.reserved()))
+        .with_secrets(sealed);
+    let (health, health_task) = health::spawn(store.clone(), shutdown_rx.clone());
     let admin_stopped = shutdown_rx.clone();
     let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx).with_videos(videos);
     let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
-    let node_auth = auth::KeyCheck::new(&keys.node);
+    let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
+    let node_auth = peer::NodeAuth::new(&keys.node, require_cert);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = builder.tls_config(server_tls(tls)?).context("configuring TLS")?;
+    }
+    let server = builder
         .trace_fn(telemetry::rpc_span)
+        .add_service(health)
         .add_service(access::Guard::new(pb::admin_service_server::AdminServiceServer::new(admin), admin_auth))
         .add_service(pb::policy_service_server::PolicyServiceServer::with_interceptor(policy, node_auth))
         .serve_with_incoming_shutdown(incoming, async move {
@@ -195,7 +238,13 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
             }
         })
     });
-    tracing::info!(%addr, store = %store_name(&config.store), lineage = %lineage.id, "control plane listening");
+    tracing::info!(
+        %addr,
+        store = %store_name(&config.store),
+        lineage = %lineage.id,
+        tls = config.tls.is_some(),
+        "control plane listening"
+    );
     Ok(Handle {
         addr,
         admin_addr,
@@ -209,6 +258,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         video_poller,
         prober,
         pruner,
+        health: health_task,
     })
 }
 
@@ -229,6 +279,48 @@ async fn check_persistence(store: &dyn Store, require: bool) -> anyhow::Result<(
         anyhow::bail!("{problem}; refusing to start (require_store_persistence is set)");
     }
     tracing::warn!(persistence = persistence.as_str(), "{problem}; set appendonly yes on the redis server");
+    Ok(())
+}
+
+/// How long a client has to finish the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// tonic's TLS settings from the files `tls` names.
+fn server_tls(tls: &ServerTls) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let read = |path: &PathBuf| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    // Parsed here too so that a bad file is named in the error.
+    gw_tls::load_certs(&tls.cert_file)?;
+    gw_tls::load_key(&tls.key_file)?;
+    let mut config = ServerTlsConfig::new()
+        .identity(Identity::from_pem(read(&tls.cert_file)?, read(&tls.key_file)?))
+        .timeout(TLS_HANDSHAKE_TIMEOUT);
+    if let Some(ca) = &tls.client_ca_file {
+        gw_tls::load_roots(ca)?;
+        // Optional at the handshake: gwctl calls the admin service with the
+        // admin key and no certificate; the policy service decides (`peer`).
+        config = config.client_ca_root(Certificate::from_pem(read(ca)?)).client_auth_optional(true);
+    }
+    Ok(config)
+}
+
+/// Refuses to start when a stored upstream key does not open with the
+/// configured master keys; warns when keys are kept in plain text.
+async fn check_sealed(store: &store::SealedStore) -> anyhow::Result<()> {
+    let inventory = store.inspect().await.context("checking the stored upstream keys against the master keys")?;
+    match store.keys().current_id() {
+        None => tracing::warn!(
+            plain = inventory.plain,
+            "no master key is configured: upstream keys are stored in plain text (set master_key_file)"
+        ),
+        Some(key_id) if inventory.plain + inventory.older > 0 => tracing::warn!(
+            key_id,
+            plain = inventory.plain,
+            older = inventory.older,
+            "some upstream keys are not sealed under the current master key; `gwctl secrets rotate` seals them"
+        ),
+        Some(key_id) => tracing::info!(key_id, sealed = inventory.current, "upstream keys are sealed at rest"),
+    }
     Ok(())
 }
 

@@ -81,12 +81,16 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
     type WatchStream = WatchStream;
 
     async fn watch(&self, request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<WatchStream>, Status> {
+        let identity = request.extensions().get::<crate::peer::NodeIdentity>().cloned();
         let mut incoming = request.into_inner();
-        let hello = match incoming.next().await {
+        let mut hello = match incoming.next().await {
             Some(Ok(pb::WatchRequest { kind: Some(pb::watch_request::Kind::Hello(hello)) })) => hello,
             Some(Err(status)) => return Err(status),
             _ => return Err(Status::invalid_argument("the first message of a watch must be a hello")),
         };
+        if let Some(crate::peer::NodeIdentity(name)) = identity {
+            hello.node_id = name;
+        }
         if hello.node_id.is_empty() {
             return Err(Status::invalid_argument("hello needs a node_id"));
         }
@@ -117,7 +121,14 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::ReportUsageRequest>,
     ) -> Result<Response<pb::ReportUsageResponse>, Status> {
-        let request = request.into_inner();
+        let identity = request.extensions().get::<crate::peer::NodeIdentity>().cloned();
+        let mut request = crate::peer::with_node(request, |r| &mut r.node_id);
+        // Usage is booked against the leases of the node the certificate names.
+        if let Some(crate::peer::NodeIdentity(name)) = identity {
+            for record in &mut request.records {
+                record.node_id.clone_from(&name);
+            }
+        }
         if request.records.len() > MAX_BATCH {
             return Err(Status::invalid_argument(format!("at most {MAX_BATCH} records per report")));
         }
@@ -144,7 +155,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::AcquirePermitsRequest>,
     ) -> Result<Response<pb::AcquirePermitsResponse>, Status> {
-        let request = request.into_inner();
+        let request = crate::peer::with_node(request, |r| &mut r.node_id);
         let grants = self.budgets.permits(request.asks).await?;
         self.seen(&request.node_id);
         Ok(Response::new(pb::AcquirePermitsResponse { grants }))
@@ -154,7 +165,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::AcquireSpendRequest>,
     ) -> Result<Response<pb::AcquireSpendResponse>, Status> {
-        let request = request.into_inner();
+        let request = crate::peer::with_node(request, |r| &mut r.node_id);
         self.continuity.trusted()?;
         let asks = request.asks.into_iter().map(convert::spend_ask).collect::<Result<Vec<_>, _>>()?;
         let budgets: Vec<String> = asks.iter().map(|a| a.budget.to_string()).collect();
@@ -170,7 +181,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::ReturnSpendRequest>,
     ) -> Result<Response<pb::ReturnSpendResponse>, Status> {
-        let request = request.into_inner();
+        let request = crate::peer::with_node(request, |r| &mut r.node_id);
         if request.node_id.is_empty() {
             return Err(Status::invalid_argument("returns need a node_id"));
         }
@@ -209,7 +220,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::ChannelHealthRequest>,
     ) -> Result<Response<pb::ChannelHealthResponse>, Status> {
-        let request = request.into_inner();
+        let request = crate::peer::with_node(request, |r| &mut r.node_id);
         let mut disabled = Vec::new();
         for failure in request.failures {
             if failure.consecutive_failures < AUTO_DISABLE_AFTER {

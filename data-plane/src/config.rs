@@ -49,6 +49,29 @@ pub struct Config {
     pub limits: crate::http::Limits,
     /// Spending-budget leases: lifetime, offline allowance, default bound.
     pub budget: crate::policy::budget::Config,
+    /// TLS of the client-facing listener; `None` serves plain HTTP.
+    pub tls: Option<ListenerTls>,
+    /// TLS to an `https://` control plane: CA file, client certificate.
+    pub control_plane_tls: crate::grpc::ClientTls,
+}
+
+/// The certificate the `/v1` listener presents, read again when its files
+/// change (polled every few seconds, and on SIGHUP).
+#[derive(Debug, Clone)]
+pub struct ListenerTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// How often the files are compared with what was loaded.
+    pub reload_interval: Duration,
+}
+
+// === impl ListenerTls ===
+
+impl ListenerTls {
+    /// The pair in `cert_file` and `key_file`, checked every 2 s.
+    pub fn new(cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> ListenerTls {
+        ListenerTls { cert_file: cert_file.into(), key_file: key_file.into(), reload_interval: Duration::from_secs(2) }
+    }
 }
 
 // === impl Config ===
@@ -76,6 +99,8 @@ impl Config {
             upstream: crate::provider::Config::default(),
             limits: crate::http::Limits::default(),
             budget: crate::policy::budget::Config::default(),
+            tls: None,
+            control_plane_tls: crate::grpc::ClientTls::default(),
         }
     }
 
@@ -85,7 +110,9 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         check_control_plane(&self.control_plane)
             .map_err(|e| anyhow::anyhow!("control plane address {:?}: {e}", self.control_plane))?;
-        if self.node_key.is_empty() || axum::http::HeaderValue::from_str(&self.node_key).is_err() {
+        // A client certificate may stand in for the node key.
+        let has_cert = self.control_plane_tls.cert_file.is_some();
+        if (self.node_key.is_empty() && !has_cert) || axum::http::HeaderValue::from_str(&self.node_key).is_err() {
             anyhow::bail!("the node key is empty or has characters a header cannot carry");
         }
         self.limits.validate()?;
@@ -93,13 +120,32 @@ impl Config {
         self.upstream.validate()
     }
 
-    /// The configured node id, or the one kept in `data_dir` (created on
-    /// first use).
+    /// The configured node id; else the name in the client certificate
+    /// (the control plane knows the node by it); else the one kept in
+    /// `data_dir` (created on first use).
     pub fn resolve_node_id(&self) -> anyhow::Result<String> {
         if let Some(id) = self.node_id.as_deref().map(str::trim).filter(|id| !id.is_empty()) {
             return Ok(id.to_owned());
         }
+        if let Some(cert) = &self.control_plane_tls.cert_file {
+            let certs = gw_tls::load_certs(cert)?;
+            if let Some(name) = certs.first().and_then(gw_tls::peer_name) {
+                return Ok(name);
+            }
+        }
         load_or_create_node_id(&self.data_dir)
+    }
+
+    /// The secret the saved snapshot is sealed with: the node key, or the
+    /// client certificate's private key when the node has no key. Both live
+    /// outside the data dir.
+    pub fn snapshot_secret(&self) -> anyhow::Result<String> {
+        if !self.node_key.is_empty() {
+            return Ok(self.node_key.clone());
+        }
+        let key = self.control_plane_tls.key_file.as_ref().context("no node key and no client key")?;
+        let bytes = std::fs::read(key).with_context(|| format!("reading {}", key.display()))?;
+        Ok(hex::encode(bytes))
     }
 }
 
@@ -181,5 +227,28 @@ mod tests {
         assert_eq!(nets.len(), 3);
         assert!(parse_trusted_proxies("").unwrap().is_empty());
         assert!(parse_trusted_proxies("10.0.0.0/8,nope").is_err());
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_a_client_certificate_stands_in_for_the_node_key() {
+        let args = |extra: &[&str]| {
+            let mut args = vec!["gw-data-plane", "--check-config", "--node-key", "k"];
+            args.extend_from_slice(extra);
+            load(args)
+        };
+        let Err(gw_bootstrap::Failure::Invalid(errors)) =
+            args(&["--tls-cert-file", "dp.crt", "--client-key-file", "dp-1.key"])
+        else {
+            panic!("accepted")
+        };
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        let loaded = args(&["--tls-cert-file", "dp.crt", "--tls-key-file", "dp.key"]).unwrap();
+        assert_eq!(loaded.config.tls.unwrap().reload_interval, Duration::from_secs(2));
+
+        let mut config = Config::new("127.0.0.1:0".parse().unwrap(), "https://cp:1", "d", "");
+        assert!(config.validate().is_err(), "neither a key nor a certificate");
+        config.control_plane_tls.cert_file = Some("dp-1.crt".into());
+        config.control_plane_tls.key_file = Some("dp-1.key".into());
+        assert!(config.validate().is_ok());
     }
 }

@@ -31,7 +31,8 @@ mod translate;
 mod videos;
 mod vitals;
 
-pub use config::{Config, Loaded, load as load_config, parse_trusted_proxies, read_node_key};
+pub use config::{Config, ListenerTls, Loaded, load as load_config, parse_trusted_proxies, read_node_key};
+pub use grpc::ClientTls;
 pub use http::Limits;
 pub use provider::Config as UpstreamConfig;
 pub use spool::SyncPolicy as SpoolSync;
@@ -130,8 +131,19 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let data_dir: PathBuf = config.data_dir.clone();
     durable::private_dir(&data_dir).with_context(|| format!("preparing data dir {}", data_dir.display()))?;
     let node_id = config.resolve_node_id().context("resolving the node id")?;
-    let control = ControlPlane::new(&config.control_plane, &config.node_key)?;
-    let initial = match policy::persist::load(&data_dir, &config.node_key) {
+    gw_tls::install_provider();
+    let control = ControlPlane::new(&config.control_plane, &config.node_key, &config.control_plane_tls)?;
+    let snapshot_secret = config.snapshot_secret()?;
+    let tls = match &config.tls {
+        Some(tls) => {
+            let cert = gw_tls::ReloadingCert::load(&tls.cert_file, &tls.key_file)
+                .with_context(|| format!("loading the listener's certificate {}", tls.cert_file.display()))?;
+            let server = gw_tls::server_config(cert.clone(), None)?;
+            Some((cert, tls.reload_interval, tokio_rustls::TlsAcceptor::from(Arc::new(server))))
+        }
+        None => None,
+    };
+    let initial = match policy::persist::load(&data_dir, &snapshot_secret) {
         Ok(Some(snapshot)) => {
             tracing::info!(
                 revision = snapshot.revision,
@@ -161,12 +173,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let (stop_reporter, reporter_stopped) = watch::channel(false);
     let (persist_tx, persist_rx) = watch::channel(snapshot.load_full());
 
-    let persister = tokio::spawn(policy::persist::run(
-        data_dir.clone(),
-        config.node_key.clone(),
-        persist_rx,
-        tasks_stopped.clone(),
-    ));
+    let persister =
+        tokio::spawn(policy::persist::run(data_dir.clone(), snapshot_secret, persist_rx, tasks_stopped.clone()));
     let vitals = Arc::new(vitals::Vitals::default());
     let discovery = Discovery {
         control: control.clone(),
@@ -207,6 +215,10 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     });
     telemetry::metrics::observe(&app);
     let mut tasks = vec![discovery, persister];
+    let acceptor = tls.map(|(cert, interval, acceptor)| {
+        tasks.push(cert.watch(interval, stop_tasks.subscribe()));
+        acceptor
+    });
     if let Some(admin) = admin {
         let mut stopped = stop_tasks.subscribe();
         tasks.push(tokio::spawn(async move {
@@ -220,10 +232,11 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     }
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let router = http::router(app);
-    let server = tokio::spawn(http::serve(listener, router, config.limits, async move {
+    let server = tokio::spawn(http::serve(listener, router, config.limits, acceptor, async move {
         let _ = server_stopped.await;
     }));
-    tracing::info!(%addr, ?admin_addr, node_id, control_plane = %config.control_plane, "data plane listening");
+    let tls = config.tls.is_some();
+    tracing::info!(%addr, ?admin_addr, node_id, tls, control_plane = %config.control_plane, "data plane listening");
     Ok(Handle { addr, admin_addr, node_id, snapshot, stop_server, stop_tasks, stop_reporter, server, tasks, reporter })
 }
 

@@ -8,13 +8,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Settings the deploy files use that the TLS and master-key work adds to the
-# binaries; a key in neither this list nor the binary's sources fails.
-ASSUMED = {
-    "control-plane": {"tls_cert_file", "tls_key_file", "client_ca_file", "require_client_cert", "master_key_file"},
-    "data-plane": {"control_plane_ca_file", "control_plane_cert_file", "control_plane_key_file"},
-}
-
 SETTINGS_SOURCES = {
     "control-plane": ROOT / "control-plane/src/config.rs",
     "data-plane": ROOT / "data-plane/src/config/load.rs",
@@ -57,7 +50,7 @@ def settings(plane):
 
 def config_keys(plane, toml_text, where, report):
     """Parses a plane's TOML file and checks each key is one of its settings
-    (or an assumed one) and that no key is given inline. Returns the table,
+    and that no key is given inline. Returns the table,
     or None when it does not parse."""
     try:
         table = tomllib.loads(toml_text)
@@ -65,11 +58,8 @@ def config_keys(plane, toml_text, where, report):
         report.check(False, f"{where}: TOML parses ({error})")
         return None
     known = settings(plane)
-    unknown = sorted(set(table) - set(known) - ASSUMED[plane])
+    unknown = sorted(set(table) - set(known))
     report.check(not unknown, f"{where}: every key is a {plane} setting" + (f" (unknown: {unknown})" if unknown else ""))
-    assumed = sorted((set(table) & ASSUMED[plane]) - set(known))
-    if assumed:
-        report.note(f"{where}: assumes settings this build lacks: {', '.join(assumed)}")
     inline = sorted(set(table) & SECRET_SETTINGS)
     report.check(not inline, f"{where}: keys come from files, none inline" + (f" ({inline})" if inline else ""))
     return table

@@ -7,8 +7,8 @@ use clap::CommandFactory as _;
 
 use crate::config::Global;
 use crate::{
-    account, audit, channel, client, contexts, credentials, dataplanes, doctor, group, model, store, token, up, usage,
-    video,
+    account, audit, channel, client, contexts, credentials, dataplanes, doctor, group, model, secrets, store, token,
+    up, usage, video,
 };
 
 /// Operate the LLM API gateway.
@@ -76,6 +76,9 @@ pub enum Command {
         GW_API_KEY=sk-… gwctl doctor -o json\n\n\
         Exit code 1 when the diagnosis found a problem.")]
     Doctor(doctor::Args),
+    /// Upstream keys at rest: re-seal them under a master key.
+    #[command(subcommand, alias = "secret")]
+    Secrets(secrets::Command),
     /// Run a single-node gateway (control plane and data plane) until ctrl-c.
     #[command(after_help = "Examples:\n  \
         gwctl up\n  \
@@ -121,6 +124,7 @@ pub async fn run(cli: Cli) -> Result<String> {
         Command::Audit(cmd) => audit::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Dataplanes(cmd) => dataplanes::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Store(cmd) => store::run(cmd, &mut client::connect(&global).await?, out).await,
+        Command::Secrets(cmd) => secrets::run(cmd, &mut client::connect(&global).await?, out).await,
     }
 }
 

@@ -22,6 +22,7 @@ mod money;
 mod output;
 mod resolve;
 mod schema;
+mod secrets;
 mod store;
 mod summary;
 mod token;

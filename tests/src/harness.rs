@@ -172,6 +172,13 @@ pub struct ControlPlane {
     pub video: VideoConfig,
     /// Extra environment of the process (process mode only).
     pub env: Vec<(String, String)>,
+    /// TLS of its gRPC listener (in-process only); clients then trust
+    /// `Cluster::ca_file`.
+    pub tls: Option<gw_control_plane::ServerTls>,
+    /// CA bundle of a `rediss://` store (in-process only).
+    pub store_ca_file: Option<PathBuf>,
+    /// Master keys sealing upstream keys at rest (in-process only).
+    pub master_keys: gw_control_plane::secrets::Keyring,
     running: Option<Running<gw_control_plane::Handle>>,
 }
 
@@ -186,6 +193,13 @@ pub struct DataPlane {
     pub node_id: String,
     /// `--offline-allowance` in micro-USD; `None` keeps the default (share).
     pub offline_allowance: Option<i64>,
+    /// TLS of its `/v1` listener (in-process only); clients then trust
+    /// `Cluster::ca_file`.
+    pub tls: Option<gw_data_plane::ListenerTls>,
+    /// TLS to the control plane: CA file, client certificate (in-process only).
+    pub control_plane_tls: gw_data_plane::ClientTls,
+    /// The node key it sends; `None` sends the cluster's.
+    pub node_key: Option<String>,
     running: Option<Running<gw_data_plane::Handle>>,
 }
 
@@ -195,6 +209,8 @@ pub struct DataPlane {
 pub struct Replica {
     pub addr: SocketAddr,
     admin: Admin,
+    /// The CA file its TLS certificate is checked against (TLS clusters).
+    ca_file: Option<PathBuf>,
     handle: gw_control_plane::Handle,
 }
 
@@ -204,6 +220,9 @@ pub struct Cluster {
     pub data_planes: Vec<DataPlane>,
     pub admin_key: String,
     pub node_key: String,
+    /// The CA every TLS listener's certificate chains to; clients of the
+    /// cluster (admin, HTTP) trust it. `None` when no listener uses TLS.
+    pub ca_file: Option<PathBuf>,
     mode: Mode,
     admin: Option<Admin>,
     http: reqwest::Client,
@@ -237,7 +256,7 @@ impl Replica {
 
     /// An admin client of this replica that sends `key`.
     pub fn admin_as(&self, key: &str) -> Admin {
-        admin_client(self.addr, key)
+        admin_client(self.addr, key, self.ca_file.as_deref())
     }
 
     /// Stops the replica gracefully.
@@ -302,41 +321,69 @@ impl Cluster {
         data_planes: usize,
         configure: impl FnOnce(&mut ControlPlane),
     ) -> anyhow::Result<Cluster> {
+        Cluster::start_configured(mode, store, data_planes, |cluster| configure(&mut cluster.control_plane), |_, _| {})
+            .await
+    }
+
+    /// Starts a cluster in `mode`, after `configure` has adjusted the
+    /// cluster (its control plane, `ca_file`; its scratch directory exists)
+    /// and `configure_data_plane` each data plane by number.
+    pub async fn start_configured(
+        mode: Mode,
+        store: &str,
+        data_planes: usize,
+        configure: impl FnOnce(&mut Cluster),
+        configure_data_plane: impl Fn(usize, &mut DataPlane),
+    ) -> anyhow::Result<Cluster> {
         if mode == Mode::InProcess {
             init_logging();
         }
         let dir = tempfile::tempdir().context("creating a temp dir")?;
         // Port 0 in-process: the control plane's `start` picks the port.
         let port = |mode| if mode == Mode::InProcess { 0 } else { free_port() };
-        let mut control_plane = ControlPlane {
+        let control_plane = ControlPlane {
             addr: SocketAddr::from(([127, 0, 0, 1], port(mode))),
             store: store.to_owned(),
             data_dir: dir.path().join("control-plane"),
             video: VideoConfig::default(),
             env: Vec::new(),
+            tls: None,
+            store_ca_file: None,
+            master_keys: Default::default(),
             running: None,
         };
-        configure(&mut control_plane);
         let mut cluster = Cluster {
             control_plane,
             data_planes: Vec::new(),
             admin_key: format!("gwadm-test-{}-0123456789abcdefghijklmnop", free_port()),
             node_key: format!("gwnode-test-{}-0123456789abcdefghijklmnop", free_port()),
+            ca_file: None,
             mode,
             admin: None,
             http: reqwest::Client::new(),
             dir,
         };
+        configure(&mut cluster);
+        if let Some(ca) = &cluster.ca_file {
+            let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+            let root = reqwest::Certificate::from_pem(&pem).context("the cluster's CA")?;
+            cluster.http = reqwest::Client::builder().tls_certs_only([root]).build().context("an HTTPS client")?;
+        }
         cluster.start_control_plane().await?;
         for i in 0..data_planes {
-            cluster.data_planes.push(DataPlane {
+            let mut dp = DataPlane {
                 addr: SocketAddr::from(([127, 0, 0, 1], port(mode))),
                 admin_addr: None,
                 data_dir: cluster.dir.path().join(format!("data-plane-{i}")),
                 node_id: format!("dp-{i}"),
                 offline_allowance: None,
+                tls: None,
+                control_plane_tls: Default::default(),
+                node_key: None,
                 running: None,
-            });
+            };
+            configure_data_plane(i, &mut dp);
+            cluster.data_planes.push(dp);
             cluster.start_data_plane(i).await?;
         }
         Ok(cluster)
@@ -393,7 +440,7 @@ impl Cluster {
             }
         }
         if self.admin.is_none() {
-            self.admin = Some(admin_client(self.control_plane.addr, &self.admin_key));
+            self.admin = Some(self.admin_client(self.control_plane.addr));
         }
         Ok(())
     }
@@ -411,8 +458,8 @@ impl Cluster {
         let data_dir = self.dir.path().join(format!("control-plane-replica-{n}"));
         let config = self.in_process_config(SocketAddr::from(([127, 0, 0, 1], 0)), data_dir);
         let handle = gw_control_plane::start(config).await.with_context(|| format!("starting replica {n}"))?;
-        let admin = admin_client(handle.addr, &self.admin_key);
-        Ok(Replica { addr: handle.addr, admin, handle })
+        let admin = self.admin_client(handle.addr);
+        Ok(Replica { addr: handle.addr, admin, ca_file: self.tls_ca().map(Path::to_path_buf), handle })
     }
 
     /// The settings of an in-process control plane on `listen` and
@@ -424,7 +471,29 @@ impl Cluster {
         config.admin_key = Some(self.admin_key.clone());
         config.node_key = Some(self.node_key.clone());
         config.video = cp.video.clone();
+        config.tls = cp.tls.clone();
+        config.store_ca_file = cp.store_ca_file.clone();
+        config.master_keys = cp.master_keys.clone();
         config
+    }
+
+    /// The control plane's gRPC URL: `https://` when it serves TLS.
+    pub fn control_plane_url(&self) -> String {
+        match self.control_plane.tls {
+            Some(_) => format!("https://localhost:{}", self.control_plane.addr.port()),
+            None => format!("http://{}", self.control_plane.addr),
+        }
+    }
+
+    /// An admin client of the control plane at `addr`, sending the admin key
+    /// and trusting `ca_file` when the control plane serves TLS.
+    fn admin_client(&self, addr: SocketAddr) -> Admin {
+        admin_client(addr, &self.admin_key, self.tls_ca())
+    }
+
+    /// The CA file admin clients trust, when the control plane serves TLS.
+    fn tls_ca(&self) -> Option<&Path> {
+        self.control_plane.tls.as_ref().and(self.ca_file.as_deref())
     }
 
     /// Stops the control plane gracefully (`shutdown()`, or SIGTERM).
@@ -438,12 +507,14 @@ impl Cluster {
 
     /// Starts (or restarts) data plane `i` and waits until `/ready` answers 200.
     pub async fn start_data_plane(&mut self, i: usize) -> anyhow::Result<()> {
-        let endpoint = format!("http://{}", self.control_plane.addr);
+        let endpoint = self.control_plane_url();
         let dp = &mut self.data_planes[i];
         match self.mode {
             Mode::InProcess => {
-                let mut config =
-                    gw_data_plane::Config::new(dp.addr, endpoint, dp.data_dir.clone(), self.node_key.clone());
+                let node_key = dp.node_key.clone().unwrap_or_else(|| self.node_key.clone());
+                let mut config = gw_data_plane::Config::new(dp.addr, endpoint, dp.data_dir.clone(), node_key);
+                config.tls = dp.tls.clone();
+                config.control_plane_tls = dp.control_plane_tls.clone();
                 config.node_id = Some(dp.node_id.clone());
                 config.budget.offline_allowance = dp.offline_allowance;
                 config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -472,7 +543,10 @@ impl Cluster {
                 dp.running = Some(Running::Process(Process::spawn(command)?));
             }
         }
-        let url = format!("http://{}/ready", dp.addr);
+        let url = match dp.tls {
+            Some(_) => format!("https://localhost:{}/ready", dp.addr.port()),
+            None => format!("http://{}/ready", dp.addr),
+        };
         let http = &self.http;
         let ready = try_eventually(READY_WITHIN, || async {
             let response = http.get(&url).send().await.ok()?;
@@ -522,7 +596,11 @@ impl Cluster {
 
     /// `http://addr/v1` of data plane `i`, as an SDK's base URL.
     pub fn base_url(&self, i: usize) -> String {
-        format!("http://{}/v1", self.data_planes[i].addr)
+        let dp = &self.data_planes[i];
+        match dp.tls {
+            Some(_) => format!("https://localhost:{}/v1", dp.addr.port()),
+            None => format!("http://{}/v1", dp.addr),
+        }
     }
 
     /// An in-process client of the control plane's `AdminService`, sending
@@ -530,14 +608,14 @@ impl Cluster {
     pub fn admin(&self) -> Admin {
         match &self.admin {
             Some(admin) => admin.clone(),
-            None => admin_client(self.control_plane.addr, &self.admin_key),
+            None => self.admin_client(self.control_plane.addr),
         }
     }
 
     /// An in-process admin client of the control plane that sends `key`
     /// (a credential other than the cluster's admin key).
     pub fn admin_as(&self, key: &str) -> Admin {
-        admin_client(self.control_plane.addr, key)
+        admin_client(self.control_plane.addr, key, self.tls_ca())
     }
 
     /// Runs the `gwctl` binary with `-o json <args>` against the control
@@ -565,9 +643,13 @@ impl Cluster {
 
     /// `gwctl_raw`, sending `key` instead of the cluster's admin key.
     pub async fn gwctl_raw_as(&self, key: &str, args: &[&str]) -> anyhow::Result<std::process::Output> {
-        Command::new(binary("gwctl"))
+        let mut command = Command::new(binary("gwctl"));
+        if let (Some(_), Some(ca)) = (&self.control_plane.tls, &self.ca_file) {
+            command.arg("--ca-file").arg(ca);
+        }
+        command
             .arg("--endpoint")
-            .arg(format!("http://{}", self.control_plane.addr))
+            .arg(self.control_plane_url())
             .arg("--admin-key")
             .arg(key)
             .arg("-o")
@@ -651,13 +733,22 @@ impl SdkRunner {
     }
 }
 
-/// A lazily connecting admin client for the control plane at `addr`.
-fn admin_client(addr: SocketAddr, key: &str) -> Admin {
+/// An admin client of the control plane at `addr` sending `key`; over TLS
+/// trusting `ca` when given, else plaintext.
+fn admin_client(addr: SocketAddr, key: &str, ca: Option<&Path>) -> Admin {
     let key = AdminKey::new(key).unwrap_or_else(|error| panic!("{error:#}"));
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
+    let url = match ca {
+        Some(_) => format!("https://localhost:{}", addr.port()),
+        None => format!("http://{addr}"),
+    };
+    let mut endpoint = Endpoint::from_shared(url)
         .unwrap_or_else(|error| panic!("control plane address {addr}: {error}"))
         .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(60))
-        .connect_lazy();
-    AdminServiceClient::with_interceptor(channel, key)
+        .timeout(Duration::from_secs(60));
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).unwrap_or_else(|error| panic!("reading {}: {error}", ca.display()));
+        let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        endpoint = endpoint.tls_config(tls).unwrap_or_else(|error| panic!("admin client TLS: {error}"));
+    }
+    AdminServiceClient::with_interceptor(endpoint.connect_lazy(), key)
 }

@@ -3,6 +3,7 @@
 //! against them (in-process, or as processes for crash and restart tests),
 //! with an in-process admin client and one runner for the SDK scripts.
 
+pub mod certs;
 pub mod harness;
 pub mod mock_endpoints;
 pub mod mock_messages;

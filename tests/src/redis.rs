@@ -25,7 +25,17 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     /// Keeps an append-only file (fsync on every write) in `dir`.
     persistent: bool,
+    tls: Option<TlsFiles>,
     child: Option<Child>,
+}
+
+/// PEM files of a server that speaks TLS only: its certificate and key, and
+/// the CA it would check clients against (it asks none for a certificate).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+    pub ca_file: std::path::PathBuf,
 }
 
 // === impl RedisServer ===
@@ -35,22 +45,28 @@ impl RedisServer {
     /// Fails when `redis-server` is not installed or never gets ready (the
     /// error carries its log).
     pub async fn start() -> anyhow::Result<RedisServer> {
-        RedisServer::start_with(false).await
+        RedisServer::start_with(false, None).await
     }
 
     /// `start`, with an append-only file that `restart` comes back with.
     pub async fn start_persistent() -> anyhow::Result<RedisServer> {
-        RedisServer::start_with(true).await
+        RedisServer::start_with(true, None).await
     }
 
-    async fn start_with(persistent: bool) -> anyhow::Result<RedisServer> {
+    /// `start`, serving TLS only (no plain port) with `tls`' files; the URL
+    /// is then `rediss://`. Ready once the port accepts connections.
+    pub async fn start_tls(tls: TlsFiles) -> anyhow::Result<RedisServer> {
+        RedisServer::start_with(false, Some(tls)).await
+    }
+
+    async fn start_with(persistent: bool, tls: Option<TlsFiles>) -> anyhow::Result<RedisServer> {
         let dir = tempfile::tempdir().context("creating the redis directory")?;
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
-            match spawn(port, dir.path(), persistent).await {
+            match spawn(port, dir.path(), persistent, tls.as_ref()).await {
                 Ok(child) => {
-                    return Ok(RedisServer { port, dir, persistent, child: Some(child) });
+                    return Ok(RedisServer { port, dir, persistent, tls, child: Some(child) });
                 }
                 Err(error) => last_error = Some(error),
             }
@@ -60,7 +76,10 @@ impl RedisServer {
 
     /// The URL clients connect to: `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        match self.tls {
+            Some(_) => format!("rediss://localhost:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
     }
 
     /// The port the server listens on, on 127.0.0.1; kept across `restart`.
@@ -72,7 +91,7 @@ impl RedisServer {
     /// it answers. Its data is lost unless the server is persistent.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.stop().await?;
-        self.child = Some(spawn(self.port, self.dir.path(), self.persistent).await?);
+        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref()).await?);
         Ok(())
     }
 
@@ -88,7 +107,7 @@ impl RedisServer {
                 std::fs::remove_file(&path)?;
             }
         }
-        self.child = Some(spawn(self.port, self.dir.path(), self.persistent).await?);
+        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref()).await?);
         Ok(())
     }
 
@@ -108,13 +127,25 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Spawns `redis-server` on `port` and waits until it answers `PING`.
-async fn spawn(port: u16, dir: &Path, persistent: bool) -> anyhow::Result<Child> {
+async fn spawn(port: u16, dir: &Path, persistent: bool, tls: Option<&TlsFiles>) -> anyhow::Result<Child> {
     let log_path = dir.join(format!("redis-{port}.log"));
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).context("opening the redis log")?;
+    let mut command = Command::new("redis-server");
+    match tls {
+        None => command.args(["--port", &port.to_string()]),
+        Some(tls) => command
+            .args(["--port", "0", "--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+            .arg("--tls-cert-file")
+            .arg(&tls.cert_file)
+            .arg("--tls-key-file")
+            .arg(&tls.key_file)
+            .arg("--tls-ca-cert-file")
+            .arg(&tls.ca_file),
+    };
     let appendonly: &[&str] =
         if persistent { &["--appendonly", "yes", "--appendfsync", "always"] } else { &["--appendonly", "no"] };
-    let mut child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+    let mut child = command
+        .args(["--bind", "127.0.0.1", "--save", ""])
         .args(appendonly)
         .arg("--dir")
         .arg(dir)
@@ -127,7 +158,13 @@ async fn spawn(port: u16, dir: &Path, persistent: bool) -> anyhow::Result<Child>
 
     let started = Instant::now();
     loop {
-        if ping(port).await {
+        let ready = match tls {
+            None => ping(port).await,
+            // A TLS server answers only after a handshake: one that accepts
+            // connections has loaded its certificate.
+            Some(_) => TcpStream::connect(("127.0.0.1", port)).await.is_ok(),
+        };
+        if ready {
             return Ok(child);
         }
         let exited = child.try_wait().context("checking on redis-server")?;

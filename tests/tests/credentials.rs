@@ -144,6 +144,7 @@ async fn call(admin: &mut Admin, method: &str, f: &Fixture) -> Result<(), Status
         "RemoveDataPlane" => admin.remove_data_plane(get(missing)).await.map(drop),
         "GetStoreStatus" => admin.get_store_status(pb::Empty {}).await.map(drop),
         "ConfirmStore" => admin.confirm_store(pb::Empty {}).await.map(drop),
+        "RotateSecrets" => admin.rotate_secrets(pb::RotateSecretsRequest::default()).await.map(drop),
         "ListVideoTasks" => admin.list_video_tasks(pb::ListVideoTasksRequest::default()).await.map(drop),
         "GetVideoTask" => admin.get_video_task(get(missing)).await.map(drop),
         "CreateCredential" => admin
@@ -178,7 +179,7 @@ const ACCOUNT_MAY: [&str; 9] = [
 async fn every_role_gets_exactly_its_calls(store: &str) {
     let f = Fixture::start(store).await;
     let writes: Vec<&str> = RULES.iter().filter(|r| r.access == Access::Write).map(|r| r.method).collect();
-    assert!(writes.len() == 21 && writes.contains(&"TopUpAccount") && writes.contains(&"RevokeCredential"));
+    assert!(writes.len() == 22 && writes.contains(&"TopUpAccount") && writes.contains(&"RevokeCredential"));
     let roles = [
         ("admin", f.cluster.admin(), Box::new(|_: &str| false) as Box<dyn Fn(&str) -> bool>),
         ("operator-readonly", f.cluster.admin_as(&f.readonly_key), Box::new(|m: &str| writes.contains(&m))),

@@ -68,6 +68,7 @@ pub const RULES: &[Rule] = &[
     rule("RemoveDataPlane", "dataplane", Write, false),
     rule("GetStoreStatus", "store", Read, false),
     rule("ConfirmStore", "store", Write, false),
+    rule("RotateSecrets", "secret", Write, false),
     rule("ListVideoTasks", "video", Read, false),
     rule("GetVideoTask", "video", Read, false),
     rule("CreateCredential", "credential", Write, false),

@@ -22,6 +22,7 @@ pub mod fleet;
 pub mod lineage;
 pub mod redis;
 pub mod rollup;
+pub mod sealed;
 pub mod video;
 
 use std::sync::Arc;
@@ -38,6 +39,7 @@ pub use self::fleet::FleetStore;
 pub use self::lineage::{Lineage, LineageStore, Persistence};
 pub use self::redis::RedisStore;
 pub use self::rollup::{Retention, RollupStore};
+pub use self::sealed::SealedStore;
 pub use self::video::{VideoFilter, VideoStore, VideoWrite};
 
 /// How long a usage record may be applied after it was made (by its
@@ -76,6 +78,13 @@ pub enum StoreError {
     /// Another credential's secret hashes the same.
     #[error("the key is already in use by another credential")]
     KeyTaken,
+    /// A channel's stored key does not open with the configured master keys.
+    #[error("the key of channel {id:?} cannot be opened with the configured master keys")]
+    Sealed {
+        id: String,
+        #[source]
+        source: crate::secrets::SealError,
+    },
     /// Other writers kept changing the resource while `modify` tried to.
     #[error("{kind} {id:?} kept changing concurrently; try again")]
     Contended { kind: Kind, id: String },
@@ -240,11 +249,22 @@ pub async fn switch_channel_status(store: &dyn Store, id: &str, from: &'static s
 
 /// Opens the store named by `url`: `redis://…` (or `rediss://…`) for Redis,
 /// anything else (or empty) is the embedded store in `data_dir`; either
-/// keeps usage as `retention` says.
-pub async fn open(url: &str, data_dir: &std::path::Path, retention: Retention) -> anyhow::Result<Arc<dyn Store>> {
+/// keeps usage as `retention` says. A `rediss://` server's certificate is
+/// checked against `ca_file` when given, else against the system's roots.
+pub async fn open(
+    url: &str,
+    data_dir: &std::path::Path,
+    ca_file: Option<&std::path::Path>,
+    retention: Retention,
+) -> anyhow::Result<Arc<dyn Store>> {
     use anyhow::Context as _;
     if url.starts_with("redis://") || url.starts_with("rediss://") {
-        let store = RedisStore::connect(url).await.context("connecting to redis")?.with_retention(retention);
+        let ca = match ca_file {
+            Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
+            None => None,
+        };
+        let store =
+            RedisStore::connect_with_ca(url, ca).await.context("connecting to redis")?.with_retention(retention);
         Ok(Arc::new(store))
     } else {
         let path = if url.is_empty() || url == "embedded" {

@@ -202,7 +202,19 @@ impl RedisStore {
     /// does not answer; later outages surface as `StoreError::Redis` per call
     /// while the connection is re-established in the background.
     pub async fn connect(url: &str) -> Result<Self> {
-        let client = Client::open(url).map_err(StoreError::Redis)?;
+        RedisStore::connect_with_ca(url, None).await
+    }
+
+    /// `connect`, checking a `rediss://` server's certificate against the
+    /// PEM CA bundle `ca` when given (else the system's roots).
+    pub async fn connect_with_ca(url: &str, ca: Option<Vec<u8>>) -> Result<Self> {
+        let client = match ca {
+            Some(root_cert) if url.starts_with("rediss://") => {
+                Client::build_with_tls(url, redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) })
+            }
+            _ => Client::open(url),
+        }
+        .map_err(StoreError::Redis)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_response_timeout(Some(Duration::from_secs(10)))

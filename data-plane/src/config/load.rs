@@ -125,6 +125,26 @@ pub static SETTINGS: &[Setting] = &[
         Some("interval"),
         "When the usage spool fsyncs: `batch` (each group commit) or `interval` (each 200 ms segment)",
     ),
+    Setting::new(
+        "tls_cert_file",
+        "GW_DP_TLS_CERT_FILE",
+        None,
+        "PEM certificate chain of the /v1 listener; with tls_key_file, serves HTTPS only (reloaded when the files change or on SIGHUP)",
+    ),
+    Setting::new("tls_key_file", "GW_DP_TLS_KEY_FILE", None, "PEM private key of tls_cert_file"),
+    Setting::new(
+        "control_plane_ca_file",
+        "GW_DP_CONTROL_PLANE_CA_FILE",
+        None,
+        "PEM CA bundle an https:// control plane's certificate is checked against [default: the system's roots]",
+    ),
+    Setting::new(
+        "client_cert_file",
+        "GW_DP_CLIENT_CERT_FILE",
+        None,
+        "PEM client certificate shown to the control plane (mutual TLS); its name is the node id unless node_id is set",
+    ),
+    Setting::new("client_key_file", "GW_DP_CLIENT_KEY_FILE", None, "PEM private key of client_cert_file"),
     Setting::new("log_format", "GW_LOG_FORMAT", Some("text"), "Log lines as `text` or `json`"),
 ];
 
@@ -215,6 +235,19 @@ where
     }
     let log_format = layers.get("log_format", str::parse).unwrap_or_default();
     let check_only = layers.check_only();
+    match (layers.get("tls_cert_file", path), layers.get("tls_key_file", path)) {
+        (Some(cert_file), Some(key_file)) => config.tls = Some(super::ListenerTls::new(cert_file, key_file)),
+        (None, None) => {}
+        _ => layers.error("tls_cert_file and tls_key_file go together: give both or neither"),
+    }
+    let client = &mut config.control_plane_tls;
+    client.ca_file = layers.get("control_plane_ca_file", path);
+    client.cert_file = layers.get("client_cert_file", path);
+    client.key_file = layers.get("client_key_file", path);
+    if client.cert_file.is_some() != client.key_file.is_some() {
+        layers.error("client_cert_file and client_key_file go together: give both or neither");
+    }
+    let has_client_cert = config.control_plane_tls.cert_file.is_some();
     let node_key = layers.get("node_key", |t| Ok(t.to_owned())).filter(|k| !k.is_empty());
     let node_key_file = layers.get("node_key_file", path);
     config.node_key = match (node_key, node_key_file) {
@@ -237,6 +270,8 @@ where
                 String::new()
             }
         },
+        // A client certificate stands in for the node key when none is kept.
+        (None, None) if has_client_cert => read_node_key(&config.data_dir).unwrap_or_default(),
         (None, None) => read_node_key(&config.data_dir).unwrap_or_else(|error| {
             layers.error(error);
             String::new()

@@ -189,7 +189,7 @@ pub(crate) mod tests {
                 None,
             ),
             videos: crate::videos::Videos::new(
-                crate::grpc::ControlPlane::new("http://127.0.0.1:1", "test-node-key").unwrap(),
+                crate::grpc::ControlPlane::new("http://127.0.0.1:1", "test-node-key", &Default::default()).unwrap(),
                 "test-node",
             ),
             vitals: Arc::default(),

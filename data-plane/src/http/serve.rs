@@ -3,7 +3,8 @@
 //! kernel's backlog until one closes), request headers within
 //! `header_read_timeout`, keep-alive connections closed after
 //! `keepalive_timeout` without a request (both kept by `watchdog`), and
-//! request bodies at a minimum rate (`MinRate`). Stopping lets in-flight
+//! request bodies at a minimum rate (`MinRate`). With TLS, the handshake
+//! too must end within the header read timeout. Stopping lets in-flight
 //! requests, streams included, finish.
 
 use std::{
@@ -21,9 +22,13 @@ use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{conn::auto, graceful::GracefulShutdown},
+    server::{
+        conn::auto,
+        graceful::{GracefulShutdown, Watcher},
+    },
 };
 use tokio::{net::TcpListener, sync::Semaphore, time::Instant};
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use super::watchdog::{Activity, Tracked, Watched};
@@ -82,11 +87,14 @@ impl Limits {
 }
 
 /// Serves `router` on `listener` within `limits` until `shutdown` resolves,
-/// then waits for open connections to finish their requests.
+/// then waits for open connections to finish their requests. With `tls`,
+/// every connection is a TLS one; its handshake must end within the header
+/// read timeout, so a client that connects and stays silent is dropped.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    tls: Option<TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -116,7 +124,46 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let router = router.clone();
+        let connection = Connection { router: router.clone(), limits, peer, builder: builder.clone() };
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            match tls {
+                None => connection.run(stream, watcher).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => connection.run(stream, watcher).await,
+                        Ok(Err(error)) => tracing::debug!(%error, %peer, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake not finished within the header timeout"),
+                    }
+                }
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// One accepted client connection, plain or TLS, before it is served.
+struct Connection {
+    router: Router,
+    limits: Limits,
+    peer: SocketAddr,
+    builder: auto::Builder<TokioExecutor>,
+}
+
+// === impl Connection ===
+
+impl Connection {
+    /// Serves requests on `stream` until the client closes it, the watchdog
+    /// expires it, or a graceful shutdown ends it.
+    async fn run<IO>(self, stream: IO, watcher: Watcher)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection { router, limits, peer, builder } = self;
         let activity = Activity::new();
         let service = hyper::service::service_fn({
             let activity = activity.clone();
@@ -129,18 +176,12 @@ pub async fn serve(
             }
         });
         let io = TokioIo::new(Watched::new(stream, activity.clone()));
-        let connection = graceful.watch(builder.serve_connection_with_upgrades(io, service).into_owned());
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = connection => {}
-                () = activity.expired(limits) => {}
-            }
-            drop(slot);
-        });
+        let connection = watcher.watch(builder.serve_connection_with_upgrades(io, service).into_owned());
+        tokio::select! {
+            _ = connection => {}
+            () = activity.expired(limits) => {}
+        }
     }
-    drop(listener);
-    graceful.shutdown().await;
-    Ok(())
 }
 
 // === impl MinRate ===
@@ -253,7 +294,7 @@ mod tests {
     async fn serving(router: Router, limits: Limits) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve(listener, router, limits, std::future::pending()));
+        tokio::spawn(serve(listener, router, limits, None, std::future::pending()));
         addr
     }
 
@@ -335,5 +376,36 @@ mod tests {
         stream.write_all(b"GET /slow HTTP/1.1\r\n").await.unwrap();
         let waited = closed_after(&mut stream).await;
         assert!(waited < Duration::from_secs(5), "{waited:?}");
+    }
+
+    /// A TLS acceptor presenting a fresh self-signed certificate for localhost.
+    fn acceptor(dir: &std::path::Path) -> TlsAcceptor {
+        gw_tls::install_provider();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
+        let (cert_file, key_file) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let cert = gw_tls::ReloadingCert::load(&cert_file, &key_file).unwrap();
+        TlsAcceptor::from(Arc::new(gw_tls::server_config(cert, None).unwrap()))
+    }
+
+    #[tokio::test]
+    async fn a_silent_tls_client_is_closed_after_the_header_read_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits { header_read_timeout: Duration::from_millis(200), ..Limits::default() };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, slow_router(), limits, Some(acceptor(dir.path())), std::future::pending()));
+        // Connects and never starts the handshake.
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let waited = closed_after(&mut silent).await;
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        // Plain HTTP gets no answer but a closed connection.
+        let mut plain = TcpStream::connect(addr).await.unwrap();
+        plain.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut answer)).await.unwrap();
+        assert!(!String::from_utf8_lossy(&answer).contains("HTTP/1.1"), "{answer:?}");
     }
 }
