@@ -161,6 +161,10 @@ def properties(report, r, values, tomls):
     dp_keys = dig(dp, "spec", "template", "spec", "volumes", default=[])
     dp_items = [i["key"] for v in dp_keys if v["name"] == "keys" for i in dig(v, "secret", "items", default=[])]
     report.check(dp_items == ["node.key"], f"data plane mounts only the node key ({dp_items})")
+    if dig(values, "tls", "mtls"):
+        csi = [v for v in dp_keys if dig(v, "csi", "driver") == "csi.cert-manager.io"]
+        common_name = dig(csi[0] if csi else {}, "csi", "volumeAttributes", "csi.cert-manager.io/common-name")
+        report.check(common_name == "${POD_NAME}", "with mtls each data plane gets its own client certificate, named by its pod")
 
     existing = dig(values, "keys", "existingSecret")
     secrets = {s["metadata"]["name"] for s in r.of("Secret")}
@@ -200,6 +204,11 @@ def refusals(report, helm):
         ("a short admin key", ["--set", "keys.adminKey=short", "--set", "keys.nodeKey=" + "n" * 32], "32 characters"),
         ("equal admin and node keys", ["--set", "keys.adminKey=" + "k" * 32, "--set", "keys.nodeKey=" + "k" * 32], "must differ"),
         ("TLS without a certificate", ["--set", "tls.enabled=true"], "tls.cert"),
+        (
+            "mTLS without a per-pod certificate issuer",
+            ["--set", "tls.enabled=true", "--set", "tls.mtls=true", "--set", "tls.existingSecret=cp-tls"],
+            "tls.clientIssuer.name",
+        ),
         ("a master key that is not 64 hex", ["--set", "masterKey.enabled=true", "--set", "masterKey.value=" + "m" * 64], "64 hex"),
     ):
         out = template(helm, *args)
