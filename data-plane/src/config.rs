@@ -176,12 +176,19 @@ pub fn read_node_key(data_dir: &Path) -> Result<String, String> {
 }
 
 /// Checks that `address` is an `http(s)://host[:port]` URI.
-pub fn check_control_plane(address: &str) -> Result<(), String> {
-    let uri: axum::http::Uri = address.parse().map_err(|e| format!("not a URI: {e}"))?;
-    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-        return Err("must look like http://host:port".to_owned());
+pub fn check_control_plane(addresses: &str) -> Result<(), String> {
+    let mut any = false;
+    for address in addresses.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let uri: axum::http::Uri = address.parse().map_err(|e| format!("{address:?} is not a URI: {e}"))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return Err(format!("{address:?} must look like http://host:port"));
+        }
+        any = true;
     }
-    Ok(())
+    match any {
+        true => Ok(()),
+        false => Err("must name at least one address, like http://host:port".to_owned()),
+    }
 }
 
 /// Parses a comma-separated list of CIDRs or bare IPs (`10.0.0.0/8,::1`).

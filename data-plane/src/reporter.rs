@@ -153,7 +153,7 @@ impl Reporter {
 
     /// Sends unacknowledged records oldest first; stops at the first failure.
     async fn send_all(&self, backlog: &mut Backlog) -> Result<(), ()> {
-        let mut client = PolicyServiceClient::new(self.control.channel.clone());
+        let mut client = PolicyServiceClient::new(self.control.channel());
         while let Some((seq, records)) = backlog.next_batch() {
             let count = records.len();
             let mut request = self

@@ -65,7 +65,7 @@ impl Videos {
     }
 
     fn client(&self) -> pb::policy_service_client::PolicyServiceClient<tonic::transport::Channel> {
-        pb::policy_service_client::PolicyServiceClient::new(self.control.channel.clone())
+        pb::policy_service_client::PolicyServiceClient::new(self.control.channel())
     }
 
     fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {

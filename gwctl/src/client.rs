@@ -33,21 +33,37 @@ pub trait RpcResult<T> {
 pub async fn connect(global: &Global) -> Result<Admin> {
     let target = global.target()?;
     let auth = BearerAuth::new(&target.admin_key)?;
-    let uri = target.endpoint;
-    let mut endpoint = Endpoint::from_shared(uri.clone())
+    // Several replicas: the first that answers (a name's addresses are
+    // tried in turn by the connector).
+    let mut failures = Vec::new();
+    for uri in target.endpoint.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        match channel(uri, target.ca_file.as_deref()).await {
+            Ok(channel) => return Ok(AdminServiceClient::with_interceptor(channel, auth)),
+            Err(error) => failures.push(format!("{error:#}")),
+        }
+    }
+    match failures.len() {
+        0 => Err(anyhow!("no control plane endpoint given")),
+        _ => Err(anyhow!("{}", failures.join("; "))),
+    }
+}
+
+/// A connected channel to the control plane at `uri`, over TLS for
+/// `https://` (trusting `ca_file`, else the system's roots).
+async fn channel(uri: &str, ca_file: Option<&std::path::Path>) -> Result<tonic::transport::Channel> {
+    let mut endpoint = Endpoint::from_shared(uri.to_owned())
         .with_context(|| format!("invalid endpoint {uri:?}"))?
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(60));
     if uri.starts_with("https://") {
         let mut tls = ClientTlsConfig::new().with_native_roots();
-        if let Some(path) = &target.ca_file {
+        if let Some(path) = ca_file {
             let pem = std::fs::read(path).with_context(|| format!("reading CA file {}", path.display()))?;
             tls = tls.ca_certificate(Certificate::from_pem(pem));
         }
         endpoint = endpoint.tls_config(tls).context("setting up TLS")?;
     }
-    let channel = endpoint.connect().await.with_context(|| format!("cannot reach the control plane at {uri}"))?;
-    Ok(AdminServiceClient::with_interceptor(channel, auth))
+    endpoint.connect().await.with_context(|| format!("cannot reach the control plane at {uri}"))
 }
 
 // === impl BearerAuth ===

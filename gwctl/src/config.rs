@@ -24,7 +24,8 @@ pub struct Global {
     #[arg(long, env = "GW_CONTEXT", global = true)]
     pub context: Option<String>,
 
-    /// Control plane's gRPC address [default: the context's, else http://127.0.0.1:7070].
+    /// Control plane's gRPC address; several replicas as a comma-separated
+    /// list, tried in order [default: the context's, else http://127.0.0.1:7070].
     #[arg(long, env = "GW_ENDPOINT", global = true)]
     pub endpoint: Option<String>,
 
@@ -131,10 +132,11 @@ impl Global {
     }
 }
 
-/// The endpoint as a URI; a bare `host:port` gets `http://`.
+/// The endpoint (or comma-separated endpoints) as URIs; a bare
+/// `host:port` gets `http://`.
 pub fn endpoint_uri(endpoint: &str) -> String {
-    let endpoint = endpoint.trim();
-    if endpoint.contains("://") { endpoint.to_string() } else { format!("http://{endpoint}") }
+    let uri = |e: &str| if e.contains("://") { e.to_string() } else { format!("http://{e}") };
+    endpoint.split(',').map(str::trim).filter(|e| !e.is_empty()).map(uri).collect::<Vec<_>>().join(",")
 }
 
 /// Expands a leading `~` (which shells leave alone in `--data-dir=~/x`).
@@ -213,5 +215,6 @@ mod tests {
     fn bare_endpoint_gets_http_scheme() {
         assert_eq!(endpoint_uri("127.0.0.1:7070"), "http://127.0.0.1:7070");
         assert_eq!(endpoint_uri("https://cp.example:7070"), "https://cp.example:7070");
+        assert_eq!(endpoint_uri("10.0.0.1:7070, https://cp-b:7070"), "http://10.0.0.1:7070,https://cp-b:7070");
     }
 }

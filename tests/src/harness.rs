@@ -200,6 +200,9 @@ pub struct DataPlane {
     pub control_plane_tls: gw_data_plane::ClientTls,
     /// The node key it sends; `None` sends the cluster's.
     pub node_key: Option<String>,
+    /// The control-plane addresses it dials (`--control-plane`); `None`
+    /// dials the cluster's control plane.
+    pub control_plane: Option<String>,
     running: Option<Running<gw_data_plane::Handle>>,
 }
 
@@ -380,6 +383,7 @@ impl Cluster {
                 tls: None,
                 control_plane_tls: Default::default(),
                 node_key: None,
+                control_plane: None,
                 running: None,
             };
             configure_data_plane(i, &mut dp);
@@ -507,7 +511,7 @@ impl Cluster {
 
     /// Starts (or restarts) data plane `i` and waits until `/ready` answers 200.
     pub async fn start_data_plane(&mut self, i: usize) -> anyhow::Result<()> {
-        let endpoint = self.control_plane_url();
+        let endpoint = self.data_planes[i].control_plane.clone().unwrap_or_else(|| self.control_plane_url());
         let dp = &mut self.data_planes[i];
         match self.mode {
             Mode::InProcess => {

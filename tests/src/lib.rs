@@ -4,6 +4,7 @@
 //! with an in-process admin client and one runner for the SDK scripts.
 
 pub mod certs;
+pub mod forwarder;
 pub mod harness;
 pub mod mock_endpoints;
 pub mod mock_messages;

@@ -24,7 +24,7 @@ pub static SETTINGS: &[Setting] = &[
         "control_plane",
         "GW_DP_CONTROL_PLANE",
         Some("http://127.0.0.1:7070"),
-        "The control plane's gRPC address",
+        "The control plane's gRPC address; several replicas as a comma-separated list (a name may resolve to several)",
     ),
     Setting::new(
         "data_dir",

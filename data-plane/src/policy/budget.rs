@@ -580,7 +580,7 @@ impl SpendSource for ControlPlaneBudgets {
         let message = pb::AcquireSpendRequest { node_id: self.node_id.clone(), asks, ttl_secs };
         let mut request = self.control.request(message);
         request.set_timeout(ACQUIRE_TIMEOUT);
-        let mut client = PolicyServiceClient::new(self.control.channel.clone());
+        let mut client = PolicyServiceClient::new(self.control.channel());
         Box::pin(async move {
             let answer = client.acquire_spend(request).await.map_err(SourceError::Call)?.into_inner();
             if answer.grants.len() != asked {
@@ -606,7 +606,7 @@ impl SpendSource for ControlPlaneBudgets {
         let message = pb::ReturnSpendRequest { node_id: self.node_id.clone(), returns: returns.collect() };
         let mut request = self.control.request(message);
         request.set_timeout(ACQUIRE_TIMEOUT);
-        let mut client = PolicyServiceClient::new(self.control.channel.clone());
+        let mut client = PolicyServiceClient::new(self.control.channel());
         Box::pin(async move {
             if let Err(status) = client.return_spend(request).await {
                 // The leases lapse on the control plane by themselves.

@@ -58,6 +58,26 @@ enum SessionEnd {
     Failed(tonic::Status),
 }
 
+// === impl SessionEnd ===
+
+impl SessionEnd {
+    /// Whether the replica went away (closed, unreachable, silent) rather
+    /// than refusing this data plane for a reason every replica shares.
+    fn replica_gone(&self) -> bool {
+        match self {
+            SessionEnd::Closed => true,
+            SessionEnd::Resync { .. } => false,
+            SessionEnd::Failed(status) => !matches!(
+                status.code(),
+                tonic::Code::FailedPrecondition
+                    | tonic::Code::Unauthenticated
+                    | tonic::Code::PermissionDenied
+                    | tonic::Code::InvalidArgument
+            ),
+        }
+    }
+}
+
 /// What applying one `WatchResponse` produced.
 struct Applied {
     snapshot: Snapshot,
@@ -79,6 +99,10 @@ impl Discovery {
                 _ = shutdown.changed() => return,
             };
             want_full = false;
+            // Another replica is tried at once; the same one after a backoff.
+            if end.replica_gone() && self.control.fail_over().await {
+                backoff.reset();
+            }
             match end {
                 SessionEnd::Closed => tracing::info!("control plane closed the watch stream"),
                 SessionEnd::Resync { base, held } => {
@@ -112,7 +136,7 @@ impl Discovery {
         };
         // The receiver is alive right here, so this cannot fail.
         let _ = tx.send(pb::WatchRequest { kind: Some(watch_request::Kind::Hello(hello)) }).await;
-        let mut client = PolicyServiceClient::new(self.control.channel.clone()).max_decoding_message_size(MAX_MESSAGE);
+        let mut client = PolicyServiceClient::new(self.control.channel()).max_decoding_message_size(MAX_MESSAGE);
         let mut stream = match client.watch(self.control.request(ReceiverStream::new(rx))).await {
             Ok(response) => response.into_inner(),
             Err(status) => return SessionEnd::Failed(status),

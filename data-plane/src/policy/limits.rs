@@ -512,7 +512,7 @@ impl PermitSource for ControlPlanePermits {
             .collect();
         let mut request = self.control.request(pb::AcquirePermitsRequest { node_id: self.node_id.clone(), asks });
         request.set_timeout(ACQUIRE_TIMEOUT);
-        let mut client = PolicyServiceClient::new(self.control.channel.clone());
+        let mut client = PolicyServiceClient::new(self.control.channel());
         Box::pin(async move {
             let grants = client.acquire_permits(request).await.map_err(SourceError::Call)?.into_inner().grants;
             if grants.len() != asked {

@@ -175,7 +175,7 @@ impl Health {
 
 async fn report(control: ControlPlane, node_id: String, failure: pb::ChannelFailure) {
     let channel = failure.channel_id.clone();
-    let mut client = PolicyServiceClient::new(control.channel.clone());
+    let mut client = PolicyServiceClient::new(control.channel());
     let mut request = control.request(pb::ChannelHealthRequest { node_id, failures: vec![failure] });
     request.set_timeout(CALL_TIMEOUT);
     match tokio::time::timeout(CALL_TIMEOUT, client.report_channel_health(request)).await {
