@@ -2,7 +2,7 @@
 //! and role), what (RPC, resource kind and id), when, and the outcome,
 //! including writes refused for the caller's role.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use gw_proto::pb;
 
 use crate::client::{Admin, RpcResult};
@@ -32,12 +32,8 @@ pub struct ListArgs {
     /// Only entries about this kind of resource (account, token, credential, …).
     #[arg(long)]
     kind: Option<String>,
-    /// Only entries at or after this time: RFC 3339, a date, or a span ago (24h, 7d).
-    #[arg(long, value_parser = flags::parse_time)]
-    since: Option<i64>,
-    /// Only entries before this time: RFC 3339, a date, or a span ago.
-    #[arg(long, value_parser = flags::parse_time)]
-    until: Option<i64>,
+    #[command(flatten)]
+    range: flags::Since,
     /// At most this many entries (the control plane answers at most 1000 a
     /// page); when more match, the continue token is printed (on stderr for tables).
     #[arg(long, default_value_t = 100)]
@@ -51,16 +47,12 @@ pub struct ListArgs {
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
         Command::List(args) => {
-            if let (Some(since), Some(until)) = (args.since, args.until)
-                && since >= until
-            {
-                bail!("--since must be before --until");
-            }
+            let (from, to) = args.range.range()?;
             let request = pb::ListAuditRequest {
                 limit: args.limit,
                 page_token: args.continue_token.unwrap_or_default(),
-                from: args.since.unwrap_or(0),
-                to: args.until.unwrap_or(0),
+                from,
+                to,
                 actor_id: args.actor.unwrap_or_default(),
                 kind: args.kind.unwrap_or_default(),
             };

@@ -25,11 +25,37 @@ pub struct Page {
     pub continue_token: Option<String>,
 }
 
+/// The time-range flags of the logs (usage records, the audit log).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Since {
+    /// Only entries at or after this time: RFC 3339, a date, or a span ago (24h, 7d).
+    #[arg(long, value_parser = parse_time)]
+    pub since: Option<i64>,
+    /// Only entries before this time: RFC 3339, a date, or a span ago.
+    #[arg(long, value_parser = parse_time)]
+    pub until: Option<i64>,
+}
+
 /// `enabled` or `disabled`, as the control plane spells statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Status {
     Enabled,
     Disabled,
+}
+
+// === impl Since ===
+
+impl Since {
+    /// `(from, to)` in Unix seconds, 0 for an open end; fails when the range
+    /// is empty.
+    pub fn range(&self) -> anyhow::Result<(i64, i64)> {
+        if let (Some(since), Some(until)) = (self.since, self.until)
+            && since >= until
+        {
+            anyhow::bail!("--since must be before --until");
+        }
+        Ok((self.since.unwrap_or(0), self.until.unwrap_or(0)))
+    }
 }
 
 // === impl Page ===

@@ -50,6 +50,29 @@ pub async fn channel(admin: &mut Admin, text: &str) -> Result<String> {
     one("channel", text, list.items.into_iter().map(|c| c.id).collect())
 }
 
+/// The ids a filter of account, token and channel references names: "" (no
+/// filter) for each not given.
+pub async fn filters(
+    admin: &mut Admin,
+    account: Option<&str>,
+    token: Option<&str>,
+    channel: Option<&str>,
+) -> Result<(String, String, String)> {
+    let account = match account {
+        Some(text) => self::account(admin, text).await?,
+        None => String::new(),
+    };
+    let token = match token {
+        Some(text) => self::token(admin, text).await?,
+        None => String::new(),
+    };
+    let channel = match channel {
+        Some(text) => self::channel(admin, text).await?,
+        None => String::new(),
+    };
+    Ok((account, token, channel))
+}
+
 fn by_name(name: &str) -> pb::ListRequest {
     pb::ListRequest { name: name.to_owned(), ..Default::default() }
 }

@@ -61,22 +61,15 @@ pub async fn run(args: SummaryArgs, admin: &mut Admin, out: Output) -> Result<St
     if args.by.contains(&By::Hour) && args.by.contains(&By::Day) {
         bail!("--by takes hour or day, not both");
     }
+    let (account_id, token_id, channel_id) =
+        resolve::filters(admin, args.account.as_deref(), args.token.as_deref(), args.channel.as_deref()).await?;
     let request = pb::SummarizeUsageRequest {
         group_by: args.by.iter().map(|by| dimension(*by) as i32).collect(),
         from: args.from.unwrap_or(0),
         to: args.to.unwrap_or(0),
-        account_id: match &args.account {
-            Some(account) => resolve::account(admin, account).await?,
-            None => String::new(),
-        },
-        token_id: match &args.token {
-            Some(token) => resolve::token(admin, token).await?,
-            None => String::new(),
-        },
-        channel_id: match &args.channel {
-            Some(channel) => resolve::channel(admin, channel).await?,
-            None => String::new(),
-        },
+        account_id,
+        token_id,
+        channel_id,
         model: args.model.unwrap_or_default(),
         group: args.group.unwrap_or_default(),
     };

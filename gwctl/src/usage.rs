@@ -2,7 +2,7 @@
 //! gathers as many server pages as `--limit` asks for, and prints the token
 //! to continue from when more records match.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use gw_proto::pb;
 
 use crate::client::{Admin, RpcResult};
@@ -51,12 +51,8 @@ pub struct ListArgs {
     /// Only records served by this channel (id or name).
     #[arg(long)]
     channel: Option<String>,
-    /// Only records made at or after this time: RFC 3339, a date, or a span ago (24h, 7d).
-    #[arg(long, value_parser = flags::parse_time)]
-    since: Option<i64>,
-    /// Only records made before this time: RFC 3339, a date, or a span ago.
-    #[arg(long, value_parser = flags::parse_time)]
-    until: Option<i64>,
+    #[command(flatten)]
+    range: flags::Since,
     /// At most this many records; when more match, the continue token is
     /// printed (on stderr for tables). 0 lists every match.
     #[arg(long, default_value_t = 100)]
@@ -70,28 +66,18 @@ pub struct ListArgs {
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
         Command::List(args) => {
-            if let (Some(since), Some(until)) = (args.since, args.until)
-                && since >= until
-            {
-                bail!("--since must be before --until");
-            }
+            let (from, to) = args.range.range()?;
+            let (account_id, token_id, channel_id) =
+                resolve::filters(admin, args.account.as_deref(), args.token.as_deref(), args.channel.as_deref())
+                    .await?;
             let mut request = pb::ListUsageRequest {
-                token_id: match &args.token {
-                    Some(token) => resolve::token(admin, token).await?,
-                    None => String::new(),
-                },
-                account_id: match &args.account {
-                    Some(account) => resolve::account(admin, account).await?,
-                    None => String::new(),
-                },
-                channel_id: match &args.channel {
-                    Some(channel) => resolve::channel(admin, channel).await?,
-                    None => String::new(),
-                },
+                token_id,
+                account_id,
+                channel_id,
                 model: args.model.unwrap_or_default(),
                 group: args.group.unwrap_or_default(),
-                from: args.since.unwrap_or(0),
-                to: args.until.unwrap_or(0),
+                from,
+                to,
                 limit: 0,
                 page_token: args.continue_token.unwrap_or_default(),
             };

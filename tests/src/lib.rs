@@ -13,3 +13,4 @@ pub mod mock_video;
 pub mod otlp;
 pub mod redis;
 pub mod schema;
+pub mod seed;

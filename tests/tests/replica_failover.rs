@@ -11,6 +11,7 @@ use gw_tests::{
     harness::{self, Cluster, eventually},
     mock_upstream::MockUpstream,
     redis::RedisServer,
+    seed,
 };
 
 /// Status of `GET /v1/models` with `key` on data plane 0.
@@ -42,22 +43,7 @@ async fn a_data_plane_leaves_a_frozen_or_dead_replica_and_sees_revocations_throu
     cluster.start_data_plane(0).await.expect("restart the data plane with two addresses");
 
     let mut admin = cluster.admin();
-    admin
-        .create_model(pb::Model { id: "gpt-4o".into(), category: "chat".into(), ..Default::default() })
-        .await
-        .expect("model");
-    let channel = pb::Channel {
-        name: "main".into(),
-        r#type: "openai".into(),
-        base_url: upstream.base_url(),
-        api_key: "sk-upstream-secret-0123456789".into(),
-        has_key: true,
-        models: vec!["gpt-4o".into()],
-        groups: vec!["default".into()],
-        weight: 1,
-        ..Default::default()
-    };
-    admin.create_channel(channel).await.expect("channel");
+    seed::chat_model(&mut admin, &upstream.base_url(), &["default"]).await.expect("model and channel");
     let account = pb::CreateAccountRequest { name: "acme".into(), unlimited: true, ..Default::default() };
     let account = admin.create_account(account).await.expect("account").into_inner().id;
     let token = pb::CreateTokenRequest { account_id: account, unlimited: true, ..Default::default() };

@@ -11,6 +11,7 @@ use gw_tests::{
     harness::{Cluster, eventually},
     mock_upstream::MockUpstream,
     redis::RedisServer,
+    seed,
 };
 use serde_json::json;
 
@@ -28,26 +29,7 @@ async fn setup(redis: RedisServer) -> Fixture {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let cluster = Cluster::start(&redis.url(), 1).await.expect("cluster");
     let mut admin = cluster.admin();
-    let model = pb::Model {
-        id: "gpt-4o".into(),
-        category: "chat".into(),
-        input_price_micros: 2_500_000,
-        output_price_micros: 10_000_000,
-        ..Default::default()
-    };
-    admin.create_model(model).await.expect("model create");
-    let channel = pb::Channel {
-        name: "main".into(),
-        r#type: "openai".into(),
-        base_url: upstream.base_url(),
-        api_key: "sk-upstream-secret-0123456789".into(),
-        has_key: true,
-        models: vec!["gpt-4o".into()],
-        groups: vec!["default".into()],
-        weight: 1,
-        ..Default::default()
-    };
-    admin.create_channel(channel).await.expect("channel create");
+    seed::chat_model(&mut admin, &upstream.base_url(), &["default"]).await.expect("model and channel");
     let account = pb::CreateAccountRequest {
         name: "acme".into(),
         balance_micros: 100_000_000,
