@@ -58,6 +58,8 @@ pub enum InitError {
 pub struct Telemetry {
     tracer: Option<SdkTracerProvider>,
     meters: Option<SdkMeterProvider>,
+    /// Writes the queued log lines when dropped.
+    logs: Option<tracing_appender::non_blocking::WorkerGuard>,
 }
 
 /// Installs the global subscriber: log lines in `format`, plus, when
@@ -74,13 +76,18 @@ pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Resu
     };
     let otel_layer = tracer.as_ref().map(|provider| trace::layer(provider, service));
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Lines go to stderr from a thread of their own, so a request never
+    // waits on the terminal or the journal; when 128k lines are queued,
+    // loggers wait rather than lose lines.
+    let (writer, guard) =
+        tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer().with_writer(writer);
     let fmt = match format {
         LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).boxed(),
         LogFormat::Json => fmt.json().with_current_span(true).with_span_list(false).boxed(),
     };
-    let _ = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel_layer).try_init();
-    Ok(Telemetry { tracer, meters })
+    let installed = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel_layer).try_init().is_ok();
+    Ok(Telemetry { tracer, meters, logs: installed.then_some(guard) })
 }
 
 // === impl Telemetry ===
@@ -96,6 +103,8 @@ impl Telemetry {
         if let Some(meters) = self.meters {
             let _ = meters.shutdown_with_timeout(Duration::from_secs(5));
         }
+        // Last: what the flushes above logged is written too.
+        drop(self.logs);
     }
 }
 
