@@ -214,7 +214,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         vitals,
     });
     telemetry::metrics::observe(&app);
-    let mut tasks = vec![discovery, persister];
+    let sweeper = tokio::spawn(app.budgets.clone().sweep_idle(stop_tasks.subscribe()));
+    let mut tasks = vec![discovery, persister, sweeper];
     let acceptor = tls.map(|(cert, interval, acceptor)| {
         tasks.push(cert.watch(interval, stop_tasks.subscribe()));
         acceptor

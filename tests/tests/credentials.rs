@@ -298,6 +298,16 @@ async fn an_account_credential_sees_and_touches_only_its_own_account() {
     assert!(error.message().contains("1 credential(s)"), "{}", error.message());
     admin.revoke_credential(pb::GetRequest { id: bound.id }).await.expect("revoke");
     admin.delete_account(pb::GetRequest { id: gamma }).await.expect("delete once revoked");
+
+    // A disabled account's credential stops working, and works again with it.
+    let status =
+        |status: &str| pb::UpdateAccountRequest { id: f.a.clone(), status: Some(status.into()), ..Default::default() };
+    admin.update_account(status("disabled")).await.expect("disable a");
+    let error = mine.list_tokens(pb::ListRequest::default()).await.expect_err("a is disabled");
+    assert_eq!(error.code(), Code::PermissionDenied, "{error:?}");
+    assert!(error.message().contains("disabled or gone"), "{}", error.message());
+    admin.update_account(status("enabled")).await.expect("enable a");
+    mine.list_tokens(pb::ListRequest::default()).await.expect("a is enabled again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,7 +20,7 @@ use super::rules::{self, Access};
 use super::{AuditEntry, Caller};
 use crate::admin::hash_key;
 use crate::auth::KeyCheck;
-use crate::domain::now_unix;
+use crate::domain::{DISABLED, Kind, Resource, now_unix};
 use crate::store::Store;
 
 /// How often a credential's last use is written back, at most.
@@ -50,8 +50,9 @@ impl Authenticator {
     }
 
     /// The caller holding `key`; Unauthenticated for an unknown key,
-    /// Unavailable when the store cannot be read. Notes the credential's
-    /// use, at most once a minute.
+    /// PermissionDenied for an account credential whose account is disabled
+    /// or gone, Unavailable when the store cannot be read. Notes the
+    /// credential's use, at most once a minute.
     pub async fn authenticate(&self, key: Option<&str>) -> Result<Caller, Status> {
         let key = key.ok_or_else(|| Status::unauthenticated("missing credential"))?;
         if self.root.matches(key) {
@@ -62,6 +63,15 @@ impl Authenticator {
             .credential_by_key(&hash_key(key))
             .await?
             .ok_or_else(|| Status::unauthenticated("invalid credential"))?;
+        if !credential.account_id.is_empty() {
+            let account = self.store.get(Kind::Account, &credential.account_id).await?;
+            if !matches!(&account, Some(Resource::Account(a)) if a.status != DISABLED) {
+                return Err(Status::permission_denied(format!(
+                    "credential {} belongs to account {:?}, which is disabled or gone",
+                    credential.id, credential.account_id
+                )));
+            }
+        }
         let now = now_unix();
         if now - credential.last_used_at >= TOUCH_EVERY_SECS
             && let Err(error) = self.store.touch_credential(&credential.id, now).await

@@ -365,6 +365,20 @@ impl Budgets {
         lease
     }
 
+    /// Gives back, every `SWEEP_EVERY` until `shutdown`, what budgets idle
+    /// for `IDLE` hold, also while no request comes to do it.
+    pub async fn sweep_idle(self, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            }
+            let mut state = self.inner.lock();
+            self.sweep(&mut state, Instant::now());
+        }
+    }
+
     /// Gives back what idle budgets hold, at most once per `SWEEP_EVERY`.
     fn sweep(&self, state: &mut State, now: Instant) {
         if now.duration_since(state.swept_at) < SWEEP_EVERY {
@@ -863,5 +877,20 @@ pub mod tests {
         budgets.reserve(&other, 100, 0).await.unwrap().settle(100);
         tokio::task::yield_now().await;
         assert_eq!(authority.lent("token:t1"), 100, "only what was spent stays lent");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_data_plane_gives_budgets_back_without_a_request() {
+        let authority = Arc::new(Authority::new(1_000_000));
+        let budgets = budgets(&authority);
+        budgets.reserve(&caller(false, true), 100, 0).await.unwrap().settle(100);
+        assert!(authority.lent("token:t1") > 100);
+        let (stop, stopped) = watch::channel(false);
+        let sweeper = tokio::spawn(budgets.clone().sweep_idle(stopped));
+        tokio::time::sleep(IDLE + 2 * SWEEP_EVERY).await;
+        tokio::task::yield_now().await;
+        assert_eq!(authority.lent("token:t1"), 100, "the sweeper gave back what was not spent");
+        stop.send_replace(true);
+        sweeper.await.unwrap();
     }
 }
