@@ -75,11 +75,18 @@ def check(report, toml_out):
                         report.check(table[key] == f"/run/secrets/{secret}", f"{name}: {key} is the mounted secret")
                 toml_out[name] = (text, {k: str(v) for k, v in env.items() if k.startswith("GW_")})
         if plane == "data-plane":
-            target = env.get("GW_DP_CONTROL_PLANE", "")
-            host = target.split("//")[-1].split(":")[0]
-            report.check(host in services and host.startswith("control-plane"), f"{name}: dials control plane {host!r}")
-    dialled = {services[n].get("environment", {}).get("GW_DP_CONTROL_PLANE") for n in ("data-plane-1", "data-plane-2") if n in services}
-    report.check(len(dialled) == 2, "the data planes dial different control-plane replicas")
+            targets = [t.strip() for t in env.get("GW_DP_CONTROL_PLANE", "").split(",") if t.strip()]
+            hosts = [t.split("//")[-1].split(":")[0] for t in targets]
+            report.check(
+                sorted(hosts) == ["control-plane-1", "control-plane-2"],
+                f"{name}: given both control-plane replicas ({hosts})",
+            )
+    firsts = {
+        services[n].get("environment", {}).get("GW_DP_CONTROL_PLANE", "").split(",")[0]
+        for n in ("data-plane-1", "data-plane-2")
+        if n in services
+    }
+    report.check(len(firsts) == 2, "the data planes start on different control-plane replicas")
 
 
 def _has_docker():
