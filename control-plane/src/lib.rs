@@ -211,7 +211,9 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
     let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
     let node_auth = peer::NodeAuth::new(&keys.node, require_cert);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Without TCP_NODELAY a response's trailers wait for the peer's delayed
+    // ACK (40 ms), and so does every request waiting on a lease or permit.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(server_tls(tls)?).context("configuring TLS")?;

@@ -4,6 +4,10 @@
 //! waiters of all of them. File work runs on the blocking pool. A failed
 //! write is logged and the segment sealed, so the next group starts a
 //! clean file; the entries still reach the reporter from memory.
+//!
+//! Under `SyncPolicy::Interval` a sealed segment is fsynced by a task of its
+//! own, in order, before the reporter gets it: the writer goes on with the
+//! next segment meanwhile, so no request waits on that fsync.
 
 use std::{fs::File, io::Write as _, path::PathBuf, time::Duration};
 
@@ -25,8 +29,18 @@ pub struct Writer {
     sync: SyncPolicy,
     entries: mpsc::UnboundedReceiver<Entry>,
     flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
-    sealed: mpsc::UnboundedSender<Sealed>,
+    /// To the syncer, which hands segments on to the reporter.
+    sealed: mpsc::UnboundedSender<Handoff>,
     current: Option<Segment>,
+}
+
+/// A sealed segment on its way to the reporter: its file to fsync first,
+/// and who waits for it to arrive (a flush).
+struct Handoff {
+    /// `None` when a flush found no segment to seal.
+    sealed: Option<Sealed>,
+    file: Option<File>,
+    done: Option<oneshot::Sender<()>>,
 }
 
 /// The segment being appended to.
@@ -50,7 +64,9 @@ impl Writer {
         flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
         sealed: mpsc::UnboundedSender<Sealed>,
     ) -> Writer {
-        Writer { dir, next_seq, sync, entries, flush, sealed, current: None }
+        let (handoffs, queued) = mpsc::unbounded_channel();
+        tokio::spawn(sync_and_hand_over(queued, sealed));
+        Writer { dir, next_seq, sync, entries, flush, sealed: handoffs, current: None }
     }
 
     /// Appends and seals until every entry sender is gone; seals what is
@@ -68,13 +84,12 @@ impl Writer {
                     while let Ok(entry) = self.entries.try_recv() {
                         self.commit_waiting(entry).await;
                     }
-                    self.seal().await;
-                    let _ = done.send(());
+                    self.seal(Some(done));
                 }
-                _ = tick.tick() => self.seal().await,
+                _ = tick.tick() => self.seal(None),
             }
         }
-        self.seal().await;
+        self.seal(None);
     }
 
     /// Commits `first` and whatever else is waiting, as one group.
@@ -128,25 +143,46 @@ impl Writer {
             segment.entries.push((entry.kind, entry.record));
         }
         if segment.failed {
-            self.seal().await;
+            self.seal(None);
         }
     }
 
-    /// Closes the current segment (fsyncing it under `Interval`) and hands
-    /// it to the reporter.
-    async fn seal(&mut self) {
-        let Some(mut segment) = self.current.take() else {
-            return;
+    /// Closes the current segment and queues it for the reporter (fsynced
+    /// first under `Interval`); `done` hears when it got there, also when
+    /// there was no segment to seal.
+    fn seal(&mut self, done: Option<oneshot::Sender<()>>) {
+        let handoff = match self.current.take() {
+            Some(mut segment) => {
+                let file = segment.file.take().filter(|_| self.sync == SyncPolicy::Interval);
+                let sealed = Sealed { seq: segment.seq, path: segment.path, entries: segment.entries };
+                Handoff { sealed: Some(sealed), file, done }
+            }
+            None if done.is_some() => Handoff { sealed: None, file: None, done },
+            None => return,
         };
-        if let (Some(file), SyncPolicy::Interval) = (segment.file.take(), self.sync) {
+        if self.sealed.send(handoff).is_err() {
+            tracing::debug!("usage spool syncer is gone; segment left for the next start");
+        }
+    }
+}
+
+/// Fsyncs each queued segment's file, in order, then hands the segment to
+/// the reporter and tells whoever waits for it.
+async fn sync_and_hand_over(mut queued: mpsc::UnboundedReceiver<Handoff>, reporter: mpsc::UnboundedSender<Sealed>) {
+    while let Some(Handoff { sealed, file, done }) = queued.recv().await {
+        if let (Some(file), Some(sealed)) = (file, &sealed) {
             let synced = tokio::task::spawn_blocking(move || file.sync_data()).await;
             if !matches!(synced, Ok(Ok(()))) {
-                tracing::error!(file = %segment.path.display(), "cannot fsync a usage spool segment");
+                tracing::error!(file = %sealed.path.display(), "cannot fsync a usage spool segment");
             }
         }
-        let sealed = Sealed { seq: segment.seq, path: segment.path, entries: segment.entries };
-        if self.sealed.send(sealed).is_err() {
+        if let Some(sealed) = sealed
+            && reporter.send(sealed).is_err()
+        {
             tracing::debug!("usage reporter is gone; segment left for the next start");
+        }
+        if let Some(done) = done {
+            let _ = done.send(());
         }
     }
 }
