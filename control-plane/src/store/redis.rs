@@ -208,11 +208,16 @@ impl RedisStore {
     /// `connect`, checking a `rediss://` server's certificate against the
     /// PEM CA bundle `ca` when given (else the system's roots).
     pub async fn connect_with_ca(url: &str, ca: Option<Vec<u8>>) -> Result<Self> {
+        // Without TCP_NODELAY, concurrent commands on the one multiplexed
+        // connection can wait on each other's ACKs.
+        let info = redis::IntoConnectionInfo::into_connection_info(url)
+            .map_err(StoreError::Redis)?
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         let client = match ca {
             Some(root_cert) if url.starts_with("rediss://") => {
-                Client::build_with_tls(url, redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) })
+                Client::build_with_tls(info, redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) })
             }
-            _ => Client::open(url),
+            _ => Client::open(info),
         }
         .map_err(StoreError::Redis)?;
         let config = ConnectionManagerConfig::new()
