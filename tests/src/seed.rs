@@ -9,8 +9,9 @@ use crate::harness::Admin;
 pub const UPSTREAM_KEY: &str = "sk-upstream-secret-0123456789";
 
 /// Creates model `gpt-4o` (chat, $2.5 / $10 per 1M tokens) and channel
-/// `main`, an OpenAI-type channel at `base_url` serving it to `groups`.
-pub async fn chat_model(admin: &mut Admin, base_url: &str, groups: &[&str]) -> anyhow::Result<()> {
+/// `main`, an OpenAI-type channel at `base_url` serving it to `groups`;
+/// returns the channel's id.
+pub async fn chat_model(admin: &mut Admin, base_url: &str, groups: &[&str]) -> anyhow::Result<String> {
     let model = pb::Model {
         id: "gpt-4o".into(),
         category: "chat".into(),
@@ -30,6 +31,5 @@ pub async fn chat_model(admin: &mut Admin, base_url: &str, groups: &[&str]) -> a
         weight: 1,
         ..Default::default()
     };
-    admin.create_channel(channel).await.context("creating the channel")?;
-    Ok(())
+    Ok(admin.create_channel(channel).await.context("creating the channel")?.into_inner().id)
 }

@@ -12,10 +12,9 @@ use gw_tests::{
     harness::{Cluster, Mode, eventually},
     mock_upstream::MockUpstream,
     redis::RedisServer,
+    seed::{self, UPSTREAM_KEY},
 };
 use serde_json::json;
-
-const UPSTREAM_KEY: &str = "sk-upstream-secret-at-rest-0123456789";
 
 fn master_key(byte: u8) -> (String, MasterKey) {
     let text = hex::encode([byte; 32]);
@@ -34,19 +33,7 @@ async fn cluster(store: &str, key: MasterKey) -> Cluster {
 /// token's key and the channel's id.
 async fn populate(cluster: &Cluster, upstream: &MockUpstream) -> (String, String) {
     let mut admin = cluster.admin();
-    admin
-        .create_model(pb::Model { id: "gpt-4o".into(), category: "chat".into(), ..Default::default() })
-        .await
-        .expect("model create");
-    let channel = pb::Channel {
-        name: "main".into(),
-        base_url: upstream.base_url(),
-        api_key: UPSTREAM_KEY.into(),
-        has_key: true,
-        models: vec!["gpt-4o".into()],
-        ..Default::default()
-    };
-    let channel = admin.create_channel(channel).await.expect("channel create").into_inner().id;
+    let channel = seed::chat_model(&mut admin, &upstream.base_url(), &["default"]).await.expect("model and channel");
     let account = pb::CreateAccountRequest {
         name: "acme".into(),
         unlimited: true,

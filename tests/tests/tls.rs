@@ -13,11 +13,11 @@ use gw_tests::{
     harness::{Cluster, Mode, eventually},
     mock_upstream::MockUpstream,
     redis::{RedisServer, TlsFiles},
+    seed::{self, UPSTREAM_KEY},
 };
 use serde_json::{Value, json};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
-const UPSTREAM_KEY: &str = "sk-upstream-secret-tls-0123456789";
 /// The node name in the data plane's client certificate.
 const NODE: &str = "dp-cert-0";
 
@@ -90,19 +90,7 @@ async fn setup_reloading(reload_interval: Option<Duration>) -> Fixture {
     .expect("cluster on TLS");
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let mut admin = cluster.admin();
-    admin
-        .create_model(pb::Model { id: "gpt-4o".into(), category: "chat".into(), ..Default::default() })
-        .await
-        .expect("model create");
-    let channel = pb::Channel {
-        name: "main".into(),
-        base_url: upstream.base_url(),
-        api_key: UPSTREAM_KEY.into(),
-        has_key: true,
-        models: vec!["gpt-4o".into()],
-        ..Default::default()
-    };
-    admin.create_channel(channel).await.expect("channel create");
+    seed::chat_model(&mut admin, &upstream.base_url(), &["default"]).await.expect("model and channel");
     let account = pb::CreateAccountRequest {
         name: "acme".into(),
         unlimited: true,
