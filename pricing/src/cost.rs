@@ -3,13 +3,32 @@
 //! prices (image, second) by 10^6. All arithmetic is `i128`: each product of
 //! two `i64` factors fits, and sums and further products saturate.
 
-/// Token counts metered from one response.
+/// Token counts metered from one response, normalised the same way for
+/// every dialect (the readers in the data plane do the conversion, once):
+///
+/// - `prompt_tokens` is the whole prompt: fresh input, cache reads and
+///   cache writes (OpenAI's `prompt_tokens` already are; the messages API's
+///   `input_tokens` excludes both cache counts, so they are added);
+/// - `cached_tokens`, `cache_write_5m_tokens` and `cache_write_1h_tokens`
+///   are parts of `prompt_tokens` (reads, and writes kept five minutes or
+///   one hour);
+/// - `completion_tokens` is the whole output, `reasoning_tokens` a part of
+///   it (as OpenAI counts them).
+///
+/// Parts larger than what is left of their whole are clamped, in the order
+/// reads, 5-minute writes, 1-hour writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
     /// Part of `prompt_tokens` served from the provider's prompt cache.
     pub cached_tokens: i64,
+    /// Part of `prompt_tokens` written to the cache for five minutes.
+    pub cache_write_5m_tokens: i64,
+    /// Part of `prompt_tokens` written to the cache for one hour.
+    pub cache_write_1h_tokens: i64,
+    /// Part of `completion_tokens` spent reasoning.
+    pub reasoning_tokens: i64,
 }
 
 /// What a request used besides tokens, priced by the per-image and
@@ -24,7 +43,12 @@ pub struct Units {
 
 /// A model's prices in micro-USD: token prices per 1M tokens, the others per
 /// request, per second (audio, video) and per image. Negative prices are
-/// taken as 0.
+/// taken as 0, and a token price of 0 falls back as its field says.
+///
+/// The tier is long-context pricing as providers bill it: when a request's
+/// whole prompt (cache reads and writes included) is more than
+/// `tier_threshold_tokens`, the whole request, not just the tokens past the
+/// threshold, is billed at the tier's prices.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Prices {
     pub input_price_micros: i64,
@@ -34,6 +58,36 @@ pub struct Prices {
     pub request_price_micros: i64,
     pub second_price_micros: i64,
     pub image_price_micros: i64,
+    /// Prompt tokens above which the tier applies; 0 for no tier.
+    pub tier_threshold_tokens: i64,
+    /// The tier's input price; 0 keeps `input_price_micros`.
+    pub tier_input_price_micros: i64,
+    /// The tier's output price; 0 keeps `output_price_micros`.
+    pub tier_output_price_micros: i64,
+    /// The tier's cache-read price; 0 keeps `cached_price_micros` (and so
+    /// falls back to the tier's input price when that is 0 too).
+    pub tier_cached_price_micros: i64,
+    /// Cache writes kept five minutes; 0 bills them at the input price
+    /// (the tier's, when the tier applies).
+    pub cache_write_5m_price_micros: i64,
+    /// Cache writes kept one hour; 0 bills them at the input price (the
+    /// tier's, when the tier applies).
+    pub cache_write_1h_price_micros: i64,
+    /// Reasoning tokens; 0 bills them at the output price (the tier's, when
+    /// the tier applies).
+    pub reasoning_price_micros: i64,
+}
+
+/// The per-1M-token price of each kind of token for one request, after the
+/// tier and the fallbacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rates {
+    input: i128,
+    cached: i128,
+    write_5m: i128,
+    write_1h: i128,
+    output: i128,
+    reasoning: i128,
 }
 
 /// 10^12: micro-USD per 1M tokens times parts per million.
@@ -43,26 +97,111 @@ const UNIT_DIVISOR: i128 = 1_000_000_000;
 /// 10^6: micro-USD per second times whole seconds times parts per million.
 const VIDEO_DIVISOR: i128 = 1_000_000;
 
-/// Cost of `usage` at `prices` in a group with ratio `ratio_ppm`:
-/// `ceil(((prompt - cached) * input + cached * cached_or_input + completion *
-/// output) * ratio_ppm / 1e12) + request_price`. The ratio scales tokens, not
-/// the per-request price. Negative counts and ratios are taken as 0, `cached`
-/// never exceeds `prompt`; the result saturates at `i64::MAX`.
+/// The tier a request with `prompt_tokens` is billed at: 1 when `prices`
+/// has a tier and the prompt is more than its threshold, else 0. A usage
+/// record keeps it next to its counts.
+pub fn tier(prompt_tokens: i64, prices: &Prices) -> u32 {
+    u32::from(prices.tier_threshold_tokens > 0 && prompt_tokens > prices.tier_threshold_tokens)
+}
+
+/// Cost of `usage` at `prices` in a group with ratio `ratio_ppm`, with the
+/// rates of the request's [`tier`] and each 0 price falling back as
+/// [`Prices`] says:
+/// `ceil((fresh * input + cached * cached_rate + write_5m * write_5m_rate +
+/// write_1h * write_1h_rate + (completion - reasoning) * output + reasoning *
+/// reasoning_rate) * ratio_ppm / 1e12) + request_price`, where `fresh` is
+/// the prompt less its cached and written parts. The ratio scales tokens,
+/// not the per-request price; rounding happens once. Negative counts and
+/// ratios are taken as 0, parts are clamped to their whole (see [`Usage`]);
+/// the result saturates at `i64::MAX`.
 pub fn cost_micros(usage: &Usage, prices: &Prices, ratio_ppm: i64) -> i64 {
+    let rates = Rates::of(prices, tier(usage.prompt_tokens, prices) == 1);
     let prompt = i128::from(usage.prompt_tokens.max(0));
     let cached = i128::from(usage.cached_tokens.max(0)).min(prompt);
+    let write_5m = i128::from(usage.cache_write_5m_tokens.max(0)).min(prompt - cached);
+    let write_1h = i128::from(usage.cache_write_1h_tokens.max(0)).min(prompt - cached - write_5m);
+    let fresh = prompt - cached - write_5m - write_1h;
     let completion = i128::from(usage.completion_tokens.max(0));
-    let input = i128::from(prices.input_price_micros.max(0));
-    let cached_price = match prices.cached_price_micros {
-        price if price > 0 => i128::from(price),
-        _ => input,
-    };
-    let tokens = ((prompt - cached) * input)
-        .saturating_add(cached * cached_price)
-        .saturating_add(completion * i128::from(prices.output_price_micros.max(0)));
+    let reasoning = i128::from(usage.reasoning_tokens.max(0)).min(completion);
+    let tokens = [
+        (fresh, rates.input),
+        (cached, rates.cached),
+        (write_5m, rates.write_5m),
+        (write_1h, rates.write_1h),
+        (completion - reasoning, rates.output),
+        (reasoning, rates.reasoning),
+    ]
+    .iter()
+    .fold(0i128, |sum, (count, rate)| sum.saturating_add(count.saturating_mul(*rate)));
+    scale_tokens(tokens, prices, ratio_ppm)
+}
+
+/// The most a request of at most `prompt_tokens` and `completion_tokens`
+/// can cost at `prices` and `ratio_ppm`, whatever parts of it are cached,
+/// written to the cache or reasoning, and whichever tier its real prompt
+/// falls in: every prompt token at the highest prompt rate of either tier,
+/// every completion token at the highest output rate. Never less than
+/// [`cost_micros`] of any usage within those counts; what the data plane
+/// reserves before it sends a request.
+pub fn bound_micros(prompt_tokens: i64, completion_tokens: i64, prices: &Prices, ratio_ppm: i64) -> i64 {
+    let base = Rates::of(prices, false);
+    let rates = if prices.tier_threshold_tokens > 0 { base.max(Rates::of(prices, true)) } else { base };
+    let prompt_rate = rates.input.max(rates.cached).max(rates.write_5m).max(rates.write_1h);
+    let output_rate = rates.output.max(rates.reasoning);
+    let tokens = i128::from(prompt_tokens.max(0))
+        .saturating_mul(prompt_rate)
+        .saturating_add(i128::from(completion_tokens.max(0)).saturating_mul(output_rate));
+    scale_tokens(tokens, prices, ratio_ppm)
+}
+
+/// `ceil(tokens * ratio_ppm / 1e12) + request_price`, saturating.
+fn scale_tokens(tokens: i128, prices: &Prices, ratio_ppm: i64) -> i64 {
     let scaled = tokens.saturating_mul(i128::from(ratio_ppm.max(0)));
-    let total = ceil_div(scaled, TOKEN_DIVISOR).saturating_add(i128::from(prices.request_price_micros.max(0)));
-    saturate(total)
+    saturate(ceil_div(scaled, TOKEN_DIVISOR).saturating_add(i128::from(prices.request_price_micros.max(0))))
+}
+
+// === impl Rates ===
+
+impl Rates {
+    /// The rates of `prices`, in the tier or not.
+    fn of(prices: &Prices, tiered: bool) -> Rates {
+        let price = |micros: i64| i128::from(micros.max(0));
+        // A set price, or else `fallback`.
+        let or = |micros: i64, fallback: i128| if micros > 0 { i128::from(micros) } else { fallback };
+        let (input, output, cached) = if tiered {
+            (
+                or(prices.tier_input_price_micros, price(prices.input_price_micros)),
+                or(prices.tier_output_price_micros, price(prices.output_price_micros)),
+                if prices.tier_cached_price_micros > 0 {
+                    prices.tier_cached_price_micros
+                } else {
+                    prices.cached_price_micros
+                },
+            )
+        } else {
+            (price(prices.input_price_micros), price(prices.output_price_micros), prices.cached_price_micros)
+        };
+        Rates {
+            input,
+            cached: or(cached, input),
+            write_5m: or(prices.cache_write_5m_price_micros, input),
+            write_1h: or(prices.cache_write_1h_price_micros, input),
+            output,
+            reasoning: or(prices.reasoning_price_micros, output),
+        }
+    }
+
+    /// Each rate the higher of the two.
+    fn max(self, other: Rates) -> Rates {
+        Rates {
+            input: self.input.max(other.input),
+            cached: self.cached.max(other.cached),
+            write_5m: self.write_5m.max(other.write_5m),
+            write_1h: self.write_1h.max(other.write_1h),
+            output: self.output.max(other.output),
+            reasoning: self.reasoning.max(other.reasoning),
+        }
+    }
 }
 
 /// Cost of `units` at `prices` and `ratio_ppm`: `ceil((images * image_price
@@ -112,7 +251,7 @@ mod tests {
     }
 
     fn usage(prompt: i64, completion: i64, cached: i64) -> Usage {
-        Usage { prompt_tokens: prompt, completion_tokens: completion, cached_tokens: cached }
+        Usage { prompt_tokens: prompt, completion_tokens: completion, cached_tokens: cached, ..Usage::default() }
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod cost;
 mod text;
 pub mod wire;
 
-pub use self::cost::{Prices, Units, Usage, cost_micros, units_cost_micros, video_cost_micros};
+pub use self::cost::{Prices, Units, Usage, bound_micros, cost_micros, tier, units_cost_micros, video_cost_micros};
 pub use self::text::{
     ParseError, format_ratio, format_usd, format_usd_short, parse_ratio_ppm, parse_usd, parse_usd_non_negative,
 };
