@@ -636,6 +636,13 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 set(&mut model.request_price_micros, &r.request_price_micros);
                 set(&mut model.second_price_micros, &r.second_price_micros);
                 set(&mut model.image_price_micros, &r.image_price_micros);
+                set(&mut model.tier_threshold_tokens, &r.tier_threshold_tokens);
+                set(&mut model.tier_input_price_micros, &r.tier_input_price_micros);
+                set(&mut model.tier_output_price_micros, &r.tier_output_price_micros);
+                set(&mut model.tier_cached_price_micros, &r.tier_cached_price_micros);
+                set(&mut model.cache_write_5m_price_micros, &r.cache_write_5m_price_micros);
+                set(&mut model.cache_write_1h_price_micros, &r.cache_write_1h_price_micros);
+                set(&mut model.reasoning_price_micros, &r.reasoning_price_micros);
                 set(&mut model.category, &category);
                 set(&mut model.owned_by, &owned_by);
                 // Checked on the result, which includes the stored fields.

@@ -141,6 +141,13 @@ impl From<Model> for pb::Model {
             second_price_micros: m.second_price_micros,
             image_price_micros: m.image_price_micros,
             owned_by: m.owned_by,
+            tier_threshold_tokens: m.tier_threshold_tokens,
+            tier_input_price_micros: m.tier_input_price_micros,
+            tier_output_price_micros: m.tier_output_price_micros,
+            tier_cached_price_micros: m.tier_cached_price_micros,
+            cache_write_5m_price_micros: m.cache_write_5m_price_micros,
+            cache_write_1h_price_micros: m.cache_write_1h_price_micros,
+            reasoning_price_micros: m.reasoning_price_micros,
         }
     }
 }
@@ -157,6 +164,13 @@ impl From<pb::Model> for Model {
             second_price_micros: m.second_price_micros,
             image_price_micros: m.image_price_micros,
             owned_by: m.owned_by,
+            tier_threshold_tokens: m.tier_threshold_tokens,
+            tier_input_price_micros: m.tier_input_price_micros,
+            tier_output_price_micros: m.tier_output_price_micros,
+            tier_cached_price_micros: m.tier_cached_price_micros,
+            cache_write_5m_price_micros: m.cache_write_5m_price_micros,
+            cache_write_1h_price_micros: m.cache_write_1h_price_micros,
+            reasoning_price_micros: m.reasoning_price_micros,
         }
     }
 }
@@ -182,6 +196,10 @@ impl From<UsageRecord> for pb::UsageRecord {
             estimated: u.estimated,
             images: u.images,
             audio_millis: u.audio_millis,
+            cache_write_5m_tokens: u.cache_write_5m_tokens,
+            cache_write_1h_tokens: u.cache_write_1h_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            tier: u.tier,
         }
     }
 }
@@ -207,6 +225,10 @@ impl From<pb::UsageRecord> for UsageRecord {
             estimated: u.estimated,
             images: u.images,
             audio_millis: u.audio_millis,
+            cache_write_5m_tokens: u.cache_write_5m_tokens,
+            cache_write_1h_tokens: u.cache_write_1h_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            tier: u.tier,
         }
     }
 }

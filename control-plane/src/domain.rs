@@ -96,6 +96,24 @@ pub struct Model {
     pub second_price_micros: i64,
     pub image_price_micros: i64,
     pub owned_by: String,
+    /// Prompt tokens above which the whole request bills at the tier
+    /// prices; 0 for no tier (see `gw_pricing::Prices`).
+    #[serde(default)]
+    pub tier_threshold_tokens: i64,
+    #[serde(default)]
+    pub tier_input_price_micros: i64,
+    #[serde(default)]
+    pub tier_output_price_micros: i64,
+    #[serde(default)]
+    pub tier_cached_price_micros: i64,
+    /// 0 bills cache writes at the input price.
+    #[serde(default)]
+    pub cache_write_5m_price_micros: i64,
+    #[serde(default)]
+    pub cache_write_1h_price_micros: i64,
+    /// 0 bills reasoning tokens at the output price.
+    #[serde(default)]
+    pub reasoning_price_micros: i64,
 }
 
 /// One metered request, applied to the ledger once per `request_id`.
@@ -123,6 +141,18 @@ pub struct UsageRecord {
     /// Audio length in milliseconds (priced per second).
     #[serde(default)]
     pub audio_millis: i64,
+    /// Part of `prompt_tokens` written to the cache for five minutes.
+    #[serde(default)]
+    pub cache_write_5m_tokens: i64,
+    /// Part of `prompt_tokens` written to the cache for one hour.
+    #[serde(default)]
+    pub cache_write_1h_tokens: i64,
+    /// Part of `completion_tokens` spent reasoning.
+    #[serde(default)]
+    pub reasoning_tokens: i64,
+    /// The price tier the record was billed at (0 base, 1 long context).
+    #[serde(default)]
+    pub tier: u32,
 }
 
 /// Which kind of resource a change or a lookup is about.
@@ -386,5 +416,30 @@ impl VideoTask {
     /// refunded). The poller visits exactly these.
     pub fn is_open(&self) -> bool {
         !self.status.is_terminal() || !self.charged || (self.status == VideoStatus::Failed && !self.refunded)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn models_and_records_stored_before_the_billing_fields_still_load() {
+        let model: Model = serde_json::from_str(
+            r#"{"id":"m","category":"chat","input_price_micros":1,"output_price_micros":2,
+                "cached_price_micros":0,"request_price_micros":0,"second_price_micros":0,
+                "image_price_micros":0,"owned_by":""}"#,
+        )
+        .unwrap();
+        assert_eq!((model.output_price_micros, model.tier_threshold_tokens, model.reasoning_price_micros), (2, 0, 0));
+        let record: UsageRecord = serde_json::from_str(
+            r#"{"request_id":"r","token_id":"t","account_id":"a","group":"g","model":"m","channel_id":"c",
+                "endpoint":"/v1/chat/completions","prompt_tokens":5,"completion_tokens":6,"cached_tokens":0,
+                "cost_micros":7,"latency_ms":1,"status":200,"created_at":1,"node_id":"n","estimated":false}"#,
+        )
+        .unwrap();
+        assert_eq!((record.completion_tokens, record.reasoning_tokens, record.cache_write_1h_tokens), (6, 0, 0));
+        assert_eq!(record.tier, 0);
     }
 }

@@ -146,7 +146,11 @@ impl Catalogue {
             prompt_tokens: record.prompt_tokens,
             completion_tokens: record.completion_tokens,
             cached_tokens: record.cached_tokens,
+            cache_write_5m_tokens: record.cache_write_5m_tokens,
+            cache_write_1h_tokens: record.cache_write_1h_tokens,
+            reasoning_tokens: record.reasoning_tokens,
         };
+        record.tier = gw_pricing::tier(record.prompt_tokens, prices);
         let units = Units { images: record.images, audio_millis: record.audio_millis };
         let cost = gw_pricing::cost_micros(&usage, prices, ratio)
             .saturating_add(gw_pricing::units_cost_micros(&units, prices, ratio));
@@ -168,11 +172,22 @@ fn check(record: &UsageRecord, now: i64) -> Result<(), Refusal> {
     if record.token_id.is_empty() || record.account_id.is_empty() {
         return Err(Refusal::Unattributed);
     }
-    let counts =
-        [record.prompt_tokens, record.completion_tokens, record.cached_tokens, record.images, record.audio_millis];
+    let counts = [
+        record.prompt_tokens,
+        record.completion_tokens,
+        record.cached_tokens,
+        record.cache_write_5m_tokens,
+        record.cache_write_1h_tokens,
+        record.reasoning_tokens,
+        record.images,
+        record.audio_millis,
+    ];
+    // The parts of the prompt cannot add up to more than the prompt.
+    let prompt_parts = record.cached_tokens + record.cache_write_5m_tokens + record.cache_write_1h_tokens;
     if record.cost_micros < 0
         || counts.iter().any(|n| !(0..=MAX_COUNT).contains(n))
-        || record.cached_tokens > record.prompt_tokens
+        || prompt_parts > record.prompt_tokens
+        || record.reasoning_tokens > record.completion_tokens
     {
         return Err(Refusal::Impossible);
     }
@@ -193,6 +208,13 @@ fn prices(model: &crate::domain::Model) -> Prices {
         request_price_micros: model.request_price_micros,
         second_price_micros: model.second_price_micros,
         image_price_micros: model.image_price_micros,
+        tier_threshold_tokens: model.tier_threshold_tokens,
+        tier_input_price_micros: model.tier_input_price_micros,
+        tier_output_price_micros: model.tier_output_price_micros,
+        tier_cached_price_micros: model.tier_cached_price_micros,
+        cache_write_5m_price_micros: model.cache_write_5m_price_micros,
+        cache_write_1h_price_micros: model.cache_write_1h_price_micros,
+        reasoning_price_micros: model.reasoning_price_micros,
     }
 }
 
@@ -220,6 +242,10 @@ fn video_record(task: &VideoTask, refund: bool) -> UsageRecord {
         estimated: false,
         images: 0,
         audio_millis: 0,
+        cache_write_5m_tokens: 0,
+        cache_write_1h_tokens: 0,
+        reasoning_tokens: 0,
+        tier: 0,
     }
 }
 
@@ -248,6 +274,10 @@ mod tests {
             estimated: false,
             images: 0,
             audio_millis: 0,
+            cache_write_5m_tokens: 0,
+            cache_write_1h_tokens: 0,
+            reasoning_tokens: 0,
+            tier: 0,
         }
     }
 
@@ -270,10 +300,35 @@ mod tests {
     }
 
     #[test]
+    fn the_catalogue_prices_cache_writes_reasoning_and_the_tier_and_records_the_tier() {
+        let mut catalogue = catalogue();
+        let long = Prices {
+            input_price_micros: 1_000_000,
+            output_price_micros: 2_000_000,
+            tier_threshold_tokens: 1_000,
+            tier_input_price_micros: 3_000_000,
+            cache_write_1h_price_micros: 4_000_000,
+            reasoning_price_micros: 5_000_000,
+            ..Prices::default()
+        };
+        catalogue.prices.insert("long".into(), long);
+        let mut short = UsageRecord { model: "long".into(), cache_write_1h_tokens: 200, reasoning_tokens: 100, ..record("r") };
+        catalogue.price(&mut short, 1_000_000).unwrap();
+        // (800 × 1 + 200 × 4 + 400 × 2 + 100 × 5) µ$ × ratio 2.
+        assert_eq!((short.cost_micros, short.tier), (5_800, 0));
+        let mut past = UsageRecord { prompt_tokens: 1_001, tier: 0, ..short.clone() };
+        catalogue.price(&mut past, 1_000_000).unwrap();
+        // (801 × 3 + 200 × 4 + 400 × 2 + 100 × 5) µ$ × 2.
+        assert_eq!((past.cost_micros, past.tier), (9_006, 1));
+    }
+
+    #[test]
     fn impossible_old_future_and_unpriced_records_are_refused() {
         let now = 1_000_000;
         type Case = (fn(&mut UsageRecord), Refusal);
-        let cases: [Case; 7] = [
+        let cases: [Case; 9] = [
+            (|r| (r.cached_tokens, r.cache_write_5m_tokens) = (600, 600), Refusal::Impossible),
+            (|r| r.reasoning_tokens = 501, Refusal::Impossible),
             (|r| r.cost_micros = -5_000_000, Refusal::Impossible),
             (|r| r.prompt_tokens = -1, Refusal::Impossible),
             (|r| r.cached_tokens = 2_000, Refusal::Impossible),

@@ -83,9 +83,18 @@ pub(crate) fn check_model(model: &Model) -> Result<(), Status> {
         model.request_price_micros,
         model.second_price_micros,
         model.image_price_micros,
+        model.tier_input_price_micros,
+        model.tier_output_price_micros,
+        model.tier_cached_price_micros,
+        model.cache_write_5m_price_micros,
+        model.cache_write_1h_price_micros,
+        model.reasoning_price_micros,
     ];
     if prices.iter().any(|p| *p < 0) {
         return Err(Status::invalid_argument("prices must not be negative"));
+    }
+    if model.tier_threshold_tokens < 0 {
+        return Err(Status::invalid_argument("tier threshold must not be negative"));
     }
     Ok(())
 }

@@ -30,6 +30,7 @@ pub async fn run(store: Arc<dyn Store>) {
     changes_since_returns_the_writes_after_a_revision(&*store).await;
     snapshot_holds_everything_at_its_revision(&*store).await;
     usage_is_applied_once_per_request_id(&*store).await;
+    usage_records_keep_the_counts_they_were_billed_on(&*store).await;
     concurrent_usage_is_applied_once_per_request_id(store.clone()).await;
     usage_listing_filters_and_is_newest_first(&*store).await;
     usage_pages_follow_their_cursor_past_new_records(&*store).await;
@@ -314,6 +315,29 @@ pub async fn usage_is_applied_once_per_request_id(store: &dyn Store) {
 
     let empty = store.apply_usage(&[]).await.expect("apply nothing");
     assert_eq!((empty.applied, empty.duplicates), (0, 0), "an empty batch");
+}
+
+/// A logged record keeps its cache-write and reasoning counts and the
+/// price tier it was billed at.
+pub async fn usage_records_keep_the_counts_they_were_billed_on(store: &dyn Store) {
+    store.create(account("billed-acct", 10_000)).await.expect("create account");
+    store.create(token("billed-tok", "billed-acct")).await.expect("create token");
+    let record = UsageRecord {
+        prompt_tokens: 300_000,
+        cached_tokens: 1_000,
+        cache_write_5m_tokens: 2_000,
+        cache_write_1h_tokens: 3_000,
+        completion_tokens: 500,
+        reasoning_tokens: 400,
+        tier: 1,
+        ..usage("billed-1", "billed-tok", "billed-acct", "m", 77)
+    };
+    store.apply_usage(std::slice::from_ref(&record)).await.expect("apply");
+    let logged = store
+        .list_usage(&UsageFilter { account_id: "billed-acct".into(), ..Default::default() })
+        .await
+        .expect("list usage");
+    assert_eq!(logged, [record], "the logged record is the applied one, counts and tier included");
 }
 
 /// 8 tasks applying overlapping request ids at once: each id is applied
@@ -660,6 +684,13 @@ pub fn sample(kind: Kind, id: &str) -> Resource {
             second_price_micros: 0,
             image_price_micros: 0,
             owned_by: "openai".into(),
+            tier_threshold_tokens: 200_000,
+            tier_input_price_micros: 5_000_000,
+            tier_output_price_micros: 15_000_000,
+            tier_cached_price_micros: 2_500_000,
+            cache_write_5m_price_micros: 3_125_000,
+            cache_write_1h_price_micros: 5_000_000,
+            reasoning_price_micros: 12_000_000,
         }),
     }
 }
@@ -720,6 +751,10 @@ pub fn usage(request_id: &str, token_id: &str, account_id: &str, model: &str, co
         estimated: false,
         images: 0,
         audio_millis: 0,
+        cache_write_5m_tokens: 0,
+        cache_write_1h_tokens: 0,
+        reasoning_tokens: 0,
+        tier: 0,
     }
 }
 

@@ -46,6 +46,13 @@ async fn service(config: Config) -> (Videos, Arc<dyn Store>, tempfile::TempDir) 
             second_price_micros: 100_000,
             image_price_micros: 0,
             owned_by: "openai".into(),
+            tier_threshold_tokens: 0,
+            tier_input_price_micros: 0,
+            tier_output_price_micros: 0,
+            tier_cached_price_micros: 0,
+            cache_write_5m_price_micros: 0,
+            cache_write_1h_price_micros: 0,
+            reasoning_price_micros: 0,
         }))
         .await
         .unwrap();
