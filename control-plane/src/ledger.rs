@@ -312,7 +312,8 @@ mod tests {
             ..Prices::default()
         };
         catalogue.prices.insert("long".into(), long);
-        let mut short = UsageRecord { model: "long".into(), cache_write_1h_tokens: 200, reasoning_tokens: 100, ..record("r") };
+        let mut short =
+            UsageRecord { model: "long".into(), cache_write_1h_tokens: 200, reasoning_tokens: 100, ..record("r") };
         catalogue.price(&mut short, 1_000_000).unwrap();
         // (800 × 1 + 200 × 4 + 400 × 2 + 100 × 5) µ$ × ratio 2.
         assert_eq!((short.cost_micros, short.tier), (5_800, 0));

@@ -334,7 +334,7 @@ impl Call {
                     CallBody::Form(_) => i64::try_from(self.len().div_ceil(4)).unwrap_or(i64::MAX),
                 };
                 let completion_tokens = tokens::count_request(&self.model, body);
-                (Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }, units, true)
+                (Usage { prompt_tokens, completion_tokens, ..Usage::default() }, units, true)
             }
         }
     }

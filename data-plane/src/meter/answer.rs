@@ -2,27 +2,62 @@
 //! usage (chat, responses and messages namings, bodies and stream events),
 //! the answer's text (for estimates when no usage comes), and whether a
 //! stream event is the answer's last.
+//!
+//! Usage is normalised here and nowhere else (see `gw_pricing::Usage`): the
+//! prompt counts everything sent, cache reads and writes included, and the
+//! completion everything generated, reasoning included.
+//! - OpenAI (chat and responses): `prompt_tokens`/`input_tokens` already
+//!   include the cached part (`*_tokens_details.cached_tokens`), and
+//!   `completion_tokens`/`output_tokens` the reasoning part
+//!   (`completion_tokens_details`/`output_tokens_details.reasoning_tokens`).
+//!   Cache writes, which OpenAI does not bill apart, are read from
+//!   `prompt_tokens_details.cache_write_tokens` (as OpenAI-compatible
+//!   relays of other providers report them), kept five minutes.
+//! - Messages: `input_tokens` excludes both `cache_read_input_tokens` and
+//!   `cache_creation_input_tokens`, which are added to the prompt. The
+//!   writes split by `cache_creation.ephemeral_1h_input_tokens`; the rest
+//!   (all of them when the split is absent) are 5-minute writes, the
+//!   provider's default. `output_tokens` includes thinking, which the
+//!   dialect does not count apart, so reasoning is 0.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::pricing::Usage;
 
-/// The parts of a response (or stream chunk) that metering reads.
+/// An OpenAI usage object in either naming: chat's (`prompt_tokens`,
+/// `completion_tokens`, `*_tokens_details`) or the responses API's
+/// (`input_tokens`, `output_tokens`, `*_tokens_details`). Chat's names win
+/// when an upstream sends both.
 #[derive(Debug, Default, Deserialize)]
 struct UsageJson {
     #[serde(default)]
     prompt_tokens: Option<i64>,
     #[serde(default)]
+    input_tokens: Option<i64>,
+    #[serde(default)]
     completion_tokens: Option<i64>,
     #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
+    output_tokens: Option<i64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<Details>,
+    #[serde(default)]
+    input_tokens_details: Option<Details>,
+    #[serde(default)]
+    completion_tokens_details: Option<Details>,
+    #[serde(default)]
+    output_tokens_details: Option<Details>,
 }
 
+/// A `*_tokens_details` object: the parts of a prompt or of a completion.
 #[derive(Debug, Default, Deserialize)]
-struct PromptDetails {
+struct Details {
     #[serde(default)]
     cached_tokens: Option<i64>,
+    #[serde(default)]
+    cache_write_tokens: Option<i64>,
+    #[serde(default)]
+    reasoning_tokens: Option<i64>,
 }
 
 /// A streamed chunk, as far as usage stripping needs it.
@@ -37,11 +72,22 @@ struct ChunkProbe {
 // === impl UsageJson ===
 
 impl UsageJson {
+    /// Whether it counts any tokens (a `{"type":"duration"}` usage does not).
+    fn counts_tokens(&self) -> bool {
+        [self.prompt_tokens, self.input_tokens, self.completion_tokens, self.output_tokens].iter().any(Option::is_some)
+    }
+
     fn usage(&self) -> Usage {
+        let prompt = self.prompt_tokens_details.as_ref().or(self.input_tokens_details.as_ref());
+        let completion = self.completion_tokens_details.as_ref().or(self.output_tokens_details.as_ref());
+        let part = |details: Option<&Details>, pick: fn(&Details) -> Option<i64>| details.and_then(pick).unwrap_or(0);
         Usage {
-            prompt_tokens: self.prompt_tokens.unwrap_or(0),
-            completion_tokens: self.completion_tokens.unwrap_or(0),
-            cached_tokens: self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
+            prompt_tokens: self.prompt_tokens.or(self.input_tokens).unwrap_or(0),
+            completion_tokens: self.completion_tokens.or(self.output_tokens).unwrap_or(0),
+            cached_tokens: part(prompt, |d| d.cached_tokens),
+            cache_write_5m_tokens: part(prompt, |d| d.cache_write_tokens),
+            cache_write_1h_tokens: 0,
+            reasoning_tokens: part(completion, |d| d.reasoning_tokens),
         }
     }
 }
@@ -95,24 +141,12 @@ pub fn chunk_usage(data: &[u8]) -> Option<(Usage, bool)> {
 }
 
 /// Token usage in an OpenAI usage object, in either naming: chat's
-/// (`prompt_tokens`, `completion_tokens`, `prompt_tokens_details`) or the
-/// responses API's (`input_tokens`, `output_tokens`, `input_tokens_details`).
-/// `None` when it counts no tokens (e.g. `{"type":"duration"}`).
+/// (`prompt_tokens`, `completion_tokens`, `*_tokens_details`) or the
+/// responses API's (`input_tokens`, `output_tokens`, `*_tokens_details`).
+/// `None` when it counts no tokens (e.g. `{"type":"duration"}`) or is not
+/// an object of integer counts.
 pub fn usage_of(usage: &Value) -> Option<Usage> {
-    let int = |names: [&str; 2]| names.iter().find_map(|n| usage.get(*n).and_then(Value::as_i64));
-    let prompt = int(["prompt_tokens", "input_tokens"]);
-    let completion = int(["completion_tokens", "output_tokens"]);
-    if prompt.is_none() && completion.is_none() {
-        return None;
-    }
-    let cached = ["prompt_tokens_details", "input_tokens_details"]
-        .iter()
-        .find_map(|n| usage.get(*n).and_then(|d| d.get("cached_tokens")).and_then(Value::as_i64));
-    Some(Usage {
-        prompt_tokens: prompt.unwrap_or(0),
-        completion_tokens: completion.unwrap_or(0),
-        cached_tokens: cached.unwrap_or(0),
-    })
+    UsageJson::deserialize(usage).ok().filter(UsageJson::counts_tokens).map(|u| u.usage())
 }
 
 /// The answer text in one typed SSE event (`response.output_text.delta`,
@@ -148,6 +182,12 @@ pub struct MessagesStreamUsage {
     input: i64,
     cache_read: i64,
     cache_creation: i64,
+    /// `cache_creation.ephemeral_5m_input_tokens`, if reported.
+    cache_5m: Option<i64>,
+    /// `cache_creation.ephemeral_1h_input_tokens`, if reported.
+    cache_1h: Option<i64>,
+    /// Whether `cache_creation_input_tokens` was reported.
+    creation_reported: bool,
     output: i64,
     seen: bool,
 }
@@ -180,6 +220,14 @@ impl MessagesStreamUsage {
         }
         if let Some(n) = count("cache_creation_input_tokens") {
             self.cache_creation = n;
+            self.creation_reported = true;
+        }
+        let split = |key: &str| usage.pointer(&format!("/cache_creation/{key}")).and_then(Value::as_i64);
+        if let Some(n) = split("ephemeral_5m_input_tokens") {
+            self.cache_5m = Some(n);
+        }
+        if let Some(n) = split("ephemeral_1h_input_tokens") {
+            self.cache_1h = Some(n);
         }
         if let Some(n) = count("output_tokens") {
             self.output = n;
@@ -188,10 +236,21 @@ impl MessagesStreamUsage {
 
     /// The usage so far; `None` until an event reported any.
     pub fn usage(&self) -> Option<Usage> {
+        // The total, when reported, is what the prompt counts; the split
+        // only says how long its parts are kept.
+        let writes = if self.creation_reported {
+            self.cache_creation
+        } else {
+            self.cache_5m.unwrap_or(0) + self.cache_1h.unwrap_or(0)
+        };
+        let write_1h = self.cache_1h.unwrap_or(0).clamp(0, writes.max(0));
         self.seen.then(|| Usage {
-            prompt_tokens: self.input + self.cache_read + self.cache_creation,
+            prompt_tokens: self.input + self.cache_read + writes,
             completion_tokens: self.output,
             cached_tokens: self.cache_read,
+            cache_write_5m_tokens: writes - write_1h,
+            cache_write_1h_tokens: write_1h,
+            reasoning_tokens: 0,
         })
     }
 }
@@ -209,17 +268,13 @@ pub fn from_messages(usage: &Value) -> Option<Usage> {
     acc.usage()
 }
 
-/// A chat `usage` object as the gateway's usage.
+/// A chat `usage` object as the gateway's usage: [`usage_of`], with an
+/// object that counts nothing taken as all zeros.
 pub fn from_chat(usage: &Value) -> Option<Usage> {
     if !usage.is_object() {
         return None;
     }
-    let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_i64).unwrap_or(0);
-    Some(Usage {
-        prompt_tokens: count("/prompt_tokens"),
-        completion_tokens: count("/completion_tokens"),
-        cached_tokens: count("/prompt_tokens_details/cached_tokens"),
-    })
+    Some(UsageJson::deserialize(usage).map(|u| u.usage()).unwrap_or_default())
 }
 
 /// The answer text in one messages event (`text_delta`, tool arguments).
@@ -240,7 +295,10 @@ mod tests {
     #[test]
     fn usage_is_read_from_bodies_and_chunks() {
         let body = br#"{"id":"x","usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":4}}}"#;
-        assert_eq!(response_usage(body), Some(Usage { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 4 }));
+        assert_eq!(
+            response_usage(body),
+            Some(Usage { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 4, ..Usage::default() })
+        );
         assert_eq!(response_usage(br#"{"usage":null}"#), None);
         assert_eq!(response_usage(b"not json"), None);
         let extra = br#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#;
@@ -252,10 +310,16 @@ mod tests {
     #[test]
     fn usage_is_read_in_both_namings() {
         let chat = serde_json::json!({"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}});
-        assert_eq!(usage_of(&chat), Some(Usage { prompt_tokens: 5, completion_tokens: 2, cached_tokens: 1 }));
+        assert_eq!(
+            usage_of(&chat),
+            Some(Usage { prompt_tokens: 5, completion_tokens: 2, cached_tokens: 1, ..Usage::default() })
+        );
         let responses =
             serde_json::json!({"input_tokens": 9, "output_tokens": 4, "input_tokens_details": {"cached_tokens": 3}});
-        assert_eq!(usage_of(&responses), Some(Usage { prompt_tokens: 9, completion_tokens: 4, cached_tokens: 3 }));
+        assert_eq!(
+            usage_of(&responses),
+            Some(Usage { prompt_tokens: 9, completion_tokens: 4, cached_tokens: 3, ..Usage::default() })
+        );
         assert_eq!(usage_of(&serde_json::json!({"type": "duration", "seconds": 3})), None);
         let completed = br#"{"type":"response.completed","response":{"usage":{"input_tokens":1,"output_tokens":2}}}"#;
         assert_eq!(event_usage(completed).map(|u| u.completion_tokens), Some(2));
@@ -269,12 +333,76 @@ mod tests {
             "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20
         });
         let usage = from_messages(&usage);
-        assert_eq!(usage, Some(Usage { prompt_tokens: 125, completion_tokens: 9, cached_tokens: 100 }));
+        assert_eq!(
+            usage,
+            Some(Usage {
+                prompt_tokens: 125,
+                completion_tokens: 9,
+                cached_tokens: 100,
+                cache_write_5m_tokens: 20,
+                ..Usage::default()
+            })
+        );
         assert_eq!(
             messages_body_usage(br#"{"usage":{"input_tokens":3,"output_tokens":4}}"#).map(|u| u.prompt_tokens),
             Some(3)
         );
         assert_eq!(messages_body_usage(br#"{"id":"msg"}"#), None);
+    }
+
+    #[test]
+    fn openai_reasoning_and_cache_counts_are_parts_of_their_wholes() {
+        let chat = json!({
+            "prompt_tokens": 50, "completion_tokens": 30,
+            "prompt_tokens_details": { "cached_tokens": 20, "cache_write_tokens": 10 },
+            "completion_tokens_details": { "reasoning_tokens": 25 }
+        });
+        let expected = Usage {
+            prompt_tokens: 50,
+            completion_tokens: 30,
+            cached_tokens: 20,
+            cache_write_5m_tokens: 10,
+            cache_write_1h_tokens: 0,
+            reasoning_tokens: 25,
+        };
+        assert_eq!(usage_of(&chat), Some(expected));
+        assert_eq!(from_chat(&chat), Some(expected));
+        let chunk = json!({ "choices": [], "usage": chat }).to_string();
+        assert_eq!(chunk_usage(chunk.as_bytes()), Some((expected, true)));
+        let responses = json!({
+            "input_tokens": 50, "output_tokens": 30,
+            "input_tokens_details": { "cached_tokens": 20 },
+            "output_tokens_details": { "reasoning_tokens": 25 }
+        });
+        let completed = json!({ "type": "response.completed", "response": { "usage": responses } }).to_string();
+        let responses_usage = Usage { cache_write_5m_tokens: 0, ..expected };
+        assert_eq!(event_usage(completed.as_bytes()), Some(responses_usage));
+        let body = json!({ "usage": responses }).to_string();
+        assert_eq!(response_usage(body.as_bytes()), Some(responses_usage));
+    }
+
+    #[test]
+    fn messages_cache_writes_split_by_how_long_they_are_kept() {
+        let split = json!({
+            "input_tokens": 5, "output_tokens": 9,
+            "cache_read_input_tokens": 100, "cache_creation_input_tokens": 30,
+            "cache_creation": { "ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20 }
+        });
+        let usage = from_messages(&split).unwrap();
+        assert_eq!(
+            (usage.prompt_tokens, usage.cached_tokens, usage.cache_write_5m_tokens, usage.cache_write_1h_tokens),
+            (135, 100, 10, 20)
+        );
+        // The split alone still counts towards the prompt.
+        let split_only = json!({ "input_tokens": 5, "cache_creation": { "ephemeral_1h_input_tokens": 7 } });
+        let usage = from_messages(&split_only).unwrap();
+        assert_eq!((usage.prompt_tokens, usage.cache_write_5m_tokens, usage.cache_write_1h_tokens), (12, 0, 7));
+        // A stream reports the writes at its start.
+        let mut acc = MessagesStreamUsage::default();
+        acc.observe(&json!({ "type": "message_start", "message": { "usage": split } }));
+        acc.observe(&json!({ "type": "message_delta", "usage": { "output_tokens": 40 } }));
+        let usage = acc.usage().unwrap();
+        assert_eq!((usage.prompt_tokens, usage.cache_write_1h_tokens, usage.completion_tokens), (135, 20, 40));
     }
 
     #[test]
@@ -288,6 +416,9 @@ mod tests {
         );
         acc.observe_data(br#"{"type":"message_delta","delta":{},"usage":{"output_tokens":6}}"#);
         acc.observe_data(br#"{"type":"message_delta","delta":{},"usage":{"output_tokens":8}}"#);
-        assert_eq!(acc.usage(), Some(Usage { prompt_tokens: 14, completion_tokens: 8, cached_tokens: 4 }));
+        assert_eq!(
+            acc.usage(),
+            Some(Usage { prompt_tokens: 14, completion_tokens: 8, cached_tokens: 4, ..Usage::default() })
+        );
     }
 }

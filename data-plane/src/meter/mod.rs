@@ -66,6 +66,14 @@ pub struct UsageRecord {
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
     pub cached_tokens: i64,
+    /// Part of `prompt_tokens` written to the cache for five minutes.
+    pub cache_write_5m_tokens: i64,
+    /// Part of `prompt_tokens` written to the cache for one hour.
+    pub cache_write_1h_tokens: i64,
+    /// Part of `completion_tokens` spent reasoning.
+    pub reasoning_tokens: i64,
+    /// The price tier the record was billed at (0 base, 1 long context).
+    pub tier: u32,
     pub cost_micros: i64,
     pub latency_ms: u32,
     /// The HTTP status the request ended with (499: the client went away).
@@ -222,7 +230,7 @@ impl UsageSink {
     /// it is written.
     pub async fn open(&self, charge: &Charge, request_bytes: usize) -> Opened {
         let prompt_tokens = i64::try_from(request_bytes.div_ceil(4)).unwrap_or(i64::MAX);
-        let usage = Usage { prompt_tokens, completion_tokens: 0, cached_tokens: 0 };
+        let usage = Usage { prompt_tokens, ..Usage::default() };
         let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm);
         // Status 0: what the request is billed if the node dies before it ends.
         let mut record = self.record_of(charge, usage, cost, 0, true);
@@ -243,6 +251,10 @@ impl UsageSink {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             cached_tokens: usage.cached_tokens,
+            cache_write_5m_tokens: usage.cache_write_5m_tokens,
+            cache_write_1h_tokens: usage.cache_write_1h_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
+            tier: crate::pricing::tier(usage.prompt_tokens, &charge.model),
             cost_micros: cost,
             latency_ms: u32::try_from(charge.started.elapsed().as_millis()).unwrap_or(u32::MAX),
             status,
@@ -330,7 +342,7 @@ impl Meter {
             text.to_mut().push_str(&answer::answer_text(chunk));
         }
         let completion_tokens = if text.is_empty() { self.chunks } else { crate::tokens::count(model, &text) };
-        Usage { prompt_tokens, completion_tokens, cached_tokens: 0 }
+        Usage { prompt_tokens, completion_tokens, ..Usage::default() }
     }
 
     /// Notes the finish reasons one streamed event's `data` (as the upstream
@@ -420,7 +432,7 @@ pub mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let sink = UsageSink::new(tx, "node");
         let mut meter = Meter::new(charge("r1"), sink.clone(), 40);
-        meter.observe(Usage { prompt_tokens: 1000, completion_tokens: 500, cached_tokens: 0 });
+        meter.observe(Usage { prompt_tokens: 1000, completion_tokens: 500, ..Usage::default() });
         drop(meter.finish(200));
         let entry = rx.try_recv().unwrap();
         let record = entry.record;

@@ -238,7 +238,10 @@ mod tests {
         let (out, complete) = run(SseFilter::new(false), &[stream.as_bytes()], &mut m);
         assert_eq!(out, format!("{CONTENT}{CONTENT}{DONE}").as_bytes());
         assert!(complete);
-        assert_eq!(m.seen(), Some(Usage { prompt_tokens: 7, completion_tokens: 3, cached_tokens: 0 }));
+        assert_eq!(
+            m.seen(),
+            Some(Usage { prompt_tokens: 7, completion_tokens: 3, cached_tokens: 0, ..Usage::default() })
+        );
 
         let (mut m, _rx) = meter();
         assert_eq!(run(SseFilter::new(true), &[stream.as_bytes()], &mut m).0, stream.as_bytes());

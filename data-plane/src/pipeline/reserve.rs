@@ -10,7 +10,7 @@ use crate::{
     error::ProxyError,
     meter::Charge,
     policy::domain::Model,
-    pricing::{Units, Usage, cost_micros, units_cost_micros},
+    pricing::{Units, bound_micros, units_cost_micros},
 };
 
 /// What a request may cost at most, as far as it is known before sending:
@@ -37,16 +37,12 @@ pub async fn reserve(
 ) -> Result<Charge, ProxyError> {
     let charge = admitted.charge(model, endpoint);
     let output = bound.max_output_tokens.unwrap_or(app.budgets.config().default_max_output_tokens);
-    let usage = Usage {
-        prompt_tokens: i64::try_from(bound.body_bytes.div_ceil(4)).unwrap_or(i64::MAX),
-        completion_tokens: output.max(0),
-        cached_tokens: 0,
-    };
-    let amount = cost_micros(&usage, &charge.model, charge.ratio_ppm).saturating_add(units_cost_micros(
-        &bound.units,
-        &charge.model,
-        charge.ratio_ppm,
-    ));
+    let prompt_tokens = i64::try_from(bound.body_bytes.div_ceil(4)).unwrap_or(i64::MAX);
+    // The highest rates either tier may charge: the estimate may be under
+    // the tier's threshold when the real prompt is not, and any part of the
+    // prompt may be a cache write, any part of the output reasoning.
+    let amount = bound_micros(prompt_tokens, output.max(0), &charge.model, charge.ratio_ppm)
+        .saturating_add(units_cost_micros(&bound.units, &charge.model, charge.ratio_ppm));
     let reservation = app.budgets.reserve(&admitted.caller, amount, admitted.snapshot.revision).await?;
     *charge.reservation.lock().unwrap_or_else(PoisonError::into_inner) = Some(reservation);
     Ok(charge)

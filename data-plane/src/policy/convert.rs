@@ -198,6 +198,13 @@ fn model(m: pb::Model) -> Result<Model, ConvertError> {
         m.request_price_micros,
         m.second_price_micros,
         m.image_price_micros,
+        m.tier_threshold_tokens,
+        m.tier_input_price_micros,
+        m.tier_output_price_micros,
+        m.tier_cached_price_micros,
+        m.cache_write_5m_price_micros,
+        m.cache_write_1h_price_micros,
+        m.reasoning_price_micros,
     ] {
         if price < 0 {
             return Err(ConvertError::NegativePrice(price));
@@ -213,6 +220,13 @@ fn model(m: pb::Model) -> Result<Model, ConvertError> {
         second_price_micros: m.second_price_micros,
         image_price_micros: m.image_price_micros,
         owned_by: m.owned_by,
+        tier_threshold_tokens: m.tier_threshold_tokens,
+        tier_input_price_micros: m.tier_input_price_micros,
+        tier_output_price_micros: m.tier_output_price_micros,
+        tier_cached_price_micros: m.tier_cached_price_micros,
+        cache_write_5m_price_micros: m.cache_write_5m_price_micros,
+        cache_write_1h_price_micros: m.cache_write_1h_price_micros,
+        reasoning_price_micros: m.reasoning_price_micros,
     })
 }
 
@@ -304,6 +318,13 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             second_price_micros: m.second_price_micros,
             image_price_micros: m.image_price_micros,
             owned_by: m.owned_by.clone(),
+            tier_threshold_tokens: m.tier_threshold_tokens,
+            tier_input_price_micros: m.tier_input_price_micros,
+            tier_output_price_micros: m.tier_output_price_micros,
+            tier_cached_price_micros: m.tier_cached_price_micros,
+            cache_write_5m_price_micros: m.cache_write_5m_price_micros,
+            cache_write_1h_price_micros: m.cache_write_1h_price_micros,
+            reasoning_price_micros: m.reasoning_price_micros,
         }),
     };
     pb::Resource { kind: Some(kind) }

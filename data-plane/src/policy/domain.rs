@@ -128,6 +128,17 @@ pub struct Model {
     pub second_price_micros: i64,
     pub image_price_micros: i64,
     pub owned_by: String,
+    /// Prompt tokens above which the whole request bills at the tier
+    /// prices; 0 for no tier (see `gw_pricing::Prices`).
+    pub tier_threshold_tokens: i64,
+    pub tier_input_price_micros: i64,
+    pub tier_output_price_micros: i64,
+    pub tier_cached_price_micros: i64,
+    /// 0 bills cache writes at the input price.
+    pub cache_write_5m_price_micros: i64,
+    pub cache_write_1h_price_micros: i64,
+    /// 0 bills reasoning tokens at the output price.
+    pub reasoning_price_micros: i64,
 }
 
 /// Which kind of resource a delete or a rejection names.

@@ -354,6 +354,13 @@ pub(crate) mod tests {
             second_price_micros: 0,
             image_price_micros: 0,
             owned_by: "acme".into(),
+            tier_threshold_tokens: 0,
+            tier_input_price_micros: 0,
+            tier_output_price_micros: 0,
+            tier_cached_price_micros: 0,
+            cache_write_5m_price_micros: 0,
+            cache_write_1h_price_micros: 0,
+            reasoning_price_micros: 0,
         }
     }
 

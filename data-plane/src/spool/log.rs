@@ -231,6 +231,30 @@ mod tests {
     }
 
     #[test]
+    fn billed_counts_survive_the_spool_and_older_entries_load_without_them() {
+        let billed = UsageRecord {
+            prompt_tokens: 300,
+            cached_tokens: 10,
+            cache_write_5m_tokens: 20,
+            cache_write_1h_tokens: 30,
+            completion_tokens: 50,
+            reasoning_tokens: 40,
+            tier: 1,
+            ..record("r1", 200)
+        };
+        let mut bytes = Vec::new();
+        encode(Kind::Final, &billed, &mut bytes);
+        assert_eq!(decode(&bytes), (vec![(Kind::Final, billed)], None));
+        // An entry written before the fields existed is that record's
+        // encoding with the new fields absent: they load as 0.
+        let old = record("r2", 200);
+        let mut bytes = Vec::new();
+        encode(Kind::Final, &old, &mut bytes);
+        let (entries, _) = decode(&bytes);
+        assert_eq!((entries[0].1.reasoning_tokens, entries[0].1.tier), (0, 0));
+    }
+
+    #[test]
     fn open_requests_without_a_final_record_become_their_prompt_part() {
         let dir = tempfile::tempdir().unwrap();
         // r1 finished; r2's first attempt failed, its second is in flight;
