@@ -178,6 +178,33 @@ async fn channels_and_models_round_trip_without_secrets() {
     assert_eq!(updated["cached_price_usd"], "1.250000");
     assert_eq!(updated["output_price_micros"], 10_000_000);
     assert_eq!(gw.json(&["model", "list"]).await["items"].as_array().unwrap().len(), 1);
+    let tiered = gw
+        .json(&[
+            "model",
+            "update",
+            "gpt-4o",
+            "--tier-threshold",
+            "200000",
+            "--tier-input-price",
+            "5",
+            "--cache-write-5m-price",
+            "3.125",
+            "--cache-write-1h-price",
+            "5",
+            "--reasoning-price",
+            "12",
+        ])
+        .await;
+    assert_eq!(tiered["tier_threshold_tokens"], 200_000);
+    assert_eq!(tiered["tier_input_price_usd"], "5.000000");
+    assert_eq!(tiered["tier_output_price_micros"], 0, "an unset tier price stays 0 (the base price)");
+    assert_eq!(tiered["cache_write_5m_price_micros"], 3_125_000);
+    assert_eq!(tiered["cache_write_1h_price_usd"], "5.000000");
+    assert_eq!(tiered["reasoning_price_micros"], 12_000_000);
+    assert_eq!(tiered["input_price_micros"], 2_500_000, "other prices are kept");
+    let wide = gw.gwctl("wide", &["model", "list"]).await.unwrap();
+    assert!(wide.contains("TIER ABOVE") && wide.contains("200000") && wide.contains("$12.000000"), "{wide}");
+    gw.error(&["model", "update", "gpt-4o", "--tier-threshold", "-1"]).await;
     let usage = gw.json(&["usage", "list", "--model", "gpt-4o"]).await;
     assert_eq!(usage, serde_json::json!({ "items": [], "continue": null }));
 }

@@ -1,6 +1,9 @@
 //! `gwctl model`: the model catalogue and its prices. Token prices are US
 //! dollars per 1M tokens on the command line and micro-USD per 1M tokens on
 //! the wire; per-request, per-second and per-image prices are US dollars.
+//! A long-context tier bills the whole request at its prices once the
+//! prompt is more than its threshold; an unset tier, cache-write or
+//! reasoning price falls back to the input (or output) price.
 
 use anyhow::Result;
 use gw_proto::pb;
@@ -18,7 +21,9 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         gwctl model create --id gpt-4o-mini --input-price 0.15 --output-price 0.6 --cached-price 0.075\n  \
         gwctl model create --id dall-e-3 --category image --image-price 0.04\n  \
-        gwctl model create --id sora-2 --category video --second-price 0.1")]
+        gwctl model create --id sora-2 --category video --second-price 0.1\n  \
+        gwctl model create --id claude-sonnet-4 --input-price 3 --output-price 15 --cached-price 0.3 \
+        --cache-write-5m-price 3.75 --tier-threshold 200000 --tier-input-price 6 --tier-output-price 22.5")]
     Create(CreateArgs),
     /// List the catalogue, by id.
     #[command(
@@ -104,6 +109,27 @@ pub struct Prices {
     /// US dollars per image.
     #[arg(long, value_parser = money::parse_usd_non_negative)]
     image_price: Option<i64>,
+    /// Prompt tokens above which the whole request bills at the tier prices (0: no tier).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+    tier_threshold: Option<i64>,
+    /// US dollars per 1M input tokens past the tier threshold (0: the input price).
+    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    tier_input_price: Option<i64>,
+    /// US dollars per 1M output tokens past the tier threshold (0: the output price).
+    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    tier_output_price: Option<i64>,
+    /// US dollars per 1M cached input tokens past the tier threshold (0: the cached price).
+    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    tier_cached_price: Option<i64>,
+    /// US dollars per 1M tokens written to the prompt cache for 5 minutes (0: the input price).
+    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    cache_write_5m_price: Option<i64>,
+    /// US dollars per 1M tokens written to the prompt cache for 1 hour (0: the input price).
+    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    cache_write_1h_price: Option<i64>,
+    /// US dollars per 1M reasoning tokens (0: the output price).
+    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    reasoning_price: Option<i64>,
 }
 
 /// Runs one model verb; returns what to print.
@@ -121,6 +147,13 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 second_price_micros: p.second_price.unwrap_or(0),
                 image_price_micros: p.image_price.unwrap_or(0),
                 owned_by: args.owned_by,
+                tier_threshold_tokens: p.tier_threshold.unwrap_or(0),
+                tier_input_price_micros: p.tier_input_price.unwrap_or(0),
+                tier_output_price_micros: p.tier_output_price.unwrap_or(0),
+                tier_cached_price_micros: p.tier_cached_price.unwrap_or(0),
+                cache_write_5m_price_micros: p.cache_write_5m_price.unwrap_or(0),
+                cache_write_1h_price_micros: p.cache_write_1h_price.unwrap_or(0),
+                reasoning_price_micros: p.reasoning_price.unwrap_or(0),
             };
             output::render_one(out, &admin.create_model(model).await.rpc()?)
         }
@@ -142,6 +175,13 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 second_price_micros: p.second_price,
                 image_price_micros: p.image_price,
                 owned_by: args.owned_by,
+                tier_threshold_tokens: p.tier_threshold,
+                tier_input_price_micros: p.tier_input_price,
+                tier_output_price_micros: p.tier_output_price,
+                tier_cached_price_micros: p.tier_cached_price,
+                cache_write_5m_price_micros: p.cache_write_5m_price,
+                cache_write_1h_price_micros: p.cache_write_1h_price,
+                reasoning_price_micros: p.reasoning_price,
             };
             output::render_one(out, &admin.update_model(request).await.rpc()?)
         }
@@ -164,11 +204,21 @@ fn price(micros: i64) -> String {
     }
 }
 
+/// A token count for the table: `-` when 0 (no tier).
+fn tokens(count: i64) -> String {
+    match count {
+        0 => "-".to_string(),
+        count => count.to_string(),
+    }
+}
+
 // === impl Render for pb::Model ===
 
 impl Render for pb::Model {
     const COLUMNS: &'static [&'static str] =
         &["ID", "CATEGORY", "INPUT/1M", "OUTPUT/1M", "CACHED/1M", "REQUEST", "SECOND", "IMAGE", "OWNED BY"];
+    const WIDE: &'static [&'static str] =
+        &["TIER ABOVE", "TIER IN/1M", "TIER OUT/1M", "TIER CACHED/1M", "WRITE 5M/1M", "WRITE 1H/1M", "REASONING/1M"];
 
     type Json = schema::Model;
 
@@ -194,6 +244,18 @@ impl Render for pb::Model {
         ]
     }
 
+    fn wide_row(&self) -> Vec<String> {
+        vec![
+            tokens(self.tier_threshold_tokens),
+            price(self.tier_input_price_micros),
+            price(self.tier_output_price_micros),
+            price(self.tier_cached_price_micros),
+            price(self.cache_write_5m_price_micros),
+            price(self.cache_write_1h_price_micros),
+            price(self.reasoning_price_micros),
+        ]
+    }
+
     fn fields(&self) -> Vec<(&'static str, String)> {
         vec![
             ("id", self.id.clone()),
@@ -204,6 +266,13 @@ impl Render for pb::Model {
             ("request price", price(self.request_price_micros)),
             ("second price", price(self.second_price_micros)),
             ("image price", price(self.image_price_micros)),
+            ("tier above prompt tokens", tokens(self.tier_threshold_tokens)),
+            ("tier input price / 1M tokens", price(self.tier_input_price_micros)),
+            ("tier output price / 1M tokens", price(self.tier_output_price_micros)),
+            ("tier cached price / 1M tokens", price(self.tier_cached_price_micros)),
+            ("5-minute cache write price / 1M tokens", price(self.cache_write_5m_price_micros)),
+            ("1-hour cache write price / 1M tokens", price(self.cache_write_1h_price_micros)),
+            ("reasoning price / 1M tokens", price(self.reasoning_price_micros)),
             ("owned by", self.owned_by.clone()),
         ]
     }

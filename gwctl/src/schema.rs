@@ -117,6 +117,23 @@ pub struct Model {
     pub image_price_micros: i64,
     pub image_price_usd: String,
     pub owned_by: String,
+    /// Prompt tokens above which the whole request bills at the tier
+    /// prices; 0: no tier. A tier price of 0 keeps the base price.
+    pub tier_threshold_tokens: i64,
+    pub tier_input_price_micros: i64,
+    pub tier_input_price_usd: String,
+    pub tier_output_price_micros: i64,
+    pub tier_output_price_usd: String,
+    pub tier_cached_price_micros: i64,
+    pub tier_cached_price_usd: String,
+    /// Cache writes kept 5 minutes / 1 hour; 0: the input price.
+    pub cache_write_5m_price_micros: i64,
+    pub cache_write_5m_price_usd: String,
+    pub cache_write_1h_price_micros: i64,
+    pub cache_write_1h_price_usd: String,
+    /// 0: the output price.
+    pub reasoning_price_micros: i64,
+    pub reasoning_price_usd: String,
 }
 
 /// One usage record.
@@ -135,6 +152,13 @@ pub struct Usage {
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
     pub cached_tokens: i64,
+    /// Parts of `prompt_tokens` written to the cache for 5 minutes / 1 hour.
+    pub cache_write_5m_tokens: i64,
+    pub cache_write_1h_tokens: i64,
+    /// Part of `completion_tokens` spent reasoning.
+    pub reasoning_tokens: i64,
+    /// The price tier billed: 0 base, 1 long context.
+    pub tier: u32,
     pub images: i64,
     pub audio_millis: i64,
     /// Token counts were estimated, not reported by the upstream.
@@ -466,6 +490,19 @@ impl From<&pb::Model> for Model {
             image_price_micros: m.image_price_micros,
             image_price_usd: usd(m.image_price_micros),
             owned_by: m.owned_by.clone(),
+            tier_threshold_tokens: m.tier_threshold_tokens,
+            tier_input_price_micros: m.tier_input_price_micros,
+            tier_input_price_usd: usd(m.tier_input_price_micros),
+            tier_output_price_micros: m.tier_output_price_micros,
+            tier_output_price_usd: usd(m.tier_output_price_micros),
+            tier_cached_price_micros: m.tier_cached_price_micros,
+            tier_cached_price_usd: usd(m.tier_cached_price_micros),
+            cache_write_5m_price_micros: m.cache_write_5m_price_micros,
+            cache_write_5m_price_usd: usd(m.cache_write_5m_price_micros),
+            cache_write_1h_price_micros: m.cache_write_1h_price_micros,
+            cache_write_1h_price_usd: usd(m.cache_write_1h_price_micros),
+            reasoning_price_micros: m.reasoning_price_micros,
+            reasoning_price_usd: usd(m.reasoning_price_micros),
         }
     }
 }
@@ -485,6 +522,10 @@ impl From<&pb::UsageRecord> for Usage {
             prompt_tokens: r.prompt_tokens,
             completion_tokens: r.completion_tokens,
             cached_tokens: r.cached_tokens,
+            cache_write_5m_tokens: r.cache_write_5m_tokens,
+            cache_write_1h_tokens: r.cache_write_1h_tokens,
+            reasoning_tokens: r.reasoning_tokens,
+            tier: r.tier,
             images: r.images,
             audio_millis: r.audio_millis,
             estimated: r.estimated,
@@ -712,6 +753,13 @@ mod tests {
             second_price_micros: 0,
             image_price_micros: 0,
             owned_by: "openai".into(),
+            tier_threshold_tokens: 200_000,
+            tier_input_price_micros: 5_000_000,
+            tier_output_price_micros: 0,
+            tier_cached_price_micros: 0,
+            cache_write_5m_price_micros: 3_125_000,
+            cache_write_1h_price_micros: 5_000_000,
+            reasoning_price_micros: 0,
         };
         golden("model", &Model::from(&model));
     }
@@ -737,6 +785,10 @@ mod tests {
             estimated: false,
             images: 0,
             audio_millis: 0,
+            cache_write_5m_tokens: 2,
+            cache_write_1h_tokens: 1,
+            reasoning_tokens: 5,
+            tier: 0,
         };
         let list = List { items: vec![Usage::from(&record)], next: Some("12:req_1".into()) };
         let text = json_text(&list).unwrap();

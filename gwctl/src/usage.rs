@@ -129,7 +129,8 @@ impl Render for pb::UsageRecord {
         "LATENCY",
     ];
 
-    const WIDE: &'static [&'static str] = &["ACCOUNT", "GROUP", "ENDPOINT", "NODE"];
+    const WIDE: &'static [&'static str] =
+        &["WRITE 5M", "WRITE 1H", "REASONING", "TIER", "ACCOUNT", "GROUP", "ENDPOINT", "NODE"];
     type Json = schema::Usage;
 
     fn json(&self) -> schema::Usage {
@@ -158,7 +159,16 @@ impl Render for pb::UsageRecord {
     }
 
     fn wide_row(&self) -> Vec<String> {
-        vec![self.account_id.clone(), self.group.clone(), self.endpoint.clone(), self.node_id.clone()]
+        vec![
+            self.cache_write_5m_tokens.to_string(),
+            self.cache_write_1h_tokens.to_string(),
+            self.reasoning_tokens.to_string(),
+            self.tier.to_string(),
+            self.account_id.clone(),
+            self.group.clone(),
+            self.endpoint.clone(),
+            self.node_id.clone(),
+        ]
     }
 
     fn fields(&self) -> Vec<(&'static str, String)> {
@@ -175,6 +185,10 @@ impl Render for pb::UsageRecord {
             ("prompt tokens", self.prompt_tokens.to_string()),
             ("completion tokens", self.completion_tokens.to_string()),
             ("cached tokens", self.cached_tokens.to_string()),
+            ("5-minute cache write tokens", self.cache_write_5m_tokens.to_string()),
+            ("1-hour cache write tokens", self.cache_write_1h_tokens.to_string()),
+            ("reasoning tokens", self.reasoning_tokens.to_string()),
+            ("price tier", self.tier.to_string()),
             ("estimated", self.estimated.to_string()),
             ("cost", output::usd(self.cost_micros)),
             ("latency", format!("{}ms", self.latency_ms)),
