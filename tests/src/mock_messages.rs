@@ -138,13 +138,18 @@ impl Answer {
         if self.tool.is_some() { "tool_use" } else { "end_turn" }
     }
 
-    /// The usage object with `output_tokens` as given.
+    /// The usage object with `output_tokens` as given: the script's prompt
+    /// split the messages way, `input_tokens` without cache reads and writes.
     fn usage(&self, output_tokens: u32) -> Value {
-        let cached = self.script.cached_tokens.min(self.script.prompt_tokens);
+        let prompt = self.script.prompt_tokens;
+        let cached = self.script.cached_tokens.min(prompt);
+        let write_5m = self.script.cache_write_5m_tokens.min(prompt - cached);
+        let write_1h = self.script.cache_write_1h_tokens.min(prompt - cached - write_5m);
         json!({
-            "input_tokens": self.script.prompt_tokens - cached,
-            "cache_creation_input_tokens": 0,
+            "input_tokens": prompt - cached - write_5m - write_1h,
+            "cache_creation_input_tokens": write_5m + write_1h,
             "cache_read_input_tokens": cached,
+            "cache_creation": { "ephemeral_5m_input_tokens": write_5m, "ephemeral_1h_input_tokens": write_1h },
             "output_tokens": output_tokens,
         })
     }

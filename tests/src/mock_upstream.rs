@@ -42,6 +42,15 @@ pub struct Script {
     pub completion_tokens: u32,
     /// Reported as `usage.prompt_tokens_details.cached_tokens`.
     pub cached_tokens: u32,
+    /// Parts of `prompt_tokens` written to the prompt cache for 5 minutes
+    /// and for 1 hour: only the messages API reports them
+    /// (`cache_creation_input_tokens` and `cache_creation`).
+    pub cache_write_5m_tokens: u32,
+    pub cache_write_1h_tokens: u32,
+    /// Part of `completion_tokens` spent reasoning, reported as
+    /// `usage.completion_tokens_details.reasoning_tokens` (the messages API
+    /// does not count it apart).
+    pub reasoning_tokens: u32,
     /// `false` sends no usage at all, neither in the body nor in the stream.
     pub include_usage: bool,
     /// Wait before answering at all (status line and headers included).
@@ -175,6 +184,9 @@ impl Default for Script {
             prompt_tokens: 11,
             completion_tokens: 7,
             cached_tokens: 0,
+            cache_write_5m_tokens: 0,
+            cache_write_1h_tokens: 0,
+            reasoning_tokens: 0,
             include_usage: true,
             first_byte_delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
@@ -193,7 +205,7 @@ impl Script {
             "total_tokens": self.prompt_tokens + self.completion_tokens,
             "prompt_tokens_details": { "cached_tokens": self.cached_tokens, "audio_tokens": 0 },
             "completion_tokens_details": {
-                "reasoning_tokens": 0,
+                "reasoning_tokens": self.reasoning_tokens,
                 "audio_tokens": 0,
                 "accepted_prediction_tokens": 0,
                 "rejected_prediction_tokens": 0

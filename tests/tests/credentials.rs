@@ -240,6 +240,10 @@ fn usage(id: &str, token: &str, account: &str) -> UsageRecord {
         estimated: false,
         images: 0,
         audio_millis: 0,
+        cache_write_5m_tokens: 0,
+        cache_write_1h_tokens: 0,
+        reasoning_tokens: 0,
+        tier: 0,
     }
 }
 
