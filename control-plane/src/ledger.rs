@@ -183,7 +183,8 @@ fn check(record: &UsageRecord, now: i64) -> Result<(), Refusal> {
         record.audio_millis,
     ];
     // The parts of the prompt cannot add up to more than the prompt.
-    let prompt_parts = record.cached_tokens + record.cache_write_5m_tokens + record.cache_write_1h_tokens;
+    let prompt_parts =
+        record.cached_tokens.saturating_add(record.cache_write_5m_tokens).saturating_add(record.cache_write_1h_tokens);
     if record.cost_micros < 0
         || counts.iter().any(|n| !(0..=MAX_COUNT).contains(n))
         || prompt_parts > record.prompt_tokens
@@ -327,9 +328,10 @@ mod tests {
     fn impossible_old_future_and_unpriced_records_are_refused() {
         let now = 1_000_000;
         type Case = (fn(&mut UsageRecord), Refusal);
-        let cases: [Case; 9] = [
+        let cases: [Case; 10] = [
             (|r| (r.cached_tokens, r.cache_write_5m_tokens) = (600, 600), Refusal::Impossible),
             (|r| r.reasoning_tokens = 501, Refusal::Impossible),
+            (|r| (r.cache_write_1h_tokens, r.reasoning_tokens) = (i64::MAX, i64::MAX), Refusal::Impossible),
             (|r| r.cost_micros = -5_000_000, Refusal::Impossible),
             (|r| r.prompt_tokens = -1, Refusal::Impossible),
             (|r| r.cached_tokens = 2_000, Refusal::Impossible),

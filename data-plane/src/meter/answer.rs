@@ -241,11 +241,11 @@ impl MessagesStreamUsage {
         let writes = if self.creation_reported {
             self.cache_creation
         } else {
-            self.cache_5m.unwrap_or(0) + self.cache_1h.unwrap_or(0)
+            self.cache_5m.unwrap_or(0).saturating_add(self.cache_1h.unwrap_or(0))
         };
         let write_1h = self.cache_1h.unwrap_or(0).clamp(0, writes.max(0));
         self.seen.then(|| Usage {
-            prompt_tokens: self.input + self.cache_read + writes,
+            prompt_tokens: self.input.saturating_add(self.cache_read).saturating_add(writes),
             completion_tokens: self.output,
             cached_tokens: self.cache_read,
             cache_write_5m_tokens: writes - write_1h,

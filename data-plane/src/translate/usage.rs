@@ -34,7 +34,7 @@ pub(super) fn to_messages(usage: &Usage) -> Value {
 /// The gateway's usage as a chat `usage` object.
 pub(super) fn to_chat(usage: &Usage) -> Value {
     let mut details = json!({ "cached_tokens": usage.cached_tokens });
-    let writes = usage.cache_write_5m_tokens + usage.cache_write_1h_tokens;
+    let writes = usage.cache_write_5m_tokens.saturating_add(usage.cache_write_1h_tokens);
     if writes > 0 {
         details["cache_write_tokens"] = json!(writes);
     }
