@@ -161,3 +161,35 @@ async fn a_prompt_past_the_tier_threshold_bills_the_whole_request_at_the_tier() 
     )
     .await;
 }
+
+#[tokio::test]
+async fn billing_prices_are_validated_and_partial_updates_keep_the_others() {
+    let gw = Gateway::start_embedded(0).await;
+    let mut admin = gw.admin();
+    let bad = |request: pb::UpdateModelRequest| pb::UpdateModelRequest { id: MODEL.into(), ..request };
+    let refused = admin
+        .update_model(bad(pb::UpdateModelRequest { tier_threshold_tokens: Some(-1), ..Default::default() }))
+        .await
+        .expect_err("a negative threshold is refused");
+    assert_eq!(refused.message(), "tier threshold must not be negative");
+    let refused = admin
+        .update_model(bad(pb::UpdateModelRequest { cache_write_1h_price_micros: Some(-5), ..Default::default() }))
+        .await
+        .expect_err("a negative price is refused");
+    assert_eq!(refused.message(), "prices must not be negative");
+
+    admin.update_model(long_context_prices()).await.expect("model update");
+    let only_reasoning = pb::UpdateModelRequest { reasoning_price_micros: Some(0), ..bad(Default::default()) };
+    let model = admin.update_model(only_reasoning).await.expect("model update").into_inner();
+    assert_eq!(model.reasoning_price_micros, 0, "back to the output price");
+    let kept = (
+        model.tier_threshold_tokens,
+        model.tier_input_price_micros,
+        model.tier_output_price_micros,
+        model.cache_write_5m_price_micros,
+        model.cache_write_1h_price_micros,
+    );
+    assert_eq!(kept, (200_000, 6_000_000, 22_500_000, 3_750_000, 6_000_000));
+    let stored = admin.get_model(pb::GetRequest { id: MODEL.into() }).await.expect("model get").into_inner();
+    assert_eq!(stored, model, "what the update answered is what is stored");
+}

@@ -33,7 +33,7 @@ pub enum ConvertError {
     BadBaseUrl(String),
     #[error("group ratio {0} is not a finite non-negative number")]
     BadRatio(f64),
-    #[error("price {0} is negative")]
+    #[error("price or tier threshold {0} is negative")]
     NegativePrice(i64),
 }
 
