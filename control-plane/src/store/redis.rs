@@ -37,6 +37,7 @@ use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome,
 mod access;
 mod fleet;
 mod ledger;
+mod slots;
 mod lineage;
 mod rollup;
 mod video;
