@@ -72,7 +72,9 @@ impl Authority {
             if ask.charge > 0 {
                 // Used already: counted whatever is left, so the window may
                 // end up past its limit and grant nothing more.
-                self.store.take_permits(&ask.key, window_start, window_end - window_start, u32::MAX, ask.charge).await?;
+                self.store
+                    .take_permits(&ask.key, window_start, window_end - window_start, u32::MAX, ask.charge)
+                    .await?;
             }
             grants.push(pb::PermitGrant { key: ask.key, granted, window_start, window_end });
         }

@@ -19,9 +19,9 @@ use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome,
 mod access;
 mod fleet;
 mod ledger;
-mod slots;
 mod lineage;
 mod rollup;
+mod slots;
 mod video;
 
 /// Resource-wide bookkeeping: the revision, the feed's length and floor, the

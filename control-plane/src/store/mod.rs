@@ -115,16 +115,7 @@ pub struct Modified {
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
 pub trait Store:
-    VideoStore
-    + BudgetStore
-    + SlotStore
-    + LineageStore
-    + FleetStore
-    + RollupStore
-    + AccessStore
-    + Send
-    + Sync
-    + 'static
+    VideoStore + BudgetStore + SlotStore + LineageStore + FleetStore + RollupStore + AccessStore + Send + Sync + 'static
 {
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;

@@ -37,9 +37,9 @@ use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome,
 mod access;
 mod fleet;
 mod ledger;
-mod slots;
 mod lineage;
 mod rollup;
+mod slots;
 mod video;
 
 const REV: &str = "gw:rev";

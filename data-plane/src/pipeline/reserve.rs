@@ -1,7 +1,8 @@
 //! The budget step, after routing and before any upstream attempt: the
-//! request's bounded cost is reserved from the budgets this data plane
-//! holds (`policy::budget`), and the `Charge` that meters it carries the
-//! reservation so that the real cost settles it.
+//! request's token bound is reserved under its tokens-per-minute limits
+//! (`policy::tpm`) and its bounded cost from the budgets this data plane
+//! holds (`policy::budget`); the `Charge` that meters it carries both
+//! reservations so that the real usage settles them.
 
 use std::sync::{Arc, PoisonError};
 
@@ -47,8 +48,14 @@ pub async fn reserve(
         &charge.model,
         charge.ratio_ppm,
     ));
+    // Tokens first: a request refused for its tokens holds no budget.
+    let tokens = app
+        .limits
+        .reserve_tokens(&admitted.caller, usage.prompt_tokens.saturating_add(usage.completion_tokens))
+        .await?;
     let reservation = app.budgets.reserve(&admitted.caller, amount, admitted.snapshot.revision).await?;
     *charge.reservation.lock().unwrap_or_else(PoisonError::into_inner) = Some(reservation);
+    *charge.tokens.lock().unwrap_or_else(PoisonError::into_inner) = Some(tokens);
     Ok(charge)
 }
 

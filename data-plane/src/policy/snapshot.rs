@@ -380,6 +380,8 @@ pub(crate) mod tests {
             deprecated: false,
             description: String::new(),
             rate_limit: RateLimit::default(),
+            tokens_per_minute: 0,
+            max_in_flight: 0,
         }
     }
 
@@ -400,6 +402,8 @@ pub(crate) mod tests {
             models: vec![],
             allow_ips: vec![],
             rate_limit: RateLimit::default(),
+            tokens_per_minute: 0,
+            max_in_flight: 0,
             created_at: 0,
         }
     }
