@@ -180,12 +180,16 @@ impl InFlight {
                 let granted = grants.first().map_or(0, |g| g.granted);
                 let slots = state.keys.entry(key.to_owned()).or_default();
                 slots.held += granted;
+                if granted == 0 {
+                    if slots.held == 0 && slots.used == 0 && slots.local == 0 {
+                        state.keys.remove(key);
+                    }
+                    return None;
+                }
                 // The slot is taken even if local ones filled up meanwhile:
                 // the control plane counted it.
-                (granted > 0).then(|| {
-                    slots.used += 1;
-                    Taken::Leased
-                })
+                slots.used += 1;
+                Some(Taken::Leased)
             }
             Err(error) => {
                 if state.local_until.is_none() {

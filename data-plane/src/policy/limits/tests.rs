@@ -378,3 +378,20 @@ async fn a_bound_larger_than_the_limit_is_refused_and_no_limit_reserves_nothing(
     free.settle(2_000_000);
     assert_eq!(authority.calls(), 0, "callers without a limit never ask");
 }
+
+#[tokio::test(start_paused = true)]
+async fn without_the_control_plane_each_data_plane_reserves_up_to_the_full_token_limit() {
+    let authority = Authority::new(clock(0), Duration::from_millis(3));
+    authority.set_down(true);
+    let (a, b) = (limiter(&authority, clock(0)), limiter(&authority, clock(0)));
+    let caller = tpm_caller(1_000);
+    let mut held = Vec::new();
+    for limiter in [&a, &b] {
+        while let Ok(reservation) = limiter.reserve_tokens(&caller, 300).await {
+            held.push(reservation);
+        }
+    }
+    assert_eq!(held.len(), 6, "3 bounds of 300 per data plane, each counting 1,000 locally");
+    held.pop().unwrap().settle(100);
+    assert!(b.reserve_tokens(&caller, 200).await.is_ok(), "settling gives back locally too");
+}
