@@ -251,6 +251,19 @@ async fn a_third_concurrent_stream_is_refused_on_either_data_plane_until_one_end
 }
 
 #[tokio::test]
+async fn a_request_that_fails_upstream_gives_its_slot_back() {
+    let (f, acme) = setup(0, 0).await;
+    let key = token(&f, &acme, 0, 1).await;
+    f.upstream.fail_next(400, 1);
+    let failed = chat(&f, 0, &key).await;
+    assert_eq!(failed.status, 400, "{}", failed.body);
+    eventually("a slot once the failed request ended", Duration::from_secs(5), || async {
+        (chat(&f, 1, &key).await.status == 200).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_groups_in_flight_limit_counts_per_account() {
     let (f, acme) = setup(0, 1).await;
     let beta = account(&f, "beta").await;
