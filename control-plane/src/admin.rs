@@ -325,12 +325,15 @@ impl pb::admin_service_server::AdminService for AdminApi {
             check_rate_limit(limit)?;
         }
         let (ratio, deprecated, description) = (r.ratio, r.deprecated, r.description);
+        let (tokens_per_minute, max_in_flight) = (r.tokens_per_minute, r.max_in_flight);
         let group = self
             .edit(&r.name, move |group: &mut Group| {
                 set(&mut group.ratio, &ratio);
                 set(&mut group.deprecated, &deprecated);
                 set(&mut group.description, &description);
                 set(&mut group.rate_limit, &rate_limit);
+                set(&mut group.tokens_per_minute, &tokens_per_minute);
+                set(&mut group.max_in_flight, &max_in_flight);
                 Ok(())
             })
             .await?;
@@ -386,6 +389,8 @@ impl pb::admin_service_server::AdminService for AdminApi {
             allow_ips,
             rate_limit,
             created_at: now_unix(),
+            tokens_per_minute: r.tokens_per_minute,
+            max_in_flight: r.max_in_flight,
         };
         caller.target(&token.id);
         self.store.create(Resource::Token(token.clone())).await?;
@@ -456,6 +461,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
             check_rate_limit(limit)?;
         }
         let (name, group, unlimited, quota, expires_at) = (r.name, r.group, r.unlimited, r.quota_micros, r.expires_at);
+        let (tokens_per_minute, max_in_flight) = (r.tokens_per_minute, r.max_in_flight);
         let token = self
             .edit(&r.id, move |token: &mut Token| {
                 set(&mut token.name, &name);
@@ -471,6 +477,8 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 set(&mut token.allow_ips, &allow_ips);
                 set(&mut token.expires_at, &expires_at);
                 set(&mut token.rate_limit, &rate_limit);
+                set(&mut token.tokens_per_minute, &tokens_per_minute);
+                set(&mut token.max_in_flight, &max_in_flight);
                 Ok(())
             })
             .await?;

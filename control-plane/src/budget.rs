@@ -3,6 +3,10 @@
 //! spending budgets (a token's quota, an account's balance) are leased
 //! (`lease`, `give_back`), so the sum held by all data planes never exceeds
 //! what is left. Both are atomic in the store, whichever replica answers.
+//! Token-per-minute limits are permits too (one per token, keys
+//! `tpm:token:<id>`, `tpm:group:<group>:<account>`), with overruns charged
+//! past the limit; concurrency limits lease in-flight slots (`slots`), which
+//! lapse with their lease when a data plane stops renewing them.
 
 use std::sync::Arc;
 
@@ -11,7 +15,7 @@ use tonic::Status;
 
 use crate::{
     domain::now_unix,
-    store::{Budget, Lease, LeaseAsk, Store, StoreError},
+    store::{Budget, Lease, LeaseAsk, SlotAsk, SlotLease, Store, StoreError},
 };
 
 /// Asks accepted in one call.
@@ -65,6 +69,13 @@ impl Authority {
                 .store
                 .take_permits(&ask.key, window_start, window_end - window_start, ask.max_requests, want)
                 .await?;
+            if ask.charge > 0 {
+                // Used already: counted whatever is left, so the window may
+                // end up past its limit and grant nothing more.
+                self.store
+                    .take_permits(&ask.key, window_start, window_end - window_start, u32::MAX, ask.charge)
+                    .await?;
+            }
             grants.push(pb::PermitGrant { key: ask.key, granted, window_start, window_end });
         }
         Ok(grants)
@@ -105,6 +116,48 @@ impl Authority {
         Ok((leases, ttl))
     }
 
+    /// Leases in-flight slots to data plane `holder` for `ttl_secs` (clamped,
+    /// returned beside the leases): one lease per ask, in order; every ask
+    /// renews the holder's lease of its key.
+    pub async fn slots(
+        &self,
+        holder: &str,
+        asks: Vec<pb::SlotAsk>,
+        ttl_secs: u32,
+    ) -> Result<(Vec<SlotLease>, u32), Status> {
+        if asks.len() > MAX_ASKS {
+            return Err(Status::invalid_argument(format!("at most {MAX_ASKS} asks per call")));
+        }
+        if holder.is_empty() {
+            return Err(Status::invalid_argument("slot asks need a node_id"));
+        }
+        for ask in &asks {
+            if !is_limit_key(&ask.key) || ask.max_in_flight == 0 {
+                return Err(Status::invalid_argument(format!(
+                    "slot ask for {:?} needs a key token:<id> or group:<group>:<account> of at most \
+                     {MAX_KEY_LEN} bytes and a limit of at least 1",
+                    ask.key
+                )));
+            }
+        }
+        let ttl = ttl_secs.clamp(MIN_LEASE_TTL_SECS, MAX_LEASE_TTL_SECS);
+        let now = now_unix();
+        let mut leases = Vec::with_capacity(asks.len());
+        for ask in asks {
+            let ask = SlotAsk {
+                key: ask.key,
+                holder: holder.to_owned(),
+                limit: ask.max_in_flight,
+                give_back: ask.give_back,
+                want: ask.want,
+                now,
+                ttl_secs: ttl.into(),
+            };
+            leases.push(self.store.lease_slots(&ask).await?);
+        }
+        Ok((leases, ttl))
+    }
+
     /// Takes back budget `holder` will not spend.
     pub async fn give_back(&self, holder: &str, returns: Vec<(Budget, i64)>) -> Result<(), StoreError> {
         for (budget, amount) in returns {
@@ -118,10 +171,10 @@ impl Authority {
 
 /// Refuses a permit ask that names no limit or an unknown kind of key.
 fn validate_permit_ask(ask: &pb::PermitAsk) -> Result<(), Status> {
-    let known = ask.key.starts_with("token:") || ask.key.starts_with("group:");
-    if !known || ask.key.len() > MAX_KEY_LEN {
+    let known = is_limit_key(ask.key.strip_prefix("tpm:").unwrap_or(&ask.key));
+    if !known {
         return Err(Status::invalid_argument(format!(
-            "permit key {:?} is not token:<id> or group:<group>:<account> of at most {MAX_KEY_LEN} bytes",
+            "permit key {:?} is not [tpm:]token:<id> or [tpm:]group:<group>:<account> of at most {MAX_KEY_LEN} bytes",
             ask.key
         )));
     }
@@ -133,6 +186,11 @@ fn validate_permit_ask(ask: &pb::PermitAsk) -> Result<(), Status> {
         )));
     }
     Ok(())
+}
+
+/// Whether `key` names a token's or a group × account's limit.
+fn is_limit_key(key: &str) -> bool {
+    (key.starts_with("token:") || key.starts_with("group:")) && key.len() <= MAX_KEY_LEN
 }
 
 /// The fixed window of `window_minutes` that holds Unix second `now`:
@@ -155,7 +213,7 @@ mod tests {
     }
 
     fn ask(key: &str, window_minutes: u32, max_requests: u32, want: u32) -> pb::PermitAsk {
-        pb::PermitAsk { key: key.into(), window_minutes, max_requests, want }
+        pb::PermitAsk { key: key.into(), window_minutes, max_requests, want, charge: 0 }
     }
 
     async fn acquire(api: &Authority, asks: Vec<pb::PermitAsk>) -> Result<Vec<pb::PermitGrant>, Status> {
@@ -184,6 +242,34 @@ mod tests {
         let again = acquire(&api, vec![ask("token:t1", 1, 5, 3), ask("group:g:a1", 60, 2, 1)]).await.unwrap();
         let granted: Vec<u32> = again.iter().map(|g| g.granted).collect();
         assert_eq!(granted, [2, 0]);
+    }
+
+    #[tokio::test]
+    async fn token_units_charged_past_a_grant_shrink_what_the_window_grants_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = api(&dir);
+        let granted = acquire(&api, vec![ask("tpm:token:t1", 1, 1_000, 600)]).await.unwrap();
+        assert_eq!(granted[0].granted, 600);
+        let charged = pb::PermitAsk { charge: 300, ..ask("tpm:token:t1", 1, 1_000, 0) };
+        assert_eq!(acquire(&api, vec![charged]).await.unwrap()[0].granted, 0);
+        let later = acquire(&api, vec![ask("tpm:token:t1", 1, 1_000, 500)]).await.unwrap();
+        assert_eq!(later[0].granted, 100, "600 granted and 300 charged of 1,000");
+    }
+
+    #[tokio::test]
+    async fn slots_are_granted_up_to_the_limit_across_holders() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = api(&dir);
+        let slot = |want, give_back| pb::SlotAsk { key: "token:t1".into(), max_in_flight: 2, give_back, want };
+        let (leases, ttl) = api.slots("dp-1", vec![slot(1, 0)], 1).await.unwrap();
+        assert_eq!((leases[0].granted, ttl), (1, MIN_LEASE_TTL_SECS));
+        assert_eq!(api.slots("dp-2", vec![slot(2, 0)], 30).await.unwrap().0[0].granted, 1);
+        assert_eq!(api.slots("dp-2", vec![slot(1, 0)], 30).await.unwrap().0[0].granted, 0);
+        assert_eq!(api.slots("dp-1", vec![slot(0, 1)], 30).await.unwrap().0[0].held, 0);
+        assert_eq!(api.slots("dp-2", vec![slot(1, 0)], 30).await.unwrap().0[0].granted, 1);
+        let bad = pb::SlotAsk { key: "other:x".into(), ..slot(1, 0) };
+        assert_eq!(api.slots("dp-1", vec![bad], 30).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+        assert_eq!(api.slots("", vec![slot(1, 0)], 30).await.unwrap_err().code(), tonic::Code::InvalidArgument);
     }
 
     #[tokio::test]

@@ -153,6 +153,8 @@ mod tests {
             deprecated: false,
             description: String::new(),
             rate_limit: RateLimit::default(),
+            tokens_per_minute: 0,
+            max_in_flight: 0,
         };
         store.create(Resource::Group(group)).await.unwrap();
     }

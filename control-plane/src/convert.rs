@@ -42,6 +42,8 @@ impl From<Group> for pb::Group {
             deprecated: g.deprecated,
             description: g.description,
             rate_limit: Some(g.rate_limit.into()),
+            tokens_per_minute: g.tokens_per_minute,
+            max_in_flight: g.max_in_flight,
         }
     }
 }
@@ -54,6 +56,8 @@ impl From<pb::Group> for Group {
             deprecated: g.deprecated,
             description: g.description,
             rate_limit: g.rate_limit.map(Into::into).unwrap_or_default(),
+            tokens_per_minute: g.tokens_per_minute,
+            max_in_flight: g.max_in_flight,
         }
     }
 }
@@ -76,6 +80,8 @@ impl From<Token> for pb::Token {
             allow_ips: t.allow_ips,
             rate_limit: Some(t.rate_limit.into()),
             created_at: t.created_at,
+            tokens_per_minute: t.tokens_per_minute,
+            max_in_flight: t.max_in_flight,
         }
     }
 }

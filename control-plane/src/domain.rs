@@ -42,6 +42,12 @@ pub struct Group {
     pub deprecated: bool,
     pub description: String,
     pub rate_limit: RateLimit,
+    /// Tokens (input + output) per minute per account using the group; 0: none.
+    #[serde(default)]
+    pub tokens_per_minute: u32,
+    /// Requests in flight at once per account using the group; 0: none.
+    #[serde(default)]
+    pub max_in_flight: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +69,12 @@ pub struct Token {
     pub allow_ips: Vec<String>,
     pub rate_limit: RateLimit,
     pub created_at: i64,
+    /// Tokens (input + output) per minute; 0: no limit.
+    #[serde(default)]
+    pub tokens_per_minute: u32,
+    /// Requests in flight at once; 0: no limit.
+    #[serde(default)]
+    pub max_in_flight: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

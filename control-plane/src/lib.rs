@@ -359,6 +359,8 @@ async fn bootstrap(store: &dyn Store) -> anyhow::Result<()> {
         deprecated: false,
         description: "created at first start".into(),
         rate_limit: RateLimit::default(),
+        tokens_per_minute: 0,
+        max_in_flight: 0,
     };
     match store.create(Resource::Group(group)).await {
         Ok(_) | Err(store::StoreError::AlreadyExists { .. }) => Ok(()),

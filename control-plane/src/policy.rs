@@ -161,6 +161,22 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         Ok(Response::new(pb::AcquirePermitsResponse { grants }))
     }
 
+    async fn lease_slots(
+        &self,
+        request: Request<pb::LeaseSlotsRequest>,
+    ) -> Result<Response<pb::LeaseSlotsResponse>, Status> {
+        let request = crate::peer::with_node(request, |r| &mut r.node_id);
+        let keys: Vec<String> = request.asks.iter().map(|a| a.key.clone()).collect();
+        let (leases, ttl_secs) = self.budgets.slots(&request.node_id, request.asks, request.ttl_secs).await?;
+        self.seen(&request.node_id);
+        let grants = keys
+            .into_iter()
+            .zip(leases)
+            .map(|(key, lease)| pb::SlotGrant { key, granted: lease.granted, held: lease.held })
+            .collect();
+        Ok(Response::new(pb::LeaseSlotsResponse { grants, ttl_secs }))
+    }
+
     async fn acquire_spend(
         &self,
         request: Request<pb::AcquireSpendRequest>,

@@ -76,6 +76,13 @@ pub enum ProxyError {
     /// Over a token's or group's request-rate limit; retry in `retry_after_secs`.
     #[error("over the rate limit of {max_requests} requests per {window_minutes} minutes")]
     RateLimited { window_minutes: u32, max_requests: u32, retry_after_secs: u64 },
+    /// Over a token's or group's tokens-per-minute limit (or the request's
+    /// own bound is larger than it); retry in `retry_after_secs`.
+    #[error("over the limit of {tokens_per_minute} tokens per minute")]
+    TokensLimited { tokens_per_minute: u32, retry_after_secs: u64 },
+    /// A token or group × account already has `max_in_flight` requests in flight.
+    #[error("over the limit of {max_in_flight} requests in flight")]
+    InFlightLimited { max_in_flight: u32 },
     /// A request field that is present but unusable (video submissions).
     #[error("field {field:?} is invalid: {reason}")]
     InvalidField { field: &'static str, reason: String },
@@ -148,7 +155,7 @@ impl ProxyError {
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             UpstreamStatus { status, .. } => *status,
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            RateLimited { .. } | TokensLimited { .. } | InFlightLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             InvalidField { .. } => StatusCode::BAD_REQUEST,
             VideoNotFound { .. } | VideoNotReady { .. } => StatusCode::NOT_FOUND,
             ControlPlaneUnavailable | BudgetUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -189,6 +196,10 @@ impl ProxyError {
             RateLimited { window_minutes, max_requests, .. } => {
                 format!("您已达到请求数限制:{window_minutes}分钟内最多请求{max_requests}次")
             }
+            TokensLimited { tokens_per_minute, .. } => {
+                format!("您已达到Token数限制:1分钟内最多使用{tokens_per_minute}个Token")
+            }
+            InFlightLimited { max_in_flight } => format!("您已达到并发请求数限制:最多同时请求{max_in_flight}次"),
             InvalidField { field, reason } => format!("field \"{field}\" is invalid: {reason}"),
             VideoNotFound { id } => format!("video {id} not found"),
             VideoNotReady { id, status } if status == "failed" => {
@@ -223,7 +234,7 @@ impl ProxyError {
             | InvalidUrl { .. } => "invalid_request_error",
             NoChannel { .. } | Internal => "api_error",
             UpstreamStatus { status, .. } if *status == StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
-            RateLimited { .. } => "rate_limit_error",
+            RateLimited { .. } | TokensLimited { .. } | InFlightLimited { .. } => "rate_limit_error",
             InvalidField { .. } | VideoNotFound { .. } | VideoNotReady { .. } => "invalid_request_error",
             MissingVersionHeader | Untranslatable(_) => "invalid_request_error",
             ControlPlaneUnavailable | BudgetUnavailable => "api_error",
@@ -238,7 +249,9 @@ impl ProxyError {
             ProxyError::InsufficientUserQuota { .. } => Some("insufficient_user_quota"),
             ProxyError::ModelNotFound { .. } | ProxyError::NoChannel { .. } => Some("model_not_found"),
             ProxyError::WrongEndpoint { .. } => Some("model_not_supported"),
-            ProxyError::RateLimited { .. } => Some("rate_limit_exceeded"),
+            ProxyError::RateLimited { .. } | ProxyError::TokensLimited { .. } | ProxyError::InFlightLimited { .. } => {
+                Some("rate_limit_exceeded")
+            }
             _ => None,
         }
     }
@@ -268,6 +281,8 @@ impl ProxyError {
             UpstreamStatus { .. } => "upstream_status",
             Internal => "internal",
             RateLimited { .. } => "rate_limited",
+            TokensLimited { .. } => "tokens_limited",
+            InFlightLimited { .. } => "in_flight_limited",
             InvalidField { .. } => "invalid_field",
             VideoNotFound { .. } => "video_not_found",
             VideoNotReady { .. } => "video_not_ready",
@@ -384,8 +399,15 @@ pub fn render_as(error: &ProxyError, request_id: &str, shape: Shape) -> Response
         // wait keeps clients from hammering without leaking them.
         headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
-    if let ProxyError::RateLimited { retry_after_secs, .. } = error {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+    match error {
+        ProxyError::RateLimited { retry_after_secs, .. } | ProxyError::TokensLimited { retry_after_secs, .. } => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+        }
+        // A slot frees when any request of the key ends: soon, as a rule.
+        ProxyError::InFlightLimited { .. } => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        _ => {}
     }
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
@@ -549,6 +571,28 @@ mod tests {
         assert_eq!(json["error"]["message"], "您已达到请求数限制:3分钟内最多请求20次 (request id: rid7)");
         assert_eq!(json["error"]["type"], "rate_limit_error");
         assert_eq!(json["error"]["code"], "rate_limit_exceeded");
+    }
+
+    #[tokio::test]
+    async fn token_and_in_flight_refusals_are_rate_limit_errors_that_say_when_to_come_back() {
+        let cases = [
+            (
+                ProxyError::TokensLimited { tokens_per_minute: 5_000, retry_after_secs: 17 },
+                "17",
+                "您已达到Token数限制:1分钟内最多使用5000个Token",
+            ),
+            (ProxyError::InFlightLimited { max_in_flight: 2 }, "1", "您已达到并发请求数限制:最多同时请求2次"),
+        ];
+        for (error, retry_after, message) in cases {
+            let response = render_as(&error, "rid8", Shape::OpenAi);
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(response.headers()[header::RETRY_AFTER], retry_after);
+            assert!(response.headers().get(SHOULD_RETRY).is_none(), "a limit may be retried");
+            let json = body(response).await;
+            assert_eq!(json["error"]["message"], format!("{message} (request id: rid8)"));
+            assert_eq!(json["error"]["type"], "rate_limit_error");
+            assert_eq!(json["error"]["code"], "rate_limit_exceeded");
+        }
     }
 
     #[test]

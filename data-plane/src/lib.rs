@@ -189,6 +189,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let videos = videos::Videos::new(control.clone(), &node_id);
     let permits = policy::limits::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
     let spend = policy::budget::ControlPlaneBudgets { control: control.clone(), node_id: node_id.clone() };
+    let slots = policy::inflight::ControlPlaneSlots { control: control.clone(), node_id: node_id.clone() };
     let health = provider::Health::new(control.clone(), &node_id);
     let usage_tx = spool.sender();
     let reporter = Reporter {
@@ -209,6 +210,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         upstreams: config.upstream.build(health),
         trusted_proxies: config.trusted_proxies.clone(),
         limits: policy::limits::Limiter::new(Arc::new(permits)),
+        in_flight: policy::inflight::InFlight::new(Arc::new(slots)),
         budgets: policy::budget::Budgets::new(Arc::new(spend), config.budget, Some(data_dir.join("fleet"))),
         videos,
         vitals,

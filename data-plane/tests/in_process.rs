@@ -94,6 +94,20 @@ impl PolicyService for FakePolicy {
         Ok(Response::new(pb::ReportUsageResponse { applied, duplicates: 0, revision: 0, refused: 0 }))
     }
 
+    async fn lease_slots(
+        &self,
+        request: Request<pb::LeaseSlotsRequest>,
+    ) -> Result<Response<pb::LeaseSlotsResponse>, Status> {
+        check_key(&request)?;
+        let request = request.into_inner();
+        let grants = request
+            .asks
+            .into_iter()
+            .map(|ask| pb::SlotGrant { key: ask.key, granted: ask.want, held: ask.want })
+            .collect();
+        Ok(Response::new(pb::LeaseSlotsResponse { grants, ttl_secs: request.ttl_secs }))
+    }
+
     async fn acquire_permits(
         &self,
         request: Request<pb::AcquirePermitsRequest>,

@@ -140,6 +140,31 @@ async fn tokens_show_their_key_once_and_switch_status() {
 }
 
 #[tokio::test]
+async fn token_and_concurrency_limits_are_set_shown_and_cleared() {
+    let gw = Gateway::start().await;
+    let group =
+        gw.json(&["group", "create", "--name", "fleet", "--tokens-per-minute", "90_000", "--max-in-flight", "8"]).await;
+    assert_eq!((group["tokens_per_minute"].as_u64(), group["max_in_flight"].as_u64()), (Some(90_000), Some(8)));
+    let group = gw.json(&["group", "update", "fleet", "--max-in-flight", "off"]).await;
+    assert_eq!((group["tokens_per_minute"].as_u64(), group["max_in_flight"].as_u64()), (Some(90_000), Some(0)));
+    let detail = gw.table(&["group", "get", "fleet"]).await;
+    assert!(detail.contains("tokens per minute") && detail.contains("90000"), "{detail}");
+
+    let account = gw.json(&["account", "create", "--name", "agents", "--balance", "10"]).await;
+    let account = account["id"].as_str().unwrap();
+    let token = gw
+        .json(&["token", "create", "--account", account, "--tokens-per-minute", "20000", "--max-in-flight", "2"])
+        .await;
+    assert_eq!((token["tokens_per_minute"].as_u64(), token["max_in_flight"].as_u64()), (Some(20_000), Some(2)));
+    let id = token["id"].as_str().unwrap();
+    let updated = gw.json(&["token", "update", id, "--tokens-per-minute", "5000"]).await;
+    assert_eq!((updated["tokens_per_minute"].as_u64(), updated["max_in_flight"].as_u64()), (Some(5_000), Some(2)));
+    assert_eq!(gw.json(&["token", "get", id]).await["tokens_per_minute"], 5_000);
+    let refused = gw.error(&["token", "update", id, "--max-in-flight", "many"]).await;
+    assert!(refused.contains("invalid limit \"many\""), "{refused}");
+}
+
+#[tokio::test]
 async fn channels_and_models_round_trip_without_secrets() {
     let gw = Gateway::start().await;
     let channel = gw

@@ -124,6 +124,18 @@ pub fn parse_rate_limit(text: &str) -> Result<pb::RateLimit, String> {
     Ok(pb::RateLimit { window_minutes, max_requests })
 }
 
+/// Parses a count limit (tokens per minute, requests in flight): a whole
+/// number, where `off`, `none` and `0` give 0, no limit.
+pub fn parse_count_limit(text: &str) -> Result<u32, String> {
+    let text = text.trim();
+    if matches!(text, "off" | "none") {
+        return Ok(0);
+    }
+    text.replace('_', "")
+        .parse()
+        .map_err(|_| format!("invalid limit {text:?}: expected a whole number up to {}, or off", u32::MAX))
+}
+
 /// Parses a model map, `requested=upstream` pairs separated by commas. The
 /// empty string is the empty map (clears a channel's mapping).
 pub fn parse_model_map(text: &str) -> Result<HashMap<String, String>, String> {
@@ -225,6 +237,17 @@ mod tests {
         assert_eq!(list("default,vip"), ["default", "vip"]);
         assert_eq!(list(" a , b,,a "), ["a", "b"]);
         assert!(list("").is_empty());
+    }
+
+    #[test]
+    fn count_limits_read_whole_numbers_or_off() {
+        assert_eq!(parse_count_limit("90000").unwrap(), 90_000);
+        assert_eq!(parse_count_limit("90_000").unwrap(), 90_000);
+        assert_eq!(parse_count_limit("off").unwrap(), 0);
+        assert_eq!(parse_count_limit("0").unwrap(), 0);
+        for text in ["-1", "1.5", "lots", "99999999999"] {
+            assert!(parse_count_limit(text).is_err(), "{text:?} should be refused");
+        }
     }
 
     #[test]

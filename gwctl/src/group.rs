@@ -64,6 +64,12 @@ pub struct CreateArgs {
     /// Requests per window: MAX/MINUTES, e.g. 60/1.
     #[arg(long, value_parser = flags::parse_rate_limit)]
     rate_limit: Option<pb::RateLimit>,
+    /// Tokens (input + output) per minute, per account using the group [default: no limit].
+    #[arg(long, value_parser = flags::parse_count_limit)]
+    tokens_per_minute: Option<u32>,
+    /// Requests in flight at once, per account using the group [default: no limit].
+    #[arg(long, value_parser = flags::parse_count_limit)]
+    max_in_flight: Option<u32>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -82,6 +88,12 @@ pub struct UpdateArgs {
     /// Requests per window: MAX/MINUTES, e.g. 60/1, or off.
     #[arg(long, value_parser = flags::parse_rate_limit)]
     rate_limit: Option<pb::RateLimit>,
+    /// Tokens (input + output) per minute, per account using the group, or off.
+    #[arg(long, value_parser = flags::parse_count_limit)]
+    tokens_per_minute: Option<u32>,
+    /// Requests in flight at once, per account using the group, or off.
+    #[arg(long, value_parser = flags::parse_count_limit)]
+    max_in_flight: Option<u32>,
 }
 
 /// Runs one group verb; returns what to print.
@@ -94,6 +106,8 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 deprecated: args.deprecated,
                 description: args.description,
                 rate_limit: args.rate_limit,
+                tokens_per_minute: args.tokens_per_minute.unwrap_or(0),
+                max_in_flight: args.max_in_flight.unwrap_or(0),
             };
             output::render_one(out, &admin.create_group(group).await.rpc()?)
         }
@@ -109,6 +123,8 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 deprecated: args.deprecated,
                 description: args.description,
                 rate_limit: args.rate_limit,
+                tokens_per_minute: args.tokens_per_minute,
+                max_in_flight: args.max_in_flight,
             };
             output::render_one(out, &admin.update_group(request).await.rpc()?)
         }
@@ -162,6 +178,8 @@ impl Render for pb::Group {
             ("ratio", ratio(self)),
             ("deprecated", self.deprecated.to_string()),
             ("rate limit", output::rate_limit(self.rate_limit.as_ref())),
+            ("tokens per minute", output::count_limit(self.tokens_per_minute)),
+            ("max in flight", output::count_limit(self.max_in_flight)),
             ("description", self.description.clone()),
         ]
     }

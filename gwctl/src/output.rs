@@ -288,6 +288,11 @@ pub fn rate_limit(limit: Option<&gw_proto::pb::RateLimit>) -> String {
     }
 }
 
+/// A count limit for people: the number, or `-` when 0 (no limit).
+pub fn count_limit(limit: u32) -> String {
+    if limit == 0 { "-".to_string() } else { limit.to_string() }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {

@@ -37,6 +37,10 @@ pub struct Group {
     pub deprecated: bool,
     pub description: String,
     pub rate_limit: Option<RateLimit>,
+    /// Tokens per minute per account; 0: no limit.
+    pub tokens_per_minute: u32,
+    /// Requests in flight per account; 0: no limit.
+    pub max_in_flight: u32,
 }
 
 /// Requests allowed per window; absent (null) when there is no limit.
@@ -65,6 +69,10 @@ pub struct Token {
     /// Empty: any source address.
     pub allow_ips: Vec<String>,
     pub rate_limit: Option<RateLimit>,
+    /// Tokens per minute; 0: no limit.
+    pub tokens_per_minute: u32,
+    /// Requests in flight; 0: no limit.
+    pub max_in_flight: u32,
     pub expires_at: i64,
     pub created_at: i64,
 }
@@ -423,6 +431,8 @@ impl From<&pb::Group> for Group {
             deprecated: g.deprecated,
             description: g.description.clone(),
             rate_limit: rate_limit(g.rate_limit.as_ref()),
+            tokens_per_minute: g.tokens_per_minute,
+            max_in_flight: g.max_in_flight,
         }
     }
 }
@@ -444,6 +454,8 @@ impl From<&pb::Token> for Token {
             models: t.models.clone(),
             allow_ips: t.allow_ips.clone(),
             rate_limit: rate_limit(t.rate_limit.as_ref()),
+            tokens_per_minute: t.tokens_per_minute,
+            max_in_flight: t.max_in_flight,
             expires_at: t.expires_at,
             created_at: t.created_at,
         }
@@ -684,6 +696,8 @@ mod tests {
             deprecated: false,
             description: "paying customers".into(),
             rate_limit: limit(),
+            tokens_per_minute: 90_000,
+            max_in_flight: 4,
         };
         golden("group", &Group::from(&group));
         let plain = pb::Group { name: "default".into(), ratio: 1.5, ..Default::default() };
@@ -708,6 +722,8 @@ mod tests {
             allow_ips: vec!["10.0.0.0/8".into()],
             rate_limit: limit(),
             created_at: 1_700_000_000,
+            tokens_per_minute: 20_000,
+            max_in_flight: 2,
         };
         let created = CreatedToken { token: Token::from(&token), key: "sk-the-key".into() };
         golden("token-created", &created);

@@ -94,6 +94,12 @@ pub struct CreateArgs {
     /// Requests per window: MAX/MINUTES, e.g. 60/1.
     #[arg(long, value_parser = flags::parse_rate_limit)]
     rate_limit: Option<pb::RateLimit>,
+    /// Tokens (input + output) per minute [default: no limit].
+    #[arg(long, value_parser = flags::parse_count_limit)]
+    tokens_per_minute: Option<u32>,
+    /// Requests in flight at once [default: no limit].
+    #[arg(long, value_parser = flags::parse_count_limit)]
+    max_in_flight: Option<u32>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -142,6 +148,12 @@ pub struct UpdateArgs {
     /// Requests per window: MAX/MINUTES, e.g. 60/1, or off.
     #[arg(long, value_parser = flags::parse_rate_limit)]
     rate_limit: Option<pb::RateLimit>,
+    /// Tokens (input + output) per minute, or off.
+    #[arg(long, value_parser = flags::parse_count_limit)]
+    tokens_per_minute: Option<u32>,
+    /// Requests in flight at once, or off.
+    #[arg(long, value_parser = flags::parse_count_limit)]
+    max_in_flight: Option<u32>,
     /// Enable or disable the token.
     #[arg(long, value_enum)]
     status: Option<Status>,
@@ -211,6 +223,8 @@ fn create_request(args: CreateArgs) -> pb::CreateTokenRequest {
         allow_ips: args.allow_ip.map(Vec::from).unwrap_or_default(),
         expires_at: args.expires.unwrap_or(0),
         rate_limit: args.rate_limit,
+        tokens_per_minute: args.tokens_per_minute.unwrap_or(0),
+        max_in_flight: args.max_in_flight.unwrap_or(0),
     }
 }
 
@@ -229,6 +243,8 @@ fn update_request(args: UpdateArgs) -> pb::UpdateTokenRequest {
         allow_ips: args.allow_ip.map(Vec::from).unwrap_or_default(),
         expires_at: args.expires,
         rate_limit: args.rate_limit,
+        tokens_per_minute: args.tokens_per_minute,
+        max_in_flight: args.max_in_flight,
     }
 }
 
@@ -328,6 +344,8 @@ impl Render for pb::Token {
             ("models", output::list(&self.models, "all")),
             ("allowed IPs", output::list(&self.allow_ips, "any")),
             ("rate limit", output::rate_limit(self.rate_limit.as_ref())),
+            ("tokens per minute", output::count_limit(self.tokens_per_minute)),
+            ("max in flight", output::count_limit(self.max_in_flight)),
             ("expires", expires(self)),
             ("created", output::time(self.created_at)),
         ]
@@ -350,6 +368,8 @@ mod tests {
             allow_ip: None,
             expires: None,
             rate_limit: None,
+            tokens_per_minute: None,
+            max_in_flight: None,
         }
     }
 
@@ -373,6 +393,8 @@ mod tests {
             allow_ip: None,
             expires: Some(0),
             rate_limit: None,
+            tokens_per_minute: Some(0),
+            max_in_flight: None,
             status: None,
         };
         let request = update_request(args);
@@ -381,6 +403,7 @@ mod tests {
         assert!(request.set_models && request.models.is_empty());
         assert!(!request.set_allow_ips);
         assert_eq!(request.expires_at, Some(0));
+        assert_eq!((request.tokens_per_minute, request.max_in_flight), (Some(0), None), "off clears, unset keeps");
     }
 
     #[test]

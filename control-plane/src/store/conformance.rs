@@ -40,6 +40,7 @@ pub async fn run(store: Arc<dyn Store>) {
     super::video::conformance::run(store.clone()).await;
     permits_never_exceed_the_limit(store.clone()).await;
     super::budget::conformance::run(store.clone()).await;
+    super::slots::conformance::run(store.clone()).await;
     super::lineage::conformance::run(store.clone()).await;
     super::fleet::conformance::run(store.clone()).await;
     super::rollup::conformance::run(store.clone()).await;
@@ -605,6 +606,12 @@ pub async fn permits_never_exceed_the_limit(store: Arc<dyn Store>) {
     assert_eq!(take("conf-partial", start, 5, 3).await, 0);
     assert_eq!(take("conf-partial", start, 6, 3).await, 1, "a raised limit grants the difference");
     assert_eq!(take("conf-zero", start, 5, 0).await, 0, "wanting nothing grants nothing");
+    // A token-per-minute overrun is counted with the largest limit: it
+    // lands whatever is left, and the window grants nothing more after it.
+    assert_eq!(take("conf-charge", start, 10, 8).await, 8);
+    assert_eq!(take("conf-charge", start, u32::MAX, 5).await, 5, "a charge counts past the limit");
+    assert_eq!(take("conf-charge", start, 10, 1).await, 0, "a window charged past its limit grants nothing");
+    assert_eq!(take("conf-charge", start, 14, 1).await, 1, "the limit raised past the count grants again");
     assert_eq!(store.revision().await.expect("revision"), before, "permits bumped the revision");
 }
 
@@ -656,6 +663,8 @@ pub fn sample(kind: Kind, id: &str) -> Resource {
             deprecated: false,
             description: format!("group {id}"),
             rate_limit: RateLimit { window_minutes: 1, max_requests: 60 },
+            tokens_per_minute: 90_000,
+            max_in_flight: 4,
         }),
         Kind::Channel => Resource::Channel(Channel {
             id: id.to_owned(),
@@ -726,6 +735,8 @@ pub fn token(id: &str, account_id: &str) -> Resource {
         models: vec![],
         allow_ips: vec!["10.0.0.0/8".into()],
         rate_limit: RateLimit::default(),
+        tokens_per_minute: 50_000,
+        max_in_flight: 2,
         created_at: 1_700_000_000,
     })
 }

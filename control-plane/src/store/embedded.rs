@@ -21,6 +21,7 @@ mod fleet;
 mod ledger;
 mod lineage;
 mod rollup;
+mod slots;
 mod video;
 
 /// Resource-wide bookkeeping: the revision, the feed's length and floor, the

@@ -23,6 +23,7 @@ pub mod lineage;
 pub mod redis;
 pub mod rollup;
 pub mod sealed;
+pub mod slots;
 pub mod video;
 
 use std::sync::Arc;
@@ -40,6 +41,7 @@ pub use self::lineage::{Lineage, LineageStore, Persistence};
 pub use self::redis::RedisStore;
 pub use self::rollup::{Retention, RollupStore};
 pub use self::sealed::SealedStore;
+pub use self::slots::{SlotAsk, SlotLease, SlotStore};
 pub use self::video::{VideoFilter, VideoStore, VideoWrite};
 
 /// How long a usage record may be applied after it was made (by its
@@ -113,7 +115,7 @@ pub struct Modified {
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
 pub trait Store:
-    VideoStore + BudgetStore + LineageStore + FleetStore + RollupStore + AccessStore + Send + Sync + 'static
+    VideoStore + BudgetStore + SlotStore + LineageStore + FleetStore + RollupStore + AccessStore + Send + Sync + 'static
 {
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;

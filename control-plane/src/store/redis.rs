@@ -39,6 +39,7 @@ mod fleet;
 mod ledger;
 mod lineage;
 mod rollup;
+mod slots;
 mod video;
 
 const REV: &str = "gw:rev";

@@ -256,6 +256,13 @@ impl BudgetStore for SealedStore {
 // The parts of a store that hold no upstream key pass straight through.
 
 #[async_trait]
+impl super::SlotStore for SealedStore {
+    async fn lease_slots(&self, ask: &super::SlotAsk) -> Result<super::SlotLease> {
+        self.inner.lease_slots(ask).await
+    }
+}
+
+#[async_trait]
 impl super::LineageStore for SealedStore {
     async fn lineage(&self) -> Result<super::Lineage> {
         self.inner.lineage().await

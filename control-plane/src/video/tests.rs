@@ -27,6 +27,8 @@ async fn service(config: Config) -> (Videos, Arc<dyn Store>, tempfile::TempDir) 
             deprecated: false,
             description: String::new(),
             rate_limit: RateLimit::default(),
+            tokens_per_minute: 0,
+            max_in_flight: 0,
         }))
         .await
         .unwrap();
@@ -92,6 +94,8 @@ fn the_price_takes_the_group_ratio_in_parts_per_million() {
         deprecated: false,
         description: String::new(),
         rate_limit: RateLimit::default(),
+        tokens_per_minute: 0,
+        max_in_flight: 0,
     };
     assert_eq!(group(1.5).ratio_ppm(), 1_500_000);
     assert_eq!(group(0.1).ratio_ppm(), 100_000);

@@ -183,6 +183,7 @@ pub(crate) mod tests {
             upstreams: crate::provider::Upstreams::default(),
             trusted_proxies: vec![],
             limits: crate::policy::limits::Limiter::new(Arc::new(crate::policy::limits::LocalOnly)),
+            in_flight: crate::policy::inflight::InFlight::new(Arc::new(crate::policy::limits::LocalOnly)),
             budgets: crate::policy::budget::Budgets::new(
                 Arc::new(crate::policy::budget::tests::Authority::new(i64::MAX / 4)),
                 crate::policy::budget::Config::default(),
@@ -214,6 +215,8 @@ pub(crate) mod tests {
             deprecated: false,
             description: String::new(),
             rate_limit: RateLimit::default(),
+            tokens_per_minute: 0,
+            max_in_flight: 0,
         };
         let mut disabled = fx::channel("off", 0, 1, &["default"], &["gpt-off"]);
         disabled.status = crate::policy::domain::ChannelStatus::Disabled;

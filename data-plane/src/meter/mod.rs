@@ -25,6 +25,8 @@ use tokio::sync::mpsc;
 use crate::{
     policy::budget::Reservation,
     policy::domain::{Channel, Model},
+    policy::inflight::SlotGuard,
+    policy::tpm::TokenReservation,
     pricing::{Units, Usage, cost_micros, units_cost_micros},
     spool::{self, Kind, Written},
     telemetry::Answer,
@@ -46,6 +48,12 @@ pub struct Charge {
     /// The request's budget reservation, settled by the first record (shared
     /// by the attempts' copies; released if none records anything).
     pub reservation: Arc<Mutex<Option<Reservation>>>,
+    /// The request's tokens-per-minute reservation, settled by the first
+    /// record with the tokens used (given back whole if none records).
+    pub tokens: Arc<Mutex<Option<TokenReservation>>>,
+    /// The request's in-flight slots, given back by the first record (or
+    /// when the request's state and every copy of its charge are dropped).
+    pub in_flight: Arc<Mutex<Option<SlotGuard>>>,
     /// The request's span and trail: the usage lands on the span when the
     /// answer ends.
     pub traced: crate::telemetry::Traced,
@@ -141,6 +149,8 @@ impl Charge {
             ratio_ppm: 1_000_000,
             started: Instant::now(),
             reservation: Arc::default(),
+            tokens: Arc::default(),
+            in_flight: Arc::default(),
             traced: crate::telemetry::Traced::default(),
         }
     }
@@ -187,6 +197,11 @@ impl UsageSink {
         if let Some(reservation) = reservation {
             reservation.settle(cost);
         }
+        let tokens = charge.tokens.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(tokens) = tokens {
+            tokens.settle(usage.prompt_tokens.saturating_add(usage.completion_tokens));
+        }
+        drop(charge.in_flight.lock().unwrap_or_else(PoisonError::into_inner).take());
         let mut record = self.record_of(charge, usage, cost, status, estimated);
         record.units = units;
         let written = spool::append(&self.tx, Kind::Final, record);

@@ -3,7 +3,11 @@
 //! its order, then (for requests that spend) the rate limit. The result is
 //! one value the later steps read instead of looking anything up again.
 
-use std::{net::SocketAddr, sync::Arc, time::Instant};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Instant,
+};
 
 use axum::{
     body::Body,
@@ -19,6 +23,7 @@ use crate::{
     policy::auth::{self, Access, Caller},
     policy::client_ip::client_ip,
     policy::domain::Model,
+    policy::inflight::SlotGuard,
     policy::snapshot::Snapshot,
 };
 
@@ -33,6 +38,9 @@ pub struct Admitted {
     pub parts: Parts,
     /// Where the later steps note what they learn, for the access log.
     pub trail: Arc<Trail>,
+    /// The request's in-flight slots: given back when the last of this and
+    /// its charges' copies lets go, or when its usage is recorded.
+    pub in_flight: Arc<Mutex<Option<SlotGuard>>>,
 }
 
 /// Admits `request`: loads the snapshot once, authenticates and authorizes
@@ -54,10 +62,13 @@ pub async fn admit(app: &App, request: Request, access: Access) -> Result<(Admit
         t.account = Some(caller.account.id.clone());
         t.group = Some(caller.group.name.clone());
     });
+    let mut in_flight = None;
     if access == Access::Spend {
         app.limits.check(&caller).await?;
+        in_flight = Some(app.in_flight.acquire(&caller).await?);
     }
-    Ok((Admitted { id, started, snapshot, caller, parts, trail }, body))
+    let in_flight = Arc::new(Mutex::new(in_flight));
+    Ok((Admitted { id, started, snapshot, caller, parts, trail, in_flight }, body))
 }
 
 // === impl Admitted ===
@@ -89,6 +100,8 @@ impl Admitted {
             ratio_ppm: caller.group.ratio_ppm,
             started: self.started,
             reservation: Arc::default(),
+            tokens: Arc::default(),
+            in_flight: self.in_flight.clone(),
             traced: crate::telemetry::Traced { span: tracing::Span::current(), trail: self.trail.clone() },
         }
     }

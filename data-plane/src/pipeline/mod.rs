@@ -38,8 +38,10 @@ pub struct App {
     pub upstreams: Upstreams,
     /// Peers whose `X-Forwarded-For` / `X-Real-IP` are believed.
     pub trusted_proxies: Vec<IpNet>,
-    /// Request-rate limits, shared with the other data planes.
+    /// Request-rate and tokens-per-minute limits, shared with the other data planes.
     pub limits: Limiter,
+    /// Requests-in-flight limits, shared with the other data planes.
+    pub in_flight: crate::policy::inflight::InFlight,
     /// Spending budgets leased from the control plane.
     pub budgets: Budgets,
     /// Video tasks: the control plane's answers and the upstreams' files.

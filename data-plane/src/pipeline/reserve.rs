@@ -1,7 +1,8 @@
 //! The budget step, after routing and before any upstream attempt: the
-//! request's bounded cost is reserved from the budgets this data plane
-//! holds (`policy::budget`), and the `Charge` that meters it carries the
-//! reservation so that the real cost settles it.
+//! request's token bound is reserved under its tokens-per-minute limits
+//! (`policy::tpm`) and its bounded cost from the budgets this data plane
+//! holds (`policy::budget`); the `Charge` that meters it carries both
+//! reservations so that the real usage settles them.
 
 use std::sync::{Arc, PoisonError};
 
@@ -38,13 +39,17 @@ pub async fn reserve(
     let charge = admitted.charge(model, endpoint);
     let output = bound.max_output_tokens.unwrap_or(app.budgets.config().default_max_output_tokens);
     let prompt_tokens = i64::try_from(bound.body_bytes.div_ceil(4)).unwrap_or(i64::MAX);
+    let output = output.max(0);
     // The highest rates either tier may charge: the estimate may be under
     // the tier's threshold when the real prompt is not, and any part of the
     // prompt may be a cache write, any part of the output reasoning.
-    let amount = bound_micros(prompt_tokens, output.max(0), &charge.model, charge.ratio_ppm)
+    let amount = bound_micros(prompt_tokens, output, &charge.model, charge.ratio_ppm)
         .saturating_add(units_cost_micros(&bound.units, &charge.model, charge.ratio_ppm));
+    // Tokens first: a request refused for its tokens holds no budget.
+    let tokens = app.limits.reserve_tokens(&admitted.caller, prompt_tokens.saturating_add(output)).await?;
     let reservation = app.budgets.reserve(&admitted.caller, amount, admitted.snapshot.revision).await?;
     *charge.reservation.lock().unwrap_or_else(PoisonError::into_inner) = Some(reservation);
+    *charge.tokens.lock().unwrap_or_else(PoisonError::into_inner) = Some(tokens);
     Ok(charge)
 }
 

@@ -134,6 +134,8 @@ mod tests {
             deprecated,
             description: String::new(),
             rate_limit: RateLimit::default(),
+            tokens_per_minute: 0,
+            max_in_flight: 0,
         }
     }
 

@@ -102,6 +102,8 @@ fn group(g: pb::Group) -> Result<Group, ConvertError> {
         deprecated: g.deprecated,
         description: g.description,
         rate_limit: rate_limit(g.rate_limit),
+        tokens_per_minute: g.tokens_per_minute,
+        max_in_flight: g.max_in_flight,
     })
 }
 
@@ -132,6 +134,8 @@ fn token(t: pb::Token) -> Result<Token, ConvertError> {
         allow_ips,
         rate_limit: rate_limit(t.rate_limit),
         created_at: t.created_at,
+        tokens_per_minute: t.tokens_per_minute,
+        max_in_flight: t.max_in_flight,
     })
 }
 
@@ -264,6 +268,8 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             deprecated: g.deprecated,
             description: g.description.clone(),
             rate_limit: pb_rate_limit(g.rate_limit),
+            tokens_per_minute: g.tokens_per_minute,
+            max_in_flight: g.max_in_flight,
         }),
         Resource::Token(t) => K::Token(pb::Token {
             id: t.id.clone(),
@@ -281,6 +287,8 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             allow_ips: t.allow_ips.iter().map(ToString::to_string).collect(),
             rate_limit: pb_rate_limit(t.rate_limit),
             created_at: t.created_at,
+            tokens_per_minute: t.tokens_per_minute,
+            max_in_flight: t.max_in_flight,
         }),
         Resource::Channel(c) => K::Channel(pb::Channel {
             id: c.id.clone(),

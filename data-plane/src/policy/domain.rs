@@ -42,6 +42,10 @@ pub struct Group {
     pub deprecated: bool,
     pub description: String,
     pub rate_limit: RateLimit,
+    /// Tokens (input + output) per minute per account; 0: no limit.
+    pub tokens_per_minute: u32,
+    /// Requests in flight at once per account; 0: no limit.
+    pub max_in_flight: u32,
 }
 
 /// A client credential, found by the SHA-256 of its key.
@@ -65,6 +69,10 @@ pub struct Token {
     pub allow_ips: Vec<IpNet>,
     pub rate_limit: RateLimit,
     pub created_at: i64,
+    /// Tokens (input + output) per minute; 0: no limit.
+    pub tokens_per_minute: u32,
+    /// Requests in flight at once; 0: no limit.
+    pub max_in_flight: u32,
 }
 
 /// How a channel's upstream is spoken to.

@@ -9,6 +9,12 @@
 //! window. While the control plane cannot be reached, every key is counted
 //! locally against its full limit: each data plane may then admit up to the
 //! limit per window, N data planes up to N times it.
+//!
+//! Tokens-per-minute limits run on the same pools (keys `tpm:token:<id>`,
+//! `tpm:group:<group>:<account>`, one-minute windows, one permit per token):
+//! a request takes its bound at once (`reserve_tokens`), and its
+//! `TokenReservation` settles it with the tokens really used. See `tpm` for
+//! what that adds to the bound.
 
 use std::{
     collections::HashMap,
@@ -48,12 +54,27 @@ pub fn lease_size(max_requests: u32) -> u32 {
     max_requests.div_ceil(10).clamp(1, 100)
 }
 
+/// Units asked per lease of a pool: `lease_size` for request permits, a
+/// tenth of the limit for tokens (a single request takes thousands).
+fn pool_lease_size(limit: RateLimit, tokens: bool) -> u32 {
+    if tokens { limit.max_requests.div_ceil(10).max(1) } else { lease_size(limit.max_requests) }
+}
+
+/// What a pool counts, which decides the refusal it gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counted {
+    Requests,
+    Tokens,
+}
+
 /// One ask for permits of `key`, a `pb::PermitAsk` in domain terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ask {
     pub key: String,
     pub limit: RateLimit,
     pub want: u32,
+    /// Units used beyond what was granted, charged to the current window.
+    pub charge: u32,
 }
 
 /// The answer to an `Ask`: permits of the window `[window_start, window_end)`
@@ -132,6 +153,8 @@ struct Down {
 /// The permits of one key in its current window.
 struct Pool {
     limit: RateLimit,
+    /// Counts tokens (else requests).
+    tokens: bool,
     /// Unix seconds, end exclusive.
     window_start: i64,
     window_end: i64,
@@ -139,7 +162,8 @@ struct Pool {
     granted_window: bool,
     /// Leased and not yet spent.
     remaining: u32,
-    /// Admitted in this window by this data plane; never more than the limit.
+    /// Admitted in this window by this data plane; never more than the
+    /// limit when admitted (a token overrun may add to it later).
     spent: u32,
     /// The control plane granted less than asked: the window is used up once
     /// `remaining` is.
@@ -147,8 +171,8 @@ struct Pool {
     /// The lease request in flight for this key; its sender is dropped once
     /// the answer is in the pool.
     fetching: Option<watch::Receiver<()>>,
-    /// Requests waiting for a lease; the next lease request asks for at
-    /// least this many permits, so a burst is served in one round trip.
+    /// Units requests wait for; the next lease request asks for at least
+    /// this many permits, so a burst is served in one round trip.
     waiting: u32,
 }
 
@@ -157,6 +181,7 @@ struct Pool {
 struct Waiting {
     inner: Arc<Inner>,
     keys: Vec<String>,
+    cost: u32,
 }
 
 enum Verdict {
@@ -166,7 +191,8 @@ enum Verdict {
 }
 
 enum Step {
-    Admitted,
+    /// Admitted; the windows (start) each key's units were taken from.
+    Admitted(Vec<i64>),
     Refused(ProxyError),
     Wait(Vec<watch::Receiver<()>>, Waiting),
 }
@@ -194,9 +220,20 @@ impl Limiter {
         if limits.is_empty() {
             return Ok(());
         }
+        self.admit(&limits, 1, Counted::Requests).await.map(drop)
+    }
+
+    /// Takes `cost` units of each of `limits` (all or none), waiting for
+    /// leases as `check` does; the windows they were taken from.
+    pub(crate) async fn admit(
+        &self,
+        limits: &[(String, RateLimit)],
+        cost: u32,
+        counted: Counted,
+    ) -> Result<Vec<i64>, ProxyError> {
         for round in 0..=MAX_ROUNDS {
-            match self.try_admit(&limits) {
-                Step::Admitted => return Ok(()),
+            match self.try_admit(limits, cost, counted) {
+                Step::Admitted(windows) => return Ok(windows),
                 Step::Refused(error) => return Err(error),
                 Step::Wait(..) if round == MAX_ROUNDS => break,
                 Step::Wait(leases, waiting) => {
@@ -208,14 +245,14 @@ impl Limiter {
                 }
             }
         }
-        let (key, limit) = &limits[0];
+        let (key, limit) = limits.first().map_or(("", RateLimit::default()), |(k, l)| (k.as_str(), *l));
         tracing::warn!(key, "rate limit permits kept going to other requests; refusing one");
-        Err(rate_limited(*limit, 1_000))
+        Err(refusal(counted, limit, 1_000))
     }
 
     /// One look at the pools: admits (spending a permit of each limit),
     /// refuses, or names the lease requests to wait for.
-    fn try_admit(&self, limits: &[(String, RateLimit)]) -> Step {
+    fn try_admit(&self, limits: &[(String, RateLimit)], cost: u32, counted: Counted) -> Step {
         let mut state = self.inner.lock();
         let now_ms = (self.inner.clock)() + state.skew_ms;
         let now = Instant::now();
@@ -224,9 +261,10 @@ impl Limiter {
         let mut refused: Option<(RateLimit, i64)> = None;
         let mut short = Vec::new();
         for (key, limit) in limits {
-            let pool = state.pools.entry(key.clone()).or_insert_with(|| Pool::new(*limit, now_ms));
+            let tokens = counted == Counted::Tokens;
+            let pool = state.pools.entry(key.clone()).or_insert_with(|| Pool::new(*limit, tokens, now_ms));
             pool.refresh(*limit, now_ms);
-            match pool.verdict(down) {
+            match pool.verdict(down, cost) {
                 Verdict::Ready => {}
                 // The limit whose window ends last says when to come back.
                 Verdict::Refused => {
@@ -238,13 +276,13 @@ impl Limiter {
             }
         }
         if let Some((limit, end)) = refused {
-            return Step::Refused(rate_limited(limit, end * 1000 - now_ms));
+            return Step::Refused(refusal(counted, limit, end * 1000 - now_ms));
         }
         if !short.is_empty() {
             let (mut asks, mut waits) = (Vec::new(), Vec::new());
             for key in &short {
                 let Some(pool) = state.pools.get_mut(key) else { continue };
-                pool.waiting += 1;
+                pool.waiting = pool.waiting.saturating_add(cost);
                 match &pool.fetching {
                     Some(lease) => waits.push(lease.clone()),
                     None => asks.extend(pool.ask(key)),
@@ -253,13 +291,14 @@ impl Limiter {
             if !asks.is_empty() {
                 waits.push(self.fetch(&mut state, asks, false));
             }
-            return Step::Wait(waits, Waiting { inner: self.inner.clone(), keys: short });
+            return Step::Wait(waits, Waiting { inner: self.inner.clone(), keys: short, cost });
         }
         let probe = state.down.as_ref().is_some_and(|d| !d.probing && d.probe_at <= now);
-        let mut refills = Vec::new();
+        let (mut refills, mut windows) = (Vec::new(), Vec::with_capacity(limits.len()));
         for (key, _) in limits {
             if let Some(pool) = state.pools.get_mut(key) {
-                pool.spend();
+                pool.spend(cost);
+                windows.push(pool.window_start);
                 if (probe || (!down && pool.runs_low()))
                     && let Some(ask) = pool.ask(key)
                 {
@@ -270,7 +309,50 @@ impl Limiter {
         if !refills.is_empty() {
             let _ = self.fetch(&mut state, refills, probe);
         }
-        Step::Admitted
+        Step::Admitted(windows)
+    }
+
+    /// Settles `units` taken from the windows `windows` of `limits` by a
+    /// request that used `used`: what it did not use goes back to the pool
+    /// while its window lasts; an overrun is taken from the pool and what
+    /// the pool lacks is charged to the control plane's current window.
+    pub(crate) fn settle(&self, limits: &[(String, RateLimit)], windows: &[i64], units: u32, used: u32) {
+        let mut state = self.inner.lock();
+        let down = state.down.is_some();
+        let mut charges = Vec::new();
+        for ((key, limit), window_start) in limits.iter().zip(windows) {
+            let pool = state.pools.get_mut(key).filter(|p| p.window_start == *window_start);
+            let over = used.saturating_sub(units);
+            let Some(pool) = pool else {
+                // The window ended: its unused units went with it.
+                if over > 0 && !down {
+                    charges.push(Ask { key: key.clone(), limit: *limit, want: 0, charge: over });
+                }
+                continue;
+            };
+            if used <= units {
+                let back = units - used;
+                pool.remaining = pool.remaining.saturating_add(back);
+                pool.spent = pool.spent.saturating_sub(back);
+                continue;
+            }
+            let taken = over.min(pool.remaining);
+            pool.remaining -= taken;
+            pool.spent = pool.spent.saturating_add(over);
+            if over > taken && !down {
+                charges.push(Ask { key: key.clone(), limit: *limit, want: 0, charge: over - taken });
+            }
+        }
+        drop(state);
+        if !charges.is_empty() {
+            let source = self.inner.source.clone();
+            tokio::spawn(async move {
+                let charged = tokio::time::timeout(ACQUIRE_TIMEOUT, source.acquire(charges)).await;
+                if !matches!(charged, Ok(Ok(_))) {
+                    tracing::debug!("a tokens-per-minute overrun could not be charged to the control plane");
+                }
+            });
+        }
     }
 
     /// Spawns one lease request for `asks`; returns what to wait on for its
@@ -318,7 +400,7 @@ impl Drop for Waiting {
         let mut state = self.inner.lock();
         for key in &self.keys {
             if let Some(pool) = state.pools.get_mut(key) {
-                pool.waiting = pool.waiting.saturating_sub(1);
+                pool.waiting = pool.waiting.saturating_sub(self.cost);
             }
         }
     }
@@ -405,10 +487,11 @@ impl State {
 // === impl Pool ===
 
 impl Pool {
-    fn new(limit: RateLimit, now_ms: i64) -> Pool {
+    fn new(limit: RateLimit, tokens: bool, now_ms: i64) -> Pool {
         let (window_start, window_end) = window(now_ms, limit.window_minutes);
         Pool {
             limit,
+            tokens,
             window_start,
             window_end,
             granted_window: false,
@@ -425,7 +508,8 @@ impl Pool {
     /// dropped (the control plane counted them against that window).
     fn refresh(&mut self, limit: RateLimit, now_ms: i64) {
         if limit.window_minutes != self.limit.window_minutes {
-            *self = Pool { fetching: self.fetching.take(), waiting: self.waiting, ..Pool::new(limit, now_ms) };
+            *self =
+                Pool { fetching: self.fetching.take(), waiting: self.waiting, ..Pool::new(limit, self.tokens, now_ms) };
             return;
         }
         if limit.max_requests != self.limit.max_requests {
@@ -433,14 +517,15 @@ impl Pool {
             self.exhausted = false;
         }
         if now_ms >= self.window_end * 1000 {
-            *self = Pool { fetching: self.fetching.take(), waiting: self.waiting, ..Pool::new(limit, now_ms) };
+            *self =
+                Pool { fetching: self.fetching.take(), waiting: self.waiting, ..Pool::new(limit, self.tokens, now_ms) };
         }
     }
 
-    fn verdict(&self, control_plane_down: bool) -> Verdict {
-        if self.spent >= self.limit.max_requests {
+    fn verdict(&self, control_plane_down: bool, cost: u32) -> Verdict {
+        if u64::from(self.spent) + u64::from(cost) > u64::from(self.limit.max_requests) {
             Verdict::Refused
-        } else if self.remaining > 0 {
+        } else if self.remaining >= cost {
             Verdict::Ready
         } else if self.exhausted {
             Verdict::Refused
@@ -451,14 +536,14 @@ impl Pool {
         }
     }
 
-    fn spend(&mut self) {
-        self.remaining = self.remaining.saturating_sub(1);
-        self.spent += 1;
+    fn spend(&mut self, cost: u32) {
+        self.remaining = self.remaining.saturating_sub(cost);
+        self.spent = self.spent.saturating_add(cost);
     }
 
     /// Whether to ask for the next lease before this one runs out.
     fn runs_low(&self) -> bool {
-        self.remaining <= lease_size(self.limit.max_requests) / 2
+        self.remaining <= pool_lease_size(self.limit, self.tokens) / 2
     }
 
     /// The ask that tops the pool up to one lease (or to as many permits as
@@ -468,10 +553,10 @@ impl Pool {
         if self.fetching.is_some() || self.exhausted {
             return None;
         }
-        let lease = lease_size(self.limit.max_requests).max(self.waiting).saturating_sub(self.remaining);
+        let lease = pool_lease_size(self.limit, self.tokens).max(self.waiting).saturating_sub(self.remaining);
         let room = self.limit.max_requests.saturating_sub(self.spent).saturating_sub(self.remaining);
         let want = lease.min(room);
-        (want > 0).then(|| Ask { key: key.to_owned(), limit: self.limit, want })
+        (want > 0).then(|| Ask { key: key.to_owned(), limit: self.limit, want, charge: 0 })
     }
 
     /// Adds a grant: to this window's permits, or as the start of the
@@ -508,6 +593,7 @@ impl PermitSource for ControlPlanePermits {
                 window_minutes: ask.limit.window_minutes,
                 max_requests: ask.limit.max_requests,
                 want: ask.want,
+                charge: ask.charge,
             })
             .collect();
         let mut request = self.control.request(pb::AcquirePermitsRequest { node_id: self.node_id.clone(), asks });
@@ -532,6 +618,13 @@ impl PermitSource for ControlPlanePermits {
 #[cfg(test)]
 impl PermitSource for LocalOnly {
     fn acquire(&self, _asks: Vec<Ask>) -> Grants {
+        Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("no control plane in this test"))) })
+    }
+}
+
+#[cfg(test)]
+impl crate::policy::inflight::SlotSource for LocalOnly {
+    fn lease(&self, _asks: Vec<crate::policy::inflight::SlotAsk>) -> crate::policy::inflight::SlotGrants {
         Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("no control plane in this test"))) })
     }
 }
@@ -562,13 +655,16 @@ fn window(now_ms: i64, window_minutes: u32) -> (i64, i64) {
 
 /// The 429 for `limit`, to retry once `ms_left` have passed (whole seconds,
 /// rounded up, at least 1 and at most the window).
-fn rate_limited(limit: RateLimit, ms_left: i64) -> ProxyError {
+fn refusal(counted: Counted, limit: RateLimit, ms_left: i64) -> ProxyError {
     let window_secs = u64::from(limit.window_minutes.max(1)) * 60;
-    let secs = u64::try_from(ms_left.max(0)).unwrap_or(0).div_ceil(1000);
-    ProxyError::RateLimited {
-        window_minutes: limit.window_minutes,
-        max_requests: limit.max_requests,
-        retry_after_secs: secs.clamp(1, window_secs),
+    let retry_after_secs = u64::try_from(ms_left.max(0)).unwrap_or(0).div_ceil(1000).clamp(1, window_secs);
+    match counted {
+        Counted::Requests => ProxyError::RateLimited {
+            window_minutes: limit.window_minutes,
+            max_requests: limit.max_requests,
+            retry_after_secs,
+        },
+        Counted::Tokens => ProxyError::TokensLimited { tokens_per_minute: limit.max_requests, retry_after_secs },
     }
 }
 
@@ -578,312 +674,4 @@ fn system_clock_ms() -> i64 {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
-mod tests {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-    use axum::{body::Body, http::StatusCode};
-    use tower::ServiceExt as _;
-
-    use super::*;
-    use crate::{
-        http,
-        pipeline::App,
-        policy::domain::{Group, Token},
-        policy::snapshot::tests as fx,
-    };
-
-    /// Unix ms at the start of a minute (1_699_999_980 = 28_333_333 × 60).
-    const MINUTE_START_MS: i64 = 1_699_999_980_000;
-
-    /// A clock on tokio's (paused) time, starting `offset_ms` into a minute.
-    fn clock(offset_ms: i64) -> Clock {
-        let started = Instant::now();
-        Arc::new(move || MINUTE_START_MS + offset_ms + i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX))
-    }
-
-    /// The control plane's permit counting, in memory, on its own clock.
-    struct Authority {
-        clock: Clock,
-        latency: Duration,
-        counts: Mutex<HashMap<(String, i64), u32>>,
-        down: AtomicBool,
-        calls: AtomicUsize,
-    }
-
-    impl Authority {
-        fn new(clock: Clock, latency: Duration) -> Arc<Authority> {
-            Arc::new(Authority {
-                clock,
-                latency,
-                counts: Mutex::default(),
-                down: AtomicBool::new(false),
-                calls: AtomicUsize::new(0),
-            })
-        }
-
-        fn calls(&self) -> usize {
-            self.calls.load(Ordering::SeqCst)
-        }
-
-        fn set_down(&self, down: bool) {
-            self.down.store(down, Ordering::SeqCst);
-        }
-    }
-
-    impl PermitSource for Authority {
-        fn acquire(&self, asks: Vec<Ask>) -> Grants {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let latency = self.latency;
-            if self.down.load(Ordering::SeqCst) {
-                return Box::pin(async move {
-                    tokio::time::sleep(latency).await;
-                    Err(SourceError::Call(tonic::Status::unavailable("control plane down")))
-                });
-            }
-            let now = (self.clock)();
-            let mut counts = self.counts.lock().unwrap();
-            let grants = asks
-                .into_iter()
-                .map(|ask| {
-                    let (window_start, window_end) = window(now, ask.limit.window_minutes);
-                    let count = counts.entry((ask.key, window_start)).or_default();
-                    let granted = ask.want.min(ask.limit.max_requests - *count);
-                    *count += granted;
-                    Grant { granted, window_start, window_end }
-                })
-                .collect();
-            Box::pin(async move {
-                tokio::time::sleep(latency).await;
-                Ok(grants)
-            })
-        }
-    }
-
-    fn limit(max_requests: u32, window_minutes: u32) -> RateLimit {
-        RateLimit { window_minutes, max_requests }
-    }
-
-    /// A caller of token `token` in account `account`, group `g`.
-    fn caller(token: &str, account: &str, token_limit: RateLimit, group_limit: RateLimit) -> Caller {
-        let token = Token { account_id: account.into(), rate_limit: token_limit, ..fx::token(token, "sk-x") };
-        let account = fx::account(account);
-        let group = Group { rate_limit: group_limit, ..fx::group("g") };
-        Caller { token: Arc::new(token), account: Arc::new(account), group: Arc::new(group) }
-    }
-
-    fn limiter(authority: &Arc<Authority>, clock: Clock) -> Limiter {
-        Limiter::with_clock(authority.clone(), clock)
-    }
-
-    /// Sends `n` requests alternating over `limiters`; the admitted count and
-    /// the refusals.
-    async fn alternate(limiters: &[&Limiter], caller: &Caller, n: usize) -> (usize, Vec<ProxyError>) {
-        let (mut admitted, mut refusals) = (0, Vec::new());
-        for i in 0..n {
-            match limiters[i % limiters.len()].check(caller).await {
-                Ok(()) => admitted += 1,
-                Err(error) => refusals.push(error),
-            }
-        }
-        (admitted, refusals)
-    }
-
-    #[test]
-    fn a_lease_is_a_tenth_of_the_limit_clamped_to_1_and_100() {
-        let sizes: Vec<u32> = [1, 9, 10, 11, 25, 1_000, 5_000].into_iter().map(lease_size).collect();
-        assert_eq!(sizes, [1, 1, 1, 2, 3, 100, 100]);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn callers_without_limits_never_ask_the_control_plane() {
-        let authority = Authority::new(clock(0), Duration::from_millis(5));
-        let limiter = limiter(&authority, clock(0));
-        let (admitted, _) = alternate(&[&limiter], &caller("t1", "a1", limit(0, 0), limit(5, 0)), 50).await;
-        assert_eq!(admitted, 50);
-        assert_eq!(authority.calls(), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn two_data_planes_sharing_one_authority_admit_exactly_the_limit() {
-        // 20 s into the minute, so the window ends in 40 s.
-        let authority = Authority::new(clock(20_000), Duration::from_millis(3));
-        let (a, b) = (limiter(&authority, clock(20_000)), limiter(&authority, clock(20_000)));
-        let caller = caller("t1", "a1", limit(25, 1), RateLimit::default());
-        let (admitted, refusals) = alternate(&[&a, &b], &caller, 75).await;
-        assert_eq!(admitted, 25, "admitted over two data planes");
-        assert_eq!(refusals.len(), 50);
-        for error in refusals {
-            assert_eq!(
-                error,
-                ProxyError::RateLimited { window_minutes: 1, max_requests: 25, retry_after_secs: 40 },
-                "refusal names the limit and the end of the window"
-            );
-        }
-        assert_eq!(a.spent("token:t1") + b.spent("token:t1"), 25);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn concurrent_requests_on_two_data_planes_never_pass_the_limit() {
-        let authority = Authority::new(clock(0), Duration::from_millis(3));
-        let limiters = [limiter(&authority, clock(0)), limiter(&authority, clock(0))];
-        let caller = caller("t1", "a1", limit(50, 1), RateLimit::default());
-        let tasks: Vec<_> = (0..200)
-            .map(|i| {
-                let (limiter, caller) = (limiters[i % 2].clone(), caller.clone());
-                tokio::spawn(async move { limiter.check(&caller).await })
-            })
-            .collect();
-        let mut admitted = 0;
-        for task in tasks {
-            match task.await.unwrap() {
-                Ok(()) => admitted += 1,
-                Err(error) => assert_eq!(
-                    error,
-                    ProxyError::RateLimited { window_minutes: 1, max_requests: 50, retry_after_secs: 60 },
-                    "a refusal other than the used-up window"
-                ),
-            }
-        }
-        assert_eq!(admitted, 50);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_used_up_window_is_refused_without_asking_until_it_ends() {
-        let authority = Authority::new(clock(0), Duration::from_millis(3));
-        let limiter = limiter(&authority, clock(0));
-        let caller = caller("t1", "a1", limit(3, 1), RateLimit::default());
-        assert_eq!(alternate(&[&limiter], &caller, 3).await.0, 3);
-        let asked = authority.calls();
-        let (admitted, refusals) = alternate(&[&limiter], &caller, 10).await;
-        assert_eq!((admitted, refusals.len()), (0, 10));
-        assert!(authority.calls() <= asked + 1, "refusals kept asking: {} calls", authority.calls());
-
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        let Err(ProxyError::RateLimited { retry_after_secs, .. }) = limiter.check(&caller).await else {
-            panic!("admitted mid-window");
-        };
-        assert_eq!(retry_after_secs, 30, "Retry-After counts down to the window's end");
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        assert_eq!(alternate(&[&limiter], &caller, 5).await.0, 3, "the next window admits the limit again");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn group_limits_count_per_account_and_a_refusal_spends_neither_limit() {
-        let authority = Authority::new(clock(0), Duration::from_millis(3));
-        let limiter = limiter(&authority, clock(0));
-        let first = caller("t1", "a1", limit(10, 1), limit(3, 5));
-        let (admitted, refusals) = alternate(&[&limiter], &first, 6).await;
-        assert_eq!(admitted, 3);
-        assert!(
-            refusals.iter().all(|e| matches!(e, ProxyError::RateLimited { window_minutes: 5, max_requests: 3, .. })),
-            "the group's limit refused: {refusals:?}"
-        );
-        assert_eq!(limiter.spent("token:t1"), 3, "refused requests spent token permits");
-        let same_account = caller("t1b", "a1", RateLimit::default(), limit(3, 5));
-        assert_eq!(alternate(&[&limiter], &same_account, 2).await.0, 0, "another token of the same account");
-        let other_account = caller("t2", "a2", RateLimit::default(), limit(3, 5));
-        assert_eq!(alternate(&[&limiter], &other_account, 6).await.0, 3, "another account has its own count");
-
-        // A token limit refusing first leaves the group's permits alone.
-        let tight = caller("t3", "a3", limit(1, 1), limit(3, 5));
-        assert_eq!(alternate(&[&limiter], &tight, 4).await.0, 1);
-        assert_eq!(limiter.spent("group:g:a3"), 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn pools_are_refilled_in_the_background_before_they_run_dry() {
-        let latency = Duration::from_millis(50);
-        let authority = Authority::new(clock(0), latency);
-        let limiter = limiter(&authority, clock(0));
-        let caller = caller("t1", "a1", limit(100, 1), RateLimit::default());
-        let started = Instant::now();
-        limiter.check(&caller).await.unwrap();
-        assert_eq!(started.elapsed(), latency, "the first request waits for a lease");
-        for i in 1..60 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let started = Instant::now();
-            limiter.check(&caller).await.unwrap();
-            assert_eq!(started.elapsed(), Duration::ZERO, "request {i} waited for a lease");
-        }
-        // Leases of 10, topped up when half is left: one call per 5 permits.
-        assert_eq!(authority.calls(), 12, "lease requests for 60 permits");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn without_the_control_plane_each_data_plane_counts_the_full_limit_locally() {
-        let authority = Authority::new(clock(0), Duration::from_millis(3));
-        authority.set_down(true);
-        let (a, b) = (limiter(&authority, clock(0)), limiter(&authority, clock(0)));
-        let caller = caller("t1", "a1", limit(5, 1), RateLimit::default());
-        let (admitted, refusals) = alternate(&[&a, &b], &caller, 30).await;
-        assert_eq!(admitted, 10, "each data plane admits the full limit");
-        assert!(refusals.iter().all(|e| matches!(e, ProxyError::RateLimited { max_requests: 5, .. })));
-        assert!(a.is_local() && b.is_local());
-        assert!(authority.calls() <= 4, "requests kept waiting on the control plane: {} calls", authority.calls());
-
-        // Back up: a probe finds it, and the next window is shared again.
-        authority.set_down(false);
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        alternate(&[&a, &b], &caller, 2).await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(!a.is_local() && !b.is_local(), "the limiters did not notice the control plane is back");
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        assert_eq!(alternate(&[&a, &b], &caller, 30).await.0, 5, "shared again");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_unanswered_lease_request_is_given_up_after_the_timeout() {
-        let authority = Authority::new(clock(0), Duration::from_secs(3_600));
-        let limiter = limiter(&authority, clock(0));
-        let caller = caller("t1", "a1", limit(5, 1), RateLimit::default());
-        let started = Instant::now();
-        limiter.check(&caller).await.unwrap();
-        assert_eq!(started.elapsed(), ACQUIRE_TIMEOUT);
-        assert!(limiter.is_local());
-        let started = Instant::now();
-        limiter.check(&caller).await.unwrap();
-        assert_eq!(started.elapsed(), Duration::ZERO, "later requests do not wait for the control plane");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_control_plane_clock_behind_ours_is_learned_from_its_windows() {
-        // Our clock is 2 s into the next minute; the control plane's is 1 s
-        // before its end, so its window is the older one.
-        let authority = Authority::new(clock(59_000), Duration::from_millis(3));
-        let limiter = limiter(&authority, clock(62_000));
-        let caller = caller("t1", "a1", limit(3, 1), RateLimit::default());
-        assert_eq!(alternate(&[&limiter], &caller, 5).await.0, 3, "the control plane's window is used");
-        assert!(authority.calls() <= 4, "{} calls: the pool kept rolling over", authority.calls());
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(alternate(&[&limiter], &caller, 5).await.0, 3, "the next window of the control plane");
-    }
-
-    #[tokio::test]
-    async fn the_proxy_answers_429_with_the_catalogue_message_and_retry_after() {
-        let token = Token { rate_limit: limit(2, 1), ..fx::token("t1", http::tests::KEY) };
-        let app: Arc<App> = http::tests::app(http::tests::policy(token, 1_000_000));
-        let mut statuses = Vec::new();
-        for _ in 0..3 {
-            let request = axum::http::Request::post("/v1/chat/completions")
-                .header("authorization", format!("Bearer {}", http::tests::KEY))
-                .header("content-type", "application/json")
-                .body(Body::from(r#"{"model":"ghost","messages":[]}"#))
-                .unwrap();
-            let response = http::router(app.clone()).oneshot(request).await.unwrap();
-            statuses.push(response.status());
-            if response.status() == StatusCode::TOO_MANY_REQUESTS {
-                let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
-                assert!((1..=60).contains(&retry_after), "{retry_after}");
-                let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
-                let json = http::tests::json_body(response).await;
-                assert_eq!(
-                    json["error"]["message"],
-                    format!("您已达到请求数限制:1分钟内最多请求2次 (request id: {id})")
-                );
-                assert_eq!(json["error"]["code"], "rate_limit_exceeded");
-                assert_eq!(json["error"]["type"], "rate_limit_error");
-            }
-        }
-        assert_eq!(statuses, [StatusCode::NOT_FOUND, StatusCode::NOT_FOUND, StatusCode::TOO_MANY_REQUESTS]);
-    }
-}
+mod tests;

@@ -387,6 +387,8 @@ pub(crate) mod tests {
             deprecated: false,
             description: String::new(),
             rate_limit: RateLimit::default(),
+            tokens_per_minute: 0,
+            max_in_flight: 0,
         }
     }
 
@@ -407,6 +409,8 @@ pub(crate) mod tests {
             models: vec![],
             allow_ips: vec![],
             rate_limit: RateLimit::default(),
+            tokens_per_minute: 0,
+            max_in_flight: 0,
             created_at: 0,
         }
     }
