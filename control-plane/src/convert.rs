@@ -4,7 +4,10 @@
 use gw_proto::pb;
 
 use crate::access::{AuditEntry, Credential};
-use crate::domain::{Account, Channel, Group, Model, RateLimit, Resource, Token, UsageRecord};
+use crate::calendar::CalendarError;
+use crate::domain::{
+    Account, Channel, Group, Model, RateLimit, Resource, Token, UsageRecord, WindowBudget, WindowPeriod,
+};
 use crate::usage_summary;
 
 impl From<pb::RateLimit> for RateLimit {
@@ -30,6 +33,7 @@ impl From<Account> for pb::Account {
             status: a.status,
             used_micros: a.used_micros,
             created_at: a.created_at,
+            window: a.window.map(Into::into),
         }
     }
 }
@@ -76,8 +80,35 @@ impl From<Token> for pb::Token {
             allow_ips: t.allow_ips,
             rate_limit: Some(t.rate_limit.into()),
             created_at: t.created_at,
+            window: t.window.map(Into::into),
         }
     }
+}
+
+/// The budget's settings; what was spent in the window is filled in by
+/// the admin service.
+impl From<WindowBudget> for pb::WindowBudget {
+    fn from(w: WindowBudget) -> pb::WindowBudget {
+        pb::WindowBudget {
+            period: w.period.as_str().to_owned(),
+            rolling_hours: w.rolling_hours,
+            quota_micros: w.quota_micros,
+            time_zone: w.time_zone,
+            ..pb::WindowBudget::default()
+        }
+    }
+}
+
+/// A window budget of a write, checked, with the default zone filled in;
+/// `None` for a period of none. Answers-only fields are ignored.
+pub fn window_budget(w: pb::WindowBudget) -> Result<Option<WindowBudget>, CalendarError> {
+    WindowBudget {
+        period: WindowPeriod::parse(w.period.trim())?,
+        rolling_hours: w.rolling_hours,
+        quota_micros: w.quota_micros,
+        time_zone: w.time_zone.trim().to_owned(),
+    }
+    .normalized()
 }
 
 /// Full channel, secret included: only for the policy stream to data planes.

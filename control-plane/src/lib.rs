@@ -7,6 +7,7 @@ pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod budget;
+pub mod calendar;
 pub mod config;
 pub mod continuity;
 pub mod convert;

@@ -84,6 +84,23 @@ pub trait BudgetStore {
     /// its cost is covered by what is available of its token's quota and its
     /// account's balance; otherwise changes nothing and says which fell short.
     async fn charge(&self, record: &UsageRecord, now: i64) -> Result<Charged>;
+
+    /// What the usage ledger counted for `budget` in `buckets` (see
+    /// `calendar`): the spend of one window.
+    async fn window_spent(&self, budget: &Budget, buckets: &[String]) -> Result<i64>;
+}
+
+/// What is left of a budget once its window budget (if any) is counted:
+/// `remaining` is the lifetime cap's (ignored when `unlimited`), the
+/// answer is `(unlimited, remaining)` with the window's limit applied.
+pub fn with_window(unlimited: bool, remaining: i64, window: Option<(i64, i64)>) -> (bool, i64) {
+    match window {
+        Some((quota, spent)) => {
+            let left = quota.saturating_sub(spent);
+            (false, if unlimited { left } else { remaining.min(left) })
+        }
+        None => (unlimited, remaining),
+    }
 }
 
 /// How much of `available` to grant an ask of `need` and `want`: nothing

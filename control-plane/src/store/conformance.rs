@@ -675,6 +675,7 @@ pub fn account(id: &str, balance_micros: i64) -> Resource {
         status: ENABLED.into(),
         used_micros: 0,
         created_at: 1_700_000_000,
+        window: None,
     })
 }
 
@@ -696,6 +697,7 @@ pub fn token(id: &str, account_id: &str) -> Resource {
         allow_ips: vec!["10.0.0.0/8".into()],
         rate_limit: RateLimit::default(),
         created_at: 1_700_000_000,
+        window: None,
     })
 }
 

@@ -1,0 +1,57 @@
+//! Window budgets in admin answers: what was spent in the current window,
+//! what is left of it and when it resets, computed when answering.
+
+use gw_proto::pb;
+use tonic::Status;
+
+use super::AdminApi;
+use crate::{
+    calendar::rfc3339_in,
+    convert,
+    domain::{Account, Token, WindowBudget, now_unix},
+    store::Budget,
+};
+
+// === impl AdminApi ===
+
+impl AdminApi {
+    /// `account` as answered, its window's standing filled in.
+    pub(super) async fn account_answer(&self, account: Account) -> Result<pb::Account, Status> {
+        let (budget, window) = (Budget::Account(account.id.clone()), account.window.clone());
+        let mut answer: pb::Account = account.into();
+        self.fill_window(&budget, window.as_ref(), answer.window.as_mut()).await?;
+        Ok(answer)
+    }
+
+    /// `token` as answered, its window's standing filled in.
+    pub(super) async fn token_answer(&self, token: Token) -> Result<pb::Token, Status> {
+        let (budget, window) = (Budget::Token(token.id.clone()), token.window.clone());
+        let mut answer: pb::Token = token.into();
+        self.fill_window(&budget, window.as_ref(), answer.window.as_mut()).await?;
+        Ok(answer)
+    }
+
+    async fn fill_window(
+        &self,
+        budget: &Budget,
+        window: Option<&WindowBudget>,
+        answer: Option<&mut pb::WindowBudget>,
+    ) -> Result<(), Status> {
+        let (Some(window), Some(answer)) = (window, answer) else {
+            return Ok(());
+        };
+        let current = window.window_at(now_unix()).map_err(|e| Status::internal(e.to_string()))?;
+        let spent = self.store.window_spent(budget, &current.buckets).await?;
+        answer.used_micros = spent;
+        answer.remaining_micros = window.quota_micros.saturating_sub(spent).max(0);
+        answer.window_start = rfc3339_in(current.start, &window.time_zone);
+        answer.resets_at = rfc3339_in(current.end, &window.time_zone);
+        Ok(())
+    }
+}
+
+/// The window budget a write asks for: `None` to leave it, `Some(None)` to
+/// remove it. Refuses a bad one with a clear message.
+pub(super) fn requested(window: Option<pb::WindowBudget>) -> Result<Option<Option<WindowBudget>>, Status> {
+    window.map(|w| convert::window_budget(w).map_err(|e| Status::invalid_argument(e.to_string()))).transpose()
+}
