@@ -287,8 +287,8 @@ mod tests {
         let new_york = budget(WindowPeriod::Week, "America/New_York");
         // Monday 02:00 UTC is still Sunday evening in New York.
         assert_eq!(span(&new_york, "2026-11-23T02:00:00Z").0, "2026-11-16T00:00:00-05:00");
-        // The week of the autumn change is 7 days and an hour.
-        let w = new_york.window_at(at("2026-11-03T12:00:00Z")).unwrap();
+        // The week of the autumn change (Sunday 1 November 2026) is 7 days and an hour.
+        let w = new_york.window_at(at("2026-10-28T12:00:00Z")).unwrap();
         assert_eq!(w.end - w.start, 7 * 24 * HOUR + HOUR);
     }
 

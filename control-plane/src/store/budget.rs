@@ -14,6 +14,8 @@ use async_trait::async_trait;
 use super::Result;
 use crate::domain::UsageRecord;
 
+pub mod window_conformance;
+
 /// A budget the control plane leases out.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Budget {
@@ -165,6 +167,7 @@ pub mod conformance {
         charges_apply_only_when_covered_net_of_leases(&*store).await;
         concurrent_charges_never_overdraw(store.clone()).await;
         unlimited_and_missing_budgets_lease_nothing(&*store).await;
+        super::window_conformance::run(store).await;
     }
 
     fn ask(budget: &Budget, holder: &str, need: i64, want: i64, now: i64) -> LeaseAsk {
