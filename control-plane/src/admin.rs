@@ -51,6 +51,8 @@ pub struct AdminApi {
     videos: Option<Arc<Videos>>,
     credentials: Option<Credentials>,
     secrets: Option<Arc<crate::store::SealedStore>>,
+    /// Now for window budget answers.
+    clock: crate::clock::Clock,
 }
 
 mod window;
@@ -94,7 +96,15 @@ stored!(Account, Group, Token, Channel, Model);
 
 impl AdminApi {
     pub fn new(store: Arc<dyn Store>, fleet: Fleet, continuity: Continuity) -> AdminApi {
-        AdminApi { store, fleet, continuity, videos: None, credentials: None, secrets: None }
+        AdminApi {
+            store,
+            fleet,
+            continuity,
+            videos: None,
+            credentials: None,
+            secrets: None,
+            clock: crate::clock::Clock::system(),
+        }
     }
 
     /// Serves the credential and audit RPCs with `credentials` (without it

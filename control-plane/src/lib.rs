@@ -8,6 +8,7 @@ pub mod admin;
 pub mod auth;
 pub mod budget;
 pub mod calendar;
+pub mod clock;
 pub mod config;
 pub mod continuity;
 pub mod convert;
@@ -70,6 +71,8 @@ pub struct Config {
     pub store_ca_file: Option<PathBuf>,
     /// Master keys sealing upstream keys at rest; empty keeps them plain.
     pub master_keys: secrets::Keyring,
+    /// What leases and window budget answers take as now (tests move it).
+    pub clock: clock::Clock,
 }
 
 /// TLS of the gRPC listener (admin and policy services).
@@ -126,6 +129,7 @@ impl Config {
             tls: None,
             store_ca_file: None,
             master_keys: secrets::Keyring::default(),
+            clock: clock::Clock::system(),
         }
     }
 }
@@ -205,10 +209,13 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone())
         .with_videos(videos.clone())
         .with_credentials(access::rpc::Credentials::new(store.clone(), keys.reserved()))
-        .with_secrets(sealed);
+        .with_secrets(sealed)
+        .with_clock(config.clock.clone());
     let (health, health_task) = health::spawn(store.clone(), shutdown_rx.clone());
     let admin_stopped = shutdown_rx.clone();
-    let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx).with_videos(videos);
+    let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx)
+        .with_videos(videos)
+        .with_clock(config.clock.clone());
     let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
     let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
     let node_auth = peer::NodeAuth::new(&keys.node, require_cert);

@@ -7,14 +7,21 @@ use tonic::Status;
 use super::AdminApi;
 use crate::{
     calendar::rfc3339_in,
+    clock::Clock,
     convert,
-    domain::{Account, Token, WindowBudget, now_unix},
+    domain::{Account, Token, WindowBudget},
     store::Budget,
 };
 
 // === impl AdminApi ===
 
 impl AdminApi {
+    /// Answers window budgets by `clock` (the system clock by default).
+    pub fn with_clock(mut self, clock: Clock) -> AdminApi {
+        self.clock = clock;
+        self
+    }
+
     /// `account` as answered, its window's standing filled in.
     pub(super) async fn account_answer(&self, account: Account) -> Result<pb::Account, Status> {
         let (budget, window) = (Budget::Account(account.id.clone()), account.window.clone());
@@ -40,7 +47,7 @@ impl AdminApi {
         let (Some(window), Some(answer)) = (window, answer) else {
             return Ok(());
         };
-        let current = window.window_at(now_unix()).map_err(|e| Status::internal(e.to_string()))?;
+        let current = window.window_at(self.clock.now()).map_err(|e| Status::internal(e.to_string()))?;
         let spent = self.store.window_spent(budget, &current.buckets).await?;
         answer.used_micros = spent;
         answer.remaining_micros = window.quota_micros.saturating_sub(spent).max(0);
