@@ -14,11 +14,7 @@
 //! or 25 hours long. Changing a budget's period or zone starts counting
 //! afresh in the new windows.
 
-use jiff::{
-    Timestamp, ToSpan, Zoned,
-    civil::Date,
-    tz::TimeZone,
-};
+use jiff::{Timestamp, ToSpan, Zoned, civil::Date, tz::TimeZone};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -250,7 +246,10 @@ mod tests {
     #[test]
     fn days_start_at_midnight_of_the_zone() {
         let utc = budget(WindowPeriod::Day, "UTC");
-        assert_eq!(span(&utc, "2026-11-23T03:00:00Z"), ("2026-11-23T00:00:00+00:00".into(), "2026-11-24T00:00:00+00:00".into()));
+        assert_eq!(
+            span(&utc, "2026-11-23T03:00:00Z"),
+            ("2026-11-23T00:00:00+00:00".into(), "2026-11-24T00:00:00+00:00".into())
+        );
         let tokyo = budget(WindowPeriod::Day, "Asia/Tokyo");
         // 20:00 UTC is 05:00 the next day in Tokyo.
         assert_eq!(
@@ -309,12 +308,14 @@ mod tests {
 
     #[test]
     fn rolling_windows_sum_the_last_hours() {
-        let rolling = WindowBudget { period: WindowPeriod::Rolling, rolling_hours: 3, ..budget(WindowPeriod::None, "UTC") };
+        let rolling =
+            WindowBudget { period: WindowPeriod::Rolling, rolling_hours: 3, ..budget(WindowPeriod::None, "UTC") };
         let now = at("2026-11-23T03:20:00Z");
         let w = rolling.window_at(now).unwrap();
         assert_eq!(w.start, at("2026-11-23T01:00:00Z"));
         assert_eq!(w.end, at("2026-11-23T04:00:00Z"), "the oldest hour leaves at the next full hour");
-        let hours: Vec<String> = ["03", "02", "01"].iter().map(|h| format!("h{}", at(&format!("2026-11-23T{h}:00:00Z")))).collect();
+        let hours: Vec<String> =
+            ["03", "02", "01"].iter().map(|h| format!("h{}", at(&format!("2026-11-23T{h}:00:00Z")))).collect();
         assert_eq!(w.buckets, hours);
         let (bucket, forget) = rolling.bucket_of(at("2026-11-23T01:59:59Z")).unwrap();
         assert_eq!(bucket, hours[2]);
@@ -339,7 +340,8 @@ mod tests {
         b.time_zone = "Mars/Olympus".into();
         assert_eq!(b.clone().normalized(), Err(CalendarError::UnknownZone("Mars/Olympus".into())));
         assert_eq!(b.to_string_err(), "unknown time zone \"Mars/Olympus\"");
-        let rolling = |h| WindowBudget { period: WindowPeriod::Rolling, rolling_hours: h, ..budget(WindowPeriod::None, "UTC") };
+        let rolling =
+            |h| WindowBudget { period: WindowPeriod::Rolling, rolling_hours: h, ..budget(WindowPeriod::None, "UTC") };
         assert_eq!(rolling(0).normalized(), Err(CalendarError::RollingHours(0)));
         assert_eq!(rolling(721).normalized(), Err(CalendarError::RollingHours(721)));
         assert!(rolling(720).normalized().unwrap().is_some());

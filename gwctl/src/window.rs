@@ -115,7 +115,10 @@ mod tests {
             time_zone: None,
         };
         let w = args.request().unwrap();
-        assert_eq!((w.period.as_str(), w.rolling_hours, w.quota_micros, w.time_zone.as_str()), ("rolling", 5, 2_500_000, ""));
+        assert_eq!(
+            (w.period.as_str(), w.rolling_hours, w.quota_micros, w.time_zone.as_str()),
+            ("rolling", 5, 2_500_000, "")
+        );
         let none = WindowArgs { period: Some(Period::None), ..WindowArgs::default() };
         assert_eq!(none.request().unwrap().period, "none");
     }

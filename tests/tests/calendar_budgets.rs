@@ -37,7 +37,8 @@ async fn setup() -> Fixture {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let cluster = Cluster::start(&redis.url(), DATA_PLANES).await.expect("cluster");
     let mut admin = cluster.admin();
-    let model = pb::Model { id: "flat".into(), category: "chat".into(), request_price_micros: PRICE, ..Default::default() };
+    let model =
+        pb::Model { id: "flat".into(), category: "chat".into(), request_price_micros: PRICE, ..Default::default() };
     admin.create_model(model).await.expect("model");
     let channel = pb::Channel {
         name: "main".into(),
@@ -166,8 +167,12 @@ async fn a_daily_token_budget_refuses_with_the_quota_403_until_the_next_day() {
             .collect::<Vec<_>>(),
     )
     .await;
-    let (token, key) = (created["id"].as_str().expect("id").to_owned(), created["key"].as_str().expect("key").to_owned());
-    assert_eq!((created["window"]["period"].as_str(), created["window"]["quota_micros"].as_i64()), (Some("day"), Some(10 * PRICE)));
+    let (token, key) =
+        (created["id"].as_str().expect("id").to_owned(), created["key"].as_str().expect("key").to_owned());
+    assert_eq!(
+        (created["window"]["period"].as_str(), created["window"]["quota_micros"].as_i64()),
+        (Some("day"), Some(10 * PRICE))
+    );
     known_everywhere(&f, &key).await;
 
     let (admitted, refusals) = spend_window(&f, &key, 10).await;
@@ -185,13 +190,25 @@ async fn a_daily_token_budget_refuses_with_the_quota_403_until_the_next_day() {
     assert_eq!(shown["used_micros"], 10 * PRICE, "the lifetime quota has room: {shown}");
     assert_eq!(shown["quota_micros"], 1_000_000);
     let window = &shown["window"];
-    assert_eq!((window["used_micros"].as_i64(), window["remaining_micros"].as_i64()), (Some(10 * PRICE), Some(0)), "{window}");
+    assert_eq!(
+        (window["used_micros"].as_i64(), window["remaining_micros"].as_i64()),
+        (Some(10 * PRICE), Some(0)),
+        "{window}"
+    );
     let (start, resets) = expected_window(WindowPeriod::Day, 0, "Europe/Berlin", now_unix());
-    assert_eq!((window["window_start"].as_str(), window["resets_at"].as_str()), (Some(start.as_str()), Some(resets.as_str())));
+    assert_eq!(
+        (window["window_start"].as_str(), window["resets_at"].as_str()),
+        (Some(start.as_str()), Some(resets.as_str()))
+    );
     assert!(resets.ends_with("T00:00:00+01:00") || resets.ends_with("T00:00:00+02:00"), "Berlin midnight: {resets}");
 
     // Into the next day: the budget is there again.
-    let budget = WindowBudget { period: WindowPeriod::Day, rolling_hours: 0, quota_micros: 0, time_zone: "Europe/Berlin".into() };
+    let budget = WindowBudget {
+        period: WindowPeriod::Day,
+        rolling_hours: 0,
+        quota_micros: 0,
+        time_zone: "Europe/Berlin".into(),
+    };
     let next_day = budget.window_at(now_unix()).expect("window").end;
     f.cluster.control_plane.clock.advance(next_day - now_unix() + 1);
     for i in 0..DATA_PLANES {
@@ -217,7 +234,8 @@ async fn a_rolling_account_budget_refuses_with_the_balance_403_until_its_hours_p
     .await;
     let account = account["id"].as_str().expect("account id").to_owned();
     let created = gwctl(&f, &["token", "create", "--account", &account]).await;
-    let (token, key) = (created["id"].as_str().expect("id").to_owned(), created["key"].as_str().expect("key").to_owned());
+    let (token, key) =
+        (created["id"].as_str().expect("id").to_owned(), created["key"].as_str().expect("key").to_owned());
     known_everywhere(&f, &key).await;
 
     let (admitted, refusals) = spend_window(&f, &key, 5).await;

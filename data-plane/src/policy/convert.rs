@@ -394,10 +394,20 @@ mod tests {
         let a = account(pb::Account { id: "a1".into(), unlimited: true, window, ..Default::default() }).unwrap();
         assert!(!a.unlimited && a.balance_micros == 500, "{a:?}");
         let none = Some(pb::WindowBudget { period: "none".into(), quota_micros: 500, ..Default::default() });
-        let free = account(pb::Account { id: "a2".into(), unlimited: true, window: none, ..Default::default() }).unwrap();
+        let free =
+            account(pb::Account { id: "a2".into(), unlimited: true, window: none, ..Default::default() }).unwrap();
         assert!(free.unlimited);
-        let capped = pb::Account { id: "a3".into(), balance_micros: 9, window: Some(pb::WindowBudget { period: "week".into(), ..Default::default() }), ..Default::default() };
-        assert_eq!(account(capped).unwrap().balance_micros, 9, "a capped account keeps its balance; leases apply the window");
+        let capped = pb::Account {
+            id: "a3".into(),
+            balance_micros: 9,
+            window: Some(pb::WindowBudget { period: "week".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(
+            account(capped).unwrap().balance_micros,
+            9,
+            "a capped account keeps its balance; leases apply the window"
+        );
     }
 
     #[test]

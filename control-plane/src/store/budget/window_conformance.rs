@@ -29,7 +29,13 @@ fn window(period: WindowPeriod, quota_micros: i64, time_zone: &str) -> WindowBud
 
 /// An account with `balance` (unlimited when `None`) and a token of it
 /// (quota 5,000,000), with window budgets.
-async fn seed(store: &dyn Store, id: &str, balance: Option<i64>, acct: Option<WindowBudget>, tok: Option<WindowBudget>) {
+async fn seed(
+    store: &dyn Store,
+    id: &str,
+    balance: Option<i64>,
+    acct: Option<WindowBudget>,
+    tok: Option<WindowBudget>,
+) {
     let mut a = account(id, balance.unwrap_or(0));
     if let Resource::Account(a) = &mut a {
         a.unlimited = balance.is_none();

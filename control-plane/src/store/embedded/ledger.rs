@@ -174,7 +174,9 @@ impl<'t> Ledger<'t> {
             self.windows_expiry.remove((old_forget, key.as_str(), bucket.as_str())).map_err(db_err)?;
         }
         let forget_at = forget_at.max(old_forget);
-        self.windows.insert((key.as_str(), bucket.as_str()), (spent.saturating_add(cost), forget_at)).map_err(db_err)?;
+        self.windows
+            .insert((key.as_str(), bucket.as_str()), (spent.saturating_add(cost), forget_at))
+            .map_err(db_err)?;
         self.windows_expiry.insert((forget_at, key.as_str(), bucket.as_str()), ()).map_err(db_err)?;
         Ok(())
     }
@@ -224,7 +226,11 @@ impl<'t> Ledger<'t> {
 }
 
 /// The sum of the counters of `buckets` of budget `key`.
-fn spent_in(windows: &impl ReadableTable<(&'static str, &'static str), (i64, i64)>, key: &str, buckets: &[String]) -> Result<i64> {
+fn spent_in(
+    windows: &impl ReadableTable<(&'static str, &'static str), (i64, i64)>,
+    key: &str,
+    buckets: &[String],
+) -> Result<i64> {
     let mut spent = 0i64;
     for bucket in buckets {
         if let Some(v) = windows.get((key, bucket.as_str())).map_err(db_err)? {
