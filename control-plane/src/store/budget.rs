@@ -5,7 +5,10 @@
 //! balance) minus every live lease; a lease is granted only from that, so
 //! the leases of all data planes together never exceed what is left. A
 //! lease lapses `ttl` seconds after its last grant; applying a usage record
-//! takes its cost out of the reporting data plane's lease.
+//! takes its cost out of the reporting data plane's lease. A window budget
+//! (see `calendar`) lowers what is left to what is left of the current
+//! window; leases are per budget, not per window, so those held when a
+//! window ends are counted against the next one.
 
 use std::fmt;
 
@@ -46,11 +49,13 @@ pub struct Lease {
     pub granted: i64,
     /// What the holder holds now, grant included.
     pub held: i64,
-    /// Quota left or the balance, before any lease.
+    /// Quota left or the balance, before any lease; lowered to what is
+    /// left of the current window when the budget has a window budget.
     pub remaining: i64,
     /// What is left after every lease, this grant included.
     pub available: i64,
-    /// The token or account is unlimited: nothing is leased.
+    /// The token or account is unlimited and has no window budget:
+    /// nothing is leased.
     pub unlimited: bool,
     /// No such token or account.
     pub missing: bool,
