@@ -53,6 +53,8 @@ pub struct AdminApi {
     secrets: Option<Arc<crate::store::SealedStore>>,
     /// Now for window budget answers.
     clock: crate::clock::Clock,
+    /// The zone of window budgets written without one.
+    time_zone: String,
 }
 
 mod window;
@@ -104,6 +106,7 @@ impl AdminApi {
             credentials: None,
             secrets: None,
             clock: crate::clock::Clock::system(),
+            time_zone: crate::calendar::DEFAULT_TIME_ZONE.to_owned(),
         }
     }
 
@@ -200,7 +203,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         let name = required("name", r.name)?;
         let groups = clean_list(r.groups);
         self.require_groups(&groups).await?;
-        let window = window::requested(r.window)?.flatten();
+        let window = self.requested_window(r.window)?.flatten();
         let account = Account {
             id: new_id("acc"),
             name,
@@ -258,7 +261,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         };
         let status = r.status.map(|status| status_value(&status, &[ENABLED, DISABLED])).transpose()?;
         let unlimited = r.unlimited;
-        let window = window::requested(r.window)?;
+        let window = self.requested_window(r.window)?;
         let account = self
             .edit(&r.id, move |account: &mut Account| {
                 set(&mut account.name, &name);
@@ -386,7 +389,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         check_ip_list(&allow_ips)?;
         let rate_limit: RateLimit = r.rate_limit.map(Into::into).unwrap_or_default();
         check_rate_limit(&rate_limit)?;
-        let window = window::requested(r.window)?.flatten();
+        let window = self.requested_window(r.window)?.flatten();
         let key = new_key();
         let token = Token {
             id: new_id("tok"),
@@ -476,7 +479,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
             check_rate_limit(limit)?;
         }
         let (name, group, unlimited, quota, expires_at) = (r.name, r.group, r.unlimited, r.quota_micros, r.expires_at);
-        let window = window::requested(r.window)?;
+        let window = self.requested_window(r.window)?;
         let token = self
             .edit(&r.id, move |token: &mut Token| {
                 set(&mut token.name, &name);

@@ -20,7 +20,8 @@ use thiserror::Error;
 
 /// Longest rolling window, in hours (30 days).
 pub const MAX_ROLLING_HOURS: u32 = 720;
-/// The zone of a window budget that names none.
+/// The zone of a window budget that names none, unless the control plane
+/// sets another (`budget_time_zone`).
 pub const DEFAULT_TIME_ZONE: &str = "UTC";
 /// How long a bucket's counter is kept past the end of the last window
 /// that counts it.

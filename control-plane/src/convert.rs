@@ -99,14 +99,15 @@ impl From<WindowBudget> for pb::WindowBudget {
     }
 }
 
-/// A window budget of a write, checked, with the default zone filled in;
-/// `None` for a period of none. Answers-only fields are ignored.
-pub fn window_budget(w: pb::WindowBudget) -> Result<Option<WindowBudget>, CalendarError> {
+/// A window budget of a write, checked, in `default_zone` when it names
+/// none; `None` for a period of none. Answers-only fields are ignored.
+pub fn window_budget(w: pb::WindowBudget, default_zone: &str) -> Result<Option<WindowBudget>, CalendarError> {
+    let zone = w.time_zone.trim();
     WindowBudget {
         period: WindowPeriod::parse(w.period.trim())?,
         rolling_hours: w.rolling_hours,
         quota_micros: w.quota_micros,
-        time_zone: w.time_zone.trim().to_owned(),
+        time_zone: if zone.is_empty() { default_zone } else { zone }.to_owned(),
     }
     .normalized()
 }
@@ -394,5 +395,32 @@ impl From<AuditEntry> for pb::AuditEntry {
             target: e.target,
             outcome: e.outcome,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_budget_without_a_zone_takes_the_default_and_none_removes_it() {
+        let w = |period: &str, zone: &str| pb::WindowBudget {
+            period: period.into(),
+            quota_micros: 5,
+            time_zone: zone.into(),
+            ..pb::WindowBudget::default()
+        };
+        let budget = window_budget(w(" week ", ""), "Asia/Tokyo").unwrap().unwrap();
+        assert_eq!((budget.period, budget.time_zone.as_str()), (WindowPeriod::Week, "Asia/Tokyo"));
+        assert_eq!(window_budget(w("day", "Europe/Berlin"), "Asia/Tokyo").unwrap().unwrap().time_zone, "Europe/Berlin");
+        assert_eq!(window_budget(w("none", "Mars/Olympus"), "UTC"), Ok(None));
+        assert_eq!(window_budget(w("", ""), "UTC"), Ok(None));
+        assert_eq!(
+            window_budget(w("day", "Mars/Olympus"), "UTC").unwrap_err().to_string(),
+            "unknown time zone \"Mars/Olympus\""
+        );
+        let back: pb::WindowBudget = budget.into();
+        assert_eq!((back.period.as_str(), back.quota_micros, back.remaining_micros), ("week", 5, 0));
     }
 }

@@ -73,6 +73,8 @@ pub struct Config {
     pub master_keys: secrets::Keyring,
     /// What leases and window budget answers take as now (tests move it).
     pub clock: clock::Clock,
+    /// The zone of window budgets written without one.
+    pub budget_time_zone: String,
 }
 
 /// TLS of the gRPC listener (admin and policy services).
@@ -130,6 +132,7 @@ impl Config {
             store_ca_file: None,
             master_keys: secrets::Keyring::default(),
             clock: clock::Clock::system(),
+            budget_time_zone: calendar::DEFAULT_TIME_ZONE.to_owned(),
         }
     }
 }
@@ -210,7 +213,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         .with_videos(videos.clone())
         .with_credentials(access::rpc::Credentials::new(store.clone(), keys.reserved()))
         .with_secrets(sealed)
-        .with_clock(config.clock.clone());
+        .with_clock(config.clock.clone())
+        .with_time_zone(config.budget_time_zone.clone());
     let (health, health_task) = health::spawn(store.clone(), shutdown_rx.clone());
     let admin_stopped = shutdown_rx.clone();
     let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx)

@@ -34,7 +34,7 @@ pub struct WindowArgs {
     /// Hours of a rolling window, 1 to 720.
     #[arg(long, requires = "period")]
     rolling_hours: Option<u32>,
-    /// IANA time zone the windows follow, e.g. Europe/Berlin [default: UTC].
+    /// IANA time zone the windows follow, e.g. Europe/Berlin [default: the control plane's, UTC unless set].
     #[arg(long, requires = "period")]
     time_zone: Option<String>,
 }

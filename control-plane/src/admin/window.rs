@@ -22,6 +22,23 @@ impl AdminApi {
         self
     }
 
+    /// Writes window budgets without a zone in `zone` (UTC by default).
+    pub fn with_time_zone(mut self, zone: String) -> AdminApi {
+        self.time_zone = zone;
+        self
+    }
+
+    /// The window budget a write asks for: `None` to leave it, `Some(None)`
+    /// to remove it. Refuses a bad one with a clear message.
+    pub(super) fn requested_window(
+        &self,
+        window: Option<pb::WindowBudget>,
+    ) -> Result<Option<Option<WindowBudget>>, Status> {
+        let budget =
+            |w| convert::window_budget(w, &self.time_zone).map_err(|e| Status::invalid_argument(e.to_string()));
+        window.map(budget).transpose()
+    }
+
     /// `account` as answered, its window's standing filled in.
     pub(super) async fn account_answer(&self, account: Account) -> Result<pb::Account, Status> {
         let (budget, window) = (Budget::Account(account.id.clone()), account.window.clone());
@@ -55,10 +72,4 @@ impl AdminApi {
         answer.resets_at = rfc3339_in(current.end, &window.time_zone);
         Ok(())
     }
-}
-
-/// The window budget a write asks for: `None` to leave it, `Some(None)` to
-/// remove it. Refuses a bad one with a clear message.
-pub(super) fn requested(window: Option<pb::WindowBudget>) -> Result<Option<Option<WindowBudget>>, Status> {
-    window.map(|w| convert::window_budget(w).map_err(|e| Status::invalid_argument(e.to_string()))).transpose()
 }
