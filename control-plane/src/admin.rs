@@ -51,7 +51,13 @@ pub struct AdminApi {
     videos: Option<Arc<Videos>>,
     credentials: Option<Credentials>,
     secrets: Option<Arc<crate::store::SealedStore>>,
+    /// Now for window budget answers.
+    clock: crate::clock::Clock,
+    /// The zone of window budgets written without one.
+    time_zone: String,
 }
+
+mod window;
 
 type Answer<T> = Result<Response<T>, Status>;
 
@@ -92,7 +98,16 @@ stored!(Account, Group, Token, Channel, Model);
 
 impl AdminApi {
     pub fn new(store: Arc<dyn Store>, fleet: Fleet, continuity: Continuity) -> AdminApi {
-        AdminApi { store, fleet, continuity, videos: None, credentials: None, secrets: None }
+        AdminApi {
+            store,
+            fleet,
+            continuity,
+            videos: None,
+            credentials: None,
+            secrets: None,
+            clock: crate::clock::Clock::system(),
+            time_zone: crate::calendar::DEFAULT_TIME_ZONE.to_owned(),
+        }
     }
 
     /// Serves the credential and audit RPCs with `credentials` (without it
@@ -188,6 +203,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         let name = required("name", r.name)?;
         let groups = clean_list(r.groups);
         self.require_groups(&groups).await?;
+        let window = self.requested_window(r.window)?.flatten();
         let account = Account {
             id: new_id("acc"),
             name,
@@ -197,10 +213,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
             status: ENABLED.into(),
             used_micros: 0,
             created_at: now_unix(),
+            window,
         };
         caller.target(&account.id);
         self.store.create(Resource::Account(account.clone())).await?;
-        Ok(Response::new(account.into()))
+        Ok(Response::new(self.account_answer(account).await?))
     }
 
     async fn list_accounts(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListAccountsResponse> {
@@ -214,10 +231,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 && (r.group.is_empty() || a.groups.contains(&r.group))
         };
         let (items, next_page_token) = page(accounts, |a| &a.id, keep, &r);
-        Ok(Response::new(pb::ListAccountsResponse {
-            items: items.into_iter().map(Into::into).collect(),
-            next_page_token,
-        }))
+        let mut answers = Vec::with_capacity(items.len());
+        for account in items {
+            answers.push(self.account_answer(account).await?);
+        }
+        Ok(Response::new(pb::ListAccountsResponse { items: answers, next_page_token }))
     }
 
     async fn get_account(&self, request: Request<pb::GetRequest>) -> Answer<pb::Account> {
@@ -226,7 +244,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         // An account credential reads its own account, also when it names none.
         caller.narrow(&mut id)?;
         let id = required("id", id)?;
-        Ok(Response::new(self.fetch::<Account>(&id).await?.into()))
+        Ok(Response::new(self.account_answer(self.fetch::<Account>(&id).await?).await?))
     }
 
     async fn update_account(&self, request: Request<pb::UpdateAccountRequest>) -> Answer<pb::Account> {
@@ -243,16 +261,18 @@ impl pb::admin_service_server::AdminService for AdminApi {
         };
         let status = r.status.map(|status| status_value(&status, &[ENABLED, DISABLED])).transpose()?;
         let unlimited = r.unlimited;
+        let window = self.requested_window(r.window)?;
         let account = self
             .edit(&r.id, move |account: &mut Account| {
                 set(&mut account.name, &name);
                 set(&mut account.unlimited, &unlimited);
                 set(&mut account.groups, &groups);
                 set(&mut account.status, &status);
+                set(&mut account.window, &window);
                 Ok(())
             })
             .await?;
-        Ok(Response::new(account.into()))
+        Ok(Response::new(self.account_answer(account).await?))
     }
 
     async fn top_up_account(&self, request: Request<pb::TopUpRequest>) -> Answer<pb::Account> {
@@ -263,7 +283,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
             return Err(Status::invalid_argument("amount must not be zero"));
         }
         match self.store.adjust_balance(&r.id, r.amount_micros).await? {
-            Resource::Account(a) => Ok(Response::new(a.into())),
+            Resource::Account(a) => Ok(Response::new(self.account_answer(a).await?)),
             _ => Err(Status::internal("store returned another kind")),
         }
     }
@@ -372,6 +392,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         check_ip_list(&allow_ips)?;
         let rate_limit: RateLimit = r.rate_limit.map(Into::into).unwrap_or_default();
         check_rate_limit(&rate_limit)?;
+        let window = self.requested_window(r.window)?.flatten();
         let key = new_key();
         let token = Token {
             id: new_id("tok"),
@@ -391,10 +412,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
             created_at: now_unix(),
             tokens_per_minute: r.tokens_per_minute,
             max_in_flight: r.max_in_flight,
+            window,
         };
         caller.target(&token.id);
         self.store.create(Resource::Token(token.clone())).await?;
-        Ok(Response::new(pb::CreatedToken { token: Some(token.into()), key }))
+        Ok(Response::new(pb::CreatedToken { token: Some(self.token_answer(token).await?), key }))
     }
 
     async fn list_tokens(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListTokensResponse> {
@@ -410,10 +432,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 && (r.model.is_empty() || t.models.is_empty() || t.models.contains(&r.model))
         };
         let (items, next_page_token) = page(tokens, |t| &t.id, keep, &r);
-        Ok(Response::new(pb::ListTokensResponse {
-            items: items.into_iter().map(Into::into).collect(),
-            next_page_token,
-        }))
+        let mut answers = Vec::with_capacity(items.len());
+        for token in items {
+            answers.push(self.token_answer(token).await?);
+        }
+        Ok(Response::new(pb::ListTokensResponse { items: answers, next_page_token }))
     }
 
     async fn get_token(&self, request: Request<pb::GetRequest>) -> Answer<pb::Token> {
@@ -421,7 +444,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         let id = request.into_inner().id;
         let token = self.fetch::<Token>(&id).await?;
         caller.check_owner("token", &id, &token.account_id)?;
-        Ok(Response::new(token.into()))
+        Ok(Response::new(self.token_answer(token).await?))
     }
 
     async fn update_token(&self, request: Request<pb::UpdateTokenRequest>) -> Answer<pb::Token> {
@@ -462,6 +485,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         }
         let (name, group, unlimited, quota, expires_at) = (r.name, r.group, r.unlimited, r.quota_micros, r.expires_at);
         let (tokens_per_minute, max_in_flight) = (r.tokens_per_minute, r.max_in_flight);
+        let window = self.requested_window(r.window)?;
         let token = self
             .edit(&r.id, move |token: &mut Token| {
                 set(&mut token.name, &name);
@@ -479,10 +503,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 set(&mut token.rate_limit, &rate_limit);
                 set(&mut token.tokens_per_minute, &tokens_per_minute);
                 set(&mut token.max_in_flight, &max_in_flight);
+                set(&mut token.window, &window);
                 Ok(())
             })
             .await?;
-        Ok(Response::new(token.into()))
+        Ok(Response::new(self.token_answer(token).await?))
     }
 
     async fn delete_token(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {

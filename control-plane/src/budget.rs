@@ -14,6 +14,7 @@ use gw_proto::pb;
 use tonic::Status;
 
 use crate::{
+    clock::Clock,
     domain::now_unix,
     store::{Budget, Lease, LeaseAsk, SlotAsk, SlotLease, Store, StoreError},
 };
@@ -32,6 +33,8 @@ const MAX_AMOUNT: i64 = 1_000_000_000_000_000;
 #[derive(Clone)]
 pub struct Authority {
     store: Arc<dyn Store>,
+    /// What leases take as now: windows of budgets are chosen by it.
+    clock: Clock,
 }
 
 /// One ask for spending budget, in domain terms.
@@ -46,7 +49,13 @@ pub struct SpendAsk {
 
 impl Authority {
     pub fn new(store: Arc<dyn Store>) -> Authority {
-        Authority { store }
+        Authority { store, clock: Clock::system() }
+    }
+
+    /// Leases by `clock` instead of the system clock.
+    pub fn with_clock(mut self, clock: Clock) -> Authority {
+        self.clock = clock;
+        self
     }
 
     /// Grants rate-limit permits: one grant per ask, in order, each for the
@@ -100,7 +109,7 @@ impl Authority {
             }
         }
         let ttl = ttl_secs.clamp(MIN_LEASE_TTL_SECS, MAX_LEASE_TTL_SECS);
-        let now = now_unix();
+        let now = self.clock.now();
         let mut leases = Vec::with_capacity(asks.len());
         for ask in asks {
             let ask = LeaseAsk {

@@ -145,6 +145,12 @@ pub static SETTINGS: &[Setting] = &[
         "Comma-separated files of earlier master keys: they still open upstream keys, never seal new ones",
     ),
     Setting::new("log_format", "GW_LOG_FORMAT", Some("text"), "Log lines as `text` or `json`"),
+    Setting::new(
+        "budget_time_zone",
+        "GW_CP_BUDGET_TIME_ZONE",
+        Some("UTC"),
+        "IANA time zone of day, week and month budgets that name none when written, e.g. Europe/Berlin",
+    ),
 ];
 
 /// A loaded configuration, and what the binary was asked to do with it.
@@ -225,6 +231,11 @@ where
         layers.get("usage_max_records", |t| t.parse::<u64>().map_err(|_| "must be a whole number".to_owned()))
     {
         config.retention.usage_max_records = cap;
+    }
+    if let Some(zone) =
+        layers.get("budget_time_zone", |t| crate::calendar::zone(t).map(|_| t.to_owned()).map_err(|e| e.to_string()))
+    {
+        config.budget_time_zone = zone;
     }
     config.store_ca_file = layers.get("store_ca_file", path);
     config.tls = server_tls(&mut layers);
@@ -401,6 +412,12 @@ mod tests {
         let args = ["gw-control-plane", "--check-config", "--usage-retention-days", "0", "--usage-max-records", "x"];
         let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
         assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert_eq!(defaults.config.budget_time_zone, "UTC");
+        let args = ["gw-control-plane", "--check-config", "--budget-time-zone", "Asia/Tokyo"];
+        assert_eq!(load(args).map_err(|e| format!("{e:?}")).unwrap().config.budget_time_zone, "Asia/Tokyo");
+        let args = ["gw-control-plane", "--check-config", "--budget-time-zone", "Mars/Olympus"];
+        let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
+        assert!(errors[0].contains("unknown time zone"), "{errors:#?}");
     }
 
     #[test]

@@ -4,7 +4,10 @@
 use gw_proto::pb;
 
 use crate::access::{AuditEntry, Credential};
-use crate::domain::{Account, Channel, Group, Model, RateLimit, Resource, Token, UsageRecord};
+use crate::calendar::CalendarError;
+use crate::domain::{
+    Account, Channel, Group, Model, RateLimit, Resource, Token, UsageRecord, WindowBudget, WindowPeriod,
+};
 use crate::usage_summary;
 
 impl From<pb::RateLimit> for RateLimit {
@@ -30,6 +33,7 @@ impl From<Account> for pb::Account {
             status: a.status,
             used_micros: a.used_micros,
             created_at: a.created_at,
+            window: a.window.map(Into::into),
         }
     }
 }
@@ -82,8 +86,36 @@ impl From<Token> for pb::Token {
             created_at: t.created_at,
             tokens_per_minute: t.tokens_per_minute,
             max_in_flight: t.max_in_flight,
+            window: t.window.map(Into::into),
         }
     }
+}
+
+/// The budget's settings; what was spent in the window is filled in by
+/// the admin service.
+impl From<WindowBudget> for pb::WindowBudget {
+    fn from(w: WindowBudget) -> pb::WindowBudget {
+        pb::WindowBudget {
+            period: w.period.as_str().to_owned(),
+            rolling_hours: w.rolling_hours,
+            quota_micros: w.quota_micros,
+            time_zone: w.time_zone,
+            ..pb::WindowBudget::default()
+        }
+    }
+}
+
+/// A window budget of a write, checked, in `default_zone` when it names
+/// none; `None` for a period of none. Answers-only fields are ignored.
+pub fn window_budget(w: pb::WindowBudget, default_zone: &str) -> Result<Option<WindowBudget>, CalendarError> {
+    let zone = w.time_zone.trim();
+    WindowBudget {
+        period: WindowPeriod::parse(w.period.trim())?,
+        rolling_hours: w.rolling_hours,
+        quota_micros: w.quota_micros,
+        time_zone: if zone.is_empty() { default_zone } else { zone }.to_owned(),
+    }
+    .normalized()
 }
 
 /// Full channel, secret included: only for the policy stream to data planes.
@@ -391,5 +423,32 @@ impl From<AuditEntry> for pb::AuditEntry {
             target: e.target,
             outcome: e.outcome,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_budget_without_a_zone_takes_the_default_and_none_removes_it() {
+        let w = |period: &str, zone: &str| pb::WindowBudget {
+            period: period.into(),
+            quota_micros: 5,
+            time_zone: zone.into(),
+            ..pb::WindowBudget::default()
+        };
+        let budget = window_budget(w(" week ", ""), "Asia/Tokyo").unwrap().unwrap();
+        assert_eq!((budget.period, budget.time_zone.as_str()), (WindowPeriod::Week, "Asia/Tokyo"));
+        assert_eq!(window_budget(w("day", "Europe/Berlin"), "Asia/Tokyo").unwrap().unwrap().time_zone, "Europe/Berlin");
+        assert_eq!(window_budget(w("none", "Mars/Olympus"), "UTC"), Ok(None));
+        assert_eq!(window_budget(w("", ""), "UTC"), Ok(None));
+        assert_eq!(
+            window_budget(w("day", "Mars/Olympus"), "UTC").unwrap_err().to_string(),
+            "unknown time zone \"Mars/Olympus\""
+        );
+        let back: pb::WindowBudget = budget.into();
+        assert_eq!((back.period.as_str(), back.quota_micros, back.remaining_micros), ("week", 5, 0));
     }
 }

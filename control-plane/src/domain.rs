@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::calendar::{WindowBudget, WindowPeriod};
+
 /// Status of accounts, tokens and channels.
 pub const ENABLED: &str = "enabled";
 pub const DISABLED: &str = "disabled";
@@ -32,6 +34,9 @@ pub struct Account {
     pub status: String,
     pub used_micros: i64,
     pub created_at: i64,
+    /// A cap per day, week, month or rolling hours besides the balance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowBudget>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,6 +80,10 @@ pub struct Token {
     /// Requests in flight at once; 0: no limit.
     #[serde(default)]
     pub max_in_flight: u32,
+    /// A cap per day, week, month or rolling hours besides the quota; it
+    /// applies to an unlimited token too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowBudget>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -7,6 +7,8 @@ pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod budget;
+pub mod calendar;
+pub mod clock;
 pub mod config;
 pub mod continuity;
 pub mod convert;
@@ -69,6 +71,10 @@ pub struct Config {
     pub store_ca_file: Option<PathBuf>,
     /// Master keys sealing upstream keys at rest; empty keeps them plain.
     pub master_keys: secrets::Keyring,
+    /// What leases and window budget answers take as now (tests move it).
+    pub clock: clock::Clock,
+    /// The zone of window budgets written without one.
+    pub budget_time_zone: String,
 }
 
 /// TLS of the gRPC listener (admin and policy services).
@@ -125,6 +131,8 @@ impl Config {
             tls: None,
             store_ca_file: None,
             master_keys: secrets::Keyring::default(),
+            clock: clock::Clock::system(),
+            budget_time_zone: calendar::DEFAULT_TIME_ZONE.to_owned(),
         }
     }
 }
@@ -204,10 +212,14 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone())
         .with_videos(videos.clone())
         .with_credentials(access::rpc::Credentials::new(store.clone(), keys.reserved()))
-        .with_secrets(sealed);
+        .with_secrets(sealed)
+        .with_clock(config.clock.clone())
+        .with_time_zone(config.budget_time_zone.clone());
     let (health, health_task) = health::spawn(store.clone(), shutdown_rx.clone());
     let admin_stopped = shutdown_rx.clone();
-    let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx).with_videos(videos);
+    let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx)
+        .with_videos(videos)
+        .with_clock(config.clock.clone());
     let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
     let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
     let node_auth = peer::NodeAuth::new(&keys.node, require_cert);

@@ -64,6 +64,12 @@ impl PolicyApi {
         }
     }
 
+    /// Leases budgets by `clock` (the system clock by default).
+    pub fn with_clock(mut self, clock: crate::clock::Clock) -> PolicyApi {
+        self.budgets = self.budgets.with_clock(clock);
+        self
+    }
+
     /// Serves the video task RPCs with `videos` (without it they answer
     /// Unavailable).
     pub fn with_videos(mut self, videos: Arc<Videos>) -> PolicyApi {

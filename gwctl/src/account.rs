@@ -1,5 +1,6 @@
 //! `gwctl account`: accounts hold the balance that every token of theirs
-//! spends, and the groups those tokens may use.
+//! spends (optionally capped per day, week, month or rolling hours), and
+//! the groups those tokens may use.
 
 use anyhow::Result;
 use gw_proto::pb;
@@ -9,6 +10,7 @@ use crate::confirm::{self, DeleteArgs};
 use crate::flags::{CsvList, Page, Status};
 use crate::money;
 use crate::output::{self, Output, Render};
+use crate::window::{self, WindowArgs};
 use crate::{resolve, schema};
 
 /// Account verbs. Wherever an account is named, its id or its (unique)
@@ -18,7 +20,8 @@ pub enum Command {
     /// Create an account.
     #[command(after_help = "Examples:\n  \
         gwctl account create --name acme --balance 100\n  \
-        gwctl account create --name internal --unlimited --groups default,vip")]
+        gwctl account create --name internal --unlimited --groups default,vip\n  \
+        gwctl account create --name team --unlimited --period month --period-quota 500 --time-zone America/New_York")]
     Create(CreateArgs),
     /// List accounts, by id.
     #[command(
@@ -54,7 +57,8 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         gwctl account update acme --groups default,vip\n  \
         gwctl account update acme --status disabled\n  \
-        gwctl account update acc_3k2j9x --name acme-corp")]
+        gwctl account update acc_3k2j9x --name acme-corp\n  \
+        gwctl account update acme --period week --period-quota 50")]
     Update(UpdateArgs),
     /// Delete an account (it must have no tokens left).
     #[command(
@@ -78,6 +82,8 @@ pub struct CreateArgs {
     /// Groups the account's tokens may use, comma-separated.
     #[arg(long, default_value = "default")]
     groups: CsvList,
+    #[command(flatten)]
+    window: WindowArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -108,6 +114,9 @@ pub struct UpdateArgs {
     /// Enable or disable every token of the account.
     #[arg(long, value_enum)]
     status: Option<Status>,
+    /// Replaces the window budget (all of its flags at once).
+    #[command(flatten)]
+    window: WindowArgs,
 }
 
 /// Runs one account verb; returns what to print.
@@ -119,6 +128,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 balance_micros: args.balance,
                 unlimited: args.unlimited,
                 groups: args.groups.into(),
+                window: args.window.request(),
             };
             output::render_one(out, &admin.create_account(request).await.rpc()?)
         }
@@ -167,6 +177,7 @@ fn update_request(args: UpdateArgs) -> pb::UpdateAccountRequest {
         set_groups: args.groups.is_some(),
         groups: args.groups.map(Vec::from).unwrap_or_default(),
         status: args.status.map(|s| s.as_str().to_string()),
+        window: args.window.request(),
     }
 }
 
@@ -174,7 +185,7 @@ fn update_request(args: UpdateArgs) -> pb::UpdateAccountRequest {
 
 impl Render for pb::Account {
     const COLUMNS: &'static [&'static str] = &["ID", "NAME", "STATUS", "BALANCE", "USED", "GROUPS"];
-    const WIDE: &'static [&'static str] = &["CREATED"];
+    const WIDE: &'static [&'static str] = &["WINDOW", "CREATED"];
     type Json = schema::Account;
 
     fn json(&self) -> schema::Account {
@@ -197,11 +208,11 @@ impl Render for pb::Account {
     }
 
     fn wide_row(&self) -> Vec<String> {
-        vec![output::time(self.created_at)]
+        vec![window::summary(self.window.as_ref()), output::time(self.created_at)]
     }
 
     fn fields(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut fields = vec![
             ("id", self.id.clone()),
             ("name", self.name.clone()),
             ("status", self.status.clone()),
@@ -209,7 +220,9 @@ impl Render for pb::Account {
             ("used", output::usd(self.used_micros)),
             ("groups", output::list(&self.groups, "-")),
             ("created", output::time(self.created_at)),
-        ]
+        ];
+        fields.extend(window::fields(self.window.as_ref()));
+        fields
     }
 }
 
@@ -240,6 +253,7 @@ mod tests {
             groups: None,
             unlimited: Some(true),
             status: Some(Status::Disabled),
+            window: WindowArgs::default(),
         };
         let request = update_request(args);
         assert!(!request.set_groups);
@@ -252,6 +266,7 @@ mod tests {
             groups: Some("".parse().unwrap()),
             unlimited: None,
             status: None,
+            window: WindowArgs::default(),
         };
         let request = update_request(args);
         assert!(request.set_groups && request.groups.is_empty());

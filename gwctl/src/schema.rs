@@ -24,6 +24,31 @@ pub struct Account {
     pub used_usd: String,
     pub groups: Vec<String>,
     pub created_at: i64,
+    /// The cap per window beside the balance; null for none.
+    pub window: Option<Window>,
+}
+
+/// A spending cap per window (a calendar day, week or month in a time
+/// zone, or rolling hours) and where the current window stands.
+#[derive(Debug, Serialize)]
+pub struct Window {
+    /// `day`, `week` (from Monday), `month` or `rolling`.
+    pub period: String,
+    /// Hours of a rolling window; 0 for the others.
+    pub rolling_hours: u32,
+    pub time_zone: String,
+    pub quota_micros: i64,
+    pub quota_usd: String,
+    /// Spent in the current window.
+    pub used_micros: i64,
+    pub used_usd: String,
+    /// What is left of the current window's quota.
+    pub remaining_micros: i64,
+    pub remaining_usd: String,
+    /// RFC 3339 in the time zone: when the current window started and
+    /// when it resets (rolling: when its oldest hour leaves it).
+    pub window_start: String,
+    pub resets_at: String,
 }
 
 /// A group, named by its name.
@@ -75,6 +100,8 @@ pub struct Token {
     pub max_in_flight: u32,
     pub expires_at: i64,
     pub created_at: i64,
+    /// The cap per window beside the quota; null for none.
+    pub window: Option<Window>,
 }
 
 /// A token as created: the token and its key.
@@ -417,6 +444,25 @@ impl From<&pb::Account> for Account {
             used_usd: usd(a.used_micros),
             groups: a.groups.clone(),
             created_at: a.created_at,
+            window: a.window.as_ref().map(Window::from),
+        }
+    }
+}
+
+impl From<&pb::WindowBudget> for Window {
+    fn from(w: &pb::WindowBudget) -> Window {
+        Window {
+            period: w.period.clone(),
+            rolling_hours: w.rolling_hours,
+            time_zone: w.time_zone.clone(),
+            quota_micros: w.quota_micros,
+            quota_usd: usd(w.quota_micros),
+            used_micros: w.used_micros,
+            used_usd: usd(w.used_micros),
+            remaining_micros: w.remaining_micros,
+            remaining_usd: usd(w.remaining_micros),
+            window_start: w.window_start.clone(),
+            resets_at: w.resets_at.clone(),
         }
     }
 }
@@ -458,6 +504,7 @@ impl From<&pb::Token> for Token {
             max_in_flight: t.max_in_flight,
             expires_at: t.expires_at,
             created_at: t.created_at,
+            window: t.window.as_ref().map(Window::from),
         }
     }
 }
@@ -684,6 +731,7 @@ mod tests {
             status: "enabled".into(),
             used_micros: 1,
             created_at: 1_798_761_600,
+            window: None,
         };
         golden("account", &Account::from(&account));
     }
@@ -724,12 +772,24 @@ mod tests {
             created_at: 1_700_000_000,
             tokens_per_minute: 20_000,
             max_in_flight: 2,
+            window: None,
         };
         let created = CreatedToken { token: Token::from(&token), key: "sk-the-key".into() };
         golden("token-created", &created);
         let text = json_text(&Token::from(&token)).unwrap();
         assert!(!text.contains("hash") && !text.contains("0123456789abcdef"), "{text}");
         golden("token", &Token::from(&token));
+        let window = pb::WindowBudget {
+            period: "day".into(),
+            rolling_hours: 0,
+            quota_micros: 10_000_000,
+            time_zone: "Europe/Berlin".into(),
+            used_micros: 6_000_000,
+            remaining_micros: 4_000_000,
+            window_start: "2026-11-23T00:00:00+01:00".into(),
+            resets_at: "2026-11-24T00:00:00+01:00".into(),
+        };
+        golden("token-window", &Token::from(&pb::Token { window: Some(window), ..token }));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `gwctl token`: API keys. A token belongs to an account and one group, may
-//! be capped by its own quota, limited to models and source addresses, and
-//! expire. The key is shown once, when the token is created.
+//! be capped by its own quota and per day, week, month or rolling hours,
+//! limited to models and source addresses, and expire. The key is shown once, when the token is created.
 
 use anyhow::Result;
 use gw_proto::pb;
@@ -10,6 +10,7 @@ use crate::confirm::{self, DeleteArgs};
 use crate::flags::{self, CsvList, Page, Status};
 use crate::money;
 use crate::output::{self, Output, Render};
+use crate::window::{self, WindowArgs};
 use crate::{resolve, schema};
 
 /// Token verbs. A token is named by its id, or by its name when no other
@@ -20,6 +21,7 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         gwctl token create --account acme\n  \
         gwctl token create --account acme --name ci --quota 5 --models gpt-4o-mini --expires 2027-01-01T00:00:00Z\n  \
+        gwctl token create --account acme --period day --period-quota 2 --time-zone Europe/Berlin\n  \
         gwctl token create --account acme -o json | jq -r .key")]
     Create(CreateArgs),
     /// List tokens, by id.
@@ -40,6 +42,7 @@ pub enum Command {
     /// Change a token; flags left out stay as they are.
     #[command(after_help = "Examples:\n  \
         gwctl token update ci --quota 20\n  \
+        gwctl token update ci --period rolling --rolling-hours 5 --period-quota 1\n  \
         gwctl token update ci --models '' --rate-limit 60/1\n  \
         gwctl token update tok_8f2k1m --expires never")]
     Update(UpdateArgs),
@@ -100,6 +103,8 @@ pub struct CreateArgs {
     /// Requests in flight at once [default: no limit].
     #[arg(long, value_parser = flags::parse_count_limit)]
     max_in_flight: Option<u32>,
+    #[command(flatten)]
+    window: WindowArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -157,6 +162,9 @@ pub struct UpdateArgs {
     /// Enable or disable the token.
     #[arg(long, value_enum)]
     status: Option<Status>,
+    /// Replaces the window budget (all of its flags at once).
+    #[command(flatten)]
+    window: WindowArgs,
 }
 
 /// Runs one token verb; returns what to print.
@@ -225,6 +233,7 @@ fn create_request(args: CreateArgs) -> pb::CreateTokenRequest {
         rate_limit: args.rate_limit,
         tokens_per_minute: args.tokens_per_minute.unwrap_or(0),
         max_in_flight: args.max_in_flight.unwrap_or(0),
+        window: args.window.request(),
     }
 }
 
@@ -245,6 +254,7 @@ fn update_request(args: UpdateArgs) -> pb::UpdateTokenRequest {
         rate_limit: args.rate_limit,
         tokens_per_minute: args.tokens_per_minute,
         max_in_flight: args.max_in_flight,
+        window: args.window.request(),
     }
 }
 
@@ -297,7 +307,7 @@ fn expires(token: &pb::Token) -> String {
 impl Render for pb::Token {
     const COLUMNS: &'static [&'static str] =
         &["ID", "NAME", "KEY", "ACCOUNT", "GROUP", "STATUS", "QUOTA", "USED", "MODELS", "EXPIRES"];
-    const WIDE: &'static [&'static str] = &["ALLOWED IPS", "RATE LIMIT", "CREATED"];
+    const WIDE: &'static [&'static str] = &["ALLOWED IPS", "RATE LIMIT", "WINDOW", "CREATED"];
     type Json = schema::Token;
 
     fn json(&self) -> schema::Token {
@@ -327,12 +337,13 @@ impl Render for pb::Token {
         vec![
             output::list(&self.allow_ips, "any"),
             output::rate_limit(self.rate_limit.as_ref()),
+            window::summary(self.window.as_ref()),
             output::time(self.created_at),
         ]
     }
 
     fn fields(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut fields = vec![
             ("id", self.id.clone()),
             ("name", self.name.clone()),
             ("key prefix", self.key_prefix.clone()),
@@ -348,7 +359,9 @@ impl Render for pb::Token {
             ("max in flight", output::count_limit(self.max_in_flight)),
             ("expires", expires(self)),
             ("created", output::time(self.created_at)),
-        ]
+        ];
+        fields.extend(window::fields(self.window.as_ref()));
+        fields
     }
 }
 
@@ -370,6 +383,7 @@ mod tests {
             rate_limit: None,
             tokens_per_minute: None,
             max_in_flight: None,
+            window: WindowArgs::default(),
         }
     }
 
@@ -396,6 +410,7 @@ mod tests {
             tokens_per_minute: Some(0),
             max_in_flight: None,
             status: None,
+            window: WindowArgs::default(),
         };
         let request = update_request(args);
         assert_eq!(request.unlimited, Some(false));

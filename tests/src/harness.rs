@@ -179,6 +179,9 @@ pub struct ControlPlane {
     pub store_ca_file: Option<PathBuf>,
     /// Master keys sealing upstream keys at rest (in-process only).
     pub master_keys: gw_control_plane::secrets::Keyring,
+    /// What its leases and window budget answers take as now (in-process
+    /// only); `advance` it to step into the next budget window.
+    pub clock: gw_control_plane::clock::Clock,
     running: Option<Running<gw_control_plane::Handle>>,
 }
 
@@ -353,6 +356,7 @@ impl Cluster {
             tls: None,
             store_ca_file: None,
             master_keys: Default::default(),
+            clock: Default::default(),
             running: None,
         };
         let mut cluster = Cluster {
@@ -478,6 +482,7 @@ impl Cluster {
         config.tls = cp.tls.clone();
         config.store_ca_file = cp.store_ca_file.clone();
         config.master_keys = cp.master_keys.clone();
+        config.clock = cp.clock.clone();
         config
     }
 

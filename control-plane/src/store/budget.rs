@@ -5,7 +5,10 @@
 //! balance) minus every live lease; a lease is granted only from that, so
 //! the leases of all data planes together never exceed what is left. A
 //! lease lapses `ttl` seconds after its last grant; applying a usage record
-//! takes its cost out of the reporting data plane's lease.
+//! takes its cost out of the reporting data plane's lease. A window budget
+//! (see `calendar`) lowers what is left to what is left of the current
+//! window; leases are per budget, not per window, so those held when a
+//! window ends are counted against the next one.
 
 use std::fmt;
 
@@ -13,6 +16,8 @@ use async_trait::async_trait;
 
 use super::Result;
 use crate::domain::UsageRecord;
+
+pub mod window_conformance;
 
 /// A budget the control plane leases out.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -44,11 +49,13 @@ pub struct Lease {
     pub granted: i64,
     /// What the holder holds now, grant included.
     pub held: i64,
-    /// Quota left or the balance, before any lease.
+    /// Quota left or the balance, before any lease; lowered to what is
+    /// left of the current window when the budget has a window budget.
     pub remaining: i64,
     /// What is left after every lease, this grant included.
     pub available: i64,
-    /// The token or account is unlimited: nothing is leased.
+    /// The token or account is unlimited and has no window budget:
+    /// nothing is leased.
     pub unlimited: bool,
     /// No such token or account.
     pub missing: bool,
@@ -84,6 +91,23 @@ pub trait BudgetStore {
     /// its cost is covered by what is available of its token's quota and its
     /// account's balance; otherwise changes nothing and says which fell short.
     async fn charge(&self, record: &UsageRecord, now: i64) -> Result<Charged>;
+
+    /// What the usage ledger counted for `budget` in `buckets` (see
+    /// `calendar`): the spend of one window.
+    async fn window_spent(&self, budget: &Budget, buckets: &[String]) -> Result<i64>;
+}
+
+/// What is left of a budget once its window budget (if any) is counted:
+/// `remaining` is the lifetime cap's (ignored when `unlimited`), the
+/// answer is `(unlimited, remaining)` with the window's limit applied.
+pub fn with_window(unlimited: bool, remaining: i64, window: Option<(i64, i64)>) -> (bool, i64) {
+    match window {
+        Some((quota, spent)) => {
+            let left = quota.saturating_sub(spent);
+            (false, if unlimited { left } else { remaining.min(left) })
+        }
+        None => (unlimited, remaining),
+    }
 }
 
 /// How much of `available` to grant an ask of `need` and `want`: nothing
@@ -148,6 +172,7 @@ pub mod conformance {
         charges_apply_only_when_covered_net_of_leases(&*store).await;
         concurrent_charges_never_overdraw(store.clone()).await;
         unlimited_and_missing_budgets_lease_nothing(&*store).await;
+        super::window_conformance::run(store).await;
     }
 
     fn ask(budget: &Budget, holder: &str, need: i64, want: i64, now: i64) -> LeaseAsk {

@@ -715,6 +715,7 @@ pub fn account(id: &str, balance_micros: i64) -> Resource {
         status: ENABLED.into(),
         used_micros: 0,
         created_at: 1_700_000_000,
+        window: None,
     })
 }
 
@@ -738,6 +739,7 @@ pub fn token(id: &str, account_id: &str) -> Resource {
         tokens_per_minute: 50_000,
         max_in_flight: 2,
         created_at: 1_700_000_000,
+        window: None,
     })
 }
 

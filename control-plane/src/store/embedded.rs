@@ -92,6 +92,8 @@ impl EmbeddedStore {
         txn.open_table(APPLIED).map_err(db_err)?;
         txn.open_table(APPLIED_EXPIRY).map_err(db_err)?;
         txn.open_table(rollup::ROLLUPS).map_err(db_err)?;
+        txn.open_table(ledger::WINDOWS).map_err(db_err)?;
+        txn.open_table(ledger::WINDOWS_EXPIRY).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
 
         let revision = {

@@ -251,6 +251,10 @@ impl BudgetStore for SealedStore {
     async fn charge(&self, record: &UsageRecord, now: i64) -> Result<Charged> {
         self.inner.charge(record, now).await
     }
+
+    async fn window_spent(&self, budget: &Budget, buckets: &[String]) -> Result<i64> {
+        self.inner.window_spent(budget, buckets).await
+    }
 }
 
 // The parts of a store that hold no upstream key pass straight through.

@@ -76,14 +76,22 @@ fn rate_limit(r: Option<pb::RateLimit>) -> RateLimit {
     r.map(|r| RateLimit { window_minutes: r.window_minutes, max_requests: r.max_requests }).unwrap_or_default()
 }
 
+/// The quota of a window budget, when there is one. The control plane
+/// leases what is left of it; an unlimited token or account that has one is
+/// capped here by that quota, so that it asks for leases at all.
+fn window_quota(window: Option<&pb::WindowBudget>) -> Option<i64> {
+    window.filter(|w| !w.period.is_empty() && w.period != "none").map(|w| w.quota_micros)
+}
+
 fn account(a: pb::Account) -> Result<Account, ConvertError> {
     non_empty(&a.id)?;
+    let windowed = a.unlimited.then(|| window_quota(a.window.as_ref())).flatten();
     Ok(Account {
         enabled: a.status == ENABLED,
         id: a.id,
         name: a.name,
-        balance_micros: a.balance_micros,
-        unlimited: a.unlimited,
+        balance_micros: windowed.unwrap_or(a.balance_micros),
+        unlimited: a.unlimited && windowed.is_none(),
         groups: a.groups,
         used_micros: a.used_micros,
         created_at: a.created_at,
@@ -118,6 +126,7 @@ fn token(t: pb::Token) -> Result<Token, ConvertError> {
     let mut key_hash = [0u8; 32];
     hex::decode_to_slice(t.key_hash.trim(), &mut key_hash).map_err(|_| ConvertError::BadKeyHash)?;
     let allow_ips = t.allow_ips.iter().map(|e| parse_allow_ip(e)).collect::<Result<Vec<_>, _>>()?;
+    let windowed = t.unlimited.then(|| window_quota(t.window.as_ref())).flatten();
     Ok(Token {
         enabled: t.status == ENABLED,
         id: t.id,
@@ -127,8 +136,8 @@ fn token(t: pb::Token) -> Result<Token, ConvertError> {
         key_hash,
         key_prefix: t.key_prefix,
         expires_at: t.expires_at,
-        unlimited: t.unlimited,
-        quota_micros: t.quota_micros,
+        unlimited: t.unlimited && windowed.is_none(),
+        quota_micros: windowed.map_or(t.quota_micros, |quota| t.used_micros.saturating_add(quota)),
         used_micros: t.used_micros,
         models: t.models,
         allow_ips,
@@ -261,6 +270,8 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             status: status(a.enabled),
             used_micros: a.used_micros,
             created_at: a.created_at,
+            // Folded into the balance and `unlimited` when read.
+            window: None,
         }),
         Resource::Group(g) => K::Group(pb::Group {
             name: g.name.clone(),
@@ -289,6 +300,7 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             created_at: t.created_at,
             tokens_per_minute: t.tokens_per_minute,
             max_in_flight: t.max_in_flight,
+            window: None,
         }),
         Resource::Channel(c) => K::Channel(pb::Channel {
             id: c.id.clone(),
@@ -390,6 +402,41 @@ mod tests {
         assert_eq!(c.base_url, "http://up/v1");
         assert!(c.is_enabled());
         assert_eq!(resource(mk("fax")).unwrap_err().name, "channel/c1");
+    }
+
+    #[test]
+    fn an_unlimited_token_or_account_with_a_window_budget_is_capped_by_it() {
+        let window = Some(pb::WindowBudget { period: "day".into(), quota_micros: 500, ..Default::default() });
+        let t = token(pb::Token {
+            id: "t1".into(),
+            key_hash: "0f".repeat(32),
+            unlimited: true,
+            used_micros: 7_000,
+            window: window.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(!t.unlimited);
+        assert_eq!(t.quota_micros - t.used_micros, 500, "the window's quota is what the snapshot says is left");
+        let back = resource(to_pb(&Resource::Token(t.clone()))).unwrap();
+        assert_eq!(back, Resource::Token(t), "the snapshot file keeps the cap");
+        let a = account(pb::Account { id: "a1".into(), unlimited: true, window, ..Default::default() }).unwrap();
+        assert!(!a.unlimited && a.balance_micros == 500, "{a:?}");
+        let none = Some(pb::WindowBudget { period: "none".into(), quota_micros: 500, ..Default::default() });
+        let free =
+            account(pb::Account { id: "a2".into(), unlimited: true, window: none, ..Default::default() }).unwrap();
+        assert!(free.unlimited);
+        let capped = pb::Account {
+            id: "a3".into(),
+            balance_micros: 9,
+            window: Some(pb::WindowBudget { period: "week".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(
+            account(capped).unwrap().balance_micros,
+            9,
+            "a capped account keeps its balance; leases apply the window"
+        );
     }
 
     #[test]

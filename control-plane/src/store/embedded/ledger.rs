@@ -2,8 +2,9 @@
 //! `(budget, holder)` to `(amount, expires_at)`; every lease, release,
 //! charge and usage batch is one redb write transaction, so checking what is
 //! available and taking it are one step, and a record's rollups (see
-//! `rollup`) are bumped in the transaction that applies it. None of them
-//! bumps the revision.
+//! `rollup`) are bumped in the transaction that applies it, and so are the
+//! window budget counters of its token and account (`windows`, see
+//! `calendar`). None of them bumps the revision.
 
 use async_trait::async_trait;
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
@@ -11,13 +12,19 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use super::rollup::ROLLUPS;
 use super::{APPLIED, APPLIED_EXPIRY, EmbeddedStore, META, USAGE, USAGE_SEQ};
 use super::{charge, db_err, encode, meta_get, parse_resource, prune_applied, resources};
-use crate::domain::{Kind, Resource, UsageRecord};
+use crate::domain::{Account, Kind, Resource, Token, UsageRecord, WindowBudget};
 use crate::store::budget::{self, Budget, BudgetStore, Charged, Lease, LeaseAsk};
 use crate::store::rollup::{Counts, Dims, Period, Retention};
 use crate::store::{APPLIED_TTL_SECS, Result};
 
 /// `(budget, holder)` → `(amount, expires_at)`.
 const HOLDS: TableDefinition<(&str, &str), (i64, i64)> = TableDefinition::new("holds");
+/// `(budget, bucket)` → `(spent, forget_at)`: window budget counters.
+pub(super) const WINDOWS: TableDefinition<(&str, &str), (i64, i64)> = TableDefinition::new("windows");
+/// `(forget_at, budget, bucket)` of every window counter, oldest first.
+pub(super) const WINDOWS_EXPIRY: TableDefinition<(i64, &str, &str), ()> = TableDefinition::new("windows_expiry");
+/// Window counters forgotten per transaction at most.
+const WINDOWS_PRUNE_BATCH: usize = 100;
 
 type Table<'t, K, V> = redb::Table<'t, K, V>;
 
@@ -31,6 +38,8 @@ pub(super) struct Ledger<'t> {
     meta: Table<'t, &'static str, u64>,
     holds: Table<'t, (&'static str, &'static str), (i64, i64)>,
     rollups: Table<'t, (u8, i64, &'static str), [i64; 7]>,
+    windows: Table<'t, (&'static str, &'static str), (i64, i64)>,
+    windows_expiry: Table<'t, (i64, &'static str, &'static str), ()>,
     seq: u64,
     now: u64,
     /// Records the log keeps at most; 0 for no cap.
@@ -55,6 +64,9 @@ impl<'t> Ledger<'t> {
         prune_applied(txn, now)?;
         let meta = txn.open_table(META).map_err(db_err)?;
         let seq = meta_get(&meta, USAGE_SEQ)?;
+        let mut windows = txn.open_table(WINDOWS).map_err(db_err)?;
+        let mut windows_expiry = txn.open_table(WINDOWS_EXPIRY).map_err(db_err)?;
+        prune_windows(&mut windows, &mut windows_expiry, i64::try_from(now).unwrap_or(i64::MAX))?;
         Ok(Ledger {
             seen: txn.open_table(APPLIED).map_err(db_err)?,
             expiry: txn.open_table(APPLIED_EXPIRY).map_err(db_err)?,
@@ -64,6 +76,8 @@ impl<'t> Ledger<'t> {
             meta,
             holds: txn.open_table(HOLDS).map_err(db_err)?,
             rollups: txn.open_table(ROLLUPS).map_err(db_err)?,
+            windows,
+            windows_expiry,
             seq,
             now,
             cap: retention.usage_max_records,
@@ -86,17 +100,23 @@ impl<'t> Ledger<'t> {
         self.seen.insert(rid, forget_at).map_err(db_err)?;
         self.expiry.insert((forget_at, rid), ()).map_err(db_err)?;
         let cost = record.cost_micros;
-        charge(&mut self.accounts, Kind::Account, &record.account_id, |r| {
+        let account = charge(&mut self.accounts, Kind::Account, &record.account_id, |r| {
             if let Resource::Account(a) = r {
                 a.balance_micros = a.balance_micros.saturating_sub(cost);
                 a.used_micros = a.used_micros.saturating_add(cost);
             }
         })?;
-        charge(&mut self.tokens, Kind::Token, &record.token_id, |r| {
+        let token = charge(&mut self.tokens, Kind::Token, &record.token_id, |r| {
             if let Resource::Token(t) = r {
                 t.used_micros = t.used_micros.saturating_add(cost);
             }
         })?;
+        if let Some(Resource::Account(Account { window: Some(window), .. })) = &account {
+            self.count_in_window(&Budget::Account(record.account_id.clone()), window, record.created_at, cost)?;
+        }
+        if let Some(Resource::Token(Token { window: Some(window), .. })) = &token {
+            self.count_in_window(&Budget::Token(record.token_id.clone()), window, record.created_at, cost)?;
+        }
         for budget in [Budget::Token(record.token_id.clone()), Budget::Account(record.account_id.clone())] {
             self.take_from_hold(&budget, &record.node_id, cost)?;
         }
@@ -139,6 +159,28 @@ impl<'t> Ledger<'t> {
         Ok(())
     }
 
+    /// Adds `cost` to the counter of the window of `budget` that holds
+    /// `created_at`. A record whose instant has no window (out of range)
+    /// is not counted.
+    fn count_in_window(&mut self, budget: &Budget, window: &WindowBudget, created_at: i64, cost: i64) -> Result<()> {
+        let Ok((bucket, forget_at)) = window.bucket_of(created_at) else {
+            tracing::warn!(%budget, created_at, "usage record outside any budget window; not counted in one");
+            return Ok(());
+        };
+        let key = budget.to_string();
+        let old = self.windows.get((key.as_str(), bucket.as_str())).map_err(db_err)?.map(|v| v.value());
+        let (spent, old_forget) = old.unwrap_or((0, forget_at));
+        if old.is_some() && old_forget != forget_at {
+            self.windows_expiry.remove((old_forget, key.as_str(), bucket.as_str())).map_err(db_err)?;
+        }
+        let forget_at = forget_at.max(old_forget);
+        self.windows
+            .insert((key.as_str(), bucket.as_str()), (spent.saturating_add(cost), forget_at))
+            .map_err(db_err)?;
+        self.windows_expiry.insert((forget_at, key.as_str(), bucket.as_str()), ()).map_err(db_err)?;
+        Ok(())
+    }
+
     /// Where `budget` stands for `holder` at Unix second `now`; drops
     /// lapsed leases on the way.
     fn standing(&mut self, budget: &Budget, holder: &str, now: i64) -> Result<Standing> {
@@ -147,12 +189,19 @@ impl<'t> Ledger<'t> {
             Budget::Account(_) => (&self.accounts, Kind::Account),
         };
         let resource = table.get(budget.id()).map_err(db_err)?.map(|j| parse_resource(kind, j.value())).transpose()?;
-        let (remaining, unlimited, missing) = match resource {
-            Some(Resource::Token(t)) => (t.quota_micros.saturating_sub(t.used_micros), t.unlimited, false),
-            Some(Resource::Account(a)) => (a.balance_micros, a.unlimited, false),
-            _ => (0, false, true),
+        let (remaining, unlimited, missing, window) = match resource {
+            Some(Resource::Token(t)) => (t.quota_micros.saturating_sub(t.used_micros), t.unlimited, false, t.window),
+            Some(Resource::Account(a)) => (a.balance_micros, a.unlimited, false, a.window),
+            _ => (0, false, true, None),
         };
         let key = budget.to_string();
+        let window = match window.filter(WindowBudget::is_set).map(|w| (w.window_at(now), w.quota_micros)) {
+            Some((Ok(current), quota)) => Some((quota, spent_in(&self.windows, &key, &current.buckets)?)),
+            // No window holds `now`: nothing may be spent.
+            Some((Err(_), _)) => Some((0, 0)),
+            None => None,
+        };
+        let (unlimited, remaining) = budget::with_window(unlimited, remaining, window);
         let (mut others, mut own, mut lapsed) = (0i64, 0i64, Vec::new());
         for entry in self.holds.range((key.as_str(), "")..).map_err(db_err)? {
             let (k, v) = entry.map_err(db_err)?;
@@ -174,6 +223,43 @@ impl<'t> Ledger<'t> {
         }
         Ok(Standing { remaining, unlimited, missing, others, own })
     }
+}
+
+/// The sum of the counters of `buckets` of budget `key`.
+fn spent_in(
+    windows: &impl ReadableTable<(&'static str, &'static str), (i64, i64)>,
+    key: &str,
+    buckets: &[String],
+) -> Result<i64> {
+    let mut spent = 0i64;
+    for bucket in buckets {
+        if let Some(v) = windows.get((key, bucket.as_str())).map_err(db_err)? {
+            spent = spent.saturating_add(v.value().0);
+        }
+    }
+    Ok(spent)
+}
+
+/// Forgets up to `WINDOWS_PRUNE_BATCH` window counters past their keeping time.
+fn prune_windows(
+    windows: &mut Table<'_, (&'static str, &'static str), (i64, i64)>,
+    expiry: &mut Table<'_, (i64, &'static str, &'static str), ()>,
+    now: i64,
+) -> Result<()> {
+    for _ in 0..WINDOWS_PRUNE_BATCH {
+        let Some((at, key, bucket)) = expiry.first().map_err(db_err)?.map(|(k, _)| {
+            let (at, key, bucket) = k.value();
+            (at, key.to_owned(), bucket.to_owned())
+        }) else {
+            break;
+        };
+        if at > now {
+            break;
+        }
+        expiry.remove((at, key.as_str(), bucket.as_str())).map_err(db_err)?;
+        windows.remove((key.as_str(), bucket.as_str())).map_err(db_err)?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -251,5 +337,14 @@ impl BudgetStore for EmbeddedStore {
             })
             .await?;
         Ok(charged)
+    }
+
+    async fn window_spent(&self, budget: &Budget, buckets: &[String]) -> Result<i64> {
+        let (key, buckets) = (budget.to_string(), buckets.to_vec());
+        self.read(move |txn| {
+            let windows = txn.open_table(WINDOWS).map_err(db_err)?;
+            spent_in(&windows, &key, &buckets)
+        })
+        .await
     }
 }

@@ -4,11 +4,13 @@
 //! `gw:applied:<request_id>`, the idempotency markers; `gw:hold:<budget>`,
 //! a hash holder → `amount:expires_at` of the leases of one budget;
 //! `gw:rollup:<hour|day>:<bucket start>`, one hash per rollup bucket (see
-//! `rollup`). Applying records, leasing, releasing and charging are each one
+//! `rollup`); `gw:win:<budget>:<bucket>`, the spend of a window budget's
+//! bucket (see `calendar`), expiring a day past the last window counting it. Applying records, leasing, releasing and charging are each one
 //! Lua script, so checking what is available and taking it are one step, and
 //! a record, its counters and its rollups are written together or not at
 //! all. None of them bumps the revision: spending is not policy.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use async_trait::async_trait;
@@ -16,7 +18,7 @@ use redis::Script;
 
 use super::rollup::bucket_key;
 use super::{ACCOUNT_USED, BALANCE, RedisStore, TOKEN_USED, USAGE, kind_key, malformed};
-use crate::domain::{Kind, UsageOutcome, UsageRecord};
+use crate::domain::{Kind, UsageOutcome, UsageRecord, WindowBudget};
 use crate::store::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 use crate::store::rollup::{Counts, Dims, Period};
 use crate::store::{APPLIED_TTL_SECS, Result, StoreError};
@@ -24,6 +26,19 @@ use crate::store::{APPLIED_TTL_SECS, Result, StoreError};
 const USAGE_BATCH: usize = 500;
 /// How long a hold hash outlives its newest lease.
 const HOLD_KEY_GRACE_SECS: i64 = 60;
+/// Stands in for a record's window bucket when its budget has none.
+const NO_WINDOW: &str = "gw:win:-";
+
+/// A record's window buckets: the token's and the account's key and
+/// expiry, when they have a window budget.
+type RecordWindows = [Option<(String, i64)>; 2];
+
+/// Just the window budget of a stored token or account.
+#[derive(serde::Deserialize)]
+struct Windowed {
+    #[serde(default)]
+    window: Option<WindowBudget>,
+}
 
 /// Helpers shared by the scripts below. Keys 1 `gw:account`, 2 `gw:token`,
 /// 3 `gw:balance`, 4 `gw:account_used`, 5 `gw:token_used`, 6 `gw:usage`.
@@ -52,23 +67,44 @@ local function take_hold(key, holder, cost)
   if left < 0 then left = 0 end
   redis.call('HSET', key, holder, string.format('%d:%d', left, expires))
 end
--- What is left of a budget: found, unlimited, remaining (quota - used, or balance).
-local function standing(kind, id)
+-- What is left of a budget: found, unlimited, remaining (quota - used, or
+-- balance), lowered to what is left of its window budget when it has one:
+-- its quota less the window buckets KEYS[first .. first + count - 1].
+local function standing(kind, id, first, count)
   local json
   if kind == 'token' then json = redis.call('HGET', KEYS[2], id) else json = redis.call('HGET', KEYS[1], id) end
   if not json then return false, false, 0 end
   local r = cjson.decode(json)
-  if r.unlimited then return true, true, 0 end
-  if kind == 'token' then
-    return true, false, (r.quota_micros or 0) - tonumber(redis.call('HGET', KEYS[5], id) or '0')
+  local unlimited, remaining = r.unlimited == true, 0
+  if not unlimited then
+    if kind == 'token' then
+      remaining = (r.quota_micros or 0) - tonumber(redis.call('HGET', KEYS[5], id) or '0')
+    else
+      remaining = tonumber(redis.call('HGET', KEYS[3], id) or '0')
+    end
   end
-  return true, false, tonumber(redis.call('HGET', KEYS[3], id) or '0')
+  local w = r.window
+  if count > 0 and type(w) == 'table' and w.period ~= 'none' then
+    local spent = 0
+    for i = first, first + count - 1 do spent = spent + tonumber(redis.call('GET', KEYS[i]) or '0') end
+    local left = (w.quota_micros or 0) - spent
+    if unlimited or left < remaining then remaining = left end
+    unlimited = false
+  end
+  return true, unlimited, remaining
+end
+-- Adds `cost` to a window bucket; an expiry of '0' means no window budget.
+local function count_window(key, expires, cost)
+  if expires == '0' then return end
+  redis.call('INCRBY', key, cost)
+  redis.call('EXPIREAT', key, expires)
 end
 -- Applies the record whose keys start at KEYS[k] (`gw:applied:<id>`, the
--- token's and the account's hold hash, its hour and day rollup hashes) and
--- whose arguments start at ARGV[a] (account, token, cost, -cost, node, JSON,
--- rollup field prefix, the seven rollup counters, the hour and day hashes'
--- expiry), unless its request id was seen; whether it was applied. ARGV[1]
+-- token's and the account's hold hash, its hour and day rollup hashes, the
+-- token's and the account's window bucket) and whose arguments start at
+-- ARGV[a] (account, token, cost, -cost, node, JSON, rollup field prefix,
+-- the seven rollup counters, the hour and day hashes' expiry, the token's
+-- and the account's window bucket expiry), unless its request id was seen; whether it was applied. ARGV[1]
 -- is the marker's TTL. Rollup counts are summed per hash field in
 -- `pending` and written by `flush`, once per field for the whole batch.
 local COUNTERS = {'req', 'in', 'out', 'cached', 'img', 'audio', 'cost'}
@@ -85,9 +121,11 @@ local function apply(k, a)
   if redis.call('HEXISTS', KEYS[1], account) == 1 then
     redis.call('HINCRBY', KEYS[3], account, ARGV[a + 3])
     redis.call('HINCRBY', KEYS[4], account, cost)
+    count_window(KEYS[k + 6], ARGV[a + 17], cost)
   end
   if redis.call('HEXISTS', KEYS[2], token) == 1 then
     redis.call('HINCRBY', KEYS[5], token, cost)
+    count_window(KEYS[k + 5], ARGV[a + 16], cost)
   end
   take_hold(KEYS[k + 1], ARGV[a + 4], tonumber(cost))
   take_hold(KEYS[k + 2], ARGV[a + 4], tonumber(cost))
@@ -114,8 +152,8 @@ end
 /// `{applied, duplicates}`.
 const APPLY_USAGE: &str = r"
 local applied, duplicates = 0, 0
-for i = 7, #KEYS, 5 do
-  if apply(i, 3 + (i - 7) / 5 * 16) then
+for i = 7, #KEYS, 7 do
+  if apply(i, 3 + (i - 7) / 7 * 18) then
     applied = applied + 1
   else
     duplicates = duplicates + 1
@@ -126,11 +164,12 @@ if applied > 0 then redis.call('LTRIM', KEYS[6], 0, ARGV[2]) end
 return {applied, duplicates}
 ";
 
-/// Key 7 the hold hash. Args: 1 kind, 2 id, 3 holder, 4 need, 5 want,
-/// 6 now, 7 TTL, 8 hash grace. Returns `{found, unlimited, remaining,
+/// Key 7 the hold hash, 8… the buckets of the budget's current window.
+/// Args: 1 kind, 2 id, 3 holder, 4 need, 5 want, 6 now, 7 TTL, 8 hash
+/// grace, 9 how many window buckets. Returns `{found, unlimited, remaining,
 /// granted, held, available}`; the grant follows `budget::grant`.
 const LEASE: &str = r"
-local found, unlimited, remaining = standing(ARGV[1], ARGV[2])
+local found, unlimited, remaining = standing(ARGV[1], ARGV[2], 8, tonumber(ARGV[9]))
 if not found then return {0, 0, 0, 0, 0, 0} end
 if unlimited then return {1, 1, 0, 0, 0, 0} end
 local now, ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -154,19 +193,22 @@ take_hold(KEYS[7], ARGV[1], tonumber(ARGV[2]))
 return 1
 ";
 
-/// Keys 7… one record's (see `apply`). Args: 1 TTL, 2 last usage index
-/// kept, 3 now, 4… the record's. Returns `{0}` applied, `{1}` duplicate,
+/// Keys 7… one record's (see `apply`), then the buckets of the token's
+/// and the account's current window. Args: 1 TTL, 2 last usage index kept,
+/// 3 now, 4… the record's, 22 and 23 how many window buckets of the token
+/// and of the account. Returns `{0}` applied, `{1}` duplicate,
 /// `{2}` token quota short, `{3, balance}` balance short.
 const CHARGE: &str = r"
 if redis.call('EXISTS', KEYS[7]) == 1 then return {1} end
 local now, cost = tonumber(ARGV[3]), tonumber(ARGV[6])
-local found, unlimited, remaining = standing('token', ARGV[5])
+local token_buckets, account_buckets = tonumber(ARGV[22]), tonumber(ARGV[23])
+local found, unlimited, remaining = standing('token', ARGV[5], 14, token_buckets)
 if not found then return {2} end
 if not unlimited then
   local others = holds(KEYS[8], '', now)
   if remaining - others < cost then return {2} end
 end
-found, unlimited, remaining = standing('account', ARGV[4])
+found, unlimited, remaining = standing('account', ARGV[4], 14 + token_buckets, account_buckets)
 if not found then return {3, 0} end
 if not unlimited then
   local others = holds(KEYS[9], '', now)
@@ -183,6 +225,17 @@ static SCRIPTS: LazyLock<[Script; 4]> =
 
 fn hold_key(budget: &Budget) -> String {
     format!("gw:hold:{budget}")
+}
+
+fn window_key(budget: &Budget, bucket: &str) -> String {
+    format!("gw:win:{budget}:{bucket}")
+}
+
+fn kind_of(budget: &Budget) -> Kind {
+    match budget {
+        Budget::Token(_) => Kind::Token,
+        Budget::Account(_) => Kind::Account,
+    }
 }
 
 /// A script call with the six ledger keys in place.
@@ -204,14 +257,85 @@ impl RedisStore {
         }
     }
 
+    /// The window budgets of the tokens or accounts `ids` that have one, by
+    /// id. Read before a script runs: a budget changed in between counts
+    /// one more call in its old windows (changing a budget starts its
+    /// windows afresh anyway).
+    async fn windows_of(&self, kind: Kind, ids: &[&str]) -> Result<HashMap<String, WindowBudget>> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let jsons: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(kind_key(kind))
+            .arg(ids)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::Redis)?;
+        let mut windows = HashMap::new();
+        for (id, json) in ids.iter().zip(jsons) {
+            let Some(json) = json else { continue };
+            let stored: Windowed = serde_json::from_str(&json).map_err(StoreError::Corrupt)?;
+            if let Some(window) = stored.window.filter(WindowBudget::is_set) {
+                windows.insert((*id).to_owned(), window);
+            }
+        }
+        Ok(windows)
+    }
+
+    /// The buckets of the current window of `budget` at `now`, as keys;
+    /// none when it has no window budget.
+    async fn current_window_keys(&self, budget: &Budget, now: i64) -> Result<Vec<String>> {
+        let windows = self.windows_of(kind_of(budget), &[budget.id()]).await?;
+        Ok(match windows.get(budget.id()).map(|w| w.window_at(now)) {
+            Some(Ok(window)) => window.buckets.iter().map(|b| window_key(budget, b)).collect(),
+            // No window holds `now`: an empty bucket stands for it, so the
+            // budget is still capped at its window quota.
+            Some(Err(_)) => vec![NO_WINDOW.to_owned()],
+            None => Vec::new(),
+        })
+    }
+
+    /// The window buckets each of `records` counts in.
+    async fn record_windows(&self, records: &[UsageRecord]) -> Result<Vec<RecordWindows>> {
+        let mut tokens: Vec<&str> = records.iter().map(|r| r.token_id.as_str()).collect();
+        let mut accounts: Vec<&str> = records.iter().map(|r| r.account_id.as_str()).collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        accounts.sort_unstable();
+        accounts.dedup();
+        let tokens = self.windows_of(Kind::Token, &tokens).await?;
+        let accounts = self.windows_of(Kind::Account, &accounts).await?;
+        let bucket = |budget: Budget, window: Option<&WindowBudget>, at: i64| {
+            let (bucket, expires) = window?.bucket_of(at).ok()?;
+            Some((window_key(&budget, &bucket), expires))
+        };
+        Ok(records
+            .iter()
+            .map(|r| {
+                [
+                    bucket(Budget::Token(r.token_id.clone()), tokens.get(&r.token_id), r.created_at),
+                    bucket(Budget::Account(r.account_id.clone()), accounts.get(&r.account_id), r.created_at),
+                ]
+            })
+            .collect())
+    }
+
     /// Adds one record's keys and arguments (the layout `apply` reads).
-    fn record_call(&self, call: &mut redis::ScriptInvocation<'_>, record: &UsageRecord) -> Result<()> {
+    fn record_call(
+        &self,
+        call: &mut redis::ScriptInvocation<'_>,
+        record: &UsageRecord,
+        windows: &RecordWindows,
+    ) -> Result<()> {
         let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
         call.key(format!("gw:applied:{}", record.request_id));
         call.key(hold_key(&Budget::Token(record.token_id.clone())));
         call.key(hold_key(&Budget::Account(record.account_id.clone())));
         for period in Period::ALL {
             call.key(bucket_key(period, period.bucket(record.created_at)));
+        }
+        for window in windows {
+            call.key(window.as_ref().map_or(NO_WINDOW, |(key, _)| key.as_str()));
         }
         call.arg(&record.account_id).arg(&record.token_id);
         call.arg(record.cost_micros).arg(record.cost_micros.saturating_neg());
@@ -222,6 +346,9 @@ impl RedisStore {
         for period in Period::ALL {
             call.arg(self.retention.rollup_expires_at(period, period.bucket(record.created_at)));
         }
+        for window in windows {
+            call.arg(window.as_ref().map_or(0, |(_, expires)| *expires));
+        }
         Ok(())
     }
 
@@ -229,10 +356,11 @@ impl RedisStore {
     pub(super) async fn apply_usage_records(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
         let mut outcome = UsageOutcome::default();
         for batch in records.chunks(USAGE_BATCH) {
+            let windows = self.record_windows(batch).await?;
             let mut call = invocation(&SCRIPTS[0]);
             call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index());
-            for record in batch {
-                self.record_call(&mut call, record)?;
+            for (record, windows) in batch.iter().zip(&windows) {
+                self.record_call(&mut call, record, windows)?;
             }
             let (applied, duplicates): (u32, u32) =
                 call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
@@ -250,10 +378,14 @@ impl BudgetStore for RedisStore {
             Budget::Token(_) => "token",
             Budget::Account(_) => "account",
         };
+        let buckets = self.current_window_keys(&ask.budget, ask.now).await?;
         let mut call = invocation(&SCRIPTS[1]);
         call.key(hold_key(&ask.budget));
+        for bucket in &buckets {
+            call.key(bucket);
+        }
         call.arg(kind).arg(ask.budget.id()).arg(&ask.holder).arg(ask.need).arg(ask.want);
-        call.arg(ask.now).arg(ask.ttl_secs).arg(HOLD_KEY_GRACE_SECS);
+        call.arg(ask.now).arg(ask.ttl_secs).arg(HOLD_KEY_GRACE_SECS).arg(buckets.len());
         let (found, unlimited, remaining, granted, held, available): (i64, i64, i64, i64, i64, i64) =
             call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(Lease { granted, held, remaining, available, unlimited: unlimited == 1, missing: found == 0 })
@@ -267,9 +399,16 @@ impl BudgetStore for RedisStore {
     }
 
     async fn charge(&self, record: &UsageRecord, now: i64) -> Result<Charged> {
+        let windows = self.record_windows(std::slice::from_ref(record)).await?;
+        let token = self.current_window_keys(&Budget::Token(record.token_id.clone()), now).await?;
+        let account = self.current_window_keys(&Budget::Account(record.account_id.clone()), now).await?;
         let mut call = invocation(&SCRIPTS[3]);
         call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index()).arg(now);
-        self.record_call(&mut call, record)?;
+        self.record_call(&mut call, record, windows.first().unwrap_or(&[None, None]))?;
+        for bucket in token.iter().chain(&account) {
+            call.key(bucket);
+        }
+        call.arg(token.len()).arg(account.len());
         let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(match reply.as_slice() {
             [0] => Charged::Applied,
@@ -278,5 +417,15 @@ impl BudgetStore for RedisStore {
             [3, balance] => Charged::Balance { balance_micros: *balance },
             _ => return Err(malformed("charge script answered an unknown code")),
         })
+    }
+
+    async fn window_spent(&self, budget: &Budget, buckets: &[String]) -> Result<i64> {
+        if buckets.is_empty() {
+            return Ok(0);
+        }
+        let keys: Vec<String> = buckets.iter().map(|b| window_key(budget, b)).collect();
+        let spent: Vec<Option<i64>> =
+            redis::cmd("MGET").arg(keys).query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        Ok(spent.into_iter().flatten().fold(0i64, i64::saturating_add))
     }
 }
