@@ -83,6 +83,26 @@ pub struct Channel {
     pub first_byte_timeout_ms: u32,
     pub idle_timeout_ms: u32,
     pub total_timeout_ms: u32,
+    /// The key pool. A channel stored before pools existed has only
+    /// `api_key`; `Channel::fold_legacy_key` moves it in as `LEGACY_KEY_ID`.
+    #[serde(default)]
+    pub keys: Vec<ChannelKey>,
+}
+
+/// One upstream key of a channel's pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChannelKey {
+    /// Short, stable within its channel.
+    pub id: String,
+    /// Upstream secret: sealed at rest like `Channel::api_key`.
+    pub key: String,
+    /// `ENABLED`, `DISABLED` (operator) or `AUTO_DISABLED` (upstream refused it).
+    pub status: String,
+    #[serde(default)]
+    pub disabled_reason: String,
+    #[serde(default)]
+    pub disabled_at: i64,
+    pub created_at: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -195,6 +215,71 @@ pub struct UsagePage {
     pub items: Vec<UsageRecord>,
     /// Where the next page starts; empty when no older record is left.
     pub next: String,
+}
+
+// === impl Channel ===
+
+/// The id the single `api_key` of a channel gets in its pool.
+pub const LEGACY_KEY_ID: &str = "k_0";
+/// Characters of a key shown to operators.
+const KEY_PREFIX_CHARS: usize = 6;
+
+impl Channel {
+    /// Moves `api_key`, if set, into the pool as its first key
+    /// (`LEGACY_KEY_ID`, enabled, created `now`), leaving `api_key` empty.
+    pub fn fold_legacy_key(&mut self, now: i64) {
+        if self.api_key.is_empty() {
+            return;
+        }
+        let key = std::mem::take(&mut self.api_key);
+        self.keys.retain(|k| k.id != LEGACY_KEY_ID);
+        self.keys.insert(0, ChannelKey::new(LEGACY_KEY_ID.to_owned(), key, now));
+    }
+
+    /// The pool as data planes see it: `keys`, with a not yet folded
+    /// `api_key` first.
+    pub fn pool(&self) -> Vec<ChannelKey> {
+        let mut channel = self.clone();
+        channel.fold_legacy_key(0);
+        channel.keys
+    }
+
+    /// Whether the channel has any key.
+    pub fn has_key(&self) -> bool {
+        !self.api_key.is_empty() || !self.keys.is_empty()
+    }
+
+    /// The key a single upstream call (probe, video) uses: the first
+    /// enabled one, else empty.
+    pub fn first_key(&self) -> &str {
+        if !self.api_key.is_empty() {
+            return &self.api_key;
+        }
+        self.keys.iter().find(|k| k.status == ENABLED).map_or("", |k| k.key.as_str())
+    }
+}
+
+// === impl ChannelKey ===
+
+impl ChannelKey {
+    /// An enabled key `id` holding `key`.
+    pub fn new(id: String, key: String, now: i64) -> ChannelKey {
+        ChannelKey {
+            id,
+            key,
+            status: ENABLED.to_owned(),
+            disabled_reason: String::new(),
+            disabled_at: 0,
+            created_at: now,
+        }
+    }
+
+    /// What operators see of the key: its first few characters.
+    pub fn prefix(&self) -> String {
+        // A short key shows half of itself at most.
+        let shown = KEY_PREFIX_CHARS.min(self.key.chars().count() / 2);
+        self.key.chars().take(shown).collect()
+    }
 }
 
 // === impl Group ===

@@ -5,6 +5,7 @@
 //! no other writer is active while they compare revisions and changes.
 
 mod modify;
+mod keys;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,6 +27,7 @@ pub async fn run(store: Arc<dyn Store>) {
     crud_round_trips_every_kind(&*store).await;
     counters_survive_modify(&*store).await;
     modify::run(store.clone()).await;
+    keys::run(store.clone()).await;
     revisions_strictly_increase_per_write(&*store).await;
     changes_since_returns_the_writes_after_a_revision(&*store).await;
     snapshot_holds_everything_at_its_revision(&*store).await;
@@ -649,6 +651,7 @@ pub fn sample(kind: Kind, id: &str) -> Resource {
             first_byte_timeout_ms: 2_000,
             idle_timeout_ms: 3_000,
             total_timeout_ms: 4_000,
+            keys: Vec::new(),
         }),
         Kind::Model => Resource::Model(Model {
             id: id.to_owned(),
