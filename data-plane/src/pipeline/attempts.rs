@@ -19,7 +19,7 @@ use tracing::Instrument as _;
 
 use super::Trail;
 use crate::{
-    backoff::Backoff, error::ProxyError, policy::domain::Channel, policy::snapshot::pick_channel, provider::Upstreams,
+    affinity::Session, backoff::Backoff, error::ProxyError, policy::domain::Channel, policy::snapshot::pick_channel, provider::Upstreams,
     telemetry,
 };
 
@@ -34,6 +34,8 @@ pub struct Scope<'a> {
     pub started: Instant,
     /// The client-facing path (for the overhead metric's operation).
     pub endpoint: &'a str,
+    /// The conversation the request belongs to, if it names one.
+    pub session: Option<Session>,
 }
 
 /// The channels to try for one request, in order, within a budget.
@@ -43,6 +45,8 @@ pub struct Attempts<'a> {
     tried: Vec<&'a str>,
     /// The channel of the last attempt.
     last: Option<&'a str>,
+    /// The channel the first attempt goes to (the conversation's).
+    preferred: Option<&'a Arc<Channel>>,
     made: u32,
     max: u32,
     backoff: Backoff,
@@ -54,6 +58,13 @@ pub struct Attempts<'a> {
 /// used up; returns that success or the last error. Each channel's outcome
 /// is recorded in its health once for the request, and the channel and the
 /// number of attempts in the request's trail. `candidates` must not be empty.
+///
+/// Each attempt sees its channel with one key of the pool (`Channel::with_key`):
+/// the conversation's key first, else the next one round-robin. A key the
+/// upstream refuses (401, 403) or throttles (429) on a pooled channel is
+/// that key's failure alone: the next attempt goes to another key of the
+/// same channel, without a backoff, while one is left. Channels with no
+/// usable key are left out; with none left the request has no channel.
 pub async fn run<T, F, Fut>(
     upstreams: &Upstreams,
     scope: Scope<'_>,
@@ -64,11 +75,46 @@ where
     F: FnMut(Arc<Channel>) -> Fut,
     Fut: Future<Output = Result<T, ProxyError>>,
 {
+    let keys = &upstreams.health.keys;
+    let usable: Vec<Arc<Channel>>;
+    let candidates = if candidates.iter().all(|c| keys.usable(c)) {
+        candidates
+    } else {
+        usable = candidates.iter().filter(|c| keys.usable(c)).cloned().collect();
+        &usable
+    };
+    if candidates.is_empty() {
+        let fields = scope.trail.fields();
+        return Err(ProxyError::NoChannel {
+            group: fields.group.unwrap_or_default(),
+            model: fields.model.unwrap_or_default(),
+        });
+    }
+    let bound = scope.session.and_then(|session| upstreams.affinity.get(session));
     let mut attempts = Attempts::new(candidates, upstreams);
+    if let Some((channel, key)) = &bound {
+        attempts.prefer(channel, |c| if c.keys.is_empty() { key.is_empty() } else { keys.healthy(c, key) });
+    }
     let mut last_error = None;
     let mut counted: Vec<String> = Vec::new();
-    while let Some(channel) = attempts.next(&upstreams.health).await {
+    // (channel id, key id) of the attempts made.
+    let mut tried_keys: Vec<(String, String)> = Vec::new();
+    let mut again: Option<Arc<Channel>> = None;
+    loop {
+        let next = match again.take() {
+            Some(channel) => attempts.again(channel),
+            None => attempts.next(&upstreams.health).await,
+        };
+        let Some(channel) = next else { break };
         let id = channel.id.clone();
+        let skip: Vec<String> = tried_keys.iter().filter(|(c, _)| *c == id).map(|(_, k)| k.clone()).collect();
+        let prefer = bound.as_ref().filter(|(c, _)| *c == id).map(|(_, k)| k.as_str());
+        let channel = match keys.pick(&channel, &skip, prefer) {
+            Some(key) => Arc::new(channel.with_key(key)),
+            None if channel.keys.is_empty() => channel,
+            // Its last key was refused while this request ran.
+            None => continue,
+        };
         scope.trail.update(|t| {
             t.channel = Some(id.clone());
             t.attempts = attempts.made;
@@ -78,24 +124,42 @@ where
             telemetry::metrics::overhead(scope.started.elapsed(), scope.endpoint);
         }
         let span = telemetry::attempt_span(&channel, scope.trail, attempts.made);
-        let outcome = attempt(channel).instrument(span.clone()).await;
+        let outcome = attempt(channel.clone()).instrument(span.clone()).await;
         telemetry::attempt_ended(&span, outcome.as_ref().err());
-        let failover = outcome.as_ref().err().is_some_and(|e| e.is_retryable() && !attempts.spent());
+        let key_status = outcome.as_ref().err().and_then(|e| key_failure(&channel, e));
+        let failover = outcome.as_ref().err().is_some_and(|e| e.is_retryable() || key_status.is_some())
+            && !attempts.spent();
         telemetry::metrics::attempt(&id, outcome.as_ref().err().map_or("ok", ProxyError::reason), failover);
         match outcome {
             Ok(done) => {
                 upstreams.health.succeeded(&id);
+                if channel.is_pooled() {
+                    keys.succeeded(&id, &channel.key_id);
+                }
+                if let Some(session) = scope.session {
+                    upstreams.affinity.bind(session, &id, &channel.key_id);
+                }
                 return Ok(done);
             }
             Err(error) => {
-                if !counted.contains(&id) {
-                    upstreams.health.failed(&id, &error, scope.request_id, scope.client);
-                    counted.push(id.clone());
+                match key_status {
+                    Some(status) if status != 429 => upstreams.health.key_refused(&channel, status),
+                    Some(_) => {}
+                    None if !counted.contains(&id) => {
+                        upstreams.health.failed(&id, &error, scope.request_id, scope.client);
+                        counted.push(id.clone());
+                    }
+                    None => {}
                 }
-                if !error.is_retryable() {
+                if !error.is_retryable() && key_status.is_none() {
                     return Err(error);
                 }
-                tracing::warn!(channel = %id, attempt = attempts.made, reason = error.reason(), "upstream attempt failed");
+                tried_keys.push((id.clone(), channel.key_id.clone()));
+                let skip: Vec<String> = tried_keys.iter().filter(|(c, _)| *c == id).map(|(_, k)| k.clone()).collect();
+                if key_status.is_some() && keys.pick(&channel, &skip, None).is_some() {
+                    again = Some(channel.clone());
+                }
+                tracing::warn!(channel = %id, key = %channel.key_id, attempt = attempts.made, reason = error.reason(), "upstream attempt failed");
                 last_error = Some(error);
             }
         }
@@ -104,6 +168,18 @@ where
         tracing::error!("failover started without a candidate channel");
         ProxyError::Internal
     }))
+}
+
+/// The upstream status when `error` is the failure of the key `channel`
+/// was sent with, not of the channel: a refusal (401, 403) or a 429 on a
+/// pooled channel.
+fn key_failure(channel: &Channel, error: &ProxyError) -> Option<u16> {
+    match error {
+        ProxyError::UpstreamStatus { status, .. } if channel.is_pooled() => {
+            Some(status.as_u16()).filter(|s| matches!(s, 401 | 403 | 429))
+        }
+        _ => None,
+    }
 }
 
 // === impl Attempts ===
@@ -116,10 +192,17 @@ impl<'a> Attempts<'a> {
             candidates,
             tried: Vec::new(),
             last: None,
+            preferred: None,
             made: 0,
             max: config.max_attempts.max(1),
             backoff: Backoff::new(config.backoff_base, config.backoff_cap),
         }
+    }
+
+    /// Makes channel `id` the first attempt's when it is a candidate and
+    /// `healthy` says so.
+    pub fn prefer(&mut self, id: &str, healthy: impl Fn(&Channel) -> bool) {
+        self.preferred = self.candidates.iter().find(|c| c.id == id && healthy(c));
     }
 
     /// The channel for the next attempt, `None` when the budget is spent (or
@@ -130,7 +213,8 @@ impl<'a> Attempts<'a> {
         if self.made >= self.max || self.candidates.is_empty() {
             return None;
         }
-        let channel = match self.pick(health) {
+        let preferred = self.preferred.take().filter(|c| !health.cooling(&c.id) && !health.keys.all_cooling(c));
+        let channel = match preferred.or_else(|| self.pick(health)) {
             Some(channel) => channel,
             None => {
                 tokio::time::sleep(self.backoff.next_delay()).await;
@@ -147,6 +231,16 @@ impl<'a> Attempts<'a> {
         Some(channel.clone())
     }
 
+    /// `channel` (the last one) once more, at once, if the budget allows:
+    /// another of its keys is to be tried.
+    pub fn again(&mut self, channel: Arc<Channel>) -> Option<Arc<Channel>> {
+        if self.made >= self.max {
+            return None;
+        }
+        self.made += 1;
+        Some(channel)
+    }
+
     /// Whether no attempt is left in the budget.
     pub fn spent(&self) -> bool {
         self.made >= self.max || self.candidates.is_empty()
@@ -155,7 +249,12 @@ impl<'a> Attempts<'a> {
     /// The next untried channel, preferring those not cooling down.
     fn pick(&self, health: &crate::provider::Health) -> Option<&'a Arc<Channel>> {
         let mut skip = self.tried.clone();
-        skip.extend(self.candidates.iter().filter(|c| health.cooling(&c.id)).map(|c| c.id.as_str()));
+        skip.extend(
+            self.candidates
+                .iter()
+                .filter(|c| health.cooling(&c.id) || health.keys.all_cooling(c))
+                .map(|c| c.id.as_str()),
+        );
         pick_channel(self.candidates, &skip).or_else(|| pick_channel(self.candidates, &self.tried))
     }
 }
@@ -202,6 +301,7 @@ mod tests {
             trail: &trail,
             started: Instant::now(),
             endpoint: "/v1/chat/completions",
+            session: None,
         };
         let result = run(upstreams, scope, list, |channel| {
             tried.lock().unwrap().push(channel.id.clone());
