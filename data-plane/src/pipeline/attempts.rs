@@ -97,7 +97,7 @@ where
     }
     let mut last_error = None;
     let mut counted: Vec<String> = Vec::new();
-    // (channel id, key id) of the attempts made.
+    // (channel id, key id) of the keys that failed as keys (refused, 429).
     let mut tried_keys: Vec<(String, String)> = Vec::new();
     let mut again: Option<Arc<Channel>> = None;
     loop {
@@ -154,10 +154,13 @@ where
                 if !error.is_retryable() && key_status.is_none() {
                     return Err(error);
                 }
-                tried_keys.push((id.clone(), channel.key_id.clone()));
-                let skip: Vec<String> = tried_keys.iter().filter(|(c, _)| *c == id).map(|(_, k)| k.clone()).collect();
-                if key_status.is_some() && keys.pick(&channel, &skip, None).is_some() {
-                    again = Some(channel.clone());
+                if key_status.is_some() {
+                    tried_keys.push((id.clone(), channel.key_id.clone()));
+                    let skip: Vec<String> =
+                        tried_keys.iter().filter(|(c, _)| *c == id).map(|(_, k)| k.clone()).collect();
+                    if keys.pick(&channel, &skip, None).is_some() {
+                        again = Some(channel.clone());
+                    }
                 }
                 tracing::warn!(channel = %id, key = %channel.key_id, attempt = attempts.made, reason = error.reason(), "upstream attempt failed");
                 last_error = Some(error);
@@ -368,5 +371,98 @@ mod tests {
         let (result, tried) = drive(&upstreams, &list, &[], status(500)).await;
         assert_eq!((result.unwrap(), tried), ("a".to_owned(), vec!["a".to_owned()]));
         assert_eq!(upstreams.health.failures("a"), 0);
+    }
+
+    fn pooled(id: &str, keys: &[&str]) -> Arc<Channel> {
+        let mut channel = channel(id, 0, 1, &["g"], &["m"]);
+        channel.keys = keys
+            .iter()
+            .map(|k| crate::policy::domain::UpstreamKey { id: (*k).into(), key: format!("sk-{k}"), enabled: true })
+            .collect();
+        Arc::new(channel)
+    }
+
+    /// Runs attempts where keys in `failing` answer `code`; returns the
+    /// outcome and the keys tried, in order.
+    async fn drive_keys(
+        upstreams: &Upstreams,
+        list: &[Arc<Channel>],
+        failing: &[&str],
+        code: u16,
+        session: Option<crate::affinity::Session>,
+    ) -> (Result<String, ProxyError>, Vec<String>) {
+        let tried = Mutex::new(Vec::new());
+        let trail = Trail::default();
+        trail.update(|t| (t.group, t.model) = (Some("g".into()), Some("m".into())));
+        let scope = Scope {
+            request_id: "r1",
+            client: "t1",
+            trail: &trail,
+            started: Instant::now(),
+            endpoint: "/v1/chat/completions",
+            session,
+        };
+        let result = run(upstreams, scope, list, |channel| {
+            tried.lock().unwrap().push(channel.key_id.clone());
+            assert_eq!(channel.api_key, format!("sk-{}", channel.key_id), "the attempt is sent with its key");
+            let fails = failing.contains(&channel.key_id.as_str());
+            if fails && code == 429 {
+                // What `provider::accept` does with an upstream 429.
+                upstreams.health.keys.throttled(&channel.id, &channel.key_id, None);
+            }
+            let outcome = if fails { Err(status(code)) } else { Ok(channel.key_id.clone()) };
+            async move { outcome }
+        })
+        .await;
+        (result, tried.into_inner().unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_refused_or_throttled_key_falls_over_to_another_key_at_once() {
+        for code in [401, 403, 429] {
+            let upstreams = upstreams(3);
+            let list = [pooled("a", &["k1", "k2", "k3"])];
+            let (result, tried) = drive_keys(&upstreams, &list, &["k1", "k2"], code, None).await;
+            assert_eq!(result.unwrap(), "k3", "{code}");
+            let mut failed = tried[..tried.len() - 1].to_vec();
+            failed.sort();
+            assert!(failed.iter().all(|k| k == "k1" || k == "k2") && tried.len() <= 3, "{code}: {tried:?}");
+            assert_eq!(upstreams.health.failures("a"), 0, "a key's failure is not the channel's");
+            for _ in 0..4 {
+                let (result, _) = drive_keys(&upstreams, &list, &[], code, None).await;
+                assert_eq!(result.unwrap(), "k3", "{code}: failed keys are held out");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_channel_whose_keys_are_all_refused_is_no_channel() {
+        let upstreams = upstreams(3);
+        let list = [pooled("a", &["k1", "k2"])];
+        let (result, tried) = drive_keys(&upstreams, &list, &["k1", "k2"], 401, None).await;
+        assert_eq!(result.unwrap_err(), status(401));
+        assert_eq!(tried.len(), 2);
+        let (result, tried) = drive_keys(&upstreams, &list, &[], 401, None).await;
+        assert_eq!(result.unwrap_err(), ProxyError::NoChannel { group: "g".into(), model: "m".into() });
+        assert!(tried.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_conversation_stays_on_its_key_and_moves_when_it_fails() {
+        let upstreams = upstreams(3);
+        let list = [pooled("a", &["k1", "k2", "k3"]), pooled("b", &["k4", "k5"])];
+        let headers: axum::http::HeaderMap = [("session_id".parse().unwrap(), "s-1".parse().unwrap())].into_iter().collect();
+        let session = upstreams.affinity.session(&headers, b"{}", "m", "g");
+        let (first, _) = drive_keys(&upstreams, &list, &[], 0, session).await;
+        let first = first.unwrap();
+        for _ in 0..10 {
+            assert_eq!(drive_keys(&upstreams, &list, &[], 0, session).await.0.unwrap(), first);
+        }
+        let (moved, _) = drive_keys(&upstreams, &list, &[first.as_str()], 401, session).await;
+        let moved = moved.unwrap();
+        assert_ne!(moved, first);
+        for _ in 0..10 {
+            assert_eq!(drive_keys(&upstreams, &list, &[], 0, session).await.0.unwrap(), moved, "rebound");
+        }
     }
 }

@@ -293,7 +293,8 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
                 ChannelKind::Anthropic => "anthropic".into(),
             },
             base_url: c.base_url.clone(),
-            api_key: String::new(),
+            // Read only when the pool is empty (a channel built without one).
+            api_key: c.api_key.clone(),
             keys: c
                 .keys
                 .iter()
@@ -319,7 +320,7 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             first_byte_timeout_ms: ms(c.timeouts.first_byte),
             idle_timeout_ms: ms(c.timeouts.idle),
             total_timeout_ms: ms(c.timeouts.total),
-            has_key: !c.keys.is_empty(),
+            has_key: !c.keys.is_empty() || !c.api_key.is_empty(),
         }),
         Resource::Model(m) => K::Model(pb::Model {
             id: m.id.clone(),
