@@ -56,6 +56,10 @@ pub struct Script {
     /// A tool call the messages API makes when the request offers tools
     /// (see [`crate::mock_messages`]).
     pub tool_use: Option<crate::mock_messages::ToolUse>,
+    /// Keys (sent as `Bearer <key>` or `x-api-key`) refused with a 401.
+    pub refused_keys: Vec<String>,
+    /// Keys answered with a 429 carrying the given `Retry-After` value.
+    pub throttled_keys: Vec<(String, String)>,
 }
 
 /// One request as the mock received it.
@@ -181,6 +185,8 @@ impl Default for Script {
             cut_stream_after: None,
             expected_key: None,
             tool_use: None,
+            refused_keys: Vec::new(),
+            throttled_keys: Vec::new(),
         }
     }
 }
@@ -285,6 +291,22 @@ async fn handle(
             let given = given.or(api_key).unwrap_or_default().trim_start_matches("Bearer ");
             return error_at(uri.path(), StatusCode::UNAUTHORIZED, &format!("Incorrect API key provided: {given}"));
         }
+    }
+    let sent_key = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim_start_matches("Bearer "))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .unwrap_or_default();
+    if script.refused_keys.iter().any(|k| k == sent_key) {
+        return error_at(uri.path(), StatusCode::UNAUTHORIZED, "Incorrect API key provided");
+    }
+    if let Some((_, retry_after)) = script.throttled_keys.iter().find(|(k, _)| k == sent_key) {
+        let mut response = error_at(uri.path(), StatusCode::TOO_MANY_REQUESTS, "Rate limit reached for requests");
+        if let Ok(value) = header::HeaderValue::from_str(retry_after) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
     }
     match (&method, uri.path()) {
         (&Method::POST, "/v1/chat/completions") => chat(script, id, &body, shared.clone()).await,

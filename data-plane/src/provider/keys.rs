@@ -57,18 +57,10 @@ impl KeyHealth {
     /// that is not in `skip`, not cooling ones first. `None` when no key
     /// is usable (or the channel has no pool).
     pub fn pick<'c>(&self, channel: &'c Channel, skip: &[String], prefer: Option<&str>) -> Option<&'c UpstreamKey> {
-        let now = Instant::now();
-        let keys = self.lock();
-        let state = |k: &UpstreamKey| keys.get(&(channel.id.clone(), k.id.clone()));
-        let refused = |k: &UpstreamKey| state(k).and_then(|s| s.refused_until).is_some_and(|t| t > now);
-        let cooling = |k: &UpstreamKey| state(k).and_then(|s| s.cool_until).is_some_and(|t| t > now);
-        let usable: Vec<&UpstreamKey> = channel.keys.iter().filter(|k| k.enabled && !refused(k)).collect();
-        if let Some(key) = prefer.and_then(|id| usable.iter().find(|k| k.id == id)).filter(|k| !cooling(k)) {
-            return Some(key);
+        let (from, preferred) = self.choices(channel, skip, prefer);
+        if preferred.is_some() {
+            return preferred;
         }
-        let untried: Vec<&UpstreamKey> = usable.into_iter().filter(|k| !skip.contains(&k.id)).collect();
-        let fresh: Vec<&UpstreamKey> = untried.iter().copied().filter(|k| !cooling(k)).collect();
-        let from = if fresh.is_empty() { untried } else { fresh };
         if from.is_empty() {
             return None;
         }
@@ -76,10 +68,31 @@ impl KeyHealth {
         Some(from[turn % from.len()])
     }
 
+    /// The keys `pick` chooses among, and `prefer` when it wins outright.
+    fn choices<'c>(
+        &self,
+        channel: &'c Channel,
+        skip: &[String],
+        prefer: Option<&str>,
+    ) -> (Vec<&'c UpstreamKey>, Option<&'c UpstreamKey>) {
+        let now = Instant::now();
+        let keys = self.lock();
+        let state = |k: &UpstreamKey| keys.get(&(channel.id.clone(), k.id.clone()));
+        let refused = |k: &UpstreamKey| state(k).and_then(|s| s.refused_until).is_some_and(|t| t > now);
+        let cooling = |k: &UpstreamKey| state(k).and_then(|s| s.cool_until).is_some_and(|t| t > now);
+        let usable: Vec<&UpstreamKey> = channel.keys.iter().filter(|k| k.enabled && !refused(k)).collect();
+        if let Some(key) = prefer.and_then(|id| usable.iter().find(|k| k.id == id)).filter(|k| !cooling(k)) {
+            return (Vec::new(), Some(*key));
+        }
+        let untried: Vec<&UpstreamKey> = usable.into_iter().filter(|k| !skip.contains(&k.id)).collect();
+        let fresh: Vec<&UpstreamKey> = untried.iter().copied().filter(|k| !cooling(k)).collect();
+        (if fresh.is_empty() { untried } else { fresh }, None)
+    }
+
     /// Whether `channel` can be tried at all: it has no pool, or a key that
     /// is enabled and not refused here.
     pub fn usable(&self, channel: &Channel) -> bool {
-        channel.keys.is_empty() || self.pick(channel, &[], None).is_some()
+        channel.keys.is_empty() || !self.choices(channel, &[], None).0.is_empty()
     }
 
     /// Whether key `key_id` of `channel` is enabled, not refused and not
