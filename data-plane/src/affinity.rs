@@ -14,7 +14,7 @@
 
 use std::{
     collections::HashMap,
-    hash::{BuildHasher, Hash, Hasher},
+    hash::BuildHasher,
     sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
@@ -103,9 +103,7 @@ impl Affinity {
             return None;
         }
         let name = conversation_name(headers, body)?;
-        let mut hasher = self.hasher.build_hasher();
-        (name.as_str(), model, group).hash(&mut hasher);
-        Some(Session(hasher.finish()))
+        Some(Session(self.hasher.hash_one((name.as_str(), model, group))))
     }
 
     /// The (channel id, key id) `session` was last served by, unless it

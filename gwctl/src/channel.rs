@@ -321,8 +321,7 @@ fn model_map(channel: &pb::Channel) -> String {
 
 /// The pool for people: `k_1 (sk-abc…, enabled), …`.
 fn keys(channel: &pb::Channel) -> String {
-    let keys: Vec<String> =
-        channel.keys.iter().map(|k| format!("{} ({}…, {})", k.id, k.prefix, k.status)).collect();
+    let keys: Vec<String> = channel.keys.iter().map(|k| format!("{} ({}…, {})", k.id, k.prefix, k.status)).collect();
     output::list(&keys, "-")
 }
 

@@ -27,7 +27,10 @@ pub enum Command {
         key: KeyArgs,
     },
     /// List the channel's keys: id, prefix, status.
-    #[command(alias = "ls", after_help = "Examples:\n  gwctl channel key list main\n  gwctl channel key list main -o json")]
+    #[command(
+        alias = "ls",
+        after_help = "Examples:\n  gwctl channel key list main\n  gwctl channel key list main -o json"
+    )]
     List {
         /// Id or name of the channel.
         channel: String,

@@ -238,7 +238,7 @@ impl Shared {
 /// What a request gets, decided under the lock at arrival.
 enum Plan {
     Fail(StatusCode),
-    Serve(Script, u64),
+    Serve(Box<Script>, u64),
 }
 
 async fn handle(
@@ -274,14 +274,14 @@ async fn handle(
                 }
                 Plan::Fail(status)
             }
-            None => Plan::Serve(state.script.clone(), state.next_id),
+            None => Plan::Serve(Box::new(state.script.clone()), state.next_id),
         }
     };
     let (script, id) = match plan {
         Plan::Fail(status) => {
             return error_at(uri.path(), status, &format!("scripted failure of the mock upstream ({status})"));
         }
-        Plan::Serve(script, id) => (script, id),
+        Plan::Serve(script, id) => (*script, id),
     };
     if let Some(key) = &script.expected_key {
         let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());

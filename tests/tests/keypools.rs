@@ -37,6 +37,9 @@ async fn pooled_channel(gw: &Gateway, upstream: &MockUpstream) -> (String, [Stri
     (id, [ids[0].clone(), ids[1].clone()])
 }
 
+/// A header name and its value.
+type Header = (&'static str, &'static str);
+
 /// The key a recorded request was sent with.
 fn key_of(request: &Recorded) -> String {
     request.header("authorization").unwrap_or_default().trim_start_matches("Bearer ").to_owned()
@@ -160,7 +163,8 @@ async fn a_conversation_stays_on_one_key_and_moves_when_it_is_disabled() {
     let (id, [second, third]) = pooled_channel(&gw, &upstream).await;
     let key_ids: BTreeMap<&str, String> =
         [(UPSTREAM_KEY, "k_0".to_owned()), (SECOND_KEY, second), (THIRD_KEY, third)].into();
-    let body = json!({ "model": MODEL, "messages": [{ "role": "user", "content": "hi" }], "prompt_cache_key": "conv-1" });
+    let body =
+        json!({ "model": MODEL, "messages": [{ "role": "user", "content": "hi" }], "prompt_cache_key": "conv-1" });
 
     for _ in 0..6 {
         assert_ok(&gw.post(0, "/v1/chat/completions", Some(&gw.key), &body).await);
@@ -193,7 +197,7 @@ async fn every_way_of_naming_a_conversation_is_honoured() {
         body
     };
     let url = format!("http://{}/v1/chat/completions", gw.cluster.data_planes[0].addr);
-    let kinds: [(&str, Value, Option<(&str, &str)>); 4] = [
+    let kinds: [(&str, Value, Option<Header>); 4] = [
         ("prompt_cache_key", chat(json!({ "prompt_cache_key": "pck-1" })), None),
         ("codex session_id", chat(json!({})), Some(("session_id", "codex-1"))),
         ("claude code session", chat(json!({})), Some(("x-claude-code-session-id", "claude-1"))),
@@ -252,7 +256,10 @@ async fn pool_keys_are_sealed_at_rest_and_never_shown() {
     let shown = [
         format!("{:?}", admin.get_channel(pb::GetRequest { id: channel.clone() }).await.expect("get").into_inner()),
         format!("{:?}", admin.list_channels(pb::ListRequest::default()).await.expect("list").into_inner()),
-        format!("{:?}", admin.list_channel_keys(pb::GetRequest { id: channel.clone() }).await.expect("keys").into_inner()),
+        format!(
+            "{:?}",
+            admin.list_channel_keys(pb::GetRequest { id: channel.clone() }).await.expect("keys").into_inner()
+        ),
         cluster.gwctl(&["channel", "key", "list", &channel]).await.expect("gwctl keys").to_string(),
         cluster.gwctl(&["channel", "get", &channel]).await.expect("gwctl get").to_string(),
     ];
@@ -263,7 +270,12 @@ async fn pool_keys_are_sealed_at_rest_and_never_shown() {
     // Requests still reach the upstream with the plain pool key.
     let update = pb::UpdateChannelKeyRequest { channel_id: channel, key_id: "k_0".into(), status: "disabled".into() };
     admin.update_channel_key(update).await.expect("disable the first key");
-    let account = pb::CreateAccountRequest { name: "acme".into(), unlimited: true, groups: vec!["default".into()], ..Default::default() };
+    let account = pb::CreateAccountRequest {
+        name: "acme".into(),
+        unlimited: true,
+        groups: vec!["default".into()],
+        ..Default::default()
+    };
     let account = admin.create_account(account).await.expect("account").into_inner().id;
     let token = pb::CreateTokenRequest { account_id: account, unlimited: true, ..Default::default() };
     let token = admin.create_token(token).await.expect("token").into_inner().key;

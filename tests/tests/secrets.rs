@@ -156,7 +156,10 @@ async fn gwctl_secrets_rotate_reseals_every_key_and_a_restart_with_the_new_key_s
     let after = raw_redis_key(&redis, &channel).await;
     assert_ne!(after, before);
     assert_eq!(sealed_with(&after), Some(new.id()));
-    assert!(Keyring::new(Some(old.clone()), vec![]).open(&bound(&channel), &after).is_err(), "the old key still opens it");
+    assert!(
+        Keyring::new(Some(old.clone()), vec![]).open(&bound(&channel), &after).is_err(),
+        "the old key still opens it"
+    );
     assert_eq!(Keyring::new(Some(new.clone()), vec![]).open(&bound(&channel), &after).expect("opens"), UPSTREAM_KEY);
     served(&cluster, &upstream, &token).await;
 

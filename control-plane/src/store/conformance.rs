@@ -4,8 +4,8 @@
 //! their own, so they can share one store and run in any order; they assume
 //! no other writer is active while they compare revisions and changes.
 
-mod modify;
 mod keys;
+mod modify;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -130,7 +130,8 @@ impl SealedStore {
             let keys = self.keys.load();
             let id = channel.id.clone();
             for (binding, stored) in slots(channel) {
-                *stored = keys.open(&binding, stored).map_err(|source| StoreError::Sealed { id: id.clone(), source })?;
+                *stored =
+                    keys.open(&binding, stored).map_err(|source| StoreError::Sealed { id: id.clone(), source })?;
             }
         }
         Ok(())
@@ -164,7 +165,8 @@ impl Store for SealedStore {
             // Each slot's stored text and plain key, by what it is bound to.
             let mut before = HashMap::new();
             for (binding, stored) in slots(channel) {
-                let plain = keys.open(&binding, stored).map_err(|source| StoreError::Sealed { id: id.clone(), source })?;
+                let plain =
+                    keys.open(&binding, stored).map_err(|source| StoreError::Sealed { id: id.clone(), source })?;
                 before.insert(binding, (std::mem::replace(stored, plain.clone()), plain));
             }
             patch(resource)?;

@@ -205,9 +205,9 @@ where
     {
         upstream.max_attempts = n;
     }
-    if let Some(n) = layers.get("affinity_capacity", |t| {
-        t.parse::<usize>().map_err(|_| "must be a whole number".to_owned())
-    }) {
+    if let Some(n) =
+        layers.get("affinity_capacity", |t| t.parse::<usize>().map_err(|_| "must be a whole number".to_owned()))
+    {
         upstream.affinity_capacity = n;
     }
     if let Some(secs) = layers.get("affinity_idle_secs", positive) {

@@ -19,8 +19,8 @@ use tracing::Instrument as _;
 
 use super::Trail;
 use crate::{
-    affinity::Session, backoff::Backoff, error::ProxyError, policy::domain::Channel, policy::snapshot::pick_channel, provider::Upstreams,
-    telemetry,
+    affinity::Session, backoff::Backoff, error::ProxyError, policy::domain::Channel, policy::snapshot::pick_channel,
+    provider::Upstreams, telemetry,
 };
 
 /// The request a run of attempts is for.
@@ -127,8 +127,8 @@ where
         let outcome = attempt(channel.clone()).instrument(span.clone()).await;
         telemetry::attempt_ended(&span, outcome.as_ref().err());
         let key_status = outcome.as_ref().err().and_then(|e| key_failure(&channel, e));
-        let failover = outcome.as_ref().err().is_some_and(|e| e.is_retryable() || key_status.is_some())
-            && !attempts.spent();
+        let failover =
+            outcome.as_ref().err().is_some_and(|e| e.is_retryable() || key_status.is_some()) && !attempts.spent();
         telemetry::metrics::attempt(&id, outcome.as_ref().err().map_or("ok", ProxyError::reason), failover);
         match outcome {
             Ok(done) => {
@@ -451,7 +451,8 @@ mod tests {
     async fn a_conversation_stays_on_its_key_and_moves_when_it_fails() {
         let upstreams = upstreams(3);
         let list = [pooled("a", &["k1", "k2", "k3"]), pooled("b", &["k4", "k5"])];
-        let headers: axum::http::HeaderMap = [("session_id".parse().unwrap(), "s-1".parse().unwrap())].into_iter().collect();
+        let headers: axum::http::HeaderMap =
+            [("session_id".parse().unwrap(), "s-1".parse().unwrap())].into_iter().collect();
         let session = upstreams.affinity.session(&headers, b"{}", "m", "g");
         let (first, _) = drive_keys(&upstreams, &list, &[], 0, session).await;
         let first = first.unwrap();

@@ -9,8 +9,7 @@ use gw_proto::pb;
 use ipnet::IpNet;
 
 use crate::policy::domain::{
-    Account, Channel, ChannelKind, ChannelStatus, Group, Kind, Model, RateLimit, Resource, Timeouts, Token,
-    UpstreamKey,
+    Account, Channel, ChannelKind, ChannelStatus, Group, Kind, Model, RateLimit, Resource, Timeouts, Token, UpstreamKey,
 };
 
 const ENABLED: &str = "enabled";

@@ -67,7 +67,11 @@ struct ChannelHealth {
 impl Health {
     /// Counts failures and reports to `control` as node `node_id`.
     pub fn new(control: ControlPlane, node_id: &str) -> Health {
-        Health { channels: Mutex::default(), report_to: Some((control, node_id.to_owned())), keys: KeyHealth::default() }
+        Health {
+            channels: Mutex::default(),
+            report_to: Some((control, node_id.to_owned())),
+            keys: KeyHealth::default(),
+        }
     }
 
     /// Counts failures but reports to no one (tests, tools).

@@ -102,9 +102,8 @@ impl KeyHealth {
         let enabled = channel.keys.iter().any(|k| k.id == key_id && k.enabled);
         let keys = self.lock();
         let state = keys.get(&(channel.id.clone(), key_id.to_owned()));
-        let blocked = state.is_some_and(|s| {
-            s.refused_until.is_some_and(|t| t > now) || s.cool_until.is_some_and(|t| t > now)
-        });
+        let blocked =
+            state.is_some_and(|s| s.refused_until.is_some_and(|t| t > now) || s.cool_until.is_some_and(|t| t > now));
         enabled && !blocked
     }
 
@@ -116,9 +115,8 @@ impl KeyHealth {
         let now = Instant::now();
         let keys = self.lock();
         channel.keys.iter().filter(|k| k.enabled).all(|k| {
-            keys.get(&(channel.id.clone(), k.id.clone())).is_some_and(|s| {
-                s.cool_until.is_some_and(|t| t > now) || s.refused_until.is_some_and(|t| t > now)
-            })
+            keys.get(&(channel.id.clone(), k.id.clone()))
+                .is_some_and(|s| s.cool_until.is_some_and(|t| t > now) || s.refused_until.is_some_and(|t| t > now))
         })
     }
 
@@ -141,7 +139,12 @@ impl KeyHealth {
         let backoff = COOL_DOWN_BASE.saturating_mul(1 << state.throttled.min(7).saturating_sub(1));
         let wait = retry_after.unwrap_or(backoff).min(COOL_DOWN_CAP);
         state.cool_until = Some(Instant::now() + wait);
-        tracing::info!(channel, key = key_id, cool_down_ms = wait.as_millis() as u64, "upstream throttled a channel key");
+        tracing::info!(
+            channel,
+            key = key_id,
+            cool_down_ms = wait.as_millis() as u64,
+            "upstream throttled a channel key"
+        );
     }
 
     /// An attempt with key `key_id` of `channel` succeeded: its cool-down
@@ -171,10 +174,8 @@ mod tests {
 
     fn pooled(ids: &[&str]) -> Channel {
         let mut channel = channel("c", 0, 1, &["g"], &["m"]);
-        channel.keys = ids
-            .iter()
-            .map(|id| UpstreamKey { id: (*id).to_owned(), key: format!("sk-{id}"), enabled: true })
-            .collect();
+        channel.keys =
+            ids.iter().map(|id| UpstreamKey { id: (*id).to_owned(), key: format!("sk-{id}"), enabled: true }).collect();
         channel
     }
 

@@ -70,8 +70,7 @@ pub async fn a_refusal_disables_only_its_key(store: &dyn Store) {
     assert!(refuse("k_b").await.expect("switch"), "an enabled key is disabled");
     assert!(!refuse("k_b").await.expect("switch"), "a disabled key is not written again");
     assert!(!refuse("k_zz").await.expect("switch"), "a missing key is no error");
-    let missing =
-        switch_key_status(store, "keys-nowhere", "k_a", (ENABLED, AUTO_DISABLED), String::new(), 1).await;
+    let missing = switch_key_status(store, "keys-nowhere", "k_a", (ENABLED, AUTO_DISABLED), String::new(), 1).await;
     assert!(!missing.expect("switch"), "a missing channel is no error");
     let keys = channel(store, "keys-refused").await.keys;
     let statuses: Vec<(&str, &str)> = keys.iter().map(|k| (k.id.as_str(), k.status.as_str())).collect();
