@@ -90,7 +90,7 @@ pub struct Channel {
 }
 
 /// One upstream key of a channel's pool.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChannelKey {
     /// Short, stable within its channel.
     pub id: String,
@@ -274,11 +274,26 @@ impl ChannelKey {
         }
     }
 
-    /// What operators see of the key: its first few characters.
+    /// What operators see of the key: its first few characters (at most
+    /// half of it).
     pub fn prefix(&self) -> String {
         // A short key shows half of itself at most.
         let shown = KEY_PREFIX_CHARS.min(self.key.chars().count() / 2);
         self.key.chars().take(shown).collect()
+    }
+}
+
+// Hand-written so a pool key never reaches a log line through `{:?}`.
+impl std::fmt::Debug for ChannelKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelKey")
+            .field("id", &self.id)
+            .field("key", &"***")
+            .field("status", &self.status)
+            .field("disabled_reason", &self.disabled_reason)
+            .field("disabled_at", &self.disabled_at)
+            .field("created_at", &self.created_at)
+            .finish()
     }
 }
 
@@ -471,5 +486,55 @@ impl VideoTask {
     /// refunded). The poller visits exactly these.
     pub fn is_open(&self) -> bool {
         !self.status.is_terminal() || !self.charged || (self.status == VideoStatus::Failed && !self.refunded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn channel(api_key: &str) -> Channel {
+        Channel {
+            id: "ch_1".into(),
+            name: "main".into(),
+            kind: "openai".into(),
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: api_key.into(),
+            models: vec!["m".into()],
+            model_map: BTreeMap::new(),
+            groups: vec!["default".into()],
+            priority: 0,
+            weight: 1,
+            status: ENABLED.into(),
+            connect_timeout_ms: 0,
+            first_byte_timeout_ms: 0,
+            idle_timeout_ms: 0,
+            total_timeout_ms: 0,
+            keys: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_single_key_folds_into_the_pool_as_its_first_key() {
+        let mut c = channel("sk-single-key");
+        assert_eq!(c.pool().len(), 1, "the pool view includes a key not yet folded");
+        assert_eq!(c.first_key(), "sk-single-key");
+        c.keys.push(ChannelKey::new("k_x".into(), "sk-other".into(), 1));
+        c.fold_legacy_key(5);
+        assert!(c.api_key.is_empty());
+        let ids: Vec<&str> = c.keys.iter().map(|k| k.id.as_str()).collect();
+        assert_eq!(ids, [LEGACY_KEY_ID, "k_x"]);
+        assert_eq!((c.keys[0].key.as_str(), c.keys[0].created_at), ("sk-single-key", 5));
+        c.keys[0].status = DISABLED.into();
+        assert_eq!(c.first_key(), "sk-other", "the first enabled key");
+        assert!(c.has_key() && !channel("").has_key());
+    }
+
+    #[test]
+    fn a_key_shows_a_short_prefix_and_debug_hides_it() {
+        let key = ChannelKey::new("k_1".into(), "sk-proj-abcdefghijkl".into(), 0);
+        assert_eq!(key.prefix(), "sk-pro");
+        assert_eq!(ChannelKey::new("k_2".into(), "abcd".into(), 0).prefix(), "ab", "half of a short key");
+        assert!(!format!("{key:?}").contains("abcdef"));
     }
 }
