@@ -167,9 +167,10 @@ where
             }
         }
     }
+    // No attempt was made only when the last keys were refused meanwhile.
     Err(last_error.unwrap_or_else(|| {
-        tracing::error!("failover started without a candidate channel");
-        ProxyError::Internal
+        let fields = scope.trail.fields();
+        ProxyError::NoChannel { group: fields.group.unwrap_or_default(), model: fields.model.unwrap_or_default() }
     }))
 }
 
