@@ -12,6 +12,8 @@
 //! what they read and write with the request's `Caller`, and writes note the
 //! resource they are about for the audit log.
 
+mod keys;
+
 use std::{collections::BTreeMap, sync::Arc};
 
 use gw_proto::pb;
@@ -546,6 +548,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
             channel.groups = vec!["default".into()];
         }
         self.require_groups(&channel.groups).await?;
+        channel.fold_legacy_key(now_unix());
         if channel.weight == 0 {
             channel.weight = 1;
         }
@@ -607,7 +610,13 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 set(&mut channel.name, &name);
                 set(&mut channel.kind, &kind);
                 set(&mut channel.base_url, &base_url);
-                set(&mut channel.api_key, &api_key);
+                // A key given here replaces the pool: the channel then has
+                // exactly that key (none for an empty one).
+                if let Some(key) = &api_key {
+                    channel.api_key.clone_from(key);
+                    channel.keys.clear();
+                    channel.fold_legacy_key(now_unix());
+                }
                 set(&mut channel.models, &models);
                 set(&mut channel.groups, &groups);
                 set(&mut channel.model_map, &model_map);
@@ -626,6 +635,22 @@ impl pb::admin_service_server::AdminService for AdminApi {
         caller.target(&id);
         self.store.delete(Kind::Channel, &id).await?;
         Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn add_channel_key(&self, request: Request<pb::AddChannelKeyRequest>) -> Answer<pb::ChannelKey> {
+        keys::add(self, request).await
+    }
+
+    async fn list_channel_keys(&self, request: Request<pb::GetRequest>) -> Answer<pb::ListChannelKeysResponse> {
+        keys::list(self, request).await
+    }
+
+    async fn update_channel_key(&self, request: Request<pb::UpdateChannelKeyRequest>) -> Answer<pb::ChannelKey> {
+        keys::update(self, request).await
+    }
+
+    async fn remove_channel_key(&self, request: Request<pb::ChannelKeyRef>) -> Answer<pb::Empty> {
+        keys::remove(self, request).await
     }
 
     async fn create_model(&self, request: Request<pb::Model>) -> Answer<pb::Model> {

@@ -6,7 +6,7 @@ use gw_proto::pb;
 use crate::access::{AuditEntry, Credential};
 use crate::calendar::CalendarError;
 use crate::domain::{
-    Account, Channel, Group, Model, RateLimit, Resource, Token, UsageRecord, WindowBudget, WindowPeriod,
+    Account, Channel, ChannelKey, Group, Model, RateLimit, Resource, Token, UsageRecord, WindowBudget, WindowPeriod,
 };
 use crate::usage_summary;
 
@@ -120,13 +120,17 @@ pub fn window_budget(w: pb::WindowBudget, default_zone: &str) -> Result<Option<W
 
 /// Full channel, secret included: only for the policy stream to data planes.
 pub fn channel_with_secret(c: Channel) -> pb::Channel {
+    let keys: Vec<pb::ChannelKey> = c.pool().into_iter().map(key_with_secret).collect();
+    // Data planes that predate pools read `api_key`: the first enabled key.
+    let api_key = keys.iter().find(|k| k.status == crate::domain::ENABLED).map(|k| k.key.clone()).unwrap_or_default();
     pb::Channel {
-        has_key: !c.api_key.is_empty(),
+        has_key: c.has_key(),
+        keys,
         id: c.id,
         name: c.name,
         r#type: c.kind,
         base_url: c.base_url,
-        api_key: c.api_key,
+        api_key,
         models: c.models,
         model_map: c.model_map.into_iter().collect(),
         groups: c.groups,
@@ -140,9 +144,29 @@ pub fn channel_with_secret(c: Channel) -> pb::Channel {
     }
 }
 
-/// Channel as operators see it: the upstream key is never returned.
+/// Channel as operators see it: no upstream key, only the pool's prefixes.
 pub fn channel_redacted(c: Channel) -> pb::Channel {
-    pb::Channel { api_key: String::new(), ..channel_with_secret(c) }
+    let channel = channel_with_secret(c);
+    let keys = channel.keys.into_iter().map(|k| pb::ChannelKey { key: String::new(), ..k }).collect();
+    pb::Channel { api_key: String::new(), keys, ..channel }
+}
+
+/// A pool key with its secret: only for the policy stream to data planes.
+pub fn key_with_secret(k: ChannelKey) -> pb::ChannelKey {
+    pb::ChannelKey {
+        prefix: k.prefix(),
+        id: k.id,
+        key: k.key,
+        status: k.status,
+        disabled_reason: k.disabled_reason,
+        disabled_at: k.disabled_at,
+        created_at: k.created_at,
+    }
+}
+
+/// A pool key as operators see it: its prefix, never the key.
+pub fn key_redacted(k: ChannelKey) -> pb::ChannelKey {
+    pb::ChannelKey { key: String::new(), ..key_with_secret(k) }
 }
 
 impl From<pb::Channel> for Channel {
@@ -163,6 +187,9 @@ impl From<pb::Channel> for Channel {
             first_byte_timeout_ms: c.first_byte_timeout_ms,
             idle_timeout_ms: c.idle_timeout_ms,
             total_timeout_ms: c.total_timeout_ms,
+            // Keys are added through the pool RPCs (or `api_key`), never
+            // from a whole channel message.
+            keys: Vec::new(),
         }
     }
 }

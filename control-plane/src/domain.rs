@@ -104,6 +104,26 @@ pub struct Channel {
     pub first_byte_timeout_ms: u32,
     pub idle_timeout_ms: u32,
     pub total_timeout_ms: u32,
+    /// The key pool. A channel stored before pools existed has only
+    /// `api_key`; `Channel::fold_legacy_key` moves it in as `LEGACY_KEY_ID`.
+    #[serde(default)]
+    pub keys: Vec<ChannelKey>,
+}
+
+/// One upstream key of a channel's pool.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChannelKey {
+    /// Short, stable within its channel.
+    pub id: String,
+    /// Upstream secret: sealed at rest like `Channel::api_key`.
+    pub key: String,
+    /// `ENABLED`, `DISABLED` (operator) or `AUTO_DISABLED` (upstream refused it).
+    pub status: String,
+    #[serde(default)]
+    pub disabled_reason: String,
+    #[serde(default)]
+    pub disabled_at: i64,
+    pub created_at: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -246,6 +266,86 @@ pub struct UsagePage {
     pub items: Vec<UsageRecord>,
     /// Where the next page starts; empty when no older record is left.
     pub next: String,
+}
+
+// === impl Channel ===
+
+/// The id the single `api_key` of a channel gets in its pool.
+pub const LEGACY_KEY_ID: &str = "k_0";
+/// Characters of a key shown to operators.
+const KEY_PREFIX_CHARS: usize = 6;
+
+impl Channel {
+    /// Moves `api_key`, if set, into the pool as its first key
+    /// (`LEGACY_KEY_ID`, enabled, created `now`), leaving `api_key` empty.
+    pub fn fold_legacy_key(&mut self, now: i64) {
+        if self.api_key.is_empty() {
+            return;
+        }
+        let key = std::mem::take(&mut self.api_key);
+        self.keys.retain(|k| k.id != LEGACY_KEY_ID);
+        self.keys.insert(0, ChannelKey::new(LEGACY_KEY_ID.to_owned(), key, now));
+    }
+
+    /// The pool as data planes see it: `keys`, with a not yet folded
+    /// `api_key` first.
+    pub fn pool(&self) -> Vec<ChannelKey> {
+        let mut channel = self.clone();
+        channel.fold_legacy_key(0);
+        channel.keys
+    }
+
+    /// Whether the channel has any key.
+    pub fn has_key(&self) -> bool {
+        !self.api_key.is_empty() || !self.keys.is_empty()
+    }
+
+    /// The key a single upstream call (probe, video) uses: the first
+    /// enabled one, else empty.
+    pub fn first_key(&self) -> &str {
+        if !self.api_key.is_empty() {
+            return &self.api_key;
+        }
+        self.keys.iter().find(|k| k.status == ENABLED).map_or("", |k| k.key.as_str())
+    }
+}
+
+// === impl ChannelKey ===
+
+impl ChannelKey {
+    /// An enabled key `id` holding `key`.
+    pub fn new(id: String, key: String, now: i64) -> ChannelKey {
+        ChannelKey {
+            id,
+            key,
+            status: ENABLED.to_owned(),
+            disabled_reason: String::new(),
+            disabled_at: 0,
+            created_at: now,
+        }
+    }
+
+    /// What operators see of the key: its first few characters (at most
+    /// half of it).
+    pub fn prefix(&self) -> String {
+        // A short key shows half of itself at most.
+        let shown = KEY_PREFIX_CHARS.min(self.key.chars().count() / 2);
+        self.key.chars().take(shown).collect()
+    }
+}
+
+// Hand-written so a pool key never reaches a log line through `{:?}`.
+impl std::fmt::Debug for ChannelKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelKey")
+            .field("id", &self.id)
+            .field("key", &"***")
+            .field("status", &self.status)
+            .field("disabled_reason", &self.disabled_reason)
+            .field("disabled_at", &self.disabled_at)
+            .field("created_at", &self.created_at)
+            .finish()
+    }
 }
 
 // === impl Group ===
@@ -462,5 +562,50 @@ mod tests {
         .unwrap();
         assert_eq!((record.completion_tokens, record.reasoning_tokens, record.cache_write_1h_tokens), (6, 0, 0));
         assert_eq!(record.tier, 0);
+    }
+
+    fn channel(api_key: &str) -> Channel {
+        Channel {
+            id: "ch_1".into(),
+            name: "main".into(),
+            kind: "openai".into(),
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: api_key.into(),
+            models: vec!["m".into()],
+            model_map: BTreeMap::new(),
+            groups: vec!["default".into()],
+            priority: 0,
+            weight: 1,
+            status: ENABLED.into(),
+            connect_timeout_ms: 0,
+            first_byte_timeout_ms: 0,
+            idle_timeout_ms: 0,
+            total_timeout_ms: 0,
+            keys: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_single_key_folds_into_the_pool_as_its_first_key() {
+        let mut c = channel("sk-single-key");
+        assert_eq!(c.pool().len(), 1, "the pool view includes a key not yet folded");
+        assert_eq!(c.first_key(), "sk-single-key");
+        c.keys.push(ChannelKey::new("k_x".into(), "sk-other".into(), 1));
+        c.fold_legacy_key(5);
+        assert!(c.api_key.is_empty());
+        let ids: Vec<&str> = c.keys.iter().map(|k| k.id.as_str()).collect();
+        assert_eq!(ids, [LEGACY_KEY_ID, "k_x"]);
+        assert_eq!((c.keys[0].key.as_str(), c.keys[0].created_at), ("sk-single-key", 5));
+        c.keys[0].status = DISABLED.into();
+        assert_eq!(c.first_key(), "sk-other", "the first enabled key");
+        assert!(c.has_key() && !channel("").has_key());
+    }
+
+    #[test]
+    fn a_key_shows_a_short_prefix_and_debug_hides_it() {
+        let key = ChannelKey::new("k_1".into(), "sk-proj-abcdefghijkl".into(), 0);
+        assert_eq!(key.prefix(), "sk-pro");
+        assert_eq!(ChannelKey::new("k_2".into(), "abcd".into(), 0).prefix(), "ab", "half of a short key");
+        assert!(!format!("{key:?}").contains("abcdef"));
     }
 }

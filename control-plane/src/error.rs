@@ -9,7 +9,9 @@ use crate::usage_summary::SummaryError;
 impl From<StoreError> for Status {
     fn from(error: StoreError) -> Status {
         match error {
-            StoreError::NotFound { .. } | StoreError::NoCredential { .. } => Status::not_found(error.to_string()),
+            StoreError::NotFound { .. } | StoreError::NoCredential { .. } | StoreError::NoKey { .. } => {
+                Status::not_found(error.to_string())
+            }
             StoreError::AlreadyExists { .. }
             | StoreError::NameTaken { .. }
             | StoreError::CredentialExists { .. }

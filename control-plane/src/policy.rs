@@ -17,7 +17,7 @@ use crate::{
     budget::Authority,
     continuity::Continuity,
     convert,
-    domain::{AUTO_DISABLED, Change, ENABLED, Kind, UsageRecord},
+    domain::{AUTO_DISABLED, Change, ENABLED, Kind, UsageRecord, now_unix},
     error::error_chain,
     fleet::Fleet,
     ledger::Ledger,
@@ -245,6 +245,10 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         let request = crate::peer::with_node(request, |r| &mut r.node_id);
         let mut disabled = Vec::new();
         for failure in request.failures {
+            if !failure.key_id.is_empty() {
+                self.key_refused(&request.node_id, &failure).await?;
+                continue;
+            }
             if failure.consecutive_failures < AUTO_DISABLE_AFTER {
                 continue;
             }
@@ -266,6 +270,28 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             self.fleet.seen(&request.node_id);
         }
         Ok(Response::new(pb::ChannelHealthResponse { disabled }))
+    }
+}
+
+// === impl PolicyApi ===
+
+impl PolicyApi {
+    /// A data plane saw the upstream refuse one key of a channel's pool
+    /// (401, 403): that key alone leaves rotation, at once, unless an
+    /// operator already disabled it. Other statuses are ignored.
+    async fn key_refused(&self, node_id: &str, failure: &pb::ChannelFailure) -> Result<(), Status> {
+        if !matches!(failure.last_status, 401 | 403) {
+            return Ok(());
+        }
+        let reason = format!("upstream answered {}", failure.last_status);
+        let (channel, key) = (&failure.channel_id, &failure.key_id);
+        let switched =
+            store::switch_key_status(self.store.as_ref(), channel, key, (ENABLED, AUTO_DISABLED), reason, now_unix())
+                .await?;
+        if switched {
+            tracing::warn!(%channel, %key, node = %node_id, status = failure.last_status, "upstream refused a channel key; key auto-disabled");
+        }
+        Ok(())
     }
 }
 

@@ -103,13 +103,13 @@ async fn answers(client: &reqwest::Client, channel: &Channel) -> bool {
     let url = format!("{}/models", channel.base_url.trim_end_matches('/'));
     let mut request = client.get(url);
     if channel.kind == "anthropic" {
-        let Ok(mut key) = HeaderValue::from_str(&channel.api_key) else {
+        let Ok(mut key) = HeaderValue::from_str(channel.first_key()) else {
             return false;
         };
         key.set_sensitive(true);
         request = request.header("x-api-key", key).header("anthropic-version", "2023-06-01");
-    } else if !channel.api_key.is_empty() {
-        let Ok(mut bearer) = HeaderValue::from_str(&format!("Bearer {}", channel.api_key)) else {
+    } else if !channel.first_key().is_empty() {
+        let Ok(mut bearer) = HeaderValue::from_str(&format!("Bearer {}", channel.first_key())) else {
             return false;
         };
         bearer.set_sensitive(true);

@@ -7,6 +7,7 @@
 //! `start` runs the whole thing in-process and returns a `Handle`; the
 //! `gw-data-plane` binary is a thin wrapper around it.
 
+mod affinity;
 mod backoff;
 mod config;
 mod durable;

@@ -67,6 +67,9 @@ pub enum Command {
         after_help = "Examples:\n  gwctl channel delete main --dry-run\n  gwctl channel delete main --yes"
     )]
     Delete(DeleteArgs),
+    /// The channel's pool of upstream keys.
+    #[command(subcommand)]
+    Key(crate::channel_key::Command),
 }
 
 #[derive(Debug, clap::Args)]
@@ -173,7 +176,8 @@ pub struct KeyArgs {
     /// local user.
     #[arg(long, conflicts_with = "key_file")]
     key: Option<String>,
-    /// File holding the upstream API key (surrounding white space ignored).
+    /// File holding the upstream API key (surrounding white space
+    /// ignored); `-` reads standard input.
     #[arg(long, value_name = "PATH")]
     key_file: Option<std::path::PathBuf>,
 }
@@ -186,6 +190,9 @@ impl KeyArgs {
     fn read(self, stdin: impl FnOnce() -> std::io::Result<String>) -> Result<Option<String>> {
         let key = match (self.key, self.key_file) {
             (Some(key), _) if key == "-" => stdin().context("reading the upstream key from standard input")?,
+            (None, Some(path)) if path.as_os_str() == "-" => {
+                stdin().context("reading the upstream key from standard input")?
+            }
             (Some(key), _) => key,
             (None, Some(path)) => {
                 std::fs::read_to_string(&path).with_context(|| format!("reading the key file {}", path.display()))?
@@ -197,6 +204,16 @@ impl KeyArgs {
             bail!("the upstream key is empty (an unset variable?); pass --no-key if the upstream needs none");
         }
         Ok(Some(key))
+    }
+
+    /// The key given, which must be: from `--key`, `--key-file` or
+    /// standard input, never empty.
+    pub fn read_required(self) -> Result<String> {
+        match self.read(read_stdin) {
+            Ok(Some(key)) => Ok(key),
+            Ok(None) => bail!("give the upstream key with --key-file PATH, --key-file - (standard input) or --key KEY"),
+            Err(error) => Err(error),
+        }
     }
 }
 
@@ -232,6 +249,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
         }
         Command::Disable { channel } => set_status(admin, out, channel, Status::Disabled).await,
         Command::Enable { channel } => set_status(admin, out, channel, Status::Enabled).await,
+        Command::Key(command) => crate::channel_key::run(command, admin, out).await,
         Command::Delete(args) => {
             let id = resolve::channel(admin, &args.target).await?;
             if !args.dry_run {
@@ -301,6 +319,12 @@ fn model_map(channel: &pb::Channel) -> String {
     output::list(&pairs, "-")
 }
 
+/// The pool for people: `k_1 (sk-abc…, enabled), …`.
+fn keys(channel: &pb::Channel) -> String {
+    let keys: Vec<String> = channel.keys.iter().map(|k| format!("{} ({}…, {})", k.id, k.prefix, k.status)).collect();
+    output::list(&keys, "-")
+}
+
 fn timeout(ms: u32) -> String {
     match ms {
         0 => "default".to_string(),
@@ -362,6 +386,7 @@ impl Render for pb::Channel {
             ("first byte timeout", timeout(self.first_byte_timeout_ms)),
             ("idle timeout", timeout(self.idle_timeout_ms)),
             ("total timeout", timeout(self.total_timeout_ms)),
+            ("keys", keys(self)),
         ]
     }
 }

@@ -412,3 +412,51 @@ async fn deletes_without_yes_are_refused_when_nobody_can_be_asked() {
     assert_eq!(dry, "would delete group \"trial\" (dry run)\n");
     assert_eq!(gw.table(&["group", "delete", "trial", "--yes"]).await, "deleted group \"trial\"\n");
 }
+
+#[tokio::test]
+async fn channel_keys_are_added_listed_disabled_and_removed_by_prefix_only() {
+    let gw = Gateway::start().await;
+    let args = ["channel", "create", "--name", "pool", "--base-url", "http://127.0.0.1:9/v1", "--models", "m"];
+    let channel = gw.json(&[&args[..], &["--key", "sk-first-secret-aaaa"]].concat()).await;
+    assert_eq!(channel["keys"][0]["id"], "k_0", "the channel's key is the first of its pool");
+    let key_file = gw.dir.path().join("second.key");
+    std::fs::write(&key_file, "sk-second-secret-bbbb\n").unwrap();
+    let added = gw.json(&["channel", "key", "add", "pool", "--key-file", key_file.to_str().unwrap()]).await;
+    let second = added["id"].as_str().unwrap().to_owned();
+    assert!(second.starts_with("k_"), "{added}");
+    assert_eq!((added["prefix"].as_str(), added["status"].as_str()), (Some("sk-sec"), Some("enabled")));
+    let again = gw.error(&["channel", "key", "add", "pool", "--key-file", key_file.to_str().unwrap()]).await;
+    assert!(again.contains("already holds this key"), "{again}");
+
+    let disabled = gw.json(&["channel", "key", "disable", "pool", &second]).await;
+    assert_eq!(disabled["status"], "disabled");
+    assert_eq!(disabled["disabled_reason"], "disabled by an operator");
+    let listed = gw.json(&["channel", "key", "list", "pool"]).await;
+    let statuses: Vec<(&str, &str)> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["id"].as_str().unwrap(), k["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(statuses, [("k_0", "enabled"), (second.as_str(), "disabled")]);
+    assert_eq!(gw.json(&["channel", "key", "enable", "pool", &second]).await["disabled_at"], 0);
+
+    for output in ["json", "table", "wide", "yaml", "csv"] {
+        for args in [&["channel", "key", "list", "pool"][..], &["channel", "get", "pool"], &["channel", "list"]] {
+            let text = gw.gwctl(output, args).await.unwrap();
+            assert!(!text.contains("secret"), "{output} {args:?}: {text}");
+        }
+    }
+    let missing = gw.error(&["channel", "key", "disable", "pool", "k_nope"]).await;
+    assert!(missing.contains("has no key \"k_nope\""), "{missing}");
+    let removed = gw.json(&["channel", "key", "remove", "pool", "k_0", "--yes"]).await;
+    assert_eq!(removed["deleted"], true);
+    let left = gw.json(&["channel", "key", "list", "pool"]).await;
+    assert_eq!(left["items"].as_array().unwrap().len(), 1);
+    assert_eq!(left["items"][0]["id"], second.as_str());
+    let audit = gw.json(&["audit", "list"]).await;
+    let methods: Vec<&str> = audit["items"].as_array().unwrap().iter().filter_map(|e| e["method"].as_str()).collect();
+    for method in ["AddChannelKey", "UpdateChannelKey", "RemoveChannelKey"] {
+        assert!(methods.contains(&method), "{method} not audited: {methods:?}");
+    }
+}

@@ -5,6 +5,7 @@
 mod account;
 mod audit;
 mod channel;
+mod channel_key;
 mod cli;
 mod client;
 mod config;

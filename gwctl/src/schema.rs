@@ -132,6 +132,22 @@ pub struct Channel {
     pub first_byte_timeout_ms: u32,
     pub idle_timeout_ms: u32,
     pub total_timeout_ms: u32,
+    /// The key pool, by prefix.
+    pub keys: Vec<ChannelKey>,
+}
+
+/// One upstream key of a channel's pool: never the key, only its first
+/// characters.
+#[derive(Debug, Serialize)]
+pub struct ChannelKey {
+    pub id: String,
+    pub prefix: String,
+    /// `enabled`, `disabled` or `auto_disabled` (the upstream refused it).
+    pub status: String,
+    pub disabled_reason: String,
+    /// Unix seconds; 0 when enabled.
+    pub disabled_at: i64,
+    pub created_at: i64,
 }
 
 /// A catalogue model; token prices are per 1M tokens.
@@ -527,6 +543,20 @@ impl From<&pb::Channel> for Channel {
             first_byte_timeout_ms: c.first_byte_timeout_ms,
             idle_timeout_ms: c.idle_timeout_ms,
             total_timeout_ms: c.total_timeout_ms,
+            keys: c.keys.iter().map(ChannelKey::from).collect(),
+        }
+    }
+}
+
+impl From<&pb::ChannelKey> for ChannelKey {
+    fn from(k: &pb::ChannelKey) -> ChannelKey {
+        ChannelKey {
+            id: k.id.clone(),
+            prefix: k.prefix.clone(),
+            status: k.status.clone(),
+            disabled_reason: k.disabled_reason.clone(),
+            disabled_at: k.disabled_at,
+            created_at: k.created_at,
         }
     }
 }
@@ -811,6 +841,14 @@ mod tests {
             idle_timeout_ms: 0,
             total_timeout_ms: 0,
             has_key: true,
+            keys: vec![pb::ChannelKey {
+                id: "k_0".into(),
+                key: "sk-upstream-secret".into(),
+                prefix: "sk-ups".into(),
+                status: "enabled".into(),
+                created_at: 1_700_000_000,
+                ..Default::default()
+            }],
         };
         let text = json_text(&Channel::from(&channel)).unwrap();
         assert!(!text.contains("secret"), "{text}");

@@ -65,6 +65,10 @@ pub struct Script {
     /// A tool call the messages API makes when the request offers tools
     /// (see [`crate::mock_messages`]).
     pub tool_use: Option<crate::mock_messages::ToolUse>,
+    /// Keys (sent as `Bearer <key>` or `x-api-key`) refused with a 401.
+    pub refused_keys: Vec<String>,
+    /// Keys answered with a 429 carrying the given `Retry-After` value.
+    pub throttled_keys: Vec<(String, String)>,
 }
 
 /// One request as the mock received it.
@@ -193,6 +197,8 @@ impl Default for Script {
             cut_stream_after: None,
             expected_key: None,
             tool_use: None,
+            refused_keys: Vec::new(),
+            throttled_keys: Vec::new(),
         }
     }
 }
@@ -244,7 +250,7 @@ impl Shared {
 /// What a request gets, decided under the lock at arrival.
 enum Plan {
     Fail(StatusCode),
-    Serve(Script, u64),
+    Serve(Box<Script>, u64),
 }
 
 async fn handle(
@@ -280,14 +286,14 @@ async fn handle(
                 }
                 Plan::Fail(status)
             }
-            None => Plan::Serve(state.script.clone(), state.next_id),
+            None => Plan::Serve(Box::new(state.script.clone()), state.next_id),
         }
     };
     let (script, id) = match plan {
         Plan::Fail(status) => {
             return error_at(uri.path(), status, &format!("scripted failure of the mock upstream ({status})"));
         }
-        Plan::Serve(script, id) => (script, id),
+        Plan::Serve(script, id) => (*script, id),
     };
     if let Some(key) = &script.expected_key {
         let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
@@ -297,6 +303,22 @@ async fn handle(
             let given = given.or(api_key).unwrap_or_default().trim_start_matches("Bearer ");
             return error_at(uri.path(), StatusCode::UNAUTHORIZED, &format!("Incorrect API key provided: {given}"));
         }
+    }
+    let sent_key = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim_start_matches("Bearer "))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .unwrap_or_default();
+    if script.refused_keys.iter().any(|k| k == sent_key) {
+        return error_at(uri.path(), StatusCode::UNAUTHORIZED, "Incorrect API key provided");
+    }
+    if let Some((_, retry_after)) = script.throttled_keys.iter().find(|(k, _)| k == sent_key) {
+        let mut response = error_at(uri.path(), StatusCode::TOO_MANY_REQUESTS, "Rate limit reached for requests");
+        if let Ok(value) = header::HeaderValue::from_str(retry_after) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
     }
     match (&method, uri.path()) {
         (&Method::POST, "/v1/chat/completions") => chat(script, id, &body, shared.clone()).await,

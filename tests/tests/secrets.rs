@@ -71,7 +71,14 @@ async fn raw_redis_key(redis: &RedisServer, channel: &str) -> String {
     let json: String = redis::cmd("HGET").arg("gw:channel").arg(channel).query_async(&mut conn).await.expect("HGET");
     assert!(!json.contains(UPSTREAM_KEY), "the Redis hash holds the plain key: {json}");
     let value: serde_json::Value = serde_json::from_str(&json).expect("channel JSON");
-    value["api_key"].as_str().expect("api_key").to_owned()
+    assert_eq!(value["api_key"], "", "the channel's key moved into its pool");
+    assert_eq!(value["keys"][0]["id"], "k_0");
+    value["keys"][0]["key"].as_str().expect("pool key").to_owned()
+}
+
+/// What the seal of `channel`'s first pool key is bound to.
+fn bound(channel: &str) -> String {
+    format!("{channel}/k_0")
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -94,7 +101,7 @@ async fn the_redis_hash_holds_only_sealed_keys_and_requests_still_work() {
     let stored = raw_redis_key(&redis, &channel).await;
     assert!(stored.starts_with(SEALED_PREFIX), "{stored}");
     assert_eq!(sealed_with(&stored), Some(key.id()));
-    assert_eq!(Keyring::new(Some(key), vec![]).open(&channel, &stored).expect("opens"), UPSTREAM_KEY);
+    assert_eq!(Keyring::new(Some(key), vec![]).open(&bound(&channel), &stored).expect("opens"), UPSTREAM_KEY);
     served(&cluster, &upstream, &token).await;
 
     // The data plane's saved snapshot is sealed too.
@@ -149,8 +156,11 @@ async fn gwctl_secrets_rotate_reseals_every_key_and_a_restart_with_the_new_key_s
     let after = raw_redis_key(&redis, &channel).await;
     assert_ne!(after, before);
     assert_eq!(sealed_with(&after), Some(new.id()));
-    assert!(Keyring::new(Some(old.clone()), vec![]).open(&channel, &after).is_err(), "the old key still opens it");
-    assert_eq!(Keyring::new(Some(new.clone()), vec![]).open(&channel, &after).expect("opens"), UPSTREAM_KEY);
+    assert!(
+        Keyring::new(Some(old.clone()), vec![]).open(&bound(&channel), &after).is_err(),
+        "the old key still opens it"
+    );
+    assert_eq!(Keyring::new(Some(new.clone()), vec![]).open(&bound(&channel), &after).expect("opens"), UPSTREAM_KEY);
     served(&cluster, &upstream, &token).await;
 
     // A replica given only the old key refuses to start; one given the new

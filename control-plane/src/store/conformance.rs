@@ -4,6 +4,7 @@
 //! their own, so they can share one store and run in any order; they assume
 //! no other writer is active while they compare revisions and changes.
 
+mod keys;
 mod modify;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +27,7 @@ pub async fn run(store: Arc<dyn Store>) {
     crud_round_trips_every_kind(&*store).await;
     counters_survive_modify(&*store).await;
     modify::run(store.clone()).await;
+    keys::run(store.clone()).await;
     revisions_strictly_increase_per_write(&*store).await;
     changes_since_returns_the_writes_after_a_revision(&*store).await;
     snapshot_holds_everything_at_its_revision(&*store).await;
@@ -682,6 +684,7 @@ pub fn sample(kind: Kind, id: &str) -> Resource {
             first_byte_timeout_ms: 2_000,
             idle_timeout_ms: 3_000,
             total_timeout_ms: 4_000,
+            keys: Vec::new(),
         }),
         Kind::Model => Resource::Model(Model {
             id: id.to_owned(),

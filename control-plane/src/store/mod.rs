@@ -56,6 +56,9 @@ pub const APPLIED_TTL_SECS: u64 = 31 * 24 * 60 * 60;
 pub enum StoreError {
     #[error("{kind} {id:?} not found")]
     NotFound { kind: Kind, id: String },
+    /// A channel's pool has no key of the id.
+    #[error("channel {channel:?} has no key {key:?}")]
+    NoKey { channel: String, key: String },
     #[error("{kind} {id:?} already exists")]
     AlreadyExists { kind: Kind, id: String },
     /// Another resource of the kind has the name (`owner`, when known).
@@ -243,6 +246,38 @@ pub async fn switch_channel_status(store: &dyn Store, id: &str, from: &'static s
         Ok(())
     });
     match store.modify(Kind::Channel, id, patch).await {
+        Ok(modified) => Ok(modified.revision.is_some()),
+        Err(StoreError::NotFound { .. }) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// Sets the status of key `key_id` of channel `channel_id` to `to` if it
+/// is `from`, noting `reason` and `now`, in one atomic write; whether it
+/// did. A missing channel or key is not an error (false).
+pub async fn switch_key_status(
+    store: &dyn Store,
+    channel_id: &str,
+    key_id: &str,
+    (from, to): (&'static str, &'static str),
+    reason: String,
+    now: i64,
+) -> Result<bool> {
+    let key_id = key_id.to_owned();
+    let patch: Patch = Box::new(move |resource| {
+        if let Resource::Channel(channel) = resource
+            && channel.pool().iter().any(|k| k.id == key_id && k.status == from)
+        {
+            channel.fold_legacy_key(now);
+            if let Some(key) = channel.keys.iter_mut().find(|k| k.id == key_id) {
+                key.status = to.to_owned();
+                key.disabled_reason.clone_from(&reason);
+                key.disabled_at = now;
+            }
+        }
+        Ok(())
+    });
+    match store.modify(Kind::Channel, channel_id, patch).await {
         Ok(modified) => Ok(modified.revision.is_some()),
         Err(StoreError::NotFound { .. }) => Ok(false),
         Err(error) => Err(error),

@@ -6,7 +6,7 @@
 //! key as it was keeps the stored ciphertext, so an unchanged resource
 //! writes nothing.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
@@ -17,7 +17,7 @@ use super::{
     VideoWrite,
 };
 use crate::{
-    domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord, VideoTask},
+    domain::{Change, Channel, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord, VideoTask},
     secrets::{Keyring, sealed_with},
 };
 
@@ -30,12 +30,22 @@ pub struct SealedStore {
 /// What `SealedStore::inspect` found among the stored keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inventory {
-    /// Channels whose key is stored in plain text.
+    /// Upstream keys (a channel's `api_key` or pool keys) stored in plain text.
     pub plain: usize,
-    /// Channels whose key is sealed under the current master key.
+    /// Upstream keys sealed under the current master key.
     pub current: usize,
-    /// Channels whose key is sealed under another key of the ring.
+    /// Upstream keys sealed under another key of the ring.
     pub older: usize,
+}
+
+/// Every secret of `channel` with what its seal is bound to: `api_key` to
+/// the channel id, each pool key to the channel id and its key id.
+fn slots(channel: &mut Channel) -> Vec<(String, &mut String)> {
+    let mut slots = vec![(channel.id.clone(), &mut channel.api_key)];
+    for key in &mut channel.keys {
+        slots.push((format!("{}/{}", channel.id, key.id), &mut key.key));
+    }
+    slots
 }
 
 // === impl SealedStore ===
@@ -56,13 +66,14 @@ impl SealedStore {
         let keys = self.keys.load();
         let mut inventory = Inventory::default();
         for resource in self.inner.list(Kind::Channel).await? {
-            if let Resource::Channel(channel) = resource {
-                keys.open(&channel.id, &channel.api_key)
-                    .map_err(|source| StoreError::Sealed { id: channel.id.clone(), source })?;
-                match sealed_with(&channel.api_key) {
-                    _ if channel.api_key.is_empty() => {}
+            let Resource::Channel(mut channel) = resource else { continue };
+            let id = channel.id.clone();
+            for (binding, stored) in slots(&mut channel) {
+                keys.open(&binding, stored).map_err(|source| StoreError::Sealed { id: id.clone(), source })?;
+                match sealed_with(stored) {
+                    _ if stored.is_empty() => {}
                     None => inventory.plain += 1,
-                    Some(id) if Some(id) == keys.current_id() => inventory.current += 1,
+                    Some(key) if Some(key) == keys.current_id() => inventory.current += 1,
                     Some(_) => inventory.older += 1,
                 }
             }
@@ -85,12 +96,14 @@ impl SealedStore {
             let Resource::Channel(channel) = resource else { continue };
             let ring = keys.clone();
             let patch: Patch = Box::new(move |resource| {
-                if let Resource::Channel(channel) = resource
-                    && let Some(sealed) = ring
-                        .reseal(&channel.id, &channel.api_key)
-                        .map_err(|source| StoreError::Sealed { id: channel.id.clone(), source })?
-                {
-                    channel.api_key = sealed;
+                let Resource::Channel(channel) = resource else { return Ok(()) };
+                let id = channel.id.clone();
+                for (binding, stored) in slots(channel) {
+                    if let Some(sealed) =
+                        ring.reseal(&binding, stored).map_err(|source| StoreError::Sealed { id: id.clone(), source })?
+                    {
+                        *stored = sealed;
+                    }
                 }
                 Ok(())
             });
@@ -105,17 +118,21 @@ impl SealedStore {
 
     fn seal(&self, resource: &mut Resource) {
         if let Resource::Channel(channel) = resource {
-            channel.api_key = self.keys.load().seal(&channel.id, &channel.api_key);
+            let keys = self.keys.load();
+            for (binding, stored) in slots(channel) {
+                *stored = keys.seal(&binding, stored);
+            }
         }
     }
 
     fn open(&self, resource: &mut Resource) -> Result<()> {
         if let Resource::Channel(channel) = resource {
-            channel.api_key = self
-                .keys
-                .load()
-                .open(&channel.id, &channel.api_key)
-                .map_err(|source| StoreError::Sealed { id: channel.id.clone(), source })?;
+            let keys = self.keys.load();
+            let id = channel.id.clone();
+            for (binding, stored) in slots(channel) {
+                *stored =
+                    keys.open(&binding, stored).map_err(|source| StoreError::Sealed { id: id.clone(), source })?;
+            }
         }
         Ok(())
     }
@@ -144,15 +161,22 @@ impl Store for SealedStore {
         let sealing: Patch = Box::new(move |resource| {
             let Resource::Channel(channel) = resource else { return patch(resource) };
             let keys = keys.load();
-            let stored = channel.api_key.clone();
-            let plain = keys
-                .open(&channel.id, &stored)
-                .map_err(|source| StoreError::Sealed { id: channel.id.clone(), source })?;
-            channel.api_key = plain.clone();
+            let id = channel.id.clone();
+            // Each slot's stored text and plain key, by what it is bound to.
+            let mut before = HashMap::new();
+            for (binding, stored) in slots(channel) {
+                let plain =
+                    keys.open(&binding, stored).map_err(|source| StoreError::Sealed { id: id.clone(), source })?;
+                before.insert(binding, (std::mem::replace(stored, plain.clone()), plain));
+            }
             patch(resource)?;
             if let Resource::Channel(channel) = resource {
-                channel.api_key =
-                    if channel.api_key == plain { stored } else { keys.seal(&channel.id, &channel.api_key) };
+                for (binding, slot) in slots(channel) {
+                    *slot = match before.remove(&binding) {
+                        Some((stored, plain)) if *slot == plain => stored,
+                        _ => keys.seal(&binding, slot),
+                    };
+                }
             }
             Ok(())
         });

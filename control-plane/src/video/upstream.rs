@@ -65,7 +65,7 @@ impl Upstream {
         let response = self
             .http
             .get(url)
-            .bearer_auth(&channel.api_key)
+            .bearer_auth(channel.first_key())
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await

@@ -54,6 +54,18 @@ pub static SETTINGS: &[Setting] = &[
     ),
     Setting::new("max_attempts", "GW_DP_MAX_ATTEMPTS", Some("3"), "Upstream attempts per request, across channels"),
     Setting::new(
+        "affinity_capacity",
+        "GW_DP_AFFINITY_CAPACITY",
+        Some("100000"),
+        "Conversations whose channel and key are remembered; 0 turns affinity off",
+    ),
+    Setting::new(
+        "affinity_idle_secs",
+        "GW_DP_AFFINITY_IDLE_SECS",
+        Some("3600"),
+        "Seconds an idle conversation stays bound to its channel and key",
+    ),
+    Setting::new(
         "connect_timeout_ms",
         "GW_DP_CONNECT_TIMEOUT_MS",
         Some("10000"),
@@ -192,6 +204,14 @@ where
         layers.get("max_attempts", |t| positive(t).and_then(|n| u32::try_from(n).map_err(|e| e.to_string())))
     {
         upstream.max_attempts = n;
+    }
+    if let Some(n) =
+        layers.get("affinity_capacity", |t| t.parse::<usize>().map_err(|_| "must be a whole number".to_owned()))
+    {
+        upstream.affinity_capacity = n;
+    }
+    if let Some(secs) = layers.get("affinity_idle_secs", positive) {
+        upstream.affinity_idle = Duration::from_secs(secs);
     }
     for (name, timeout) in [
         ("connect_timeout_ms", &mut upstream.connect_timeout),

@@ -116,7 +116,11 @@ async fn handle(app: Arc<App>, api: Api, request: Request) -> Result<Response, P
     let (model, candidates) = pipeline::route(&admitted, &call.model, api.path())?;
     let charge = pipeline::reserve(&app, &admitted, model.clone(), api.path(), call.bound()).await?;
     let (app, call, charge) = (&*app, &call, &charge);
-    pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| {
+    let scope = match &call.body {
+        CallBody::Json(json) => admitted.scope_in_conversation(app, json.raw(), &call.model),
+        CallBody::Form(_) => admitted.scope_in_conversation(app, &[], &call.model),
+    };
+    pipeline::attempts(&app.upstreams, scope, candidates, |channel| {
         let charge = charge.on_channel(&channel);
         app.usage.in_flight(charge, call.len(), |charge| forward(app, channel, call, charge))
     })

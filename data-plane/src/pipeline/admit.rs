@@ -82,7 +82,15 @@ impl Admitted {
             trail: &self.trail,
             started: self.started,
             endpoint: self.parts.uri.path(),
+            session: None,
         }
+    }
+
+    /// The scope of this request's upstream attempts, bound to the
+    /// conversation its headers or `body` name (see `affinity`) for `model`.
+    pub fn scope_in_conversation(&self, app: &super::App, body: &[u8], model: &str) -> super::Scope<'_> {
+        let session = app.upstreams.affinity.session(&self.parts.headers, body, model, &self.caller.group.name);
+        super::Scope { session, ..self.scope() }
     }
 
     /// What this request to `endpoint` for `model` is billed as, before a

@@ -9,12 +9,14 @@ use gw_proto::pb;
 use ipnet::IpNet;
 
 use crate::policy::domain::{
-    Account, Channel, ChannelKind, ChannelStatus, Group, Kind, Model, RateLimit, Resource, Timeouts, Token,
+    Account, Channel, ChannelKind, ChannelStatus, Group, Kind, Model, RateLimit, Resource, Timeouts, Token, UpstreamKey,
 };
 
 const ENABLED: &str = "enabled";
 const DISABLED: &str = "disabled";
 const AUTO_DISABLED: &str = "auto_disabled";
+/// The id a control plane gives a channel's single key in its pool.
+const LEGACY_KEY_ID: &str = "k_0";
 
 /// Why a resource could not be converted.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -181,12 +183,26 @@ fn channel(c: pb::Channel) -> Result<Channel, ConvertError> {
         // Anything unknown is taken out of rotation rather than trusted.
         _ => ChannelStatus::Disabled,
     };
+    let mut keys: Vec<UpstreamKey> = c
+        .keys
+        .into_iter()
+        .filter(|k| !k.key.is_empty())
+        .map(|k| UpstreamKey { enabled: k.status == ENABLED, id: k.id, key: k.key })
+        .collect();
+    if keys.is_empty() && !c.api_key.is_empty() {
+        // A control plane that predates key pools sends the one key alone.
+        keys.push(UpstreamKey { id: LEGACY_KEY_ID.to_owned(), key: c.api_key, enabled: true });
+    }
+    let first = keys.iter().find(|k| k.enabled);
+    let (api_key, key_id) = first.map(|k| (k.key.clone(), k.id.clone())).unwrap_or_default();
     Ok(Channel {
         id: c.id,
         name: c.name,
         kind,
         base_url,
-        api_key: c.api_key,
+        api_key,
+        key_id,
+        keys,
         models: c.models,
         model_map: c.model_map.into_iter().collect(),
         groups: c.groups,
@@ -310,7 +326,18 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
                 ChannelKind::Anthropic => "anthropic".into(),
             },
             base_url: c.base_url.clone(),
+            // Read only when the pool is empty (a channel built without one).
             api_key: c.api_key.clone(),
+            keys: c
+                .keys
+                .iter()
+                .map(|k| pb::ChannelKey {
+                    id: k.id.clone(),
+                    key: k.key.clone(),
+                    status: if k.enabled { ENABLED } else { DISABLED }.into(),
+                    ..pb::ChannelKey::default()
+                })
+                .collect(),
             models: c.models.clone(),
             model_map: c.model_map.clone().into_iter().collect(),
             groups: c.groups.clone(),
@@ -326,7 +353,7 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             first_byte_timeout_ms: ms(c.timeouts.first_byte),
             idle_timeout_ms: ms(c.timeouts.idle),
             total_timeout_ms: ms(c.timeouts.total),
-            has_key: !c.api_key.is_empty(),
+            has_key: !c.keys.is_empty() || !c.api_key.is_empty(),
         }),
         Resource::Model(m) => K::Model(pb::Model {
             id: m.id.clone(),

@@ -100,8 +100,14 @@ pub struct Channel {
     pub kind: ChannelKind,
     /// Base address including `/v1`, without a trailing `/`.
     pub base_url: String,
-    /// Upstream secret: never logged, never sent to clients.
+    /// Upstream secret: never logged, never sent to clients. The key an
+    /// attempt uses (`Channel::with_key`); as loaded, the pool's first
+    /// enabled key.
     pub api_key: String,
+    /// The pool key `api_key` is (empty for a channel without a pool).
+    pub key_id: String,
+    /// The key pool, disabled keys included.
+    pub keys: Vec<UpstreamKey>,
     pub models: Vec<String>,
     /// Requested model → upstream model name.
     pub model_map: BTreeMap<String, String>,
@@ -112,6 +118,16 @@ pub struct Channel {
     pub weight: u32,
     pub status: ChannelStatus,
     pub timeouts: Timeouts,
+}
+
+/// One key of a channel's pool.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpstreamKey {
+    pub id: String,
+    /// Upstream secret: never logged, never sent to clients.
+    pub key: String,
+    /// Whether the control plane has it in rotation.
+    pub enabled: bool,
 }
 
 /// A channel's upstream timeouts; `None` takes the data plane's default.
@@ -172,9 +188,21 @@ pub enum Resource {
 // === impl Channel ===
 
 impl Channel {
-    /// Whether requests may be routed to it.
+    /// Whether requests may be routed to it: enabled, and keyless or with
+    /// an enabled key.
     pub fn is_enabled(&self) -> bool {
-        self.status == ChannelStatus::Enabled
+        self.status == ChannelStatus::Enabled && (self.keys.is_empty() || self.keys.iter().any(|k| k.enabled))
+    }
+
+    /// Whether the channel spreads over several keys: a refusal or 429 then
+    /// is one key's, not the channel's.
+    pub fn is_pooled(&self) -> bool {
+        self.keys.len() > 1
+    }
+
+    /// This channel as an attempt with `key` sees it.
+    pub fn with_key(&self, key: &UpstreamKey) -> Channel {
+        Channel { api_key: key.key.clone(), key_id: key.id.clone(), ..self.clone() }
     }
 
     /// The upstream name of `model` on this channel.
@@ -195,12 +223,21 @@ impl std::fmt::Debug for Channel {
             .field("kind", &self.kind)
             .field("base_url", &self.base_url)
             .field("api_key", &"***")
+            .field("key_id", &self.key_id)
+            .field("keys", &self.keys.len())
             .field("models", &self.models)
             .field("groups", &self.groups)
             .field("priority", &self.priority)
             .field("weight", &self.weight)
             .field("status", &self.status)
             .finish_non_exhaustive()
+    }
+}
+
+// Hand-written so the key can never reach a log line through `{:?}`.
+impl std::fmt::Debug for UpstreamKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamKey").field("id", &self.id).field("enabled", &self.enabled).finish_non_exhaustive()
     }
 }
 

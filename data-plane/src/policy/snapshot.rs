@@ -333,6 +333,12 @@ pub(crate) mod tests {
             kind: ChannelKind::OpenAi,
             base_url: "http://127.0.0.1:1/v1".into(),
             api_key: format!("key-{id}"),
+            key_id: "k_0".into(),
+            keys: vec![crate::policy::domain::UpstreamKey {
+                id: "k_0".into(),
+                key: format!("key-{id}"),
+                enabled: true,
+            }],
             models: models.iter().map(|s| s.to_string()).collect(),
             model_map: BTreeMap::new(),
             groups: groups.iter().map(|s| s.to_string()).collect(),

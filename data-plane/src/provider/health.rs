@@ -21,7 +21,8 @@ use std::{
 use axum::http::StatusCode;
 use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
 
-use crate::{error::ProxyError, grpc::ControlPlane};
+use super::keys::KeyHealth;
+use crate::{error::ProxyError, grpc::ControlPlane, policy::domain::Channel};
 
 /// Requests in a row failing for the channel's own reasons that get it
 /// reported. Mirrors the control plane's `policy::AUTO_DISABLE_AFTER`, below
@@ -41,6 +42,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Health {
     channels: Mutex<HashMap<String, ChannelHealth>>,
     report_to: Option<(ControlPlane, String)>,
+    /// The keys of pooled channels.
+    pub keys: KeyHealth,
 }
 
 /// One channel's current streak of failed requests and its cool-down.
@@ -64,12 +67,16 @@ struct ChannelHealth {
 impl Health {
     /// Counts failures and reports to `control` as node `node_id`.
     pub fn new(control: ControlPlane, node_id: &str) -> Health {
-        Health { channels: Mutex::default(), report_to: Some((control, node_id.to_owned())) }
+        Health {
+            channels: Mutex::default(),
+            report_to: Some((control, node_id.to_owned())),
+            keys: KeyHealth::default(),
+        }
     }
 
     /// Counts failures but reports to no one (tests, tools).
     pub fn unreported() -> Health {
-        Health { channels: Mutex::default(), report_to: None }
+        Health { channels: Mutex::default(), report_to: None, keys: KeyHealth::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ChannelHealth>> {
@@ -101,6 +108,26 @@ impl Health {
         let wait = retry_after.unwrap_or(backoff).min(COOL_DOWN_CAP);
         health.cool_until = Some(Instant::now() + wait);
         tracing::info!(channel, cool_down_ms = wait.as_millis() as u64, "upstream throttled the channel");
+    }
+
+    /// The upstream refused (`status` 401 or 403) the key `channel` was
+    /// sent with: the key is held out here and reported at once, so the
+    /// control plane takes it out of every data plane's pool.
+    pub fn key_refused(&self, channel: &Channel, status: u16) {
+        self.keys.refused(&channel.id, &channel.key_id);
+        tracing::warn!(channel = %channel.id, key = %channel.key_id, status, "upstream refused a channel key");
+        let Some((control, node_id)) = &self.report_to else {
+            return;
+        };
+        let failure = pb::ChannelFailure {
+            channel_id: channel.id.clone(),
+            consecutive_failures: 1,
+            last_status: u32::from(status),
+            reason: "key refused".into(),
+            key_id: channel.key_id.clone(),
+        };
+        // Needs a runtime; every caller runs inside one.
+        tokio::spawn(report(control.clone(), node_id.clone(), failure));
     }
 
     /// Request `request_id` of `client` failed on `channel` with `error`.
@@ -164,6 +191,7 @@ impl Health {
             consecutive_failures,
             last_status: u32::from(status.map_or(0, |s: StatusCode| s.as_u16())),
             reason: error.reason().to_owned(),
+            key_id: String::new(),
         })
     }
 

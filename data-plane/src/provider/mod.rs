@@ -11,6 +11,7 @@
 pub mod anthropic;
 pub mod dialect;
 mod health;
+mod keys;
 pub mod openai;
 mod transport;
 pub mod video;
@@ -84,7 +85,12 @@ pub async fn accept(
         return Ok(response);
     }
     if status == StatusCode::TOO_MANY_REQUESTS {
-        upstreams.health.throttled(&channel.id, retry_after(response.headers()));
+        let retry_after = retry_after(response.headers());
+        if channel.is_pooled() {
+            upstreams.health.keys.throttled(&channel.id, &channel.key_id, retry_after);
+        } else {
+            upstreams.health.throttled(&channel.id, retry_after);
+        }
     }
     let bytes = read_capped(response, MAX_ERROR_BODY_BYTES).await;
     let message = error_message(status, &bytes, channel);
@@ -136,12 +142,19 @@ pub async fn read_capped(response: reqwest::Response, cap: usize) -> Bytes {
     buf.freeze()
 }
 
-/// A `Retry-After` in seconds (`retry-after-ms` too), if the upstream sent one.
+/// A `Retry-After` in seconds or as an HTTP date (`retry-after-ms` too),
+/// if the upstream sent one.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let number = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok().filter(|n| *n >= 0.0);
+    let text = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
+    let number = |name: &str| text(name)?.parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0);
+    let date = || {
+        let at = httpdate::parse_http_date(text("retry-after")?).ok()?;
+        Some(at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
+    };
     number("retry-after-ms")
         .map(|ms| Duration::from_millis(ms as u64))
-        .or_else(|| number("retry-after").map(Duration::from_secs_f64))
+        .or_else(|| number("retry-after").map(|s| Duration::from_secs_f64(s.min(86_400.0))))
+        .or_else(date)
 }
 
 /// The message to show for an upstream's non-2xx answer `body`: its
@@ -205,5 +218,18 @@ mod tests {
         assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
         headers.insert("retry-after-ms", "250".parse().unwrap());
         assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn retry_after_reads_an_http_date() {
+        let mut headers = HeaderMap::new();
+        let later = std::time::SystemTime::now() + Duration::from_secs(120);
+        headers.insert("retry-after", httpdate::fmt_http_date(later).parse().unwrap());
+        let wait = retry_after(&headers).unwrap();
+        assert!(wait > Duration::from_secs(100) && wait <= Duration::from_secs(120), "{wait:?}");
+        headers.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::ZERO), "a date past is now");
+        headers.insert("retry-after", "soon".parse().unwrap());
+        assert_eq!(retry_after(&headers), None);
     }
 }

@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 
 use super::Health;
-use crate::{error::ProxyError, policy::domain::Channel};
+use crate::{affinity::Affinity, error::ProxyError, policy::domain::Channel};
 
 /// Defaults for channels that set no timeout of their own.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,6 +48,10 @@ pub struct Config {
     /// round up to `backoff_cap`, jittered.
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
+    /// Most conversations whose channel and key are remembered (0: none).
+    pub affinity_capacity: usize,
+    /// How long an idle conversation stays remembered.
+    pub affinity_idle: Duration,
 }
 
 /// Parsed upstream URLs kept (channels × paths; query strings make more).
@@ -63,6 +67,8 @@ pub struct Upstreams {
     config: Config,
     /// Consecutive failures per channel; reports the ones that keep failing.
     pub health: Health,
+    /// The channel and key each conversation was last served by.
+    pub affinity: Affinity,
 }
 
 // === impl Config ===
@@ -77,6 +83,8 @@ impl Default for Config {
             max_attempts: 3,
             backoff_base: Duration::from_millis(100),
             backoff_cap: Duration::from_secs(2),
+            affinity_capacity: crate::affinity::DEFAULT_CAPACITY,
+            affinity_idle: crate::affinity::DEFAULT_IDLE,
         }
     }
 }
@@ -96,12 +104,16 @@ impl Config {
         if self.max_attempts == 0 {
             anyhow::bail!("max attempts must be at least 1");
         }
+        if self.affinity_idle.is_zero() && self.affinity_capacity > 0 {
+            anyhow::bail!("the affinity idle time must be positive");
+        }
         Ok(())
     }
 
     /// The live upstream side, recording channel health in `health`.
     pub fn build(self, health: Health) -> Upstreams {
-        Upstreams { clients: RwLock::default(), urls: RwLock::default(), config: self, health }
+        let affinity = Affinity::new(self.affinity_capacity, self.affinity_idle);
+        Upstreams { clients: RwLock::default(), urls: RwLock::default(), config: self, health, affinity }
     }
 }
 
@@ -303,7 +315,10 @@ pub fn mask(text: &str, secret: &str) -> String {
 /// `text` (an upstream's own words) with `channel`'s key and address masked:
 /// safe to log and to pass to the client.
 pub fn mask_channel(text: &str, channel: &Channel) -> String {
-    let text = mask(text, &channel.api_key);
+    let mut text = mask(text, &channel.api_key);
+    for key in &channel.keys {
+        text = mask(&text, &key.key);
+    }
     let host = channel.base_url.split("://").nth(1).and_then(|rest| rest.split(['/', '?']).next()).unwrap_or("");
     mask(&mask(&text, &channel.base_url), host)
 }
