@@ -14,6 +14,7 @@ pub mod domain;
 pub mod error;
 pub mod fleet;
 pub mod health;
+pub mod import;
 pub mod keys;
 pub mod ledger;
 pub mod peer;
