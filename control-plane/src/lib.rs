@@ -70,6 +70,9 @@ pub struct Config {
     pub store_ca_file: Option<PathBuf>,
     /// Master keys sealing upstream keys at rest; empty keeps them plain.
     pub master_keys: secrets::Keyring,
+    /// Resources per message of a full snapshot on a watch stream (at
+    /// least 1).
+    pub snapshot_chunk: usize,
 }
 
 /// TLS of the gRPC listener (admin and policy services).
@@ -126,6 +129,7 @@ impl Config {
             tls: None,
             store_ca_file: None,
             master_keys: secrets::Keyring::default(),
+            snapshot_chunk: policy::SNAPSHOT_CHUNK,
         }
     }
 }
@@ -208,7 +212,9 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         .with_secrets(sealed);
     let (health, health_task) = health::spawn(store.clone(), shutdown_rx.clone());
     let admin_stopped = shutdown_rx.clone();
-    let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx).with_videos(videos);
+    let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx)
+        .with_videos(videos)
+        .with_snapshot_chunk(config.snapshot_chunk);
     let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
     let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
     let node_auth = peer::NodeAuth::new(&keys.node, require_cert);

@@ -76,6 +76,7 @@ pub fn save(data_dir: &Path, snapshot: &Snapshot, node_key: &str) -> anyhow::Res
         deletes: Vec::new(),
         store_id: snapshot.store_id.clone(),
         store_confirmed: false,
+        more: false,
     };
     let path = data_dir.join(SNAPSHOT_FILE);
     let sealed = seal(&full.encode_to_vec(), node_key)?;
