@@ -179,6 +179,9 @@ pub struct ControlPlane {
     pub store_ca_file: Option<PathBuf>,
     /// Master keys sealing upstream keys at rest (in-process only).
     pub master_keys: gw_control_plane::secrets::Keyring,
+    /// Resources per full-snapshot message (in-process only); `None` keeps
+    /// the default.
+    pub snapshot_chunk: Option<usize>,
     running: Option<Running<gw_control_plane::Handle>>,
 }
 
@@ -353,6 +356,7 @@ impl Cluster {
             tls: None,
             store_ca_file: None,
             master_keys: Default::default(),
+            snapshot_chunk: None,
             running: None,
         };
         let mut cluster = Cluster {
@@ -478,6 +482,9 @@ impl Cluster {
         config.tls = cp.tls.clone();
         config.store_ca_file = cp.store_ca_file.clone();
         config.master_keys = cp.master_keys.clone();
+        if let Some(chunk) = cp.snapshot_chunk {
+            config.snapshot_chunk = chunk;
+        }
         config
     }
 
