@@ -81,11 +81,11 @@ impl SessionEnd {
     }
 }
 
-/// A full snapshot arriving in chunks, converted as they come.
+/// A full snapshot arriving in chunks, converted and stored as they come
+/// (no chunk's protobuf message outlives its turn).
 struct Assembly {
     revision: u64,
-    store_id: String,
-    resources: Vec<Resource>,
+    snapshot: Snapshot,
     rejected: Vec<String>,
     errors: Vec<String>,
 }
@@ -197,7 +197,7 @@ impl Discovery {
                     assembly = Some(part);
                     continue;
                 }
-                match off_workers(part.resources.len(), move || part.finish()).await {
+                match off_workers(part.len(), move || part.finish()).await {
                     Ok(applied) => applied,
                     Err(status) => return SessionEnd::Failed(status),
                 }
@@ -299,36 +299,35 @@ async fn off_workers<T: Send + 'static>(
 impl Assembly {
     /// An empty assembly of the snapshot `first` starts.
     fn new(first: &pb::WatchResponse) -> Assembly {
-        Assembly {
-            revision: first.revision,
-            store_id: first.store_id.clone(),
-            resources: Vec::new(),
-            rejected: Vec::new(),
-            errors: Vec::new(),
-        }
+        let mut snapshot = Snapshot::start(first.revision);
+        snapshot.store_id = first.store_id.clone();
+        Assembly { revision: first.revision, snapshot, rejected: Vec::new(), errors: Vec::new() }
     }
 
-    /// Converts the upserts of `chunk` and keeps them; the protobuf
-    /// message is dropped here.
+    /// Converts the upserts of `chunk` into the snapshot being built; the
+    /// protobuf message is dropped here.
     fn add(mut self, chunk: pb::WatchResponse) -> Assembly {
-        self.resources.reserve(chunk.upserts.len());
-        for resource in chunk.upserts {
-            match convert::resource(resource) {
-                Ok(resource) => self.resources.push(resource),
-                Err(error) => {
-                    self.errors.push(error.to_string());
-                    self.rejected.push(error.name);
-                }
+        let (rejected, errors) = (&mut self.rejected, &mut self.errors);
+        let upserts = chunk.upserts.into_iter().filter_map(|resource| match convert::resource(resource) {
+            Ok(resource) => Some(resource),
+            Err(error) => {
+                errors.push(error.to_string());
+                rejected.push(error.name);
+                None
             }
-        }
+        });
+        self.snapshot.add(upserts);
         self
     }
 
     /// The snapshot of every chunk.
     fn finish(self) -> Applied {
-        let mut snapshot = Snapshot::build(self.revision, self.resources);
-        snapshot.store_id = self.store_id;
-        Applied { snapshot, rejected: self.rejected, errors: self.errors }
+        Applied { snapshot: self.snapshot.finish(), rejected: self.rejected, errors: self.errors }
+    }
+
+    /// Resources stored so far, to judge how long `finish` takes.
+    fn len(&self) -> usize {
+        self.snapshot.counts().iter().map(|(_, n)| n).sum()
     }
 }
 
