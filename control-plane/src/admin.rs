@@ -62,6 +62,9 @@ pub struct AdminApi {
 mod window;
 
 type Answer<T> = Result<Response<T>, Status>;
+/// The answers of `ImportTokens`, one per request.
+type ImportStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<pb::ImportTokensResponse, Status>> + Send>>;
 
 /// A resource type the admin API reads and edits by id.
 trait Stored: Sized + Send + 'static {
@@ -519,6 +522,21 @@ impl pb::admin_service_server::AdminService for AdminApi {
         self.check_token_owner(&caller, &id).await?;
         self.store.delete(Kind::Token, &id).await?;
         Ok(Response::new(pb::Empty {}))
+    }
+
+    type ImportTokensStream = ImportStream;
+
+    async fn import_tokens(
+        &self,
+        request: Request<tonic::Streaming<pb::ImportTokensRequest>>,
+    ) -> Answer<Self::ImportTokensStream> {
+        let caller = Caller::of_request(&request)?;
+        caller.target("import");
+        // A batch or two ahead of the client's reader, no more.
+        let (answers, rx) = tokio::sync::mpsc::channel(2);
+        let import = crate::import::Import::new(self.store.clone(), self.time_zone.clone());
+        tokio::spawn(import.serve(caller, request.into_inner(), answers));
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
     async fn create_channel(&self, request: Request<pb::Channel>) -> Answer<pb::Channel> {

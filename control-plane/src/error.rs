@@ -15,7 +15,9 @@ impl From<StoreError> for Status {
             StoreError::AlreadyExists { .. }
             | StoreError::NameTaken { .. }
             | StoreError::CredentialExists { .. }
-            | StoreError::KeyTaken => Status::already_exists(error.to_string()),
+            | StoreError::KeyTaken
+            | StoreError::TokenKeyTaken { .. }
+            | StoreError::TokenKeyRepeated => Status::already_exists(error.to_string()),
             StoreError::BadCursor { .. } => Status::invalid_argument(error.to_string()),
             StoreError::Rejected { reason } => Status::invalid_argument(reason),
             // The operator must give this replica the master key (never a

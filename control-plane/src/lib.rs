@@ -16,6 +16,7 @@ pub mod domain;
 pub mod error;
 pub mod fleet;
 pub mod health;
+pub mod import;
 pub mod keys;
 pub mod ledger;
 pub mod peer;
@@ -75,6 +76,9 @@ pub struct Config {
     pub clock: clock::Clock,
     /// The zone of window budgets written without one.
     pub budget_time_zone: String,
+    /// Resources per message of a full snapshot on a watch stream (at
+    /// least 1).
+    pub snapshot_chunk: usize,
 }
 
 /// TLS of the gRPC listener (admin and policy services).
@@ -133,6 +137,7 @@ impl Config {
             master_keys: secrets::Keyring::default(),
             clock: clock::Clock::system(),
             budget_time_zone: calendar::DEFAULT_TIME_ZONE.to_owned(),
+            snapshot_chunk: policy::SNAPSHOT_CHUNK,
         }
     }
 }
@@ -219,7 +224,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let admin_stopped = shutdown_rx.clone();
     let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx)
         .with_videos(videos)
-        .with_clock(config.clock.clone());
+        .with_clock(config.clock.clone())
+        .with_snapshot_chunk(config.snapshot_chunk);
     let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
     let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
     let node_auth = peer::NodeAuth::new(&keys.node, require_cert);

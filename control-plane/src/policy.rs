@@ -27,6 +27,8 @@ use crate::{
 
 /// Records accepted in one `ReportUsage` call.
 const MAX_BATCH: usize = 10_000;
+/// Resources per message of a full snapshot, by default: a few MB at most.
+pub const SNAPSHOT_CHUNK: usize = 5_000;
 /// Consecutive failures on one data plane that take a channel out of rotation.
 pub const AUTO_DISABLE_AFTER: u32 = 5;
 
@@ -39,6 +41,7 @@ pub struct PolicyApi {
     continuity: Continuity,
     shutdown: watch::Receiver<bool>,
     videos: Option<Arc<Videos>>,
+    snapshot_chunk: usize,
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
@@ -54,7 +57,13 @@ impl PolicyApi {
         shutdown: watch::Receiver<bool>,
     ) -> PolicyApi {
         let budgets = Authority::new(store.clone());
-        PolicyApi { store, budgets, ledger, fleet, continuity, shutdown, videos: None }
+        PolicyApi { store, budgets, ledger, fleet, continuity, shutdown, videos: None, snapshot_chunk: SNAPSHOT_CHUNK }
+    }
+
+    /// Sends full snapshots in messages of at most `chunk` resources.
+    pub fn with_snapshot_chunk(mut self, chunk: usize) -> PolicyApi {
+        self.snapshot_chunk = chunk.max(1);
+        self
     }
 
     /// Notes that data plane `node_id` (if named) called.
@@ -110,6 +119,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             lineage,
             node_id: hello.node_id.clone(),
             sent: 0,
+            chunk: self.snapshot_chunk,
             tx,
         };
         // What it holds of this lineage counts as acknowledged: a reconnect
@@ -305,6 +315,8 @@ struct Session {
     node_id: String,
     /// Revision of the last response sent.
     sent: u64,
+    /// Resources per message of a full snapshot.
+    chunk: usize,
     tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
 }
 
@@ -388,18 +400,31 @@ impl Session {
         }
     }
 
+    /// Sends the whole state as chunks of at most `chunk` resources, each
+    /// converted only when its turn comes; the last has `more` unset.
     async fn send_full(&mut self) -> Result<(), SessionEnd> {
         let snapshot = self.store.snapshot().await?;
-        let response = pb::WatchResponse {
-            revision: snapshot.revision,
-            full: true,
-            base: 0,
-            upserts: snapshot.resources.into_iter().map(convert::resource_for_data_plane).collect(),
-            deletes: Vec::new(),
-            store_id: self.lineage.id.clone(),
-            store_confirmed: self.lineage.confirmed,
-        };
-        self.send(response).await
+        let revision = snapshot.revision;
+        let mut resources = snapshot.resources.into_iter().peekable();
+        loop {
+            let upserts: Vec<pb::Resource> =
+                resources.by_ref().take(self.chunk).map(convert::resource_for_data_plane).collect();
+            let more = resources.peek().is_some();
+            let response = pb::WatchResponse {
+                revision,
+                full: true,
+                base: 0,
+                upserts,
+                deletes: Vec::new(),
+                store_id: self.lineage.id.clone(),
+                store_confirmed: self.lineage.confirmed,
+                more,
+            };
+            if !more {
+                return self.send(response).await;
+            }
+            self.tx.send(Ok(response)).await.map_err(|_| SessionEnd::Closed)?;
+        }
     }
 
     async fn send_delta(&mut self, changes: Vec<Change>) -> Result<(), SessionEnd> {

@@ -632,3 +632,71 @@ async fn cut_streams_are_metered_once_whether_the_client_or_the_upstream_stalls(
     dp.shutdown().await;
     cp.stop().await;
 }
+
+/// `full` cut into chunks of `size` upserts, all at its revision, `more` on
+/// every one but the last.
+fn chunks(full: pb::WatchResponse, size: usize) -> Vec<pb::WatchResponse> {
+    let parts: Vec<Vec<pb::Resource>> = full.upserts.chunks(size).map(<[_]>::to_vec).collect();
+    let last = parts.len() - 1;
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(n, upserts)| pb::WatchResponse { upserts, more: n < last, ..full.clone() })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_chunked_snapshot_applies_whole_on_its_last_chunk_and_a_cut_one_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, _) = upstream().await;
+    let mut cp = control_plane(None).await;
+    let dp = start(cp.addr, dir.path()).await;
+    let mut session = cp.session().await;
+
+    // Revision 3 in chunks of two: nothing is acknowledged or served before
+    // the last chunk, then all of it is.
+    let mut parts = chunks(policy(3, up, 1_000_000), 2);
+    assert!(parts.len() >= 4, "enough chunks to cut in the middle");
+    let last = parts.pop().unwrap();
+    for part in parts {
+        session.tx.send(Ok(part)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(dp.revision(), 0, "a partial snapshot was applied");
+    assert!(session.acks.try_recv().is_err(), "a partial snapshot was acknowledged");
+    let ack = session.send(last).await;
+    assert_eq!(ack.rejected, ["token/bad"], "resources of every chunk were converted");
+    assert_eq!(dp.revision(), 3);
+    let (status, _, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, 200, "the token from one chunk and the channel from another both apply");
+
+    // Revision 4 without the client's token, cut after its first chunks: the
+    // data plane keeps revision 3 and still serves the token.
+    let mut next = policy(4, up, 1_000_000);
+    next.upserts.retain(|r| !matches!(&r.kind, Some(pb::resource::Kind::Token(t)) if t.id == "tok"));
+    let parts = chunks(next.clone(), 2);
+    for part in parts.into_iter().take(2) {
+        session.tx.send(Ok(part)).await.unwrap();
+    }
+    session.tx.send(Err(Status::unavailable("cut"))).await.unwrap();
+    drop(session);
+    let mut session = cp.session().await;
+    assert_eq!(session.hello.revision, 3, "the reconnect holds the last whole snapshot");
+    assert_eq!(dp.revision(), 3);
+    let (status, _, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, 200, "the cut snapshot took effect");
+
+    // Sent whole this time, revision 4 applies and the token is gone.
+    for part in chunks(next, 3) {
+        let more = part.more;
+        session.tx.send(Ok(part)).await.unwrap();
+        if !more {
+            session.ack(4).await;
+        }
+    }
+    assert_eq!(dp.revision(), 4);
+    let (status, _, _) = chat(dp.addr, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, 401);
+    dp.shutdown().await;
+    cp.stop().await;
+}

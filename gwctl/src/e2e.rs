@@ -460,3 +460,133 @@ async fn channel_keys_are_added_listed_disabled_and_removed_by_prefix_only() {
         assert!(methods.contains(&method), "{method} not audited: {methods:?}");
     }
 }
+
+/// Waits until the node's data plane answers `GET /v1/models` with `key`
+/// as `want` says (200 or 401).
+async fn wait_for_key(gw: &Gateway, key: &str, want: u16) {
+    let url = format!("http://{}/v1/models", gw.node.api);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = reqwest::Client::new().get(&url).bearer_auth(key).send().await.unwrap().status().as_u16();
+        if status == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "key answered {status}, wanted {want}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn token_import_reads_jsonl_reports_bad_rows_by_line_and_mints_keys_once() {
+    let gw = Gateway::start().await;
+    gw.json(&["group", "create", "--name", "vip"]).await;
+    gw.json(&["account", "create", "--name", "acme", "--balance", "10", "--groups", "default"]).await;
+    let given = "sk-imported-0123456789abcdef";
+    let file = gw.dir.path().join("tokens.jsonl");
+    std::fs::write(
+        &file,
+        [
+            format!(r#"{{"account":"acme","name":"given","key":"{given}","quota":"2.5","models":["gpt-4o-mini"]}}"#),
+            r#"{"account":"acme","name":"minted"}"#.to_owned(),
+            String::new(),
+            r#"{"account":"acme","name":"same key","key":"sk-imported-0123456789abcdef"}"#.to_owned(),
+            r#"{"account":"nobody","name":"no account"}"#.to_owned(),
+            r#"{"account":"acme","group":"vip","name":"group not allowed"}"#.to_owned(),
+            r#"{"account":"acme","quota":"-1"}"#.to_owned(),
+            "not json".to_owned(),
+            r#"{"account":"acme","name":"second minted","status":"disabled"}"#.to_owned(),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let keys = gw.dir.path().join("keys.jsonl");
+    let summary =
+        gw.json(&["token", "import", file.to_str().unwrap(), "--mint", "--keys-out", keys.to_str().unwrap()]).await;
+    assert_eq!(summary["rows"], 8, "{summary}");
+    assert_eq!(summary["imported"], 3, "{summary}");
+    assert_eq!(summary["refused"], 5, "{summary}");
+    let lines: Vec<u64> = summary["errors"].as_array().unwrap().iter().map(|e| e["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, [4, 5, 6, 7, 8], "{summary}");
+    let error =
+        |line: u64| summary["errors"].as_array().unwrap().iter().find(|e| e["line"] == line).unwrap()["error"].clone();
+    assert!(error(4).as_str().unwrap().contains("already in use"), "{summary}");
+    assert!(error(6).as_str().unwrap().contains("may not use group"), "{summary}");
+    assert!(error(7).as_str().unwrap().contains("negative"), "{summary}");
+    assert!(summary.get("keys").is_none(), "keys went to the file, not the output: {summary}");
+
+    // The keys file holds the two minted keys, is the owner's alone, and is
+    // never overwritten by a second import.
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(std::fs::metadata(&keys).unwrap().permissions().mode() & 0o777, 0o600);
+    let minted: Vec<Value> =
+        std::fs::read_to_string(&keys).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(minted.len(), 2);
+    assert_eq!((minted[0]["line"].as_u64(), minted[0]["name"].as_str()), (Some(2), Some("minted")));
+    let again =
+        gw.error(&["token", "import", file.to_str().unwrap(), "--mint", "--keys-out", keys.to_str().unwrap()]).await;
+    assert!(again.contains("must not exist yet"), "{again}");
+
+    // The tokens are stored as the rows said, and their keys open the data plane.
+    let tokens = gw.json(&["token", "list", "--account", "acme"]).await;
+    let given_token = tokens["items"].as_array().unwrap().iter().find(|t| t["name"] == "given").unwrap().clone();
+    assert_eq!(given_token["quota_micros"], 2_500_000);
+    assert_eq!(given_token["models"], serde_json::json!(["gpt-4o-mini"]));
+    let disabled = tokens["items"].as_array().unwrap().iter().find(|t| t["name"] == "second minted").unwrap().clone();
+    assert_eq!(disabled["status"], "disabled");
+    wait_for_key(&gw, given, 200).await;
+    wait_for_key(&gw, minted[0]["key"].as_str().unwrap(), 200).await;
+    wait_for_key(&gw, "sk-never-imported-0123456789", 401).await;
+}
+
+#[tokio::test]
+async fn token_import_reads_csv_and_refuses_keyless_rows_without_mint() {
+    let gw = Gateway::start().await;
+    let account = gw.json(&["account", "create", "--name", "acme", "--balance", "10"]).await;
+    let id = account["id"].as_str().unwrap();
+    let file = gw.dir.path().join("tokens.csv");
+    std::fs::write(
+        &file,
+        format!(
+            "account,name,key,quota,models,rate_limit\n\
+             {id},a,sk-csv-0000000000000001,1,\"gpt-4o,gpt-4o-mini\",60/1\n\
+             acme,b,sk-csv-0000000000000002,,,\n\
+             acme,no key,,,,\n\
+             acme,dup,sk-csv-0000000000000002,,,\n\
+             acme,short,sk-short,,,\n\
+             acme,too,many,fields,,,\n"
+        ),
+    )
+    .unwrap();
+    let summary = gw.json(&["token", "import", file.to_str().unwrap()]).await;
+    assert_eq!((summary["imported"].as_u64(), summary["refused"].as_u64()), (Some(2), Some(4)), "{summary}");
+    let errors: Vec<(u64, String)> = summary["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["line"].as_u64().unwrap(), e["error"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(errors.iter().map(|e| e.0).collect::<Vec<_>>(), [4, 5, 6, 7], "{summary}");
+    assert!(errors[0].1.contains("--mint"), "{summary}");
+    assert!(errors[1].1.contains("earlier row"), "{summary}");
+    assert!(errors[2].1.contains("16 to 256"), "{summary}");
+    assert!(errors[3].1.contains("fields"), "{summary}");
+    let tokens = gw.json(&["token", "list", "--account", "acme"]).await;
+    let items = tokens["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    let a = items.iter().find(|t| t["name"] == "a").unwrap();
+    assert_eq!(a["models"], serde_json::json!(["gpt-4o", "gpt-4o-mini"]));
+    assert_eq!(a["quota_micros"], 1_000_000);
+    assert_eq!(a["rate_limit"]["max_requests"], 60);
+    let b = items.iter().find(|t| t["name"] == "b").unwrap();
+    assert_eq!(b["unlimited"], true);
+
+    // Minted keys without --keys-out are in the output, this once.
+    let minted = gw.dir.path().join("minted.csv");
+    std::fs::write(&minted, "account,name\nacme,m1\nacme,m2\n").unwrap();
+    let summary = gw.json(&["token", "import", minted.to_str().unwrap(), "--mint", "--batch-size", "1"]).await;
+    let keys = summary["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 2, "{summary}");
+    assert!(keys[0]["key"].as_str().unwrap().starts_with("sk-"));
+    assert_eq!(keys[1]["line"], 3);
+    wait_for_key(&gw, keys[1]["key"].as_str().unwrap(), 200).await;
+}

@@ -18,6 +18,7 @@ mod doctor;
 mod e2e;
 mod flags;
 mod group;
+mod import;
 mod model;
 mod money;
 mod output;

@@ -60,6 +60,14 @@ pub enum Command {
         /// Id or name of the token.
         token: String,
     },
+    /// Create tokens in bulk from JSON Lines or CSV; rows that fail are reported by line.
+    #[command(after_help = "Examples:\n  \
+        gwctl token import tokens.jsonl\n  \
+        gwctl token import tokens.csv --mint --keys-out keys.jsonl\n  \
+        cat tokens.jsonl | gwctl token import - --mint -o json\n\n\
+        Columns (CSV header) or fields (JSON): account (id or name), group, name, key,\n\
+        quota (USD), unlimited, models, allow_ips, expires (RFC 3339), rate_limit (MAX/MINUTES), status.")]
+    Import(crate::import::Args),
     /// Delete a token; its key stops working.
     #[command(
         alias = "rm",
@@ -200,6 +208,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
             args.token = resolve::token(admin, &args.token).await?;
             output::render_one(out, &admin.update_token(update_request(args)).await.rpc()?)
         }
+        Command::Import(args) => crate::import::run(args, admin, out).await,
         Command::Disable { token } => set_status(admin, out, token, Status::Disabled).await,
         Command::Enable { token } => set_status(admin, out, token, Status::Enabled).await,
         Command::Delete(args) => {

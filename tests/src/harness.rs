@@ -182,6 +182,9 @@ pub struct ControlPlane {
     /// What its leases and window budget answers take as now (in-process
     /// only); `advance` it to step into the next budget window.
     pub clock: gw_control_plane::clock::Clock,
+    /// Resources per full-snapshot message (in-process only); `None` keeps
+    /// the default.
+    pub snapshot_chunk: Option<usize>,
     running: Option<Running<gw_control_plane::Handle>>,
 }
 
@@ -357,6 +360,7 @@ impl Cluster {
             store_ca_file: None,
             master_keys: Default::default(),
             clock: Default::default(),
+            snapshot_chunk: None,
             running: None,
         };
         let mut cluster = Cluster {
@@ -483,6 +487,9 @@ impl Cluster {
         config.store_ca_file = cp.store_ca_file.clone();
         config.master_keys = cp.master_keys.clone();
         config.clock = cp.clock.clone();
+        if let Some(chunk) = cp.snapshot_chunk {
+            config.snapshot_chunk = chunk;
+        }
         config
     }
 

@@ -116,6 +116,7 @@ async fn call(admin: &mut Admin, method: &str, f: &Fixture) -> Result<(), Status
             .await
             .map(drop),
         "DeleteToken" => admin.delete_token(get(missing)).await.map(drop),
+        "ImportTokens" => admin.import_tokens(tokio_stream::iter([pb::ImportTokensRequest::default()])).await.map(drop),
         "CreateChannel" => admin
             .create_channel(pb::Channel {
                 name: "ch-new".into(),
@@ -179,7 +180,7 @@ const ACCOUNT_MAY: [&str; 9] = [
 async fn every_role_gets_exactly_its_calls(store: &str) {
     let f = Fixture::start(store).await;
     let writes: Vec<&str> = RULES.iter().filter(|r| r.access == Access::Write).map(|r| r.method).collect();
-    assert!(writes.len() == 22 && writes.contains(&"TopUpAccount") && writes.contains(&"RevokeCredential"));
+    assert!(writes.len() == 23 && writes.contains(&"TopUpAccount") && writes.contains(&"RevokeCredential"));
     let roles = [
         ("admin", f.cluster.admin(), Box::new(|_: &str| false) as Box<dyn Fn(&str) -> bool>),
         ("operator-readonly", f.cluster.admin_as(&f.readonly_key), Box::new(|m: &str| writes.contains(&m))),

@@ -166,7 +166,7 @@ where
 }
 
 /// `ok`, `permission_denied`, …: a gRPC code as the audit log spells it.
-fn code_name(code: Code) -> String {
+pub fn code_name(code: Code) -> String {
     let name = format!("{code:?}");
     let mut out = String::with_capacity(name.len() + 4);
     for (i, c) in name.chars().enumerate() {

@@ -12,7 +12,7 @@ pub mod rules;
 use serde::{Deserialize, Serialize};
 
 pub use self::caller::Caller;
-pub use self::guard::{Authenticator, Guard};
+pub use self::guard::{Authenticator, Guard, code_name};
 
 /// The id the audit log gives the bootstrap admin key.
 pub const ROOT_ID: &str = "root";

@@ -52,6 +52,7 @@ pub const RULES: &[Rule] = &[
     rule("GetToken", "token", Read, true),
     rule("UpdateToken", "token", Write, true),
     rule("DeleteToken", "token", Write, true),
+    rule("ImportTokens", "token", Write, false),
     rule("CreateChannel", "channel", Write, false),
     rule("ListChannels", "channel", Read, false),
     rule("GetChannel", "channel", Read, false),

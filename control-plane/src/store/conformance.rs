@@ -6,6 +6,7 @@
 
 mod keys;
 mod modify;
+mod tokens;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub async fn run(store: Arc<dyn Store>) {
     usage_listing_filters_and_is_newest_first(&*store).await;
     usage_pages_follow_their_cursor_past_new_records(&*store).await;
     names_are_unique_per_kind(&*store).await;
+    tokens::run(store.clone()).await;
     concurrent_creates_of_one_name_admit_one(store.clone()).await;
     subscribe_observes_a_write(&*store).await;
     super::video::conformance::run(store.clone()).await;
@@ -729,7 +731,7 @@ pub fn token(id: &str, account_id: &str) -> Resource {
         account_id: account_id.to_owned(),
         group: "default".into(),
         name: format!("token {id}"),
-        key_hash: "0".repeat(64),
+        key_hash: key_hash_of(id),
         key_prefix: "sk-ab…yz".into(),
         status: ENABLED.into(),
         expires_at: 0,
@@ -744,6 +746,12 @@ pub fn token(id: &str, account_id: &str) -> Resource {
         created_at: 1_700_000_000,
         window: None,
     })
+}
+
+/// A key hash of its own for token `id` (64 hex digits).
+pub fn key_hash_of(id: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(format!("conformance-key-{id}").as_bytes()))
 }
 
 /// A usage record costing `cost_micros`.

@@ -12,9 +12,12 @@ use tokio::sync::watch;
 
 use super::rollup::Retention;
 use super::{
-    Modified, Patch, Result, Store, StoreError, USAGE_SCAN, unique_name, usage_matches, usage_older_than_wanted,
+    Imported, Modified, Patch, Result, Store, StoreError, USAGE_SCAN, token_key, unique_name, usage_matches,
+    usage_older_than_wanted,
 };
-use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord, now_unix};
+use crate::domain::{
+    Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord, now_unix,
+};
 
 mod access;
 mod fleet;
@@ -23,6 +26,9 @@ mod lineage;
 mod rollup;
 mod slots;
 mod video;
+
+/// Token key hash → token id: one key opens at most one token.
+const TOKEN_KEYS: TableDefinition<&str, &str> = TableDefinition::new("token_keys");
 
 /// Resource-wide bookkeeping: the revision, the feed's length and floor, the
 /// last usage sequence number.
@@ -46,6 +52,8 @@ const FEED_LEN: &str = "feed_len";
 /// The feed holds every change after this revision.
 const FEED_FLOOR: &str = "feed_floor";
 const USAGE_SEQ: &str = "usage_seq";
+/// 1 once `TOKEN_KEYS` was built from the stored tokens.
+const TOKEN_KEYS_BUILT: &str = "token_keys_built";
 
 /// Changes kept in the feed; older ones are trimmed a revision at a time.
 const FEED_RETAIN: u64 = 100_000;
@@ -94,6 +102,7 @@ impl EmbeddedStore {
         txn.open_table(rollup::ROLLUPS).map_err(db_err)?;
         txn.open_table(ledger::WINDOWS).map_err(db_err)?;
         txn.open_table(ledger::WINDOWS_EXPIRY).map_err(db_err)?;
+        index_token_keys(&txn)?;
         txn.commit().map_err(db_err)?;
 
         let revision = {
@@ -183,12 +192,51 @@ impl Store for EmbeddedStore {
                 if let Some(name) = unique_name(&resource) {
                     check_name_free(&table, kind, name, &id)?;
                 }
+                if let Some(hash) = token_key(&resource) {
+                    claim_token_key(txn, &table, hash, &id)?;
+                }
                 table.insert(id.as_str(), json.as_slice()).map_err(db_err)?;
                 drop(table);
                 Ok(((), vec![(kind, id)]))
             })
             .await?;
         Ok(revision)
+    }
+
+    async fn import_tokens(&self, tokens: Vec<Token>) -> Result<Imported> {
+        let (rows, revision) = self
+            .write(move |txn| {
+                let mut table = txn.open_table(resources(Kind::Token)).map_err(db_err)?;
+                let mut rows = Vec::with_capacity(tokens.len());
+                let mut written = Vec::new();
+                let mut seen = std::collections::HashSet::new();
+                for token in tokens {
+                    let id = token.id.clone();
+                    let resource = Resource::Token(token);
+                    let refused = if table.get(id.as_str()).map_err(db_err)?.is_some() {
+                        Some(StoreError::AlreadyExists { kind: Kind::Token, id: id.clone() })
+                    } else if token_key(&resource).is_some_and(|hash| seen.contains(hash)) {
+                        Some(StoreError::TokenKeyRepeated)
+                    } else if let Some(hash) = token_key(&resource) {
+                        claim_token_key(txn, &table, hash, &id).err()
+                    } else {
+                        None
+                    };
+                    if refused.is_none() {
+                        table.insert(id.as_str(), resource_json(&resource)?.as_slice()).map_err(db_err)?;
+                        if let Some(hash) = token_key(&resource) {
+                            seen.insert(hash.to_owned());
+                        }
+                        written.push((Kind::Token, id));
+                    }
+                    rows.push(refused);
+                }
+                drop(table);
+                Ok(((rows, !written.is_empty()), written))
+            })
+            .await?;
+        let (rows, any) = rows;
+        Ok(Imported { revision: any.then_some(revision), rows })
     }
 
     async fn modify(&self, kind: Kind, id: &str, mut patch: Patch) -> Result<Modified> {
@@ -212,6 +260,14 @@ impl Store for EmbeddedStore {
                 if let Some(name) = unique_name(&next).filter(|name| unique_name(&stored) != Some(name)) {
                     check_name_free(&table, kind, name, &id)?;
                 }
+                if token_key(&next) != token_key(&stored) {
+                    if let Some(hash) = token_key(&next) {
+                        claim_token_key(txn, &table, hash, &id)?;
+                    }
+                    if let Some(hash) = token_key(&stored) {
+                        release_token_key(txn, hash, &id)?;
+                    }
+                }
                 table.insert(id.as_str(), resource_json(&next)?.as_slice()).map_err(db_err)?;
                 drop(table);
                 Ok(((next, true), vec![(kind, id)]))
@@ -225,10 +281,15 @@ impl Store for EmbeddedStore {
         let ((), revision) = self
             .write(move |txn| {
                 let mut table = txn.open_table(resources(kind)).map_err(db_err)?;
-                if table.remove(id.as_str()).map_err(db_err)?.is_none() {
+                let Some(json) = table.remove(id.as_str()).map_err(db_err)? else {
                     return Err(StoreError::NotFound { kind, id });
-                }
+                };
+                let removed = parse_resource(kind, json.value())?;
+                drop(json);
                 drop(table);
+                if let Some(hash) = token_key(&removed) {
+                    release_token_key(txn, hash, &id)?;
+                }
                 Ok(((), vec![(kind, id)]))
             })
             .await?;
@@ -539,6 +600,57 @@ fn check_name_free(
             return Err(StoreError::NameTaken { kind, name: name.to_owned(), owner: Some(other.value().to_owned()) });
         }
     }
+    Ok(())
+}
+
+/// Points key hash `hash` at token `id`; `TokenKeyTaken` when another
+/// stored token (of `tokens`) holds it. Runs inside the write transaction.
+fn claim_token_key(
+    txn: &WriteTransaction,
+    tokens: &redb::Table<'_, &'static str, &'static [u8]>,
+    hash: &str,
+    id: &str,
+) -> Result<()> {
+    let mut keys = txn.open_table(TOKEN_KEYS).map_err(db_err)?;
+    let owner = keys.get(hash).map_err(db_err)?.map(|owner| owner.value().to_owned());
+    if let Some(owner) = owner.filter(|owner| owner != id)
+        && tokens.get(owner.as_str()).map_err(db_err)?.is_some()
+    {
+        return Err(StoreError::TokenKeyTaken { owner });
+    }
+    keys.insert(hash, id).map_err(db_err)?;
+    Ok(())
+}
+
+/// Forgets key hash `hash` if it points at token `id`.
+fn release_token_key(txn: &WriteTransaction, hash: &str, id: &str) -> Result<()> {
+    let mut keys = txn.open_table(TOKEN_KEYS).map_err(db_err)?;
+    let owned = keys.get(hash).map_err(db_err)?.is_some_and(|owner| owner.value() == id);
+    if owned {
+        keys.remove(hash).map_err(db_err)?;
+    }
+    Ok(())
+}
+
+/// Builds `TOKEN_KEYS` from the stored tokens once, for files written
+/// before it existed (the first of duplicate keys wins).
+fn index_token_keys(txn: &WriteTransaction) -> Result<()> {
+    let mut meta = txn.open_table(META).map_err(db_err)?;
+    let mut keys = txn.open_table(TOKEN_KEYS).map_err(db_err)?;
+    if meta_get(&meta, TOKEN_KEYS_BUILT)? == 1 {
+        return Ok(());
+    }
+    let tokens = txn.open_table(resources(Kind::Token)).map_err(db_err)?;
+    for entry in tokens.iter().map_err(db_err)? {
+        let (id, json) = entry.map_err(db_err)?;
+        let token = parse_resource(Kind::Token, json.value())?;
+        if let Some(hash) = token_key(&token)
+            && keys.get(hash).map_err(db_err)?.is_none()
+        {
+            keys.insert(hash, id.value()).map_err(db_err)?;
+        }
+    }
+    meta.insert(TOKEN_KEYS_BUILT, 1).map_err(db_err)?;
     Ok(())
 }
 

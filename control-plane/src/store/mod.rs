@@ -12,7 +12,9 @@
 //!
 //! Account and channel names are unique per kind, checked inside the same
 //! atomic write as the create or rename (groups and models are named by
-//! their ids). Duplicates written before that rule stay readable.
+//! their ids). Duplicates written before that rule stay readable. A token's
+//! key hash is unique across the store the same way (an index key hash →
+//! token id on both backends), so one key never opens two tokens.
 
 pub mod access;
 pub mod budget;
@@ -31,7 +33,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
+use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 pub use self::access::AccessStore;
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
@@ -90,6 +92,12 @@ pub enum StoreError {
         #[source]
         source: crate::secrets::SealError,
     },
+    /// Another token (`owner`) has the same key hash.
+    #[error("the key is already in use by token {owner:?}")]
+    TokenKeyTaken { owner: String },
+    /// Another row of the same import has the same key hash.
+    #[error("the key is already in use by an earlier row of the import")]
+    TokenKeyRepeated,
     /// Other writers kept changing the resource while `modify` tried to.
     #[error("{kind} {id:?} kept changing concurrently; try again")]
     Contended { kind: Kind, id: String },
@@ -115,6 +123,15 @@ pub struct Modified {
     pub resource: Resource,
 }
 
+/// What `Store::import_tokens` did: the revision of the write (`None` when
+/// no row was written) and, per row in order, why it was refused (`None`
+/// when written).
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub revision: Option<u64>,
+    pub rows: Vec<Option<StoreError>>,
+}
+
 /// The control plane's state. Implementations are cheap to share (`Arc`).
 #[async_trait]
 pub trait Store:
@@ -126,6 +143,14 @@ pub trait Store:
     /// Stores a new resource; `AlreadyExists` when its id is taken. The
     /// counters it carries (balance, used) are its starting values.
     async fn create(&self, resource: Resource) -> Result<u64>;
+
+    /// Creates many tokens in one atomic write at one revision, with a
+    /// change-feed entry per token written. Each row is refused on its own,
+    /// writing nothing of it: `AlreadyExists` for a taken id,
+    /// `TokenKeyTaken` for a key hash a stored token has,
+    /// `TokenKeyRepeated` for one an earlier row has. Counters start at the
+    /// values the tokens carry.
+    async fn import_tokens(&self, tokens: Vec<Token>) -> Result<Imported>;
 
     /// Changes the stored resource `kind/id` with `patch`, atomically: the
     /// patch sees the current value and its result is written only if no
@@ -206,6 +231,15 @@ pub fn unique_name(resource: &Resource) -> Option<&str> {
         Resource::Group(_) | Resource::Token(_) | Resource::Model(_) => None,
     }
     .filter(|name| !name.is_empty())
+}
+
+/// The key hash of a token, unique across tokens (`None` for other kinds
+/// and for a token without one).
+pub fn token_key(resource: &Resource) -> Option<&str> {
+    match resource {
+        Resource::Token(token) if !token.key_hash.is_empty() => Some(token.key_hash.as_str()),
+        _ => None,
+    }
 }
 
 /// Whether the kind's names are unique (`unique_name`).

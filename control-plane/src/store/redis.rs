@@ -9,7 +9,8 @@
 //! `rollup`); `gw:applied:<request_id>`, the
 //! idempotency markers; `gw:hold:<budget>`, spending leases (see `ledger`);
 //! `gw:permits:<key>:<window_start>`, rate-limit permits granted in one
-//! window; `gw:names:<kind>`, name → id of the kinds whose names are unique,
+//! window; `gw:names:<kind>`, name → id of the kinds whose names are unique
+//! and key hash → id for tokens (`gw:names:token`),
 //! kept by the same scripts that write the resources (and built once from
 //! the resources by `index_names` for stores written before it). Every write is one Lua script (write, INCR, XADD), so a write and
 //! its change entry are atomic. `modify` is an optimistic compare-and-set:
@@ -29,10 +30,10 @@ use tokio::sync::watch;
 use super::embedded::{check_same_id, parse_resource, resource_json};
 use super::rollup::Retention;
 use super::{
-    Modified, Patch, Result, Store, StoreError, USAGE_SCAN, names_are_unique, unique_name, usage_matches,
-    usage_older_than_wanted,
+    Imported, Modified, Patch, Result, Store, StoreError, USAGE_SCAN, names_are_unique, token_key, unique_name,
+    usage_matches, usage_older_than_wanted,
 };
-use crate::domain::{Change, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
+use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 mod access;
 mod fleet;
@@ -107,26 +108,27 @@ end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 ";
 
-/// ARGV[5] is '1' when the kind's names are indexed.
+/// ARGV[5] is the indexed field of the kind ('' for none).
 const DELETE: &str = r"
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if not stored then return false end
 redis.call('HDEL', KEYS[1], ARGV[1])
-if ARGV[5] == '1' then
-  local name = cjson.decode(stored).name
+if ARGV[5] ~= '' then
+  local name = cjson.decode(stored)[ARGV[5]]
   if type(name) == 'string' and redis.call('HGET', KEYS[4], name) == ARGV[1] then redis.call('HDEL', KEYS[4], name) end
 end
 for i = 5, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
 ";
 
-/// Keys 1 kind hash, 2 its name index, 3 the index's "built" marker. Builds
-/// the index from the stored resources once (the first of duplicate names
-/// written before names were unique wins); a no-op once the marker is set.
+/// Keys 1 kind hash, 2 its name index, 3 the index's "built" marker; ARGV[1]
+/// the indexed field. Builds the index from the stored resources once (the
+/// first of duplicates written before the rule wins); a no-op once the
+/// marker is set.
 const INDEX_NAMES: &str = r"
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
-  local name = cjson.decode(all[i + 1]).name
+  local name = cjson.decode(all[i + 1])[ARGV[1]]
   if type(name) == 'string' and name ~= '' then redis.call('HSETNX', KEYS[2], name, all[i]) end
 end
 redis.call('SET', KEYS[3], '1')
@@ -142,6 +144,45 @@ local balance = redis.call('HINCRBY', KEYS[4], ARGV[1], ARGV[2])
 ";
 const ADJUST_RETURN: &str = r"
 return {rev, json, balance, redis.call('HGET', KEYS[5], ARGV[1]) or '0'}
+";
+
+/// Keys 1 `gw:token`, 2 `gw:rev`, 3 `gw:changes`, 4 `gw:names:token`; ARGV[1]
+/// the feed length, then `id, key hash, JSON` per row. Writes every row whose
+/// id is free and whose key hash no stored token or earlier row has, at one
+/// revision with a feed entry `<rev>-<n>` each. Returns `{rev or 0, codes}`,
+/// a code per row: '' written, 'id' id taken, 'repeat' key of an earlier
+/// row, else the id of the token holding the key.
+const IMPORT: &str = r"
+local codes, written, seen = {}, {}, {}
+for i = 2, #ARGV, 3 do
+  local id, hash = ARGV[i], ARGV[i + 1]
+  local code = ''
+  if redis.call('HEXISTS', KEYS[1], id) == 1 then
+    code = 'id'
+  elseif hash ~= '' and seen[hash] then
+    code = 'repeat'
+  elseif hash ~= '' then
+    local owner = redis.call('HGET', KEYS[4], hash)
+    if owner and redis.call('HEXISTS', KEYS[1], owner) == 1 then code = owner end
+  end
+  if code == '' then
+    redis.call('HSET', KEYS[1], id, ARGV[i + 2])
+    if hash ~= '' then
+      redis.call('HSET', KEYS[4], hash, id)
+      seen[hash] = true
+    end
+    written[#written + 1] = id
+  end
+  codes[#codes + 1] = code
+end
+local rev = 0
+if #written > 0 then
+  rev = redis.call('INCR', KEYS[2])
+  for n, id in ipairs(written) do
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[1], string.format('%d-%d', rev, n - 1), 'kind', 'token', 'id', id)
+  end
+end
+return {rev, codes}
 ";
 
 /// Keys: 1 `gw:rev`, 2 `gw:changes`; ARGV[1] the revision asked about.
@@ -190,6 +231,7 @@ struct Scripts {
     changes_since: Script,
     take_permits: Script,
     index_names: Script,
+    import: Script,
 }
 
 /// Aborts the task when dropped.
@@ -243,6 +285,7 @@ impl RedisStore {
             changes_since: Script::new(CHANGES_SINCE),
             take_permits: Script::new(TAKE_PERMITS),
             index_names: Script::new(INDEX_NAMES),
+            import: Script::new(IMPORT),
         };
         let retention = Retention::default();
         let store = Self { conn, scripts, revision, retention, _follower: AbortOnDrop(follower) };
@@ -256,16 +299,18 @@ impl RedisStore {
         self
     }
 
-    /// Builds the name index of each kind with unique names, once per
-    /// Redis: stores written before names were unique have none.
+    /// Builds the name (or key hash) index of each indexed kind, once per
+    /// Redis: stores written before the rule have none.
     async fn index_names(&self) -> Result<()> {
-        for kind in Kind::ALL.into_iter().filter(|kind| names_are_unique(*kind)) {
+        for kind in Kind::ALL {
+            let Some(field) = indexed_field(kind) else { continue };
             let _: i64 = self
                 .scripts
                 .index_names
                 .key(kind_key(kind))
                 .key(names_key(kind))
                 .key(format!("{}:indexed", names_key(kind)))
+                .arg(field)
                 .invoke_async(&mut self.conn.clone())
                 .await
                 .map_err(StoreError::Redis)?;
@@ -273,9 +318,13 @@ impl RedisStore {
         Ok(())
     }
 
-    /// `NameTaken` for `name` of `kind`, naming its owner when it can.
+    /// `NameTaken` for `name` of `kind` (`TokenKeyTaken` for a token's key
+    /// hash), naming its owner when it can.
     async fn name_taken(&self, kind: Kind, name: &str) -> StoreError {
         let owner: Option<String> = self.conn.clone().hget(names_key(kind), name).await.ok().flatten();
+        if kind == Kind::Token {
+            return StoreError::TokenKeyTaken { owner: owner.unwrap_or_default() };
+        }
         StoreError::NameTaken { kind, name: name.to_owned(), owner }
     }
 
@@ -378,7 +427,7 @@ impl Store for RedisStore {
     async fn create(&self, resource: Resource) -> Result<u64> {
         let (kind, id) = (resource.kind(), resource.id().to_owned());
         let counters = counter_values(&resource);
-        let name = unique_name(&resource).unwrap_or_default().to_owned();
+        let name = indexed(&resource).unwrap_or_default().to_owned();
         let json = stored_json(resource)?;
         match self.write_one(&self.scripts.create, kind, &id, &json, &name, &counters).await? {
             None => Err(StoreError::AlreadyExists { kind, id }),
@@ -387,13 +436,47 @@ impl Store for RedisStore {
         }
     }
 
+    async fn import_tokens(&self, tokens: Vec<Token>) -> Result<Imported> {
+        if tokens.is_empty() {
+            return Ok(Imported::default());
+        }
+        let mut call = self.scripts.import.prepare_invoke();
+        call.key(kind_key(Kind::Token)).key(REV).key(CHANGES).key(names_key(Kind::Token));
+        call.arg(FEED_RETAIN);
+        let ids: Vec<String> = tokens.iter().map(|t| t.id.clone()).collect();
+        for token in tokens {
+            call.arg(&token.id).arg(&token.key_hash);
+            call.arg(stored_json(Resource::Token(token))?);
+        }
+        let (revision, codes): (u64, Vec<String>) =
+            call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        if codes.len() != ids.len() {
+            return Err(malformed("import answered for another number of rows"));
+        }
+        let rows = codes
+            .into_iter()
+            .zip(ids)
+            .map(|(code, id)| match code.as_str() {
+                "" => None,
+                "id" => Some(StoreError::AlreadyExists { kind: Kind::Token, id }),
+                "repeat" => Some(StoreError::TokenKeyRepeated),
+                _ => Some(StoreError::TokenKeyTaken { owner: code }),
+            })
+            .collect();
+        let revision = (revision > 0).then_some(revision);
+        if let Some(revision) = revision {
+            self.published(revision);
+        }
+        Ok(Imported { revision, rows })
+    }
+
     async fn modify(&self, kind: Kind, id: &str, mut patch: Patch) -> Result<Modified> {
         for attempt in 0..MODIFY_ATTEMPTS {
             let Some((stored, counters)) = self.get_stored(kind, id).await? else {
                 return Err(StoreError::NotFound { kind, id: id.to_owned() });
             };
             let mut resource = parse_resource(kind, stored.as_bytes())?;
-            let old_name = unique_name(&resource).unwrap_or_default().to_owned();
+            let old_name = indexed(&resource).unwrap_or_default().to_owned();
             set_counters(&mut resource, &counters);
             patch(&mut resource)?;
             check_same_id(&resource, kind, id)?;
@@ -404,7 +487,7 @@ impl Store for RedisStore {
             if json == stored.as_bytes() {
                 return Ok(Modified { revision: None, resource });
             }
-            let new_name = unique_name(&resource).unwrap_or_default().to_owned();
+            let new_name = indexed(&resource).unwrap_or_default().to_owned();
             let mut call = self.scripts.modify.prepare_invoke();
             call.key(kind_key(kind)).key(REV).key(CHANGES).key(names_key(kind));
             call.arg(id).arg(json).arg(kind.as_str()).arg(FEED_RETAIN).arg(stored.as_bytes());
@@ -427,8 +510,8 @@ impl Store for RedisStore {
 
     async fn delete(&self, kind: Kind, id: &str) -> Result<u64> {
         let zeros = vec![0; counter_keys(kind).len()];
-        let indexed = if names_are_unique(kind) { "1" } else { "0" };
-        let revision = self.write_one(&self.scripts.delete, kind, id, b"", indexed, &zeros).await?;
+        let field = indexed_field(kind).unwrap_or_default();
+        let revision = self.write_one(&self.scripts.delete, kind, id, b"", field, &zeros).await?;
         revision.map(i64::unsigned_abs).ok_or_else(|| StoreError::NotFound { kind, id: id.to_owned() })
     }
 
@@ -707,7 +790,23 @@ fn kind_key(kind: Kind) -> String {
     format!("gw:{kind}")
 }
 
-/// The name index of `kind` (unused for kinds without unique names).
+/// The value `kind`'s index maps to ids: the unique name, or a token's key
+/// hash.
+fn indexed(resource: &Resource) -> Option<&str> {
+    unique_name(resource).or_else(|| token_key(resource))
+}
+
+/// The JSON field `names_key` indexes, for kinds with an index.
+fn indexed_field(kind: Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Token => Some("key_hash"),
+        kind if names_are_unique(kind) => Some("name"),
+        _ => None,
+    }
+}
+
+/// The name index of `kind` (a token's: key hash → id; unused for kinds
+/// without one).
 fn names_key(kind: Kind) -> String {
     format!("gw:names:{kind}")
 }

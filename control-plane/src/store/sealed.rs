@@ -156,6 +156,11 @@ impl Store for SealedStore {
         self.inner.create(resource).await
     }
 
+    async fn import_tokens(&self, tokens: Vec<crate::domain::Token>) -> Result<super::Imported> {
+        // Tokens hold no upstream key: nothing to seal.
+        self.inner.import_tokens(tokens).await
+    }
+
     async fn modify(&self, kind: Kind, id: &str, mut patch: Patch) -> Result<Modified> {
         let keys = self.keys.clone();
         let sealing: Patch = Box::new(move |resource| {

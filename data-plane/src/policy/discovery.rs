@@ -3,8 +3,11 @@
 //! One task holds the `Watch` stream: it says which revision it has, applies
 //! each full snapshot or delta (a delta only on top of the revision it names),
 //! publishes the result as a new `Arc<Snapshot>`, and ACKs it, naming any
-//! resource it could not convert. On any error it keeps the last good
-//! snapshot and reconnects with jittered backoff.
+//! resource it could not convert. A full snapshot may come in chunks: they
+//! are converted as they arrive and applied together, only once the last one
+//! came, so a stream broken mid-snapshot leaves the held snapshot alone. On
+//! any error it keeps the last good snapshot and reconnects with jittered
+//! backoff.
 
 use std::{sync::Arc, time::Duration};
 
@@ -78,6 +81,15 @@ impl SessionEnd {
     }
 }
 
+/// A full snapshot arriving in chunks, converted and stored as they come
+/// (no chunk's protobuf message outlives its turn).
+struct Assembly {
+    revision: u64,
+    snapshot: Snapshot,
+    rejected: Vec<String>,
+    errors: Vec<String>,
+}
+
 /// What applying one `WatchResponse` produced.
 struct Applied {
     snapshot: Snapshot,
@@ -143,6 +155,7 @@ impl Discovery {
         };
         tracing::debug!(revision, "watching the control plane");
         let mut synced = false;
+        let mut assembly: Option<Assembly> = None;
         let mut beat = tokio::time::interval(HEARTBEAT);
         let mut counted = (tokio::time::Instant::now(), self.vitals.requests());
         loop {
@@ -168,15 +181,35 @@ impl Discovery {
             if let Err(why) = fits(&current, &message) {
                 return SessionEnd::Failed(tonic::Status::failed_precondition(why));
             }
-            let applied = if message.upserts.len() > BLOCKING_THRESHOLD {
-                match tokio::task::spawn_blocking(move || apply(&current, message)).await {
+            let applied = if full {
+                let part = assembly.take().unwrap_or_else(|| Assembly::new(&message));
+                if part.revision != message.revision {
+                    let why =
+                        format!("a chunk of revision {} within the snapshot of {}", message.revision, part.revision);
+                    return SessionEnd::Failed(tonic::Status::failed_precondition(why));
+                }
+                let more = message.more;
+                let part = match off_workers(message.upserts.len(), move || part.add(message)).await {
+                    Ok(part) => part,
+                    Err(status) => return SessionEnd::Failed(status),
+                };
+                if more {
+                    assembly = Some(part);
+                    continue;
+                }
+                match off_workers(part.len(), move || part.finish()).await {
                     Ok(applied) => applied,
-                    Err(error) => {
-                        return SessionEnd::Failed(tonic::Status::internal(error.to_string()));
-                    }
+                    Err(status) => return SessionEnd::Failed(status),
                 }
             } else {
-                apply(&current, message)
+                if assembly.is_some() {
+                    let why = "a delta within a chunked snapshot";
+                    return SessionEnd::Failed(tonic::Status::failed_precondition(why));
+                }
+                match off_workers(message.upserts.len(), move || apply(&current, message)).await {
+                    Ok(applied) => applied,
+                    Err(status) => return SessionEnd::Failed(status),
+                }
             };
             if !synced {
                 synced = true;
@@ -249,42 +282,88 @@ fn fits(current: &Snapshot, message: &pb::WatchResponse) -> Result<(), String> {
     Ok(())
 }
 
+/// Runs `f` on the blocking pool when `size` items make it long, else here.
+async fn off_workers<T: Send + 'static>(
+    size: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tonic::Status> {
+    if size > BLOCKING_THRESHOLD {
+        tokio::task::spawn_blocking(f).await.map_err(|error| tonic::Status::internal(error.to_string()))
+    } else {
+        Ok(f())
+    }
+}
+
+// === impl Assembly ===
+
+impl Assembly {
+    /// An empty assembly of the snapshot `first` starts.
+    fn new(first: &pb::WatchResponse) -> Assembly {
+        let mut snapshot = Snapshot::start(first.revision);
+        snapshot.store_id = first.store_id.clone();
+        Assembly { revision: first.revision, snapshot, rejected: Vec::new(), errors: Vec::new() }
+    }
+
+    /// Converts the upserts of `chunk` into the snapshot being built; the
+    /// protobuf message is dropped here.
+    fn add(mut self, chunk: pb::WatchResponse) -> Assembly {
+        let (rejected, errors) = (&mut self.rejected, &mut self.errors);
+        let upserts = chunk.upserts.into_iter().filter_map(|resource| match convert::resource(resource) {
+            Ok(resource) => Some(resource),
+            Err(error) => {
+                errors.push(error.to_string());
+                rejected.push(error.name);
+                None
+            }
+        });
+        self.snapshot.add(upserts);
+        self
+    }
+
+    /// The snapshot of every chunk.
+    fn finish(self) -> Applied {
+        Applied { snapshot: self.snapshot.finish(), rejected: self.rejected, errors: self.errors }
+    }
+
+    /// Resources stored so far, to judge how long `finish` takes.
+    fn len(&self) -> usize {
+        self.snapshot.counts().iter().map(|(_, n)| n).sum()
+    }
+}
+
 /// Builds the snapshot `message` leads to from `current`, skipping (and
-/// naming) resources that do not convert.
+/// naming) resources that do not convert. A full `message` is a snapshot
+/// of one chunk.
 fn apply(current: &Snapshot, message: pb::WatchResponse) -> Applied {
-    let mut rejected = Vec::new();
-    let mut errors = Vec::new();
-    let mut upserts: Vec<Resource> = Vec::with_capacity(message.upserts.len());
-    for resource in message.upserts {
+    if message.full {
+        return Assembly::new(&message).add(message).finish();
+    }
+    let pb::WatchResponse { revision, upserts, deletes: refs, store_id, .. } = message;
+    let (mut rejected, mut errors) = (Vec::new(), Vec::new());
+    let mut upserts_out: Vec<Resource> = Vec::with_capacity(upserts.len());
+    for resource in upserts {
         match convert::resource(resource) {
-            Ok(resource) => upserts.push(resource),
+            Ok(resource) => upserts_out.push(resource),
             Err(error) => {
                 errors.push(error.to_string());
                 rejected.push(error.name);
             }
         }
     }
-    let snapshot = if message.full {
-        let mut snapshot = Snapshot::build(message.revision, upserts);
-        snapshot.store_id = message.store_id;
-        snapshot
-    } else {
-        let mut deletes: Vec<(Kind, String)> = Vec::with_capacity(message.deletes.len());
-        for reference in &message.deletes {
-            match convert::resource_ref(reference) {
-                Some((kind, id)) => deletes.push((kind, id.to_owned())),
-                None => {
-                    rejected.push(format!("{}/{}", reference.kind, reference.id));
-                    errors.push(format!("unknown kind {:?}", reference.kind));
-                }
+    let mut deletes: Vec<(Kind, String)> = Vec::with_capacity(refs.len());
+    for reference in &refs {
+        match convert::resource_ref(reference) {
+            Some((kind, id)) => deletes.push((kind, id.to_owned())),
+            None => {
+                rejected.push(format!("{}/{}", reference.kind, reference.id));
+                errors.push(format!("unknown kind {:?}", reference.kind));
             }
         }
-        let mut snapshot = current.apply(message.revision, upserts, deletes);
-        if !message.store_id.is_empty() {
-            snapshot.store_id = message.store_id;
-        }
-        snapshot
-    };
+    }
+    let mut snapshot = current.apply(revision, upserts_out, deletes);
+    if !store_id.is_empty() {
+        snapshot.store_id = store_id;
+    }
     Applied { snapshot, rejected, errors }
 }
 

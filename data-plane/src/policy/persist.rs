@@ -19,7 +19,7 @@ use std::{
 use anyhow::Context as _;
 use chacha20poly1305::{
     ChaCha20Poly1305, KeyInit as _, Nonce,
-    aead::{Aead as _, Payload},
+    aead::{Aead as _, AeadInPlace as _, Payload},
 };
 use gw_proto::pb;
 use prost::Message as _;
@@ -66,35 +66,38 @@ pub fn load(data_dir: &Path, node_key: &str) -> anyhow::Result<Option<Snapshot>>
 }
 
 /// Writes `snapshot` to `<data_dir>/snapshot.pb` atomically, sealed under
-/// `node_key`.
+/// `node_key`. The message is encoded one resource at a time into the one
+/// buffer that is then sealed in place: at a million tokens no list of
+/// protobuf resources and no second copy of the bytes is ever held.
 pub fn save(data_dir: &Path, snapshot: &Snapshot, node_key: &str) -> anyhow::Result<()> {
-    let full = pb::WatchResponse {
-        revision: snapshot.revision,
-        full: true,
-        base: 0,
-        upserts: snapshot.resources().map(|r| convert::to_pb(&r)).collect(),
-        deletes: Vec::new(),
-        store_id: snapshot.store_id.clone(),
-        store_confirmed: false,
-    };
+    use prost::encoding;
+    let nonce: [u8; 12] = rand::random();
+    let resources: usize = snapshot.counts().iter().map(|(_, n)| n).sum();
+    let mut buffer = Vec::with_capacity(SEALED.len() + 12 + 64 + 160 * resources);
+    buffer.extend_from_slice(SEALED);
+    buffer.extend_from_slice(&nonce);
+    let start = buffer.len();
+    // Field numbers of `WatchResponse`: 1 revision, 2 full, 4 upserts, 6 store_id.
+    encoding::uint64::encode(1, &snapshot.revision, &mut buffer);
+    encoding::bool::encode(2, &true, &mut buffer);
+    for resource in snapshot.resources() {
+        encoding::message::encode(4, &convert::to_pb(&resource), &mut buffer);
+    }
+    if !snapshot.store_id.is_empty() {
+        encoding::string::encode(6, &snapshot.store_id, &mut buffer);
+    }
+    let tag = cipher(node_key)
+        .encrypt_in_place_detached(Nonce::from_slice(&nonce), SEALED, &mut buffer[start..])
+        .map_err(|_| anyhow::anyhow!("sealing the snapshot failed"))?;
+    buffer.extend_from_slice(&tag);
     let path = data_dir.join(SNAPSHOT_FILE);
-    let sealed = seal(&full.encode_to_vec(), node_key)?;
-    write_durably(&data_dir.join(format!("{SNAPSHOT_FILE}.tmp")), &path, &sealed)
+    write_durably(&data_dir.join(format!("{SNAPSHOT_FILE}.tmp")), &path, &buffer)
 }
 
 /// The cipher keyed by `node_key` (through SHA-256 with a label of its own).
 fn cipher(node_key: &str) -> ChaCha20Poly1305 {
     let key = Sha256::new().chain_update(b"gw snapshot key v1\0").chain_update(node_key.as_bytes()).finalize();
     ChaCha20Poly1305::new(&key)
-}
-
-/// `plain` sealed: the marker, a random nonce, the ciphertext with its tag.
-fn seal(plain: &[u8], node_key: &str) -> anyhow::Result<Vec<u8>> {
-    let nonce: [u8; 12] = rand::random();
-    let sealed = cipher(node_key)
-        .encrypt(Nonce::from_slice(&nonce), Payload { msg: plain, aad: SEALED })
-        .map_err(|_| anyhow::anyhow!("sealing the snapshot failed"))?;
-    Ok([SEALED, &nonce, &sealed].concat())
 }
 
 /// The plain bytes of what `seal` made (without its marker).

@@ -107,6 +107,15 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         old
     }
 
+    /// Makes room for `more` entries spread over the shards.
+    pub fn reserve(&mut self, more: usize) {
+        let per_shard = more.div_ceil(SHARDS);
+        for shard in &mut self.shards {
+            let shard = Arc::make_mut(shard);
+            shard.reserve(per_shard.saturating_sub(shard.capacity() - shard.len()));
+        }
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.len
@@ -123,12 +132,34 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
 impl Snapshot {
     /// A held snapshot at `revision` made of `resources`.
     pub fn build(revision: u64, resources: impl IntoIterator<Item = Resource>) -> Snapshot {
-        let mut snapshot = Snapshot { revision, held: true, ..Snapshot::default() };
+        let mut snapshot = Snapshot::start(revision);
+        snapshot.add(resources);
+        snapshot.finish()
+    }
+
+    /// An empty held snapshot at `revision` to `add` resources to, and to
+    /// `finish` before anyone reads it.
+    pub fn start(revision: u64) -> Snapshot {
+        Snapshot { revision, held: true, ..Snapshot::default() }
+    }
+
+    /// Stores `resources` (a part of a snapshot being built by `start`),
+    /// growing the token maps once for as many as the iterator says.
+    pub fn add(&mut self, resources: impl IntoIterator<Item = Resource>) {
+        let resources = resources.into_iter();
+        let (lower, upper) = resources.size_hint();
+        let expected = upper.unwrap_or(lower);
+        self.tokens.reserve(expected);
+        self.token_keys.reserve(expected);
         for resource in resources {
-            snapshot.upsert(resource);
+            self.upsert(resource);
         }
-        snapshot.rebuild_routes();
-        snapshot
+    }
+
+    /// The snapshot `start` and `add` built, with its routes.
+    pub fn finish(mut self) -> Snapshot {
+        self.rebuild_routes();
+        self
     }
 
     /// A copy at `revision` with `upserts` stored and `deletes` removed.
