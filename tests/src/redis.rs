@@ -1,7 +1,8 @@
 //! A real `redis-server` of a test's own: a free port on 127.0.0.1, a
 //! temporary directory, killed when dropped; no persistence unless started
 //! with `start_persistent`. Never port 6379, never a server shared with
-//! anything else.
+//! anything else. `RedisCluster` is three such servers made one Redis
+//! Cluster with `redis-cli --cluster create`.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -15,6 +16,8 @@ use tokio::process::{Child, Command};
 /// How long a started server has to answer `PING`.
 const READY_WITHIN: Duration = Duration::from_secs(10);
 const READY_POLL: Duration = Duration::from_millis(20);
+/// How long a created cluster has to agree that every slot is served.
+const CLUSTER_READY_WITHIN: Duration = Duration::from_secs(20);
 /// Tries at picking a free port, in case another process takes the one we
 /// picked before the server binds it.
 const PORT_ATTEMPTS: usize = 3;
@@ -26,7 +29,15 @@ pub struct RedisServer {
     /// Keeps an append-only file (fsync on every write) in `dir`.
     persistent: bool,
     tls: Option<TlsFiles>,
+    /// The cluster bus port when the server is a cluster node.
+    cluster_port: Option<u16>,
     child: Option<Child>,
+}
+
+/// A Redis Cluster of three primaries (no replicas) on free ports, each
+/// node a `RedisServer`; killed when dropped.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
 }
 
 /// PEM files of a server that speaks TLS only: its certificate and key, and
@@ -60,13 +71,20 @@ impl RedisServer {
     }
 
     async fn start_with(persistent: bool, tls: Option<TlsFiles>) -> anyhow::Result<RedisServer> {
+        RedisServer::start_node(persistent, tls, false).await
+    }
+
+    /// Starts a server; a cluster node, unconnected yet, when `cluster`.
+    async fn start_node(persistent: bool, tls: Option<TlsFiles>, cluster: bool) -> anyhow::Result<RedisServer> {
         let dir = tempfile::tempdir().context("creating the redis directory")?;
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
-            match spawn(port, dir.path(), persistent, tls.as_ref()).await {
+            // The bus defaults to port + 10000, which may not exist.
+            let cluster_port = if cluster { Some(free_port()?) } else { None };
+            match spawn(port, dir.path(), persistent, tls.as_ref(), cluster_port).await {
                 Ok(child) => {
-                    return Ok(RedisServer { port, dir, persistent, tls, child: Some(child) });
+                    return Ok(RedisServer { port, dir, persistent, tls, cluster_port, child: Some(child) });
                 }
                 Err(error) => last_error = Some(error),
             }
@@ -91,7 +109,7 @@ impl RedisServer {
     /// it answers. Its data is lost unless the server is persistent.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.stop().await?;
-        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref()).await?);
+        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref(), self.cluster_port).await?);
         Ok(())
     }
 
@@ -107,7 +125,7 @@ impl RedisServer {
                 std::fs::remove_file(&path)?;
             }
         }
-        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref()).await?);
+        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref(), self.cluster_port).await?);
         Ok(())
     }
 
@@ -120,6 +138,88 @@ impl RedisServer {
     }
 }
 
+// === impl RedisCluster ===
+
+impl RedisCluster {
+    /// Starts three cluster nodes, joins them with `redis-cli --cluster
+    /// create` (slots spread evenly, no replicas) and waits until every node
+    /// reports `cluster_state:ok`. Fails when `redis-server` or `redis-cli`
+    /// is missing or the cluster never forms.
+    pub async fn start() -> anyhow::Result<RedisCluster> {
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            nodes.push(RedisServer::start_node(false, None, true).await?);
+        }
+        let cluster = RedisCluster { nodes };
+        let output = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(cluster.nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .context("running redis-cli --cluster create (is redis-cli installed?)")?;
+        if !output.status.success() {
+            bail!(
+                "redis-cli --cluster create failed with {}:\n{}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let started = Instant::now();
+        for node in &cluster.nodes {
+            loop {
+                if cluster_state_ok(node.port).await {
+                    break;
+                }
+                if started.elapsed() > CLUSTER_READY_WITHIN {
+                    bail!("redis cluster node on port {} never reported cluster_state:ok", node.port);
+                }
+                tokio::time::sleep(READY_POLL).await;
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// The store URL of the cluster, naming every node:
+    /// `redis+cluster://127.0.0.1:<port>,…`.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)).collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// The single-server URLs of the nodes, for talking to one directly.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+/// Whether the cluster node on `port` says the cluster is up (every slot
+/// served).
+async fn cluster_state_ok(port: u16) -> bool {
+    let attempt = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.write_all(b"CLUSTER INFO\r\n").await?;
+        let mut reply = vec![0u8; 4096];
+        let mut read = 0;
+        // A bulk string: `$<len>\r\n<text>\r\n`; the state is near the start.
+        while read < reply.len() {
+            let n = stream.read(&mut reply[read..]).await?;
+            if n == 0 {
+                break;
+            }
+            read += n;
+            if String::from_utf8_lossy(&reply[..read]).contains("cluster_state:") && reply[..read].ends_with(b"\r\n") {
+                break;
+            }
+        }
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&reply[..read]).contains("cluster_state:ok"))
+    };
+    matches!(tokio::time::timeout(Duration::from_secs(1), attempt).await, Ok(Ok(true)))
+}
+
 /// A port nothing listens on right now.
 fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding a probe socket")?;
@@ -127,7 +227,13 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Spawns `redis-server` on `port` and waits until it answers `PING`.
-async fn spawn(port: u16, dir: &Path, persistent: bool, tls: Option<&TlsFiles>) -> anyhow::Result<Child> {
+async fn spawn(
+    port: u16,
+    dir: &Path,
+    persistent: bool,
+    tls: Option<&TlsFiles>,
+    cluster_port: Option<u16>,
+) -> anyhow::Result<Child> {
     let log_path = dir.join(format!("redis-{port}.log"));
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).context("opening the redis log")?;
     let mut command = Command::new("redis-server");
@@ -142,6 +248,10 @@ async fn spawn(port: u16, dir: &Path, persistent: bool, tls: Option<&TlsFiles>) 
             .arg("--tls-ca-cert-file")
             .arg(&tls.ca_file),
     };
+    if let Some(bus) = cluster_port {
+        command.args(["--cluster-enabled", "yes", "--cluster-port", &bus.to_string()]);
+        command.arg("--cluster-config-file").arg(dir.join(format!("nodes-{port}.conf")));
+    }
     let appendonly: &[&str] =
         if persistent { &["--appendonly", "yes", "--appendfsync", "always"] } else { &["--appendonly", "no"] };
     let mut child = command

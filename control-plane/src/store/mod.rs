@@ -248,6 +248,7 @@ pub async fn switch_channel_status(store: &dyn Store, id: &str, from: &'static s
 }
 
 /// Opens the store named by `url`: `redis://…` (or `rediss://…`) for Redis,
+/// `redis+cluster://host:port,…` (or `rediss+cluster://…`) for a cluster,
 /// anything else (or empty) is the embedded store in `data_dir`; either
 /// keeps usage as `retention` says. A `rediss://` server's certificate is
 /// checked against `ca_file` when given, else against the system's roots.
@@ -258,7 +259,7 @@ pub async fn open(
     retention: Retention,
 ) -> anyhow::Result<Arc<dyn Store>> {
     use anyhow::Context as _;
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
+    if redis::is_redis_url(url) {
         let ca = match ca_file {
             Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
             None => None,

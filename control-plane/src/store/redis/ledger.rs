@@ -1,9 +1,10 @@
 //! Usage records and spending leases on Redis.
 //!
-//! Layout: `gw:usage`, a list of JSON records, newest applied first;
-//! `gw:applied:<request_id>`, the idempotency markers; `gw:hold:<budget>`,
-//! a hash holder → `amount:expires_at` of the leases of one budget;
-//! `gw:rollup:<hour|day>:<bucket start>`, one hash per rollup bucket (see
+//! Layout, all in the `{gw}` slot (see `layout` for why): `{gw}:usage`, a
+//! list of JSON records, newest applied first; `{gw}:applied:<request_id>`,
+//! the idempotency markers; `{gw}:hold:<budget>`, a hash holder →
+//! `amount:expires_at` of the leases of one budget;
+//! `{gw}:rollup:<hour|day>:<bucket start>`, one hash per rollup bucket (see
 //! `rollup`). Applying records, leasing, releasing and charging are each one
 //! Lua script, so checking what is available and taking it are one step, and
 //! a record, its counters and its rollups are written together or not at
@@ -14,8 +15,9 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::Script;
 
+use super::layout::{ACCOUNT_USED, BALANCE, TOKEN_USED, USAGE, applied_key, hold_key, kind_key};
 use super::rollup::bucket_key;
-use super::{ACCOUNT_USED, BALANCE, RedisStore, TOKEN_USED, USAGE, kind_key, malformed};
+use super::{RedisStore, malformed};
 use crate::domain::{Kind, UsageOutcome, UsageRecord};
 use crate::store::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 use crate::store::rollup::{Counts, Dims, Period};
@@ -25,8 +27,9 @@ const USAGE_BATCH: usize = 500;
 /// How long a hold hash outlives its newest lease.
 const HOLD_KEY_GRACE_SECS: i64 = 60;
 
-/// Helpers shared by the scripts below. Keys 1 `gw:account`, 2 `gw:token`,
-/// 3 `gw:balance`, 4 `gw:account_used`, 5 `gw:token_used`, 6 `gw:usage`.
+/// Helpers shared by the scripts below. Keys 1 `{gw}:account`, 2
+/// `{gw}:token`, 3 `{gw}:balance`, 4 `{gw}:account_used`, 5
+/// `{gw}:token_used`, 6 `{gw}:usage`.
 const COMMON: &str = r"
 local function parse_hold(value)
   local amount, expires = string.match(value, '^(-?%d+):(-?%d+)$')
@@ -64,7 +67,7 @@ local function standing(kind, id)
   end
   return true, false, tonumber(redis.call('HGET', KEYS[3], id) or '0')
 end
--- Applies the record whose keys start at KEYS[k] (`gw:applied:<id>`, the
+-- Applies the record whose keys start at KEYS[k] (its applied marker, the
 -- token's and the account's hold hash, its hour and day rollup hashes) and
 -- whose arguments start at ARGV[a] (account, token, cost, -cost, node, JSON,
 -- rollup field prefix, the seven rollup counters, the hour and day hashes'
@@ -181,10 +184,6 @@ return {0}
 static SCRIPTS: LazyLock<[Script; 4]> =
     LazyLock::new(|| [APPLY_USAGE, LEASE, RELEASE, CHARGE].map(|body| Script::new(&format!("{COMMON}{body}"))));
 
-fn hold_key(budget: &Budget) -> String {
-    format!("gw:hold:{budget}")
-}
-
 /// A script call with the six ledger keys in place.
 fn invocation(script: &Script) -> redis::ScriptInvocation<'_> {
     let mut call = script.prepare_invoke();
@@ -196,7 +195,7 @@ fn invocation(script: &Script) -> redis::ScriptInvocation<'_> {
 // === impl RedisStore ===
 
 impl RedisStore {
-    /// The last index of `gw:usage` the count cap keeps; -1 keeps all.
+    /// The last index of `{gw}:usage` the count cap keeps; -1 keeps all.
     fn last_usage_index(&self) -> i64 {
         match self.retention.usage_max_records {
             0 => -1,
@@ -207,7 +206,7 @@ impl RedisStore {
     /// Adds one record's keys and arguments (the layout `apply` reads).
     fn record_call(&self, call: &mut redis::ScriptInvocation<'_>, record: &UsageRecord) -> Result<()> {
         let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
-        call.key(format!("gw:applied:{}", record.request_id));
+        call.key(applied_key(&record.request_id));
         call.key(hold_key(&Budget::Token(record.token_id.clone())));
         call.key(hold_key(&Budget::Account(record.account_id.clone())));
         for period in Period::ALL {

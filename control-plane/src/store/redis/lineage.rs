@@ -1,4 +1,5 @@
-//! The lineage on Redis: the hash `gw:lineage` with fields `id` and
+//! The lineage on Redis: the hash `{gw}:lineage` (in the slot of the
+//! revision, whose loss it detects) with fields `id` and
 //! `confirmed` ("1" or "0"). A Redis that lost its data has no such hash, and
 //! the first replica to ask writes a new unconfirmed one.
 
@@ -8,12 +9,11 @@ use async_trait::async_trait;
 use redis::Script;
 
 use super::RedisStore;
+use super::layout::LINEAGE;
 use crate::store::lineage::{self, Lineage, LineageStore, Persistence};
 use crate::store::{Result, StoreError};
 
-const LINEAGE: &str = "gw:lineage";
-
-/// Key 1 `gw:lineage`; arg 1 an id to use when there is none. Returns
+/// Key 1 `{gw}:lineage`; arg 1 an id to use when there is none. Returns
 /// `{id, confirmed}`.
 const READ_OR_CREATE: &str = r"
 local id = redis.call('HGET', KEYS[1], 'id')
