@@ -168,8 +168,27 @@ impl RedisCluster {
                 String::from_utf8_lossy(&output.stderr)
             );
         }
+        cluster.wait_until_ok().await?;
+        Ok(cluster)
+    }
+
+    /// Kills every node and starts it again on its port with its cluster
+    /// configuration but without its data (nothing is persisted), then waits
+    /// until the cluster is up again: a cluster that lost its data.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        for node in &mut self.nodes {
+            node.stop().await?;
+        }
+        for node in &mut self.nodes {
+            node.restart().await?;
+        }
+        self.wait_until_ok().await
+    }
+
+    /// Waits until every node reports `cluster_state:ok`.
+    async fn wait_until_ok(&self) -> anyhow::Result<()> {
         let started = Instant::now();
-        for node in &cluster.nodes {
+        for node in &self.nodes {
             loop {
                 if cluster_state_ok(node.port).await {
                     break;
@@ -180,7 +199,7 @@ impl RedisCluster {
                 tokio::time::sleep(READY_POLL).await;
             }
         }
-        Ok(cluster)
+        Ok(())
     }
 
     /// The store URL of the cluster, naming every node:

@@ -1,16 +1,17 @@
 //! The store on a real three-primary Redis Cluster: the whole conformance
 //! suite passes on it, two replicas on it see each other's writes, its keys
-//! spread over more than one node, and a
+//! spread over more than one node, it recovers when the nodes restart, and a
 //! gateway whose control plane keeps its store there bills a chat request
 //! that the admin API then lists.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use gw_control_plane::store::{RedisStore, conformance};
+use gw_control_plane::domain::Kind;
+use gw_control_plane::store::{RedisStore, Store as _, conformance};
 use gw_proto::pb;
 use gw_tests::{
-    harness::{Cluster, eventually},
+    harness::{Cluster, eventually, try_eventually},
     mock_upstream::MockUpstream,
     redis::RedisCluster,
     seed,
@@ -87,4 +88,35 @@ async fn a_chat_request_through_a_gateway_on_a_redis_cluster_is_billed_and_liste
     let accounts = cluster.admin().list_accounts(pb::ListRequest::default()).await.expect("accounts").into_inner();
     let acme = accounts.items.iter().find(|a| a.id == account).expect("the account is listed");
     assert_eq!(acme.balance_micros, 100_000_000 - 98, "the balance was charged: {acme:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_on_a_redis_cluster_recovers_after_every_node_restarts() {
+    let mut redis = RedisCluster::start().await.expect("redis cluster");
+    let store = RedisStore::connect(&redis.url()).await.expect("connect");
+    let mut rx = store.subscribe();
+    for i in 0..3 {
+        store.create(conformance::sample(Kind::Model, &format!("before-{i}"))).await.expect("create");
+    }
+    assert_eq!(*rx.borrow_and_update(), 3);
+
+    redis.restart().await.expect("restart the cluster");
+    // The cluster connection finds the nodes again; a call may fail while
+    // it does.
+    let last_error = std::cell::RefCell::new(String::new());
+    let revision = try_eventually(Duration::from_secs(10), || async {
+        match store.create(conformance::sample(Kind::Model, "after")).await {
+            Ok(revision) => Some(revision),
+            Err(error) => {
+                *last_error.borrow_mut() = format!("{error:?}");
+                None
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|| panic!("store never recovered after the restart: {}", last_error.borrow()));
+    assert_eq!(revision, 1, "the restarted cluster starts from an empty store");
+    let waited =
+        tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|r| *r == 1)).await.is_ok_and(|seen| seen.is_ok());
+    assert!(waited, "subscribe still at {} after a write on the restarted cluster", *rx.borrow());
 }

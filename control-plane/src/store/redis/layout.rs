@@ -146,26 +146,36 @@ pub(super) async fn migrate(conn: &Conn) -> Result<()> {
     if conn.exists::<_, bool>(LAYOUT).await.map_err(StoreError::Redis)? {
         return Ok(());
     }
-    let mut old: Vec<String> = Vec::new();
-    {
-        let mut keys = conn.scan_match::<_, String>("gw:*").await.map_err(StoreError::Redis)?;
-        while let Some(key) = keys.next_item().await {
-            old.push(key.map_err(StoreError::Redis)?);
-        }
-    }
-    let pairs: Vec<(String, String)> =
-        old.into_iter().filter_map(|key| tagged_name(&key).map(|new| (key, new))).collect();
     let script = Script::new(RENAME);
     let (mut renamed, mut kept) = (0u64, 0u64);
-    for batch in pairs.chunks(MIGRATE_BATCH) {
+    let mut rename = async |batch: &mut Vec<(String, String)>| -> Result<()> {
         let mut call = script.prepare_invoke();
-        for (old, new) in batch {
+        for (old, new) in batch.drain(..) {
             call.key(old).key(new);
         }
-        let (r, k): (u64, u64) = call.invoke_async(&mut conn).await.map_err(StoreError::Redis)?;
+        let (r, k): (u64, u64) = call.invoke_async(&mut conn.clone()).await.map_err(StoreError::Redis)?;
         renamed += r;
         kept += k;
+        Ok(())
+    };
+    // Renamed keys no longer match the pattern, and SCAN still returns
+    // every key that matched throughout: renaming while scanning is safe.
+    let mut scanning = conn.clone();
+    let mut keys = scanning.scan_match::<_, String>("gw:*").await.map_err(StoreError::Redis)?;
+    let mut batch = Vec::with_capacity(MIGRATE_BATCH);
+    while let Some(key) = keys.next_item().await {
+        let key = key.map_err(StoreError::Redis)?;
+        if let Some(new) = tagged_name(&key) {
+            batch.push((key, new));
+        }
+        if batch.len() == MIGRATE_BATCH {
+            rename(&mut batch).await?;
+        }
     }
+    if !batch.is_empty() {
+        rename(&mut batch).await?;
+    }
+    drop(rename);
     if renamed > 0 || kept > 0 {
         tracing::info!(renamed, kept, "renamed the redis store's keys to their cluster-safe names");
     }
