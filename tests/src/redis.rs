@@ -109,7 +109,8 @@ impl RedisServer {
     /// it answers. Its data is lost unless the server is persistent.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.stop().await?;
-        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref(), self.cluster_port).await?);
+        self.child =
+            Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref(), self.cluster_port).await?);
         Ok(())
     }
 
@@ -125,7 +126,8 @@ impl RedisServer {
                 std::fs::remove_file(&path)?;
             }
         }
-        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref(), self.cluster_port).await?);
+        self.child =
+            Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref(), self.cluster_port).await?);
         Ok(())
     }
 

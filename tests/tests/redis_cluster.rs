@@ -88,6 +88,10 @@ async fn a_chat_request_through_a_gateway_on_a_redis_cluster_is_billed_and_liste
     let accounts = cluster.admin().list_accounts(pb::ListRequest::default()).await.expect("accounts").into_inner();
     let acme = accounts.items.iter().find(|a| a.id == account).expect("the account is listed");
     assert_eq!(acme.balance_micros, 100_000_000 - 98, "the balance was charged: {acme:?}");
+
+    // Every primary is asked how it persists: these keep nothing on disk.
+    let status = cluster.gwctl(&["store", "status"]).await.expect("gwctl store status");
+    assert_eq!(status["persistence"], "none", "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -241,7 +241,8 @@ async fn a_redis_store_written_before_hash_tags_is_renamed_when_a_replica_connec
     assert!(!tagged.is_empty(), "the store wrote no tagged keys");
     for key in &tagged {
         let (_, rest) = key.split_once("}:").expect("a tagged key");
-        let _: () = redis::cmd("RENAME").arg(key).arg(format!("gw:{rest}")).query_async(&mut conn).await.expect("rename");
+        let _: () =
+            redis::cmd("RENAME").arg(key).arg(format!("gw:{rest}")).query_async(&mut conn).await.expect("rename");
     }
 
     let store = RedisStore::connect(&server.url()).await.expect("connect after the upgrade");

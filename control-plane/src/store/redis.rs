@@ -43,8 +43,8 @@ mod lineage;
 mod rollup;
 mod video;
 
-pub use self::conn::{check_url, is_redis_url};
 use self::conn::{Conn, Dialer};
+pub use self::conn::{check_url, is_redis_url};
 use self::layout::{ACCOUNT_USED, BALANCE, CHANGES, REV, TOKEN_USED, USAGE, kind_key, names_key};
 
 /// Changes kept in `{gw}:changes` (approximate trimming keeps at least this).
@@ -637,11 +637,7 @@ async fn follow_connected(
 
 /// Reads `{gw}:rev` and publishes it. A value below what subscribers were
 /// told means the server lost data, and they are told the lower value.
-async fn resync(
-    conn: &mut Conn,
-    revision: &watch::Sender<u64>,
-    seen: &mut u64,
-) -> Result<(), RedisError> {
+async fn resync(conn: &mut Conn, revision: &watch::Sender<u64>, seen: &mut u64) -> Result<(), RedisError> {
     // Read before the GET: every revision published so far (by the follower
     // or by a write of this instance) was committed before the GET was sent,
     // so a lower answer is a lost one, not a race with a local write.

@@ -10,8 +10,12 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::io::tcp::TcpSettings;
-use redis::{AsyncConnectionConfig, Client, Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, Value};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionInfo, FromRedisValue, IntoConnectionInfo, Pipeline, RedisFuture,
+    RedisResult, Value,
+};
 
 use crate::store::{Result, StoreError};
 
@@ -25,6 +29,7 @@ const RECONNECT_MAX: Duration = Duration::from_secs(1);
 
 /// Opens connections to the Redis of a store URL.
 #[derive(Clone)]
+#[expect(clippy::large_enum_variant, reason = "one per store, made once")]
 pub(super) enum Dialer {
     Single(Client),
     Cluster(ClusterClient),
@@ -86,7 +91,8 @@ pub fn check_url(url: &str) -> std::result::Result<(), String> {
     if url.starts_with("redis://") || url.starts_with("rediss://") {
         return url.into_connection_info().map(drop).map_err(|error| error.to_string());
     }
-    Err("must be empty (embedded store), or a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL".to_owned())
+    Err("must be empty (embedded store), or a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL"
+        .to_owned())
 }
 
 /// Whether `url` names a Redis (single or cluster) rather than the
@@ -108,7 +114,11 @@ impl Dialer {
         let certificates = |root_cert| redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
         if let Some(nodes) = cluster_nodes(url) {
             let nodes = nodes.map_err(|reason| {
-                StoreError::Redis(redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad cluster url", reason)))
+                StoreError::Redis(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "bad cluster url",
+                    reason,
+                )))
             })?;
             let mut builder = ClusterClientBuilder::new(nodes)
                 .connection_timeout(CONNECT_TIMEOUT)
@@ -160,9 +170,8 @@ impl Dialer {
                 client.get_multiplexed_async_connection_with_config(&config).await.map(Conn::Direct)
             }
             Dialer::Cluster(client) => {
-                let config = ClusterConfig::new()
-                    .set_connection_timeout(CONNECT_TIMEOUT)
-                    .set_response_timeout(response_timeout);
+                let config =
+                    ClusterConfig::new().set_connection_timeout(CONNECT_TIMEOUT).set_response_timeout(response_timeout);
                 client.get_async_connection_with_config(config).await.map(Conn::Cluster)
             }
         }
@@ -179,6 +188,19 @@ impl Conn {
     /// Whether this is a connection to a cluster.
     pub(super) fn is_cluster(&self) -> bool {
         matches!(self, Conn::Cluster(_))
+    }
+
+    /// The answer of every primary of a cluster to `cmd`, or the one
+    /// server's; for server-wide commands such as `CONFIG GET`.
+    pub(super) async fn on_every_primary<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<Vec<T>> {
+        let Conn::Cluster(conn) = self else {
+            return Ok(vec![cmd.query_async(self).await?]);
+        };
+        let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        // Without a response policy, the answer maps each node to its own.
+        let reply = conn.route_command(cmd.clone(), routing).await?;
+        let by_node: Vec<(String, Value)> = redis::from_redis_value(reply)?;
+        by_node.into_iter().map(|(_, value)| Ok(redis::from_redis_value(value)?)).collect()
     }
 }
 

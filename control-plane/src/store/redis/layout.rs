@@ -175,7 +175,6 @@ pub(super) async fn migrate(conn: &Conn) -> Result<()> {
     if !batch.is_empty() {
         rename(&mut batch).await?;
     }
-    drop(rename);
     if renamed > 0 || kept > 0 {
         tracing::info!(renamed, kept, "renamed the redis store's keys to their cluster-safe names");
     }

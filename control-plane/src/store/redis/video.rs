@@ -14,7 +14,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{AsyncCommands as _, Script, Value};
 
-use super::layout::{VIDEOS, VIDEOS_BY_TIME as BY_TIME, VIDEOS_OPEN as OPEN, lock_key, videos_of_account as account_key};
+use super::layout::{
+    VIDEOS, VIDEOS_BY_TIME as BY_TIME, VIDEOS_OPEN as OPEN, lock_key, videos_of_account as account_key,
+};
 use super::{RedisStore, decode};
 use crate::domain::VideoTask;
 use crate::store::video::{self, VideoFilter, VideoStore, VideoWrite};
