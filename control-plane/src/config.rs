@@ -403,6 +403,18 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_store_url_is_accepted_and_a_malformed_one_is_reported() {
+        let url = "redis+cluster://10.0.0.5:6379,10.0.0.6:6379";
+        let loaded =
+            load(["gw-control-plane", "--check-config", "--store", url]).map_err(|e| format!("{e:?}")).unwrap();
+        assert_eq!(loaded.config.store, url);
+        let args = ["gw-control-plane", "--check-config", "--store", "redis+cluster://10.0.0.5:6379,/2"];
+        let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert!(errors[0].contains("store"), "{errors:#?}");
+    }
+
+    #[test]
     fn a_check_reports_short_and_equal_keys_and_a_bad_store_together() {
         let short = "x".repeat(10);
         let args =
