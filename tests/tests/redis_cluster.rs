@@ -43,6 +43,14 @@ async fn redis_cluster_store_passes_the_conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_server_url_naming_a_cluster_node_is_refused() {
+    let redis = RedisCluster::start().await.expect("redis cluster");
+    let Err(error) = RedisStore::connect(&redis.node_urls()[0]).await else { panic!("connected to a cluster node") };
+    let error = anyhow::Error::new(error);
+    assert!(format!("{error:#}").contains("redis+cluster://"), "{error:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_request_through_a_gateway_on_a_redis_cluster_is_billed_and_listed() {
     let redis = RedisCluster::start().await.expect("redis cluster");
     let upstream = MockUpstream::start().await.expect("mock upstream");

@@ -213,6 +213,7 @@ impl RedisStore {
     pub async fn connect_with_ca(url: &str, ca: Option<Vec<u8>>) -> Result<Self> {
         let dialer = Dialer::new(url, ca)?;
         let mut conn = dialer.shared().await?;
+        conn.refuse_cluster_node().await?;
         layout::migrate(&conn).await?;
         let start: u64 = conn.get::<_, Option<u64>>(REV).await.map_err(StoreError::Redis)?.unwrap_or(0);
         let revision = Arc::new(watch::channel(start).0);

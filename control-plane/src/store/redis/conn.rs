@@ -190,6 +190,23 @@ impl Conn {
         matches!(self, Conn::Cluster(_))
     }
 
+    /// Fails when a single-server connection reaches a node of a cluster:
+    /// the store's scripts would fail on every key that node does not
+    /// serve. A server that does not answer `INFO` passes.
+    pub(super) async fn refuse_cluster_node(&self) -> Result<()> {
+        if self.is_cluster() {
+            return Ok(());
+        }
+        let Ok(info) = redis::cmd("INFO").arg("cluster").query_async::<String>(&mut self.clone()).await else {
+            return Ok(());
+        };
+        if info.lines().any(|line| line.trim() == "cluster_enabled:1") {
+            let reason = "this redis is a cluster node: use a redis+cluster:// store url";
+            return Err(StoreError::Redis(redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, reason))));
+        }
+        Ok(())
+    }
+
     /// The answer of every primary of a cluster to `cmd`, or the one
     /// server's; for server-wide commands such as `CONFIG GET`.
     pub(super) async fn on_every_primary<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<Vec<T>> {
