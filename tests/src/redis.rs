@@ -148,19 +148,32 @@ impl RedisCluster {
     /// reports `cluster_state:ok`. Fails when `redis-server` or `redis-cli`
     /// is missing or the cluster never forms.
     pub async fn start() -> anyhow::Result<RedisCluster> {
+        RedisCluster::start_with(None).await
+    }
+
+    /// `start`, every node serving TLS only with `tls`' files, on the
+    /// client port and the cluster bus (whose connections present the same
+    /// certificate as a client: it needs both usages); the URL is then
+    /// `rediss+cluster://`.
+    pub async fn start_tls(tls: TlsFiles) -> anyhow::Result<RedisCluster> {
+        RedisCluster::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<TlsFiles>) -> anyhow::Result<RedisCluster> {
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            nodes.push(RedisServer::start_node(false, None, true).await?);
+            nodes.push(RedisServer::start_node(false, tls.clone(), true).await?);
         }
         let cluster = RedisCluster { nodes };
-        let output = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(cluster.nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)))
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
+        let mut create = cluster.cli(0);
+        create.arg("--cluster").arg("create");
+        create.args(cluster.nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)));
+        create.args(["--cluster-replicas", "0", "--cluster-yes"]).kill_on_drop(true);
+        // It waits for the nodes to join forever: a bus that cannot connect
+        // would hang the test.
+        let output = tokio::time::timeout(CLUSTER_READY_WITHIN, create.output())
             .await
+            .context("redis-cli --cluster create did not finish: do the nodes reach each other's bus?")?
             .context("running redis-cli --cluster create (is redis-cli installed?)")?;
         if !output.status.success() {
             bail!(
@@ -187,12 +200,30 @@ impl RedisCluster {
         self.wait_until_ok().await
     }
 
+    /// `redis-cli` talking to node `i` (over TLS when the nodes speak it).
+    fn cli(&self, i: usize) -> Command {
+        let node = &self.nodes[i];
+        let mut command = Command::new("redis-cli");
+        command.args(["-h", "127.0.0.1", "-p", &node.port.to_string()]);
+        if let Some(tls) = &node.tls {
+            command.arg("--tls").arg("--cacert").arg(&tls.ca_file);
+        }
+        command.stdin(Stdio::null());
+        command
+    }
+
+    /// Whether node `i` says the cluster is up (every slot served).
+    async fn node_ok(&self, i: usize) -> bool {
+        let output = self.cli(i).args(["CLUSTER", "INFO"]).output().await;
+        output.is_ok_and(|output| String::from_utf8_lossy(&output.stdout).contains("cluster_state:ok"))
+    }
+
     /// Waits until every node reports `cluster_state:ok`.
     async fn wait_until_ok(&self) -> anyhow::Result<()> {
         let started = Instant::now();
-        for node in &self.nodes {
+        for (i, node) in self.nodes.iter().enumerate() {
             loop {
-                if cluster_state_ok(node.port).await {
+                if self.node_ok(i).await {
                     break;
                 }
                 if started.elapsed() > CLUSTER_READY_WITHIN {
@@ -208,37 +239,14 @@ impl RedisCluster {
     /// `redis+cluster://127.0.0.1:<port>,…`.
     pub fn url(&self) -> String {
         let nodes: Vec<String> = self.nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)).collect();
-        format!("redis+cluster://{}", nodes.join(","))
+        let scheme = if self.nodes.iter().any(|node| node.tls.is_some()) { "rediss" } else { "redis" };
+        format!("{scheme}+cluster://{}", nodes.join(","))
     }
 
     /// The single-server URLs of the nodes, for talking to one directly.
     pub fn node_urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
-}
-
-/// Whether the cluster node on `port` says the cluster is up (every slot
-/// served).
-async fn cluster_state_ok(port: u16) -> bool {
-    let attempt = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
-        stream.write_all(b"CLUSTER INFO\r\n").await?;
-        let mut reply = vec![0u8; 4096];
-        let mut read = 0;
-        // A bulk string: `$<len>\r\n<text>\r\n`; the state is near the start.
-        while read < reply.len() {
-            let n = stream.read(&mut reply[read..]).await?;
-            if n == 0 {
-                break;
-            }
-            read += n;
-            if String::from_utf8_lossy(&reply[..read]).contains("cluster_state:") && reply[..read].ends_with(b"\r\n") {
-                break;
-            }
-        }
-        Ok::<_, std::io::Error>(String::from_utf8_lossy(&reply[..read]).contains("cluster_state:ok"))
-    };
-    matches!(tokio::time::timeout(Duration::from_secs(1), attempt).await, Ok(Ok(true)))
 }
 
 /// A port nothing listens on right now.
@@ -269,6 +277,9 @@ async fn spawn(
             .arg("--tls-ca-cert-file")
             .arg(&tls.ca_file),
     };
+    if tls.is_some() && cluster_port.is_some() {
+        command.args(["--tls-cluster", "yes"]);
+    }
     if let Some(bus) = cluster_port {
         command.args(["--cluster-enabled", "yes", "--cluster-port", &bus.to_string()]);
         command.arg("--cluster-config-file").arg(dir.join(format!("nodes-{port}.conf")));

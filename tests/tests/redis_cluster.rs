@@ -1,6 +1,7 @@
 //! The store on a real three-primary Redis Cluster: the whole conformance
 //! suite passes on it, two replicas on it see each other's writes, its keys
-//! spread over more than one node, it recovers when the nodes restart, and a
+//! spread over more than one node, it recovers when the nodes restart, it
+//! reaches a TLS cluster through `rediss+cluster://` and the CA file, and a
 //! gateway whose control plane keeps its store there bills a chat request
 //! that the admin API then lists.
 
@@ -11,9 +12,10 @@ use gw_control_plane::domain::Kind;
 use gw_control_plane::store::{RedisStore, Store as _, conformance};
 use gw_proto::pb;
 use gw_tests::{
+    certs::TestCa,
     harness::{Cluster, eventually, try_eventually},
     mock_upstream::MockUpstream,
-    redis::RedisCluster,
+    redis::{RedisCluster, TlsFiles},
     seed,
 };
 use serde_json::json;
@@ -131,4 +133,26 @@ async fn a_store_on_a_redis_cluster_recovers_after_every_node_restarts() {
     let waited =
         tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|r| *r == 1)).await.is_ok_and(|seen| seen.is_ok());
     assert!(waited, "subscribe still at {} after a write on the restarted cluster", *rx.borrow());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_on_a_tls_redis_cluster_checks_the_nodes_against_the_ca_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = TestCa::new(dir.path()).expect("test CA");
+    // Cluster bus connections prove both ends: the nodes' certificate
+    // serves as client and server.
+    let cert = ca.peer("redis", "redis").expect("redis certificate");
+    let tls = TlsFiles { cert_file: cert.cert_file, key_file: cert.key_file, ca_file: ca.cert_file.clone() };
+    let redis = RedisCluster::start_tls(tls).await.expect("redis cluster with TLS");
+    assert!(redis.url().starts_with("rediss+cluster://"), "{}", redis.url());
+
+    let pem = std::fs::read(&ca.cert_file).expect("read the CA");
+    let store = RedisStore::connect_with_ca(&redis.url(), Some(pem)).await.expect("connect over TLS");
+    let revision = store.create(conformance::sample(Kind::Model, "over-tls")).await.expect("create");
+    let got = store.get(Kind::Model, "over-tls").await.expect("get");
+    assert_eq!(got, Some(conformance::sample(Kind::Model, "over-tls")));
+    assert_eq!(*store.subscribe().borrow(), revision);
+
+    // Without the CA, the nodes' certificates are not trusted.
+    assert!(RedisStore::connect(&redis.url()).await.is_err(), "connected without trusting the test CA");
 }
