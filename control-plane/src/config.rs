@@ -28,7 +28,7 @@ pub static SETTINGS: &[Setting] = &[
         "store",
         "GW_CP_STORE",
         Some(""),
-        "`redis://host:port/db` (or `rediss://`) for Redis; empty for the embedded store in the data dir",
+        "`redis://host:port/db` (or `rediss://`) for Redis, `redis+cluster://host:port,host:port` (or `rediss+cluster://`) for a Redis Cluster; empty for the embedded store in the data dir",
     ),
     Setting::new(
         "data_dir",
@@ -128,7 +128,7 @@ pub static SETTINGS: &[Setting] = &[
         "store_ca_file",
         "GW_CP_STORE_CA_FILE",
         None,
-        "PEM CA bundle a rediss:// store's certificate is checked against [default: the system's roots]",
+        "PEM CA bundle a rediss:// (or rediss+cluster://) store's certificate is checked against [default: the system's roots]",
     ),
     Setting::new(
         "master_key",
@@ -186,8 +186,7 @@ where
     config.admin_listen = layers.get("admin_listen", |t| t.parse::<SocketAddr>().map_err(|e| e.to_string()));
     if let Some(store) = layers.get("store", |t| match t {
         "" => Ok(String::new()),
-        url if url.starts_with("redis://") || url.starts_with("rediss://") => Ok(url.to_owned()),
-        _ => Err("must be empty (embedded store) or a redis:// or rediss:// URL".to_owned()),
+        url => crate::store::redis::check_url(url).map(|()| url.to_owned()),
     }) {
         config.store = store;
     }
@@ -418,6 +417,18 @@ mod tests {
         let args = ["gw-control-plane", "--check-config", "--budget-time-zone", "Mars/Olympus"];
         let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
         assert!(errors[0].contains("unknown time zone"), "{errors:#?}");
+    }
+
+    #[test]
+    fn a_cluster_store_url_is_accepted_and_a_malformed_one_is_reported() {
+        let url = "redis+cluster://10.0.0.5:6379,10.0.0.6:6379";
+        let loaded =
+            load(["gw-control-plane", "--check-config", "--store", url]).map_err(|e| format!("{e:?}")).unwrap();
+        assert_eq!(loaded.config.store, url);
+        let args = ["gw-control-plane", "--check-config", "--store", "redis+cluster://10.0.0.5:6379,/2"];
+        let Err(Failure::Invalid(errors)) = load(args) else { panic!("accepted") };
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert!(errors[0].contains("store"), "{errors:#?}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub struct Args {
     /// Address of the control plane's gRPC API (gwctl).
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub admin_listen: SocketAddr,
-    /// Store URL, e.g. redis://127.0.0.1:6379 [default: embedded in the data directory].
+    /// Store URL, e.g. redis://127.0.0.1:6379 or redis+cluster://host:port,host:port [default: embedded in the data directory].
     #[arg(long)]
     pub store: Option<String>,
 }

@@ -45,20 +45,33 @@ impl TestCa {
     /// A server certificate for `localhost` and 127.0.0.1 with common name
     /// `name`, written as `<file>.crt` / `<file>.key`.
     pub fn server(&self, file: &str, name: &str) -> anyhow::Result<Issued> {
-        self.issue(file, name, &["localhost", "127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth)
+        self.issue(file, name, &["localhost", "127.0.0.1"], &[ExtendedKeyUsagePurpose::ServerAuth])
+    }
+
+    /// `server`, also good as a client certificate: for Redis Cluster
+    /// nodes, whose bus connections prove both ends.
+    pub fn peer(&self, file: &str, name: &str) -> anyhow::Result<Issued> {
+        let usages = [ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(file, name, &["localhost", "127.0.0.1"], &usages)
     }
 
     /// A client certificate naming node `name` (its common name).
     pub fn client(&self, file: &str, name: &str) -> anyhow::Result<Issued> {
-        self.issue(file, name, &[], ExtendedKeyUsagePurpose::ClientAuth)
+        self.issue(file, name, &[], &[ExtendedKeyUsagePurpose::ClientAuth])
     }
 
-    fn issue(&self, file: &str, name: &str, sans: &[&str], usage: ExtendedKeyUsagePurpose) -> anyhow::Result<Issued> {
+    fn issue(
+        &self,
+        file: &str,
+        name: &str,
+        sans: &[&str],
+        usages: &[ExtendedKeyUsagePurpose],
+    ) -> anyhow::Result<Issued> {
         let key = KeyPair::generate().context("a key")?;
         let sans: Vec<String> = sans.iter().map(|s| (*s).to_owned()).collect();
         let mut params = CertificateParams::new(sans).context("certificate parameters")?;
         params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages.to_vec();
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         let issuer = Issuer::from_params(&self.params, &self.key);
         let cert = params.signed_by(&key, &issuer).context("signing")?;

@@ -1,7 +1,8 @@
 //! A real `redis-server` of a test's own: a free port on 127.0.0.1, a
 //! temporary directory, killed when dropped; no persistence unless started
 //! with `start_persistent`. Never port 6379, never a server shared with
-//! anything else.
+//! anything else. `RedisCluster` is three such servers made one Redis
+//! Cluster with `redis-cli --cluster create`.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -15,6 +16,8 @@ use tokio::process::{Child, Command};
 /// How long a started server has to answer `PING`.
 const READY_WITHIN: Duration = Duration::from_secs(10);
 const READY_POLL: Duration = Duration::from_millis(20);
+/// How long a created cluster has to agree that every slot is served.
+const CLUSTER_READY_WITHIN: Duration = Duration::from_secs(20);
 /// Tries at picking a free port, in case another process takes the one we
 /// picked before the server binds it.
 const PORT_ATTEMPTS: usize = 3;
@@ -26,7 +29,15 @@ pub struct RedisServer {
     /// Keeps an append-only file (fsync on every write) in `dir`.
     persistent: bool,
     tls: Option<TlsFiles>,
+    /// The cluster bus port when the server is a cluster node.
+    cluster_port: Option<u16>,
     child: Option<Child>,
+}
+
+/// A Redis Cluster of three primaries (no replicas) on free ports, each
+/// node a `RedisServer`; killed when dropped.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
 }
 
 /// PEM files of a server that speaks TLS only: its certificate and key, and
@@ -60,13 +71,20 @@ impl RedisServer {
     }
 
     async fn start_with(persistent: bool, tls: Option<TlsFiles>) -> anyhow::Result<RedisServer> {
+        RedisServer::start_node(persistent, tls, false).await
+    }
+
+    /// Starts a server; a cluster node, unconnected yet, when `cluster`.
+    async fn start_node(persistent: bool, tls: Option<TlsFiles>, cluster: bool) -> anyhow::Result<RedisServer> {
         let dir = tempfile::tempdir().context("creating the redis directory")?;
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
-            match spawn(port, dir.path(), persistent, tls.as_ref()).await {
+            // The bus defaults to port + 10000, which may not exist.
+            let cluster_port = if cluster { Some(free_port()?) } else { None };
+            match spawn(port, dir.path(), persistent, tls.as_ref(), cluster_port).await {
                 Ok(child) => {
-                    return Ok(RedisServer { port, dir, persistent, tls, child: Some(child) });
+                    return Ok(RedisServer { port, dir, persistent, tls, cluster_port, child: Some(child) });
                 }
                 Err(error) => last_error = Some(error),
             }
@@ -91,7 +109,8 @@ impl RedisServer {
     /// it answers. Its data is lost unless the server is persistent.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.stop().await?;
-        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref()).await?);
+        self.child =
+            Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref(), self.cluster_port).await?);
         Ok(())
     }
 
@@ -107,7 +126,8 @@ impl RedisServer {
                 std::fs::remove_file(&path)?;
             }
         }
-        self.child = Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref()).await?);
+        self.child =
+            Some(spawn(self.port, self.dir.path(), self.persistent, self.tls.as_ref(), self.cluster_port).await?);
         Ok(())
     }
 
@@ -120,6 +140,115 @@ impl RedisServer {
     }
 }
 
+// === impl RedisCluster ===
+
+impl RedisCluster {
+    /// Starts three cluster nodes, joins them with `redis-cli --cluster
+    /// create` (slots spread evenly, no replicas) and waits until every node
+    /// reports `cluster_state:ok`. Fails when `redis-server` or `redis-cli`
+    /// is missing or the cluster never forms.
+    pub async fn start() -> anyhow::Result<RedisCluster> {
+        RedisCluster::start_with(None).await
+    }
+
+    /// `start`, every node serving TLS only with `tls`' files, on the
+    /// client port and the cluster bus (whose connections present the same
+    /// certificate as a client: it needs both usages); the URL is then
+    /// `rediss+cluster://`.
+    pub async fn start_tls(tls: TlsFiles) -> anyhow::Result<RedisCluster> {
+        RedisCluster::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<TlsFiles>) -> anyhow::Result<RedisCluster> {
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            nodes.push(RedisServer::start_node(false, tls.clone(), true).await?);
+        }
+        let cluster = RedisCluster { nodes };
+        let mut create = cluster.cli(0);
+        create.arg("--cluster").arg("create");
+        create.args(cluster.nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)));
+        create.args(["--cluster-replicas", "0", "--cluster-yes"]).kill_on_drop(true);
+        // It waits for the nodes to join forever: a bus that cannot connect
+        // would hang the test.
+        let output = tokio::time::timeout(CLUSTER_READY_WITHIN, create.output())
+            .await
+            .context("redis-cli --cluster create did not finish: do the nodes reach each other's bus?")?
+            .context("running redis-cli --cluster create (is redis-cli installed?)")?;
+        if !output.status.success() {
+            bail!(
+                "redis-cli --cluster create failed with {}:\n{}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        cluster.wait_until_ok().await?;
+        Ok(cluster)
+    }
+
+    /// Kills every node and starts it again on its port with its cluster
+    /// configuration but without its data (nothing is persisted), then waits
+    /// until the cluster is up again: a cluster that lost its data.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        for node in &mut self.nodes {
+            node.stop().await?;
+        }
+        for node in &mut self.nodes {
+            node.restart().await?;
+        }
+        self.wait_until_ok().await
+    }
+
+    /// `redis-cli` talking to node `i` (over TLS when the nodes speak it).
+    fn cli(&self, i: usize) -> Command {
+        let node = &self.nodes[i];
+        let mut command = Command::new("redis-cli");
+        command.args(["-h", "127.0.0.1", "-p", &node.port.to_string()]);
+        if let Some(tls) = &node.tls {
+            command.arg("--tls").arg("--cacert").arg(&tls.ca_file);
+        }
+        command.stdin(Stdio::null());
+        command
+    }
+
+    /// Whether node `i` says the cluster is up (every slot served).
+    async fn node_ok(&self, i: usize) -> bool {
+        let output = self.cli(i).args(["CLUSTER", "INFO"]).output().await;
+        output.is_ok_and(|output| String::from_utf8_lossy(&output.stdout).contains("cluster_state:ok"))
+    }
+
+    /// Waits until every node reports `cluster_state:ok`.
+    async fn wait_until_ok(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        for (i, node) in self.nodes.iter().enumerate() {
+            loop {
+                if self.node_ok(i).await {
+                    break;
+                }
+                if started.elapsed() > CLUSTER_READY_WITHIN {
+                    bail!("redis cluster node on port {} never reported cluster_state:ok", node.port);
+                }
+                tokio::time::sleep(READY_POLL).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The store URL of the cluster, naming every node:
+    /// `redis+cluster://127.0.0.1:<port>,…`.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)).collect();
+        let scheme = if self.nodes.iter().any(|node| node.tls.is_some()) { "rediss" } else { "redis" };
+        format!("{scheme}+cluster://{}", nodes.join(","))
+    }
+
+    /// The single-server URLs of the nodes, for talking to one directly.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
 /// A port nothing listens on right now.
 fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding a probe socket")?;
@@ -127,7 +256,13 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Spawns `redis-server` on `port` and waits until it answers `PING`.
-async fn spawn(port: u16, dir: &Path, persistent: bool, tls: Option<&TlsFiles>) -> anyhow::Result<Child> {
+async fn spawn(
+    port: u16,
+    dir: &Path,
+    persistent: bool,
+    tls: Option<&TlsFiles>,
+    cluster_port: Option<u16>,
+) -> anyhow::Result<Child> {
     let log_path = dir.join(format!("redis-{port}.log"));
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).context("opening the redis log")?;
     let mut command = Command::new("redis-server");
@@ -142,6 +277,13 @@ async fn spawn(port: u16, dir: &Path, persistent: bool, tls: Option<&TlsFiles>) 
             .arg("--tls-ca-cert-file")
             .arg(&tls.ca_file),
     };
+    if tls.is_some() && cluster_port.is_some() {
+        command.args(["--tls-cluster", "yes"]);
+    }
+    if let Some(bus) = cluster_port {
+        command.args(["--cluster-enabled", "yes", "--cluster-port", &bus.to_string()]);
+        command.arg("--cluster-config-file").arg(dir.join(format!("nodes-{port}.conf")));
+    }
     let appendonly: &[&str] =
         if persistent { &["--appendonly", "yes", "--appendfsync", "always"] } else { &["--appendonly", "no"] };
     let mut child = command

@@ -68,7 +68,7 @@ async fn served_model(cluster: &Cluster, upstream: &MockUpstream, key: &str, mod
 async fn raw_redis_key(redis: &RedisServer, channel: &str) -> String {
     let client = redis::Client::open(redis.url()).expect("redis url");
     let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
-    let json: String = redis::cmd("HGET").arg("gw:channel").arg(channel).query_async(&mut conn).await.expect("HGET");
+    let json: String = redis::cmd("HGET").arg("{gw}:channel").arg(channel).query_async(&mut conn).await.expect("HGET");
     assert!(!json.contains(UPSTREAM_KEY), "the Redis hash holds the plain key: {json}");
     let value: serde_json::Value = serde_json::from_str(&json).expect("channel JSON");
     assert_eq!(value["api_key"], "", "the channel's key moved into its pool");
@@ -224,7 +224,7 @@ async fn without_a_master_key_rotation_is_refused_and_keys_stay_as_before() {
     let (token, channel) = populate(&cluster, &upstream).await;
     let client = redis::Client::open(redis.url()).expect("redis url");
     let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
-    let json: String = redis::cmd("HGET").arg("gw:channel").arg(&channel).query_async(&mut conn).await.expect("HGET");
+    let json: String = redis::cmd("HGET").arg("{gw}:channel").arg(&channel).query_async(&mut conn).await.expect("HGET");
     assert!(json.contains(UPSTREAM_KEY), "without a master key the key is stored as before: {json}");
     served(&cluster, &upstream, &token).await;
     let output = cluster.gwctl_raw(&["secrets", "rotate"]).await.expect("gwctl");

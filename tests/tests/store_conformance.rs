@@ -121,7 +121,7 @@ async fn redis_changes_since_is_none_once_the_feed_no_longer_reaches_back() {
     let client = redis::Client::open(server.url()).expect("client");
     let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
     let removed: u64 =
-        redis::cmd("XTRIM").arg("gw:changes").arg("MINID").arg("4-0").query_async(&mut conn).await.expect("xtrim");
+        redis::cmd("XTRIM").arg("{gw}:changes").arg("MINID").arg("4-0").query_async(&mut conn).await.expect("xtrim");
     assert_eq!(removed, 3);
     assert_eq!(store.changes_since(2).await.expect("changes"), None, "revision 3 was trimmed");
     let since3 = store.changes_since(3).await.expect("changes").expect("revisions 4.. are all there");
@@ -129,7 +129,7 @@ async fn redis_changes_since_is_none_once_the_feed_no_longer_reaches_back() {
     assert_eq!(since3.len(), 5, "4, 5, 6, 7 and 8: {since3:?}");
 
     let _: u64 =
-        redis::cmd("XTRIM").arg("gw:changes").arg("MINID").arg("8-0").query_async(&mut conn).await.expect("xtrim");
+        redis::cmd("XTRIM").arg("{gw}:changes").arg("MINID").arg("8-0").query_async(&mut conn).await.expect("xtrim");
     assert_eq!(store.changes_since(6).await.expect("changes"), None, "revision 7 was trimmed");
     assert_eq!(store.changes_since(8).await.expect("changes"), Some(vec![]), "nothing after the current revision");
     assert_eq!(store.changes_since(9).await.expect("changes"), None, "a future revision");
@@ -217,4 +217,46 @@ where
     })
     .join()
     .expect("the other replica's write panicked");
+}
+
+/// A store written before keys carried hash tags (`gw:<rest>`) is renamed
+/// once when a replica connects, and nothing it held is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_store_written_before_hash_tags_is_renamed_when_a_replica_connects() {
+    let server = RedisServer::start().await.expect("start redis-server");
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    store.create(conformance::account("old-acct", 1_000)).await.expect("create account");
+    store.create(conformance::token("old-tok", "old-acct")).await.expect("create token");
+    store.create(conformance::sample(Kind::Model, "old-model")).await.expect("create model");
+    let record = conformance::usage("old-req", "old-tok", "old-acct", "m", 300);
+    store.apply_usage(std::slice::from_ref(&record)).await.expect("usage");
+    let before = store.snapshot().await.expect("snapshot");
+    drop(store);
+
+    // Give every key the name the old layout used, and forget the migration.
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+    let _: () = redis::cmd("DEL").arg("{gw}:layout").query_async(&mut conn).await.expect("del");
+    let tagged: Vec<String> = redis::cmd("KEYS").arg("{gw*").query_async(&mut conn).await.expect("keys");
+    assert!(!tagged.is_empty(), "the store wrote no tagged keys");
+    for key in &tagged {
+        let (_, rest) = key.split_once("}:").expect("a tagged key");
+        let _: () =
+            redis::cmd("RENAME").arg(key).arg(format!("gw:{rest}")).query_async(&mut conn).await.expect("rename");
+    }
+
+    let store = RedisStore::connect(&server.url()).await.expect("connect after the upgrade");
+    let after = store.snapshot().await.expect("snapshot");
+    assert_eq!(after, before, "the renamed store holds what the old one did");
+    let used = store.list_usage(&Default::default()).await.expect("usage");
+    assert_eq!(used, vec![record.clone()], "the usage record survived");
+    let again = store.apply_usage(&[record]).await.expect("usage again");
+    assert_eq!(again.duplicates, 1, "its idempotency marker survived too");
+    let old: Vec<String> = redis::cmd("KEYS").arg("gw:*").query_async(&mut conn).await.expect("keys");
+    assert!(old.is_empty(), "old keys left behind: {old:?}");
+
+    // Once renamed, never again: an old key written now is left alone.
+    let _: () = redis::cmd("SET").arg("gw:rev").arg("1").query_async(&mut conn).await.expect("set");
+    let third = RedisStore::connect(&server.url()).await.expect("connect a third time");
+    assert_eq!(third.revision().await.expect("revision"), before.revision);
 }

@@ -319,6 +319,7 @@ pub async fn switch_key_status(
 }
 
 /// Opens the store named by `url`: `redis://…` (or `rediss://…`) for Redis,
+/// `redis+cluster://host:port,…` (or `rediss+cluster://…`) for a cluster,
 /// anything else (or empty) is the embedded store in `data_dir`; either
 /// keeps usage as `retention` says. A `rediss://` server's certificate is
 /// checked against `ca_file` when given, else against the system's roots.
@@ -329,7 +330,7 @@ pub async fn open(
     retention: Retention,
 ) -> anyhow::Result<Arc<dyn Store>> {
     use anyhow::Context as _;
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
+    if redis::is_redis_url(url) {
         let ca = match ca_file {
             Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
             None => None,

@@ -1,30 +1,30 @@
-//! The Redis store, for production and for several control-plane replicas.
+//! The Redis store, for production and for several control-plane replicas,
+//! on one Redis server or on a Redis Cluster (see `conn`).
 //!
-//! Layout (all keys under `gw:`): one hash per kind, id → JSON of the
-//! resource with its counters zeroed; the counters in their own hashes
-//! (`gw:balance`, `gw:account_used`, `gw:token_used`) so that a `modify`
-//! never clobbers a concurrent charge; `gw:rev`, the revision; `gw:changes`,
-//! a stream with entry ids `<rev>-<n>` and fields `kind`, `id`; `gw:usage`, a
-//! list of JSON records, newest first; `gw:rollup:*`, usage rollups (see
-//! `rollup`); `gw:applied:<request_id>`, the
-//! idempotency markers; `gw:hold:<budget>`, spending leases (see `ledger`);
-//! `gw:permits:<key>:<window_start>`, rate-limit permits granted in one
-//! window; `gw:names:<kind>`, name → id of the kinds whose names are unique
-//! and key hash → id for tokens (`gw:names:token`),
-//! kept by the same scripts that write the resources (and built once from
-//! the resources by `index_names` for stores written before it). Every write is one Lua script (write, INCR, XADD), so a write and
-//! its change entry are atomic. `modify` is an optimistic compare-and-set:
-//! the script writes only if the resource's JSON is still the one the patch
-//! was applied to, and the caller retries if not.
+//! Layout (every key and its slot: `layout`): one hash per kind, id → JSON
+//! of the resource with its counters zeroed; the counters in their own
+//! hashes (`{gw}:balance`, `{gw}:account_used`, `{gw}:token_used`) so that a
+//! `modify` never clobbers a concurrent charge; `{gw}:rev`, the revision;
+//! `{gw}:changes`, a stream with entry ids `<rev>-<n>` and fields `kind`,
+//! `id`; `{gw}:usage`, a list of JSON records, newest first; usage rollups
+//! (see `rollup`); idempotency markers and spending leases (see `ledger`);
+//! rate-limit permits granted in one window; `{gw}:names:<kind>`, name → id
+//! of the kinds whose names are unique and key hash → id for tokens, kept
+//! by the same scripts that write
+//! the resources (and built once from the resources by `index_names` for
+//! stores written before it). Every write is one Lua script (write, INCR,
+//! XADD) on keys of one slot, so a write and its change entry are atomic.
+//! `modify` is an optimistic compare-and-set: the script writes only if the
+//! resource's JSON is still the one the patch was applied to, and the
+//! caller retries if not.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
-use redis::{AsyncCommands, AsyncConnectionConfig, Client, ErrorKind, RedisError, Script, Value};
+use redis::{AsyncCommands, ErrorKind, RedisError, Script, Value};
 use tokio::sync::watch;
 
 use super::embedded::{check_same_id, parse_resource, resource_json};
@@ -36,26 +36,26 @@ use super::{
 use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 mod access;
+mod conn;
 mod fleet;
+mod layout;
 mod ledger;
 mod lineage;
 mod rollup;
 mod slots;
 mod video;
 
-const REV: &str = "gw:rev";
-const CHANGES: &str = "gw:changes";
-const USAGE: &str = "gw:usage";
-const BALANCE: &str = "gw:balance";
-const ACCOUNT_USED: &str = "gw:account_used";
-const TOKEN_USED: &str = "gw:token_used";
+use self::conn::{Conn, Dialer};
+pub use self::conn::{check_url, is_redis_url};
+use self::layout::{ACCOUNT_USED, BALANCE, CHANGES, REV, TOKEN_USED, USAGE, kind_key, names_key};
 
-/// Changes kept in `gw:changes` (approximate trimming keeps at least this).
+/// Changes kept in `{gw}:changes` (approximate trimming keeps at least this).
 const FEED_RETAIN: u64 = 100_000;
 /// Usage records fetched per `LRANGE` while filtering.
 const USAGE_PAGE: usize = 1_000;
-/// How long the follower's `XREAD` blocks before it re-reads `gw:rev`.
+/// How long the follower's `XREAD` blocks before it re-reads `{gw}:rev`.
 const FOLLOW_BLOCK: Duration = Duration::from_secs(1);
+/// The follower's pauses between reconnects.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
 /// Compare-and-set attempts of one `modify` before it gives up; each lost
@@ -65,8 +65,8 @@ const MODIFY_ATTEMPTS: u32 = 64;
 const MODIFY_BACKOFF_MAX: Duration = Duration::from_millis(20);
 
 /// Bumps the revision and appends `ARGV[3]/ARGV[1]` to the feed; for the
-/// single-resource scripts, whose keys are 1 kind hash, 2 `gw:rev`,
-/// 3 `gw:changes`, 4 the kind's name index, 5… counter hashes, and args 1 id,
+/// single-resource scripts, whose keys are 1 kind hash, 2 `{gw}:rev`,
+/// 3 `{gw}:changes`, 4 the kind's name index, 5… counter hashes, and args 1 id,
 /// 2 JSON, 3 kind, 4 feed length, 5 the script's own, 6… counter values
 /// (`ARGV[i + 1]` goes with `KEYS[i]`).
 const BUMP: &str = r"
@@ -135,7 +135,7 @@ redis.call('SET', KEYS[3], '1')
 return 1
 ";
 
-/// Keys 4 `gw:balance`, 5 `gw:account_used`; ARGV[2] is the delta. Returns
+/// Keys 4 `{gw}:balance`, 5 `{gw}:account_used`; ARGV[2] is the delta. Returns
 /// `{rev, json, balance, used}` or nil for a missing account.
 const ADJUST: &str = r"
 local json = redis.call('HGET', KEYS[1], ARGV[1])
@@ -146,7 +146,8 @@ const ADJUST_RETURN: &str = r"
 return {rev, json, balance, redis.call('HGET', KEYS[5], ARGV[1]) or '0'}
 ";
 
-/// Keys 1 `gw:token`, 2 `gw:rev`, 3 `gw:changes`, 4 `gw:names:token`; ARGV[1]
+/// Keys 1 `{gw}:token`, 2 `{gw}:rev`, 3 `{gw}:changes`, 4
+/// `{gw}:names:token`; ARGV[1]
 /// the feed length, then `id, key hash, JSON` per row. Writes every row whose
 /// id is free and whose key hash no stored token or earlier row has, at one
 /// revision with a feed entry `<rev>-<n>` each. Returns `{rev or 0, codes}`,
@@ -185,7 +186,7 @@ end
 return {rev, codes}
 ";
 
-/// Keys: 1 `gw:rev`, 2 `gw:changes`; ARGV[1] the revision asked about.
+/// Keys: 1 `{gw}:rev`, 2 `{gw}:changes`; ARGV[1] the revision asked about.
 /// Returns `{0}` when the feed cannot answer, else `{1, entries after it}`.
 const CHANGES_SINCE: &str = r"
 local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -200,7 +201,7 @@ if r > since + 1 or (r == since + 1 and n > 0) then return {0} end
 return {1, redis.call('XRANGE', KEYS[2], string.format('%d-0', since + 1), '+')}
 ";
 
-/// Key: 1 `gw:permits:<key>:<window_start>`. Args: 1 limit, 2 want, 3 TTL.
+/// Key: 1 the permits of one key and window. Args: 1 limit, 2 want, 3 TTL.
 /// Grants what is left of the limit, up to `want`; returns the grant.
 const TAKE_PERMITS: &str = r"
 local granted = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -211,11 +212,11 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return grant
 ";
 
-/// The store on a Redis server shared by every control-plane replica.
-/// Spawns one task that follows `gw:changes` for `subscribe`; it ends when
-/// the store is dropped.
+/// The store on a Redis server or cluster shared by every control-plane
+/// replica. Spawns one task that follows `{gw}:changes` for `subscribe`; it
+/// ends when the store is dropped.
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     scripts: Scripts,
     revision: Arc<watch::Sender<u64>>,
     retention: Retention,
@@ -240,42 +241,27 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 // === impl RedisStore ===
 
 impl RedisStore {
-    /// Connects to the Redis at `url` (`redis://host:port/db`) and starts
-    /// following its change feed. Fails when the URL is invalid or the server
-    /// does not answer; later outages surface as `StoreError::Redis` per call
-    /// while the connection is re-established in the background.
+    /// Connects to the Redis at `url` (`redis://host:port/db`, or a
+    /// cluster's `redis+cluster://host:port,host:port`), renames the keys of
+    /// a store written before keys had hash tags (see `layout`), and starts
+    /// following its change feed. Fails when the URL is invalid or the
+    /// server does not answer; later outages surface as `StoreError::Redis`
+    /// per call while the connection is re-established in the background.
     pub async fn connect(url: &str) -> Result<Self> {
         RedisStore::connect_with_ca(url, None).await
     }
 
-    /// `connect`, checking a `rediss://` server's certificate against the
-    /// PEM CA bundle `ca` when given (else the system's roots).
+    /// `connect`, checking a `rediss://` (or `rediss+cluster://`) server's
+    /// certificate against the PEM CA bundle `ca` when given (else the
+    /// system's roots).
     pub async fn connect_with_ca(url: &str, ca: Option<Vec<u8>>) -> Result<Self> {
-        // Without TCP_NODELAY, concurrent commands on the one multiplexed
-        // connection can wait on each other's ACKs.
-        let info = redis::IntoConnectionInfo::into_connection_info(url)
-            .map_err(StoreError::Redis)?
-            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let client = match ca {
-            Some(root_cert) if url.starts_with("rediss://") => {
-                Client::build_with_tls(info, redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) })
-            }
-            _ => Client::open(info),
-        }
-        .map_err(StoreError::Redis)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_response_timeout(Some(Duration::from_secs(10)))
-            .set_number_of_retries(3)
-            // Bounded: a restarted Redis is found again within a second or
-            // so, not after minutes of ever longer pauses.
-            .set_min_delay(RECONNECT_MIN)
-            .set_exponent_base(2.0)
-            .set_max_delay(RECONNECT_MAX);
-        let mut conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(StoreError::Redis)?;
+        let dialer = Dialer::new(url, ca)?;
+        let mut conn = dialer.shared().await?;
+        conn.refuse_cluster_node().await?;
+        layout::migrate(&conn).await?;
         let start: u64 = conn.get::<_, Option<u64>>(REV).await.map_err(StoreError::Redis)?.unwrap_or(0);
         let revision = Arc::new(watch::channel(start).0);
-        let follower = tokio::spawn(follow(client, revision.clone(), start));
+        let follower = tokio::spawn(follow(dialer, revision.clone(), start));
         let single = |body: &str, tail: &str| Script::new(&format!("{NAME_TAKEN}{body}{BUMP}{tail}"));
         let scripts = Scripts {
             create: single(CREATE, "return rev"),
@@ -635,7 +621,7 @@ impl Store for RedisStore {
         let ttl = window_secs.max(1).saturating_mul(2);
         self.scripts
             .take_permits
-            .key(format!("gw:permits:{key}:{window_start}"))
+            .key(layout::permits_key(key, window_start))
             .arg(limit)
             .arg(want)
             .arg(ttl)
@@ -672,8 +658,8 @@ impl RedisStore {
     }
 }
 
-/// Up to `count` JSON records of `gw:usage` from index `start`.
-async fn usage_range(conn: &mut ConnectionManager, start: usize, count: usize) -> Result<Vec<String>> {
+/// Up to `count` JSON records of `{gw}:usage` from index `start`.
+async fn usage_range(conn: &mut Conn, start: usize, count: usize) -> Result<Vec<String>> {
     let first = isize::try_from(start).unwrap_or(isize::MAX);
     let last = isize::try_from(start + count - 1).unwrap_or(isize::MAX);
     conn.lrange(USAGE, first, last).await.map_err(StoreError::Redis)
@@ -687,14 +673,14 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Publishes the newest revision of the Redis at `client` into `revision`,
-/// until aborted: tails `gw:changes` with a blocking `XREAD` on a connection
-/// of its own, and re-reads `gw:rev` whenever the feed is quiet, which also
+/// Publishes the newest revision of the Redis `dialer` reaches into
+/// `revision`, until aborted: tails `{gw}:changes` with a blocking `XREAD` on
+/// a connection of its own, and re-reads `{gw}:rev` whenever the feed is quiet, which also
 /// catches a server that lost its data and went back to a lower revision.
-async fn follow(client: Client, revision: Arc<watch::Sender<u64>>, mut seen: u64) {
+async fn follow(dialer: Dialer, revision: Arc<watch::Sender<u64>>, mut seen: u64) {
     let mut backoff = RECONNECT_MIN;
     loop {
-        if let Err(error) = follow_connected(&client, &revision, &mut seen, &mut backoff).await {
+        if let Err(error) = follow_connected(&dialer, &revision, &mut seen, &mut backoff).await {
             tracing::warn!(%error, retry_in = ?backoff, "following the redis change feed failed");
         }
         tokio::time::sleep(backoff).await;
@@ -704,15 +690,12 @@ async fn follow(client: Client, revision: Arc<watch::Sender<u64>>, mut seen: u64
 
 /// One connection's worth of `follow`; returns only on an error.
 async fn follow_connected(
-    client: &Client,
+    dialer: &Dialer,
     revision: &watch::Sender<u64>,
     seen: &mut u64,
     backoff: &mut Duration,
 ) -> Result<(), RedisError> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(5)))
-        .set_response_timeout(Some(FOLLOW_BLOCK + Duration::from_secs(5)));
-    let mut conn: MultiplexedConnection = client.get_multiplexed_async_connection_with_config(&config).await?;
+    let mut conn = dialer.own(FOLLOW_BLOCK + Duration::from_secs(5)).await?;
     *backoff = RECONNECT_MIN;
     resync(&mut conn, revision, seen).await?;
     loop {
@@ -738,13 +721,9 @@ async fn follow_connected(
     }
 }
 
-/// Reads `gw:rev` and publishes it. A value below what subscribers were
+/// Reads `{gw}:rev` and publishes it. A value below what subscribers were
 /// told means the server lost data, and they are told the lower value.
-async fn resync(
-    conn: &mut MultiplexedConnection,
-    revision: &watch::Sender<u64>,
-    seen: &mut u64,
-) -> Result<(), RedisError> {
+async fn resync(conn: &mut Conn, revision: &watch::Sender<u64>, seen: &mut u64) -> Result<(), RedisError> {
     // Read before the GET: every revision published so far (by the follower
     // or by a write of this instance) was committed before the GET was sent,
     // so a lower answer is a lost one, not a race with a local write.
@@ -786,10 +765,6 @@ fn raise(current: &mut u64, revision: u64) -> bool {
     newer
 }
 
-fn kind_key(kind: Kind) -> String {
-    format!("gw:{kind}")
-}
-
 /// The value `kind`'s index maps to ids: the unique name, or a token's key
 /// hash.
 fn indexed(resource: &Resource) -> Option<&str> {
@@ -803,12 +778,6 @@ fn indexed_field(kind: Kind) -> Option<&'static str> {
         kind if names_are_unique(kind) => Some("name"),
         _ => None,
     }
-}
-
-/// The name index of `kind` (a token's: key hash → id; unused for kinds
-/// without one).
-fn names_key(kind: Kind) -> String {
-    format!("gw:names:{kind}")
 }
 
 /// The hashes holding a kind's counters, in the order of `counter_values`.

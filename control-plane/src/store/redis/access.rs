@@ -1,9 +1,9 @@
 //! Credentials and the audit log on Redis.
 //!
-//! Layout: `gw:cred`, a hash id → JSON of the credential (without its last
-//! use); `gw:cred_key`, a hash key hash → id; `gw:cred_used`, a hash id →
-//! Unix second of the last use; `gw:audit`, a list of JSON entries, newest
-//! first, trimmed to `AUDIT_RETAIN`; `gw:audit_seq`, the last sequence
+//! Layout: `{gw:cred}:cred`, a hash id → JSON of the credential (without its last
+//! use); `{gw:cred}:cred_key`, a hash key hash → id; `{gw:cred}:cred_used`, a hash id →
+//! Unix second of the last use; `{gw:audit}:audit`, a list of JSON entries, newest
+//! first, trimmed to `AUDIT_RETAIN`; `{gw:audit}:audit_seq`, the last sequence
 //! number. Writes are Lua scripts, so a credential and its key index always
 //! agree and an entry's number and its place in the list are taken together
 //! (the list holds consecutive numbers, newest at index 0).
@@ -14,22 +14,18 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::{AsyncCommands as _, Script};
 
+use super::layout::{AUDIT, AUDIT_SEQ, CREDENTIAL_KEYS as KEYS, CREDENTIALS, CREDENTIALS_USED as USED};
 use super::{RedisStore, decode};
 use crate::access::{AuditEntry, AuditFilter, AuditPage, Credential};
 use crate::store::access::{AUDIT_RETAIN, AUDIT_SCAN, AccessStore, audit_page};
 use crate::store::{Result, StoreError};
 
-const CREDENTIALS: &str = "gw:cred";
-const KEYS: &str = "gw:cred_key";
-const USED: &str = "gw:cred_used";
-const AUDIT: &str = "gw:audit";
-const AUDIT_SEQ: &str = "gw:audit_seq";
 /// Audit entries fetched per `LRANGE` while filtering.
 const AUDIT_PAGE: usize = 500;
 /// Compare-and-set attempts of one rekey.
 const REKEY_ATTEMPTS: u32 = 16;
 
-/// Keys 1 `gw:cred`, 2 `gw:cred_key`; args 1 id, 2 key hash, 3 JSON.
+/// Keys 1 `{gw:cred}:cred`, 2 `{gw:cred}:cred_key`; args 1 id, 2 key hash, 3 JSON.
 /// Returns 0 for a taken id, -1 for a taken key, 1 when stored.
 const CREATE: &str = r"
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
@@ -39,7 +35,7 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 return 1
 ";
 
-/// Keys 1 `gw:cred`, 2 `gw:cred_key`; args 1 id, 2 the JSON read, 3 old
+/// Keys 1 `{gw:cred}:cred`, 2 `{gw:cred}:cred_key`; args 1 id, 2 the JSON read, 3 old
 /// hash, 4 new hash, 5 new JSON. Returns 0 for a missing credential, 2 when
 /// it changed meanwhile, -1 for a taken key, 1 when written.
 const REKEY: &str = r"
@@ -53,7 +49,7 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[5])
 return 1
 ";
 
-/// Keys 1 `gw:cred`, 2 `gw:cred_key`, 3 `gw:cred_used`; arg 1 id.
+/// Keys 1 `{gw:cred}:cred`, 2 `{gw:cred}:cred_key`, 3 `{gw:cred}:cred_used`; arg 1 id.
 /// Returns 0 for a missing credential, 1 when deleted.
 const DELETE: &str = r"
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
@@ -65,7 +61,7 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
 ";
 
-/// Keys 1 `gw:cred`, 2 `gw:cred_used`; args 1 id, 2 Unix second.
+/// Keys 1 `{gw:cred}:cred`, 2 `{gw:cred}:cred_used`; args 1 id, 2 Unix second.
 const TOUCH: &str = r"
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
@@ -73,7 +69,7 @@ if tonumber(ARGV[2]) > last then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) e
 return 1
 ";
 
-/// Keys 1 `gw:audit_seq`, 2 `gw:audit`; args 1 the entry's JSON with the
+/// Keys 1 `{gw:audit}:audit_seq`, 2 `{gw:audit}:audit`; args 1 the entry's JSON with the
 /// placeholder sequence number 0, 2 the retention. Returns the number.
 const APPEND: &str = r#"
 local seq = redis.call('INCR', KEYS[1])

@@ -3,12 +3,11 @@
 use async_trait::async_trait;
 use redis::AsyncCommands as _;
 
+use super::layout::FLEET;
 use super::{RedisStore, decode};
 use crate::domain::DataPlane;
 use crate::store::fleet::FleetStore;
 use crate::store::{Result, StoreError};
-
-const FLEET: &str = "gw:fleet";
 
 #[async_trait]
 impl FleetStore for RedisStore {

@@ -1,11 +1,13 @@
 //! Usage records and spending leases on Redis.
 //!
-//! Layout: `gw:usage`, a list of JSON records, newest applied first;
-//! `gw:applied:<request_id>`, the idempotency markers; `gw:hold:<budget>`,
-//! a hash holder → `amount:expires_at` of the leases of one budget;
-//! `gw:rollup:<hour|day>:<bucket start>`, one hash per rollup bucket (see
-//! `rollup`); `gw:win:<budget>:<bucket>`, the spend of a window budget's
-//! bucket (see `calendar`), expiring a day past the last window counting it. Applying records, leasing, releasing and charging are each one
+//! Layout, all in the `{gw}` slot (see `layout` for why): `{gw}:usage`, a
+//! list of JSON records, newest applied first; `{gw}:applied:<request_id>`,
+//! the idempotency markers; `{gw}:hold:<budget>`, a hash holder →
+//! `amount:expires_at` of the leases of one budget;
+//! `{gw}:rollup:<hour|day>:<bucket start>`, one hash per rollup bucket (see
+//! `rollup`); `{gw}:win:<budget>:<bucket>`, the spend of a window budget's
+//! bucket (see `calendar`), expiring a day past the last window counting
+//! it. Applying records, leasing, releasing and charging are each one
 //! Lua script, so checking what is available and taking it are one step, and
 //! a record, its counters and its rollups are written together or not at
 //! all. None of them bumps the revision: spending is not policy.
@@ -16,8 +18,9 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::Script;
 
+use super::layout::{ACCOUNT_USED, BALANCE, NO_WINDOW, TOKEN_USED, USAGE, applied_key, hold_key, kind_key, window_key};
 use super::rollup::bucket_key;
-use super::{ACCOUNT_USED, BALANCE, RedisStore, TOKEN_USED, USAGE, kind_key, malformed};
+use super::{RedisStore, malformed};
 use crate::domain::{Kind, UsageOutcome, UsageRecord, WindowBudget};
 use crate::store::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 use crate::store::rollup::{Counts, Dims, Period};
@@ -26,8 +29,6 @@ use crate::store::{APPLIED_TTL_SECS, Result, StoreError};
 const USAGE_BATCH: usize = 500;
 /// How long a hold hash outlives its newest lease.
 const HOLD_KEY_GRACE_SECS: i64 = 60;
-/// Stands in for a record's window bucket when its budget has none.
-const NO_WINDOW: &str = "gw:win:-";
 
 /// A record's window buckets: the token's and the account's key and
 /// expiry, when they have a window budget.
@@ -40,8 +41,9 @@ struct Windowed {
     window: Option<WindowBudget>,
 }
 
-/// Helpers shared by the scripts below. Keys 1 `gw:account`, 2 `gw:token`,
-/// 3 `gw:balance`, 4 `gw:account_used`, 5 `gw:token_used`, 6 `gw:usage`.
+/// Helpers shared by the scripts below. Keys 1 `{gw}:account`, 2
+/// `{gw}:token`, 3 `{gw}:balance`, 4 `{gw}:account_used`, 5
+/// `{gw}:token_used`, 6 `{gw}:usage`.
 const COMMON: &str = r"
 local function parse_hold(value)
   local amount, expires = string.match(value, '^(-?%d+):(-?%d+)$')
@@ -99,7 +101,7 @@ local function count_window(key, expires, cost)
   redis.call('INCRBY', key, cost)
   redis.call('EXPIREAT', key, expires)
 end
--- Applies the record whose keys start at KEYS[k] (`gw:applied:<id>`, the
+-- Applies the record whose keys start at KEYS[k] (its applied marker, the
 -- token's and the account's hold hash, its hour and day rollup hashes, the
 -- token's and the account's window bucket) and whose arguments start at
 -- ARGV[a] (account, token, cost, -cost, node, JSON, rollup field prefix,
@@ -223,14 +225,6 @@ return {0}
 static SCRIPTS: LazyLock<[Script; 4]> =
     LazyLock::new(|| [APPLY_USAGE, LEASE, RELEASE, CHARGE].map(|body| Script::new(&format!("{COMMON}{body}"))));
 
-fn hold_key(budget: &Budget) -> String {
-    format!("gw:hold:{budget}")
-}
-
-fn window_key(budget: &Budget, bucket: &str) -> String {
-    format!("gw:win:{budget}:{bucket}")
-}
-
 fn kind_of(budget: &Budget) -> Kind {
     match budget {
         Budget::Token(_) => Kind::Token,
@@ -249,7 +243,7 @@ fn invocation(script: &Script) -> redis::ScriptInvocation<'_> {
 // === impl RedisStore ===
 
 impl RedisStore {
-    /// The last index of `gw:usage` the count cap keeps; -1 keeps all.
+    /// The last index of `{gw}:usage` the count cap keeps; -1 keeps all.
     fn last_usage_index(&self) -> i64 {
         match self.retention.usage_max_records {
             0 => -1,
@@ -328,7 +322,7 @@ impl RedisStore {
         windows: &RecordWindows,
     ) -> Result<()> {
         let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
-        call.key(format!("gw:applied:{}", record.request_id));
+        call.key(applied_key(&record.request_id));
         call.key(hold_key(&Budget::Token(record.token_id.clone())));
         call.key(hold_key(&Budget::Account(record.account_id.clone())));
         for period in Period::ALL {

@@ -1,4 +1,5 @@
-//! The lineage on Redis: the hash `gw:lineage` with fields `id` and
+//! The lineage on Redis: the hash `{gw}:lineage` (in the slot of the
+//! revision, whose loss it detects) with fields `id` and
 //! `confirmed` ("1" or "0"). A Redis that lost its data has no such hash, and
 //! the first replica to ask writes a new unconfirmed one.
 
@@ -8,12 +9,11 @@ use async_trait::async_trait;
 use redis::Script;
 
 use super::RedisStore;
+use super::layout::LINEAGE;
 use crate::store::lineage::{self, Lineage, LineageStore, Persistence};
 use crate::store::{Result, StoreError};
 
-const LINEAGE: &str = "gw:lineage";
-
-/// Key 1 `gw:lineage`; arg 1 an id to use when there is none. Returns
+/// Key 1 `{gw}:lineage`; arg 1 an id to use when there is none. Returns
 /// `{id, confirmed}`.
 const READ_OR_CREATE: &str = r"
 local id = redis.call('HGET', KEYS[1], 'id')
@@ -52,15 +52,31 @@ impl LineageStore for RedisStore {
         Ok(Lineage { id, confirmed: true })
     }
 
+    /// On a cluster, the least durable of its primaries.
     async fn persistence(&self) -> Result<Persistence> {
         let mut conn = self.conn.clone();
-        let mut setting = async |name: &str| -> Option<String> {
-            let reply: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query_async(&mut conn).await.ok()?;
-            reply.into_iter().nth(1)
+        let mut setting = async |name: &str| -> Option<Vec<String>> {
+            let replies: Vec<Vec<String>> =
+                conn.on_every_primary(redis::cmd("CONFIG").arg("GET").arg(name)).await.ok()?;
+            replies.into_iter().map(|reply| reply.into_iter().nth(1)).collect()
         };
         let (Some(appendonly), Some(save)) = (setting("appendonly").await, setting("save").await) else {
             return Ok(Persistence::Unknown);
         };
-        Ok(Persistence::of_redis(&appendonly, &save))
+        if appendonly.len() != save.len() || appendonly.is_empty() {
+            return Ok(Persistence::Unknown);
+        }
+        let each = appendonly.iter().zip(&save).map(|(appendonly, save)| Persistence::of_redis(appendonly, save));
+        Ok(each.min_by_key(durability).unwrap_or(Persistence::Unknown))
+    }
+}
+
+/// Orders the ways a Redis persists, least durable first.
+fn durability(persistence: &Persistence) -> u8 {
+    match persistence {
+        Persistence::None | Persistence::Unknown => 0,
+        Persistence::Rdb => 1,
+        Persistence::Aof => 2,
+        Persistence::AofAndRdb | Persistence::Durable => 3,
     }
 }

@@ -1,7 +1,7 @@
 //! Usage rollups and retention on Redis.
 //!
-//! Layout: one hash per period and bucket, `gw:rollup:hour:<start>` and
-//! `gw:rollup:day:<start>` (`<start>` the bucket's first Unix second, UTC),
+//! Layout: one hash per period and bucket, `{gw}:rollup:hour:<start>` and
+//! `{gw}:rollup:day:<start>` (`<start>` the bucket's first Unix second, UTC),
 //! whose fields are `<dims>#<counter>`: `<dims>` the JSON array `[account,
 //! token, model, channel, group]`, `<counter>` one of `req`, `in`, `out`,
 //! `cached`, `img`, `audio`, `cost` (micro-USD), each an integer. The ledger's
@@ -11,14 +11,15 @@
 //! token × model × channel that had usage in it; keys grow by 24 + 1 a day
 //! and live `rollup_days`.
 //!
-//! Raw records (`gw:usage`, newest applied first) are trimmed from the tail
+//! Raw records (`{gw}:usage`, newest applied first) are trimmed from the tail
 //! by `prune` while the oldest is past `usage_days`, and to
 //! `usage_max_records` by every usage script.
 
 use async_trait::async_trait;
 use redis::Script;
 
-use super::{RedisStore, USAGE};
+use super::RedisStore;
+use super::layout::{USAGE, rollup_key};
 use crate::store::rollup::{Counts, Dims, Period, Pruned, RollupStore, Row};
 use crate::store::{Result, StoreError};
 
@@ -27,7 +28,7 @@ const READ_BATCH: usize = 256;
 /// Records one `prune` removes at most.
 const PRUNE_BATCH: u64 = 10_000;
 
-/// Key 1 `gw:usage`. Args: 1 cutoff (Unix second), 2 most to remove.
+/// Key 1 `{gw}:usage`. Args: 1 cutoff (Unix second), 2 most to remove.
 /// Pops the oldest applied record while it was made before the cutoff.
 const PRUNE: &str = r"
 local cutoff, most, removed = tonumber(ARGV[1]), tonumber(ARGV[2]), 0
@@ -44,7 +45,7 @@ return removed
 
 /// The hash of the rollup bucket of `period` starting at `start`.
 pub(super) fn bucket_key(period: Period, start: i64) -> String {
-    format!("gw:rollup:{}:{start}", period.as_str())
+    rollup_key(period.as_str(), start)
 }
 
 #[async_trait]

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use redis::Script;
 
 use super::RedisStore;
+use super::layout::slots_key;
 use crate::store::slots::{SlotAsk, SlotLease, SlotStore};
 use crate::store::{Result, StoreError};
 
@@ -46,7 +47,7 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_SLOTS));
 impl SlotStore for RedisStore {
     async fn lease_slots(&self, ask: &SlotAsk) -> Result<SlotLease> {
         let mut call = SCRIPT.prepare_invoke();
-        call.key(format!("gw:slots:{}", ask.key));
+        call.key(slots_key(&ask.key));
         call.arg(&ask.holder).arg(ask.limit).arg(ask.give_back).arg(ask.want);
         call.arg(ask.now).arg(ask.ttl_secs).arg(SLOTS_KEY_GRACE_SECS);
         let (granted, held): (u32, u32) = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;

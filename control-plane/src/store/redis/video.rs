@@ -1,10 +1,11 @@
 //! Video tasks and locks on Redis.
 //!
-//! Layout: `gw:video`, a hash id → JSON of the task; `gw:video_time` and
-//! `gw:video_acct:<account>`, sorted sets of ids by creation second (for
-//! listing newest first); `gw:video_open`, the sorted set of open tasks by
-//! creation second (for the poller); `gw:lock:<name>`, a string holding the
-//! holder, with a TTL. Creation and compare-and-set are Lua scripts, so the
+//! Layout, in the `{gw:video}` slot: `{gw:video}:video`, a hash id → JSON
+//! of the task; `{gw:video}:video_time` and `{gw:video}:video_acct:<account>`,
+//! sorted sets of ids by creation second (for listing newest first);
+//! `{gw:video}:video_open`, the sorted set of open tasks by creation second
+//! (for the poller). Locks are `gw:lock:<name>`, a string holding the
+//! holder, with a TTL, each a key of its own. Creation and compare-and-set are Lua scripts, so the
 //! hash and the sets always agree.
 
 use std::sync::LazyLock;
@@ -13,19 +14,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{AsyncCommands as _, Script, Value};
 
+use super::layout::{
+    VIDEOS, VIDEOS_BY_TIME as BY_TIME, VIDEOS_OPEN as OPEN, lock_key, videos_of_account as account_key,
+};
 use super::{RedisStore, decode};
 use crate::domain::VideoTask;
 use crate::store::video::{self, VideoFilter, VideoStore, VideoWrite};
 use crate::store::{Result, StoreError};
 
-const VIDEOS: &str = "gw:video";
-const BY_TIME: &str = "gw:video_time";
-const OPEN: &str = "gw:video_open";
 /// Ids fetched per page while filtering a listing.
 const PAGE: isize = 200;
 
-/// Keys 1 `gw:video`, 2 `gw:video_time`, 3 `gw:video_acct:<account>`,
-/// 4 `gw:video_open`; args 1 id, 2 JSON, 3 score, 4 open (1 or 0).
+/// Keys 1 `{gw:video}:video`, 2 `{gw:video}:video_time`, 3 `{gw:video}:video_acct:<account>`,
+/// 4 `{gw:video}:video_open`; args 1 id, 2 JSON, 3 score, 4 open (1 or 0).
 const CREATE: &str = r"
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
@@ -34,7 +35,7 @@ if ARGV[4] == '1' then redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1]) end
 return 1
 ";
 
-/// Keys 1 `gw:video`, 2 `gw:video_open`; args 1 id, 2 expected version,
+/// Keys 1 `{gw:video}:video`, 2 `{gw:video}:video_open`; args 1 id, 2 expected version,
 /// 3 new JSON, 4 new status, 5 open (1 or 0), 6 score. Returns `{0}` for a
 /// missing task, `{1, stored}` for a refused write, `{2}` when written.
 const UPDATE: &str = r"
@@ -197,12 +198,4 @@ impl RedisStore {
             .map_err(StoreError::Redis)?;
         jsons.into_iter().flatten().map(|json| decode(&json)).collect()
     }
-}
-
-fn account_key(account_id: &str) -> String {
-    format!("gw:video_acct:{account_id}")
-}
-
-fn lock_key(name: &str) -> String {
-    format!("gw:lock:{name}")
 }

@@ -1,0 +1,227 @@
+//! Every key the Redis store uses, and the hash tag that places it in a
+//! Redis Cluster slot; and the one-time rename of a store written before
+//! keys carried tags.
+//!
+//! Slots: every Lua script and MULTI/EXEC touches keys of one slot only.
+//! - `{gw}` holds policy and the ledger: the kind hashes, counter hashes,
+//!   name indexes, revision, change feed, usage list, idempotency markers,
+//!   leases, rollups and the lineage. They share one slot because one step
+//!   needs them together: a write bumps the revision and appends to the feed;
+//!   a charge reads a token's quota and its account's balance from the kind
+//!   hashes, checks every lease of both, and writes the record, its counters
+//!   and its rollups at once; a snapshot reads resources and counters at one
+//!   revision. Spreading balances or leases by account would make a charge a
+//!   cross-slot transaction, so the ledger scales with the one node holding
+//!   `{gw}` (the other slots and replicas take the rest of the load).
+//! - `{gw:cred}` the credentials and their indexes, `{gw:audit}` the audit
+//!   log and its sequence, `{gw:video}` video tasks and their indexes: each
+//!   written by scripts of its own, so each gets a slot of its own.
+//! - `gw:fleet`, `gw:lock:<name>`, `gw:permits:<key>:<window>`,
+//!   `gw:slots:<key>`: one key per command or script, so no tag; each lands
+//!   wherever its name hashes, which spreads the permit and in-flight
+//!   counters over the cluster.
+//!
+//! Stores written before tags used `gw:<rest>` for all of these. On a single
+//! Redis, `migrate` renames such keys to their tagged names once (the marker
+//! `{gw}:layout` says it ran); a cluster never held the old names, since the
+//! old scripts could not run there.
+
+use redis::{AsyncCommands as _, Script};
+
+use super::conn::Conn;
+use crate::domain::Kind;
+use crate::store::{Result, StoreError};
+
+/// The revision, an integer.
+pub(super) const REV: &str = "{gw}:rev";
+/// The change feed, a stream.
+pub(super) const CHANGES: &str = "{gw}:changes";
+/// Usage records, a list, newest applied first.
+pub(super) const USAGE: &str = "{gw}:usage";
+pub(super) const BALANCE: &str = "{gw}:balance";
+pub(super) const ACCOUNT_USED: &str = "{gw}:account_used";
+pub(super) const TOKEN_USED: &str = "{gw}:token_used";
+pub(super) const LINEAGE: &str = "{gw}:lineage";
+/// Set once the keys of an untagged store were renamed.
+const LAYOUT: &str = "{gw}:layout";
+
+pub(super) const CREDENTIALS: &str = "{gw:cred}:cred";
+pub(super) const CREDENTIAL_KEYS: &str = "{gw:cred}:cred_key";
+pub(super) const CREDENTIALS_USED: &str = "{gw:cred}:cred_used";
+pub(super) const AUDIT: &str = "{gw:audit}:audit";
+pub(super) const AUDIT_SEQ: &str = "{gw:audit}:audit_seq";
+
+pub(super) const VIDEOS: &str = "{gw:video}:video";
+pub(super) const VIDEOS_BY_TIME: &str = "{gw:video}:video_time";
+pub(super) const VIDEOS_OPEN: &str = "{gw:video}:video_open";
+
+pub(super) const FLEET: &str = "gw:fleet";
+
+/// Old names renamed per script call.
+const MIGRATE_BATCH: usize = 500;
+
+/// Keys: pairs of old and new name. Renames each old key that exists to
+/// its new name unless that exists too. Returns `{renamed, kept}` (kept:
+/// both names existed; the old one is left alone).
+const RENAME: &str = r"
+local renamed, kept = 0, 0
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+      redis.call('RENAME', KEYS[i], KEYS[i + 1])
+      renamed = renamed + 1
+    else
+      kept = kept + 1
+    end
+  end
+end
+return {renamed, kept}
+";
+
+/// The hash of resources of `kind`, id → JSON.
+pub(super) fn kind_key(kind: Kind) -> String {
+    format!("{{gw}}:{kind}")
+}
+
+/// The name index of `kind` (unused for kinds without unique names).
+pub(super) fn names_key(kind: Kind) -> String {
+    format!("{{gw}}:names:{kind}")
+}
+
+/// The idempotency marker of a usage record.
+pub(super) fn applied_key(request_id: &str) -> String {
+    format!("{{gw}}:applied:{request_id}")
+}
+
+/// The hash of leases of one budget (`token:<id>` or `account:<id>`).
+pub(super) fn hold_key(budget: &impl std::fmt::Display) -> String {
+    format!("{{gw}}:hold:{budget}")
+}
+
+/// The spend of one bucket of a window budget (see `calendar`).
+pub(super) fn window_key(budget: &impl std::fmt::Display, bucket: &str) -> String {
+    format!("{{gw}}:win:{budget}:{bucket}")
+}
+
+/// Stands in for the window bucket of a budget without a window: a key of
+/// the same slot that is never written.
+pub(super) const NO_WINDOW: &str = "{gw}:win:-";
+
+/// The rollup bucket hash of `period` (`hour`, `day`) starting at `start`.
+pub(super) fn rollup_key(period: &str, start: i64) -> String {
+    format!("{{gw}}:rollup:{period}:{start}")
+}
+
+/// The sorted set of one account's video tasks.
+pub(super) fn videos_of_account(account_id: &str) -> String {
+    format!("{{gw:video}}:video_acct:{account_id}")
+}
+
+/// A named lock; a key of its own.
+pub(super) fn lock_key(name: &str) -> String {
+    format!("gw:lock:{name}")
+}
+
+/// In-flight slots of a concurrency limit `key`, a hash holder → slots.
+pub(super) fn slots_key(key: &str) -> String {
+    format!("gw:slots:{key}")
+}
+
+/// Permits granted for `key` in the window starting at `window_start`.
+pub(super) fn permits_key(key: &str, window_start: i64) -> String {
+    format!("gw:permits:{key}:{window_start}")
+}
+
+/// The tagged name of the untagged key `old`; `None` when it keeps its
+/// name (single-key state) or is not the store's.
+pub(super) fn tagged_name(old: &str) -> Option<String> {
+    let rest = old.strip_prefix("gw:")?;
+    if rest == "fleet" || ["lock:", "permits:", "slots:"].iter().any(|single| rest.starts_with(single)) {
+        return None;
+    }
+    let tag = match rest {
+        "cred" | "cred_key" | "cred_used" => "gw:cred",
+        "audit" | "audit_seq" => "gw:audit",
+        "video" | "video_time" | "video_open" => "gw:video",
+        _ if rest.starts_with("video_acct:") => "gw:video",
+        _ => "gw",
+    };
+    Some(format!("{{{tag}}}:{rest}"))
+}
+
+/// Renames the keys of a store written before keys had hash tags, once:
+/// a no-op on a cluster, or once `{gw}:layout` is set. Several replicas
+/// may run it at once; each key is renamed by one of them. Old replicas
+/// must be stopped first: they would keep writing the old names.
+pub(super) async fn migrate(conn: &Conn) -> Result<()> {
+    if conn.is_cluster() {
+        return Ok(());
+    }
+    let mut conn = conn.clone();
+    if conn.exists::<_, bool>(LAYOUT).await.map_err(StoreError::Redis)? {
+        return Ok(());
+    }
+    let script = Script::new(RENAME);
+    let (mut renamed, mut kept) = (0u64, 0u64);
+    let mut rename = async |batch: &mut Vec<(String, String)>| -> Result<()> {
+        let mut call = script.prepare_invoke();
+        for (old, new) in batch.drain(..) {
+            call.key(old).key(new);
+        }
+        let (r, k): (u64, u64) = call.invoke_async(&mut conn.clone()).await.map_err(StoreError::Redis)?;
+        renamed += r;
+        kept += k;
+        Ok(())
+    };
+    // Renamed keys no longer match the pattern, and SCAN still returns
+    // every key that matched throughout: renaming while scanning is safe.
+    let mut scanning = conn.clone();
+    let mut keys = scanning.scan_match::<_, String>("gw:*").await.map_err(StoreError::Redis)?;
+    let mut batch = Vec::with_capacity(MIGRATE_BATCH);
+    while let Some(key) = keys.next_item().await {
+        let key = key.map_err(StoreError::Redis)?;
+        if let Some(new) = tagged_name(&key) {
+            batch.push((key, new));
+        }
+        if batch.len() == MIGRATE_BATCH {
+            rename(&mut batch).await?;
+        }
+    }
+    if !batch.is_empty() {
+        rename(&mut batch).await?;
+    }
+    if renamed > 0 || kept > 0 {
+        tracing::info!(renamed, kept, "renamed the redis store's keys to their cluster-safe names");
+    }
+    if kept > 0 {
+        tracing::warn!(kept, "some old redis keys were left alone: their new names already existed");
+    }
+    let _: () = conn.set(LAYOUT, "tagged").await.map_err(StoreError::Redis)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_names_map_to_the_slot_of_their_scripts() {
+        assert_eq!(tagged_name("gw:rev").as_deref(), Some(REV));
+        assert_eq!(tagged_name("gw:account").as_deref(), Some(kind_key(Kind::Account).as_str()));
+        assert_eq!(tagged_name("gw:applied:r1").as_deref(), Some(applied_key("r1").as_str()));
+        assert_eq!(tagged_name("gw:rollup:hour:3600").as_deref(), Some(rollup_key("hour", 3600).as_str()));
+        assert_eq!(tagged_name("gw:cred_used").as_deref(), Some(CREDENTIALS_USED));
+        assert_eq!(tagged_name("gw:audit_seq").as_deref(), Some(AUDIT_SEQ));
+        assert_eq!(tagged_name("gw:video_acct:a1").as_deref(), Some(videos_of_account("a1").as_str()));
+        assert_eq!(tagged_name("gw:video_open").as_deref(), Some(VIDEOS_OPEN));
+        assert_eq!(tagged_name("gw:fleet"), None);
+        assert_eq!(tagged_name("gw:lock:poller"), None);
+        assert_eq!(tagged_name("gw:permits:k:60"), None);
+        assert_eq!(tagged_name("gw:slots:token:t1"), None);
+        assert_eq!(
+            tagged_name("gw:win:token:t1:2026-11-23").as_deref(),
+            Some(window_key(&"token:t1", "2026-11-23").as_str())
+        );
+        assert_eq!(tagged_name("other"), None);
+    }
+}
