@@ -117,6 +117,26 @@ async fn call(admin: &mut Admin, method: &str, f: &Fixture) -> Result<(), Status
             .map(drop),
         "DeleteToken" => admin.delete_token(get(missing)).await.map(drop),
         "ImportTokens" => admin.import_tokens(tokio_stream::iter([pb::ImportTokensRequest::default()])).await.map(drop),
+        "AddChannelKey" => admin
+            .add_channel_key(pb::AddChannelKeyRequest {
+                channel_id: missing.into(),
+                key: "sk-pool-key-0123456789".into(),
+            })
+            .await
+            .map(drop),
+        "ListChannelKeys" => admin.list_channel_keys(get(missing)).await.map(drop),
+        "UpdateChannelKey" => admin
+            .update_channel_key(pb::UpdateChannelKeyRequest {
+                channel_id: missing.into(),
+                key_id: "k_0".into(),
+                status: "disabled".into(),
+            })
+            .await
+            .map(drop),
+        "RemoveChannelKey" => admin
+            .remove_channel_key(pb::ChannelKeyRef { channel_id: missing.into(), key_id: "k_0".into() })
+            .await
+            .map(drop),
         "CreateChannel" => admin
             .create_channel(pb::Channel {
                 name: "ch-new".into(),
@@ -180,7 +200,7 @@ const ACCOUNT_MAY: [&str; 9] = [
 async fn every_role_gets_exactly_its_calls(store: &str) {
     let f = Fixture::start(store).await;
     let writes: Vec<&str> = RULES.iter().filter(|r| r.access == Access::Write).map(|r| r.method).collect();
-    assert!(writes.len() == 23 && writes.contains(&"TopUpAccount") && writes.contains(&"RevokeCredential"));
+    assert!(writes.len() == 26 && writes.contains(&"TopUpAccount") && writes.contains(&"RevokeCredential"));
     let roles = [
         ("admin", f.cluster.admin(), Box::new(|_: &str| false) as Box<dyn Fn(&str) -> bool>),
         ("operator-readonly", f.cluster.admin_as(&f.readonly_key), Box::new(|m: &str| writes.contains(&m))),

@@ -244,7 +244,7 @@ async fn pool_keys_are_sealed_at_rest_and_never_shown() {
 
     let client = redis::Client::open(redis.url()).expect("redis url");
     let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
-    let raw: String = redis::cmd("HGET").arg("gw:channel").arg(&channel).query_async(&mut conn).await.expect("HGET");
+    let raw: String = redis::cmd("HGET").arg("{gw}:channel").arg(&channel).query_async(&mut conn).await.expect("HGET");
     assert!(!raw.contains(SECOND_KEY) && !raw.contains(gw_tests::seed::UPSTREAM_KEY), "plain key at rest: {raw}");
     let stored: Value = serde_json::from_str(&raw).expect("channel JSON");
     let sealed = stored["keys"][1]["key"].as_str().expect("second pool key").to_owned();
