@@ -610,6 +610,24 @@ impl Cluster {
             .unwrap_or(0)
     }
 
+    /// Waits (up to 10 s) until data plane `i` admits `key`: its snapshot
+    /// holds the token. Panics if it never does.
+    pub async fn wait_until_served(&self, i: usize, key: &str) {
+        let url = format!("{}/models", self.base_url(i));
+        eventually(&format!("data plane {i} to know the token"), Duration::from_secs(10), || async {
+            let response = self.http().get(&url).bearer_auth(key).send().await.ok()?;
+            response.status().is_success().then_some(())
+        })
+        .await;
+    }
+
+    /// `wait_until_served` on every data plane.
+    pub async fn wait_until_served_everywhere(&self, key: &str) {
+        for i in 0..self.data_planes.len() {
+            self.wait_until_served(i, key).await;
+        }
+    }
+
     /// `http://addr/v1` of data plane `i`, as an SDK's base URL.
     pub fn base_url(&self, i: usize) -> String {
         let dp = &self.data_planes[i];

@@ -81,14 +81,7 @@ async fn customer(f: &Fixture, name: &str, balance: Option<i64>, quota: Option<i
     };
     let created = admin.create_token(request).await.expect("token").into_inner();
     let (token, key) = (created.token.expect("token").id, created.key);
-    for i in 0..DATA_PLANES {
-        let url = format!("{}/models", f.cluster.base_url(i));
-        eventually(&format!("data plane {i} to know the token"), Duration::from_secs(10), || async {
-            let response = f.cluster.http().get(&url).bearer_auth(&key).send().await.ok()?;
-            response.status().is_success().then_some(())
-        })
-        .await;
-    }
+    f.cluster.wait_until_served_everywhere(&key).await;
     Customer { account, token, key }
 }
 

@@ -60,18 +60,6 @@ async fn gwctl(f: &Fixture, args: &[&str]) -> Value {
     f.cluster.gwctl(args).await.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-/// Waits until every data plane admits `key` (it knows the token).
-async fn known_everywhere(f: &Fixture, key: &str) {
-    for i in 0..DATA_PLANES {
-        let url = format!("{}/models", f.cluster.base_url(i));
-        eventually(&format!("data plane {i} to know the token"), Duration::from_secs(10), || async {
-            let response = f.cluster.http().get(&url).bearer_auth(key).send().await.ok()?;
-            response.status().is_success().then_some(())
-        })
-        .await;
-    }
-}
-
 /// One chat request to data plane `i`: its status and error message.
 async fn chat(f: &Fixture, i: usize, key: &str) -> (u16, String) {
     let body = json!({"model": "flat", "messages": [{"role": "user", "content": "hi"}]});
@@ -173,7 +161,7 @@ async fn a_daily_token_budget_refuses_with_the_quota_403_until_the_next_day() {
         (created["window"]["period"].as_str(), created["window"]["quota_micros"].as_i64()),
         (Some("day"), Some(10 * PRICE))
     );
-    known_everywhere(&f, &key).await;
+    f.cluster.wait_until_served_everywhere(&key).await;
 
     let (admitted, refusals) = spend_window(&f, &key, 10).await;
     assert!(!refusals.is_empty(), "nothing was refused");
@@ -236,7 +224,7 @@ async fn a_rolling_account_budget_refuses_with_the_balance_403_until_its_hours_p
     let created = gwctl(&f, &["token", "create", "--account", &account]).await;
     let (token, key) =
         (created["id"].as_str().expect("id").to_owned(), created["key"].as_str().expect("key").to_owned());
-    known_everywhere(&f, &key).await;
+    f.cluster.wait_until_served_everywhere(&key).await;
 
     let (admitted, refusals) = spend_window(&f, &key, 5).await;
     assert!(!refusals.is_empty(), "nothing was refused");

@@ -66,7 +66,7 @@ async fn setup_in(mode: Mode) -> Fixture {
     let (token, key) = create_token(&cluster, quota(&account, 5_000_000)).await;
     let fixture = Fixture { cluster, upstream, account, token, key, _redis: redis };
     for i in 0..2 {
-        wait_until_served(&fixture, i, &fixture.key).await;
+        fixture.cluster.wait_until_served(i, &fixture.key).await;
     }
     fixture
 }
@@ -102,16 +102,6 @@ async fn create_token(cluster: &Cluster, request: pb::CreateTokenRequest) -> (St
 async fn usage(f: &Fixture) -> Vec<pb::UsageRecord> {
     let request = pb::ListUsageRequest { token_id: f.token.clone(), limit: 100, ..Default::default() };
     f.cluster.admin().list_usage(request).await.expect("usage list").into_inner().items
-}
-
-/// Waits until data plane `i` accepts `key` (its snapshot has the token).
-async fn wait_until_served(f: &Fixture, i: usize, key: &str) {
-    let url = format!("{}/models", f.cluster.base_url(i));
-    eventually(&format!("data plane {i} to know the token"), Duration::from_secs(10), || async {
-        let response = f.cluster.http().get(&url).bearer_auth(key).send().await.ok()?;
-        response.status().is_success().then_some(())
-    })
-    .await;
 }
 
 /// POSTs a chat request to data plane `i`; returns status, request id and body text.
@@ -379,7 +369,7 @@ async fn errors_carry_the_exact_catalogue_messages() {
     // Token quota: $0.0001 does not cover one request's reservation, so the
     // first is refused (the cap is never passed).
     let (_, small) = create_token(&f.cluster, quota(&f.account, 100)).await;
-    wait_until_served(&f, 0, &small).await;
+    f.cluster.wait_until_served(0, &small).await;
     let (s, id, b) = eventually("the token quota to run out", Duration::from_secs(10), || async {
         let answer = chat(&f, 0, &small, false).await;
         (answer.0 != 200).then_some(answer)
@@ -396,7 +386,7 @@ async fn errors_carry_the_exact_catalogue_messages() {
     };
     let poor = f.cluster.admin().create_account(poor).await.expect("account create").into_inner().id;
     let (_, poor_key) = create_token(&f.cluster, vip_token(&poor)).await;
-    wait_until_served(&f, 0, &poor_key).await;
+    f.cluster.wait_until_served(0, &poor_key).await;
     let (s, id, b) = eventually("the balance to run out", Duration::from_secs(10), || async {
         let answer = chat(&f, 0, &poor_key, false).await;
         (answer.0 != 200).then_some(answer)

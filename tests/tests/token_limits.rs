@@ -90,14 +90,7 @@ async fn token(f: &Fixture, account: &str, tokens_per_minute: u32, max_in_flight
         ..Default::default()
     };
     let key = f.cluster.admin().create_token(request).await.expect("token create").into_inner().key;
-    for i in 0..2 {
-        let url = format!("{}/models", f.cluster.base_url(i));
-        eventually(&format!("data plane {i} to know the token"), Duration::from_secs(10), || async {
-            let response = f.cluster.http().get(&url).bearer_auth(&key).send().await.ok()?;
-            response.status().is_success().then_some(())
-        })
-        .await;
-    }
+    f.cluster.wait_until_served_everywhere(&key).await;
     key
 }
 

@@ -72,7 +72,7 @@ async fn setup_in(mode: Mode) -> Fixture {
     let (account, token, key) = customer(&cluster, "acme", 10_000_000, Some(5_000_000)).await;
     let fixture = Fixture { cluster, upstream, video, account, token, key, _redis: redis };
     for i in 0..2 {
-        wait_until_served(&fixture, i, &fixture.key).await;
+        fixture.cluster.wait_until_served(i, &fixture.key).await;
     }
     fixture
 }
@@ -125,15 +125,6 @@ fn str_field(value: &Value, field: &str) -> String {
     value[field].as_str().unwrap_or_else(|| panic!("no string {field:?} in {value}")).to_owned()
 }
 
-async fn wait_until_served(f: &Fixture, i: usize, key: &str) {
-    let url = format!("{}/models", f.cluster.base_url(i));
-    eventually(&format!("data plane {i} to know the token"), Duration::from_secs(10), || async {
-        let response = f.cluster.http().get(&url).bearer_auth(key).send().await.ok()?;
-        response.status().is_success().then_some(())
-    })
-    .await;
-}
-
 /// A reference image: a PNG signature and bytes that are not text.
 fn image() -> Vec<u8> {
     let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
@@ -173,7 +164,7 @@ async fn money_settles_at(f: &Fixture, expected: (i64, i64)) {
 /// submissions are done (it changes the mock's script).
 async fn poller_rounds(f: &Fixture, rounds: usize) {
     let (_, _, key) = customer(&f.cluster, "sentinel", 10_000_000, None).await;
-    wait_until_served(f, 0, &key).await;
+    f.cluster.wait_until_served(0, &key).await;
     f.video.set_script(VideoScript { queued_for: Duration::from_secs(3_600), ..VideoScript::default() });
     let (status, body) = submit(f, 0, &key, "a sentinel that never finishes").await;
     assert_eq!(status, 200, "{body}");
@@ -401,7 +392,7 @@ async fn another_account_never_learns_a_task_exists() {
     let id = str_field(&created, "id");
     poll_until_done(&f, 0, &id).await;
     let (_, _, other_key) = customer(&f.cluster, "other", 10_000_000, None).await;
-    wait_until_served(&f, 1, &other_key).await;
+    f.cluster.wait_until_served(1, &other_key).await;
 
     for path in [format!("/v1/videos/{id}"), format!("/v1/videos/{id}/content"), format!("/v1/video/generations/{id}")]
     {
@@ -480,7 +471,7 @@ async fn submissions_that_cannot_be_paid_or_are_malformed_never_reach_the_upstre
     // A $0.30 account cannot either.
     let (_, _, poor) = customer(&f.cluster, "poor", 300_000, None).await;
     for key in [&small_token, &poor] {
-        wait_until_served(&f, 0, key).await;
+        f.cluster.wait_until_served(0, key).await;
     }
     let (status, body) = submit(&f, 0, &small_token, "too dear").await;
     assert_eq!(status, 403, "{body}");
