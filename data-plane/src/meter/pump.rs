@@ -23,7 +23,7 @@ use super::{
 };
 
 /// A byte stream from the upstream.
-pub type Upstream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+pub type Upstream = Pin<Box<dyn Stream<Item = Result<Bytes, crate::provider::client::ClientError>> + Send>>;
 
 /// What to send the client for the upstream's bytes.
 pub trait Relay: Send + 'static {
@@ -118,7 +118,9 @@ pub fn pump<R: Relay>(
                     return (!out.is_empty()).then_some((Ok(out), st));
                 }
                 Ok(Some(Err(error))) => {
-                    st.span.in_scope(|| tracing::warn!(error = %error.without_url(), "upstream stream failed"));
+                    st.span.in_scope(
+                        || tracing::warn!(error = %crate::error::error_chain(&error), "upstream stream failed"),
+                    );
                     st.end(502, false).await;
                     st.done = true;
                     // hyper drops bytes it has not flushed yet when a body
@@ -209,7 +211,8 @@ mod tests {
     use crate::meter::{Charge, sse::SseFilter, tests::recording_sink};
 
     fn upstream(chunks: &[&'static str]) -> Upstream {
-        let chunks: Vec<reqwest::Result<Bytes>> = chunks.iter().map(|c| Ok(Bytes::from_static(c.as_bytes()))).collect();
+        let chunks: Vec<Result<Bytes, crate::provider::client::ClientError>> =
+            chunks.iter().map(|c| Ok(Bytes::from_static(c.as_bytes()))).collect();
         Box::pin(futures_util::stream::iter(chunks))
     }
 

@@ -9,6 +9,7 @@
 //! client dialect and channel kind.
 
 pub mod anthropic;
+pub mod client;
 pub mod dialect;
 mod health;
 mod keys;
@@ -78,8 +79,8 @@ fn secret(channel: &Channel, value: &str) -> Result<axum::http::HeaderValue, Pro
 pub async fn accept(
     upstreams: &Upstreams,
     channel: &Channel,
-    response: reqwest::Response,
-) -> Result<reqwest::Response, ProxyError> {
+    response: client::Response,
+) -> Result<client::Response, ProxyError> {
     let status = response.status();
     if status.is_success() {
         return Ok(response);
@@ -129,7 +130,7 @@ pub fn is_sse(headers: &HeaderMap) -> bool {
 }
 
 /// The first `cap` bytes of `response`'s body (fewer if it fails midway).
-pub async fn read_capped(response: reqwest::Response, cap: usize) -> Bytes {
+pub async fn read_capped(response: client::Response, cap: usize) -> Bytes {
     let mut buf = BytesMut::new();
     let mut stream = response.bytes_stream();
     while let Some(Ok(chunk)) = stream.next().await {

@@ -1,6 +1,6 @@
 //! Calls to upstream providers: one pooled HTTP client per connect timeout
-//! (reqwest sets that per client; channels rarely differ), the request a
-//! channel type expects, the timeouts that bound it (the channel's own, else
+//! (see `client`; channels rarely differ), upstream URIs built once per
+//! channel base URL and path, the request a channel type expects, the timeouts that bound it (the channel's own, else
 //! this data plane's defaults), and the mapping of transport failures to
 //! `ProxyError`s that never carry a key or an address. `Upstreams` also holds
 //! what failover needs across requests: the retry budget and channel health.
@@ -11,11 +11,14 @@ use std::{
     time::Duration,
 };
 
-use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 
-use super::Health;
+use super::{
+    Health,
+    client::{Client, ClientError, Payload, Response},
+};
 use crate::{affinity::Affinity, error::ProxyError, policy::domain::Channel};
 
 /// Defaults for channels that set no timeout of their own.
@@ -54,16 +57,16 @@ pub struct Config {
     pub affinity_idle: Duration,
 }
 
-/// Parsed upstream URLs kept (channels × paths; query strings make more).
-const MAX_CACHED_URLS: usize = 4_096;
+/// Upstream URIs kept (channels × paths; query strings make more).
+const MAX_CACHED_URIS: usize = 4_096;
 
 /// Shared upstream HTTP clients (connection pools), the timeout and retry
 /// settings, and channel health.
 pub struct Upstreams {
-    clients: RwLock<HashMap<Duration, reqwest::Client>>,
-    /// Upstream URLs parsed once (`base_url` + path → URL): parsing one,
-    /// host name rules included, on every request costs more than a lookup.
-    urls: RwLock<HashMap<String, reqwest::Url>>,
+    clients: RwLock<HashMap<Duration, Client>>,
+    /// Upstream URIs built once (base URL → path → URI), looked up without
+    /// building a string: parsing one per request costs more than the lookup.
+    uris: RwLock<HashMap<String, HashMap<String, Uri>>>,
     config: Config,
     /// Consecutive failures per channel; reports the ones that keep failing.
     pub health: Health,
@@ -113,7 +116,7 @@ impl Config {
     /// The live upstream side, recording channel health in `health`.
     pub fn build(self, health: Health) -> Upstreams {
         let affinity = Affinity::new(self.affinity_capacity, self.affinity_idle);
-        Upstreams { clients: RwLock::default(), urls: RwLock::default(), config: self, health, affinity }
+        Upstreams { clients: RwLock::default(), uris: RwLock::default(), config: self, health, affinity }
     }
 }
 
@@ -138,40 +141,40 @@ impl Upstreams {
     }
 
     /// The pooled client whose connect timeout is `connect`.
-    fn client(&self, connect: Duration) -> Result<reqwest::Client, ProxyError> {
+    fn client(&self, connect: Duration) -> Result<Client, ProxyError> {
         if let Some(client) = self.clients.read().unwrap_or_else(PoisonError::into_inner).get(&connect) {
             return Ok(client.clone());
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(connect)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|error| {
-                tracing::error!(%error, "cannot build the upstream HTTP client");
-                ProxyError::Internal
-            })?;
+        let client = Client::new(connect).map_err(|error| {
+            tracing::error!(%error, "cannot build the upstream HTTP client");
+            ProxyError::Internal
+        })?;
         let mut clients = self.clients.write().unwrap_or_else(PoisonError::into_inner);
         Ok(clients.entry(connect).or_insert(client).clone())
     }
 
-    /// `channel`'s base URL + `path`, parsed; each is parsed once (at most
-    /// `MAX_CACHED_URLS` are kept, then parsing starts over).
-    fn url(&self, channel: &Channel, path: &str) -> Result<reqwest::Url, ProxyError> {
-        let text = format!("{}{path}", channel.base_url);
-        if let Some(url) = self.urls.read().unwrap_or_else(PoisonError::into_inner).get(&text) {
-            return Ok(url.clone());
+    /// `channel`'s base URL + `path` as a URI; each is built once (at most
+    /// `MAX_CACHED_URIS` are kept, then building starts over).
+    fn uri(&self, channel: &Channel, path: &str) -> Result<Uri, ProxyError> {
+        let cached = self.uris.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(uri) = cached.get(&channel.base_url).and_then(|paths| paths.get(path)) {
+            return Ok(uri.clone());
         }
-        let url = reqwest::Url::parse(&text).map_err(|_| {
-            tracing::warn!(channel = %channel.id, "the channel's base URL does not parse");
-            ProxyError::UpstreamConnect
-        })?;
-        let mut urls = self.urls.write().unwrap_or_else(PoisonError::into_inner);
-        if urls.len() >= MAX_CACHED_URLS {
-            urls.clear();
+        drop(cached);
+        let uri: Uri = format!("{}{path}", channel.base_url)
+            .parse()
+            .ok()
+            .filter(|uri: &Uri| matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some())
+            .ok_or_else(|| {
+                tracing::warn!(channel = %channel.id, "the channel's base URL does not parse");
+                ProxyError::UpstreamConnect
+            })?;
+        let mut uris = self.uris.write().unwrap_or_else(PoisonError::into_inner);
+        if uris.values().map(HashMap::len).sum::<usize>() >= MAX_CACHED_URIS {
+            uris.clear();
         }
-        urls.insert(text, url.clone());
-        Ok(url)
+        uris.entry(channel.base_url.clone()).or_default().insert(path.to_owned(), uri.clone());
+        Ok(uri)
     }
 
     /// Sends a chat completion `body` to `channel` and returns once the
@@ -180,7 +183,7 @@ impl Upstreams {
     /// for a streamed answer). The total timeout also bounds reading the
     /// body. Dropping the response (or its body stream) closes the upstream
     /// connection, cancelling the request.
-    pub async fn chat(&self, channel: &Channel, body: Bytes, stream: bool) -> Result<reqwest::Response, ProxyError> {
+    pub async fn chat(&self, channel: &Channel, body: Bytes, stream: bool) -> Result<Response, ProxyError> {
         let path = super::chat_path(channel.kind);
         self.post(channel, path, HeaderValue::from_static("application/json"), body, stream).await
     }
@@ -194,7 +197,7 @@ impl Upstreams {
         content_type: HeaderValue,
         body: Bytes,
         stream: bool,
-    ) -> Result<reqwest::Response, ProxyError> {
+    ) -> Result<Response, ProxyError> {
         let mut headers = HeaderMap::new();
         headers.insert(header::CONTENT_TYPE, content_type);
         self.send(channel, path, headers, body, stream).await
@@ -211,8 +214,8 @@ impl Upstreams {
         headers: HeaderMap,
         body: Bytes,
         stream: bool,
-    ) -> Result<reqwest::Response, ProxyError> {
-        self.request(channel, Method::POST, path, headers, reqwest::Body::from(body), stream).await
+    ) -> Result<Response, ProxyError> {
+        self.request(channel, Method::POST, path, headers, Payload::from(body), stream).await
     }
 
     /// The one way to an upstream: `method` on `channel`'s base URL + `path`
@@ -225,19 +228,20 @@ impl Upstreams {
         method: Method,
         path: &str,
         mut headers: HeaderMap,
-        body: reqwest::Body,
+        body: Payload,
         stream: bool,
-    ) -> Result<reqwest::Response, ProxyError> {
+    ) -> Result<Response, ProxyError> {
         let timeouts = channel.timeouts;
         let client = self.client(timeouts.connect.unwrap_or(self.config.connect_timeout))?;
         let total = timeouts.total.unwrap_or(self.config.total_timeout);
-        let url = self.url(channel, path)?;
+        let uri = self.uri(channel, path)?;
         headers.remove(header::AUTHORIZATION);
         headers.remove("x-api-key");
         let (name, credential) = super::credential(channel)?;
-        headers.insert(name, credential);
+        headers.insert(name.clone(), credential);
         crate::telemetry::inject(&mut headers);
-        let send = client.request(method, url).headers(headers).timeout(total).body(body).send();
+        let deadline = tokio::time::Instant::now() + total;
+        let send = client.send(method, uri, headers, body, &name, deadline);
         let default_first_byte = if stream { self.config.first_byte_timeout } else { total };
         let first_byte = timeouts.first_byte.unwrap_or(default_first_byte).min(total);
         match tokio::time::timeout(first_byte, send).await {
@@ -256,7 +260,7 @@ impl Upstreams {
     /// Reads all of `response`'s body, failing if it stalls for longer than
     /// `channel`'s idle timeout (the total timeout bounds it as a whole) or
     /// grows past `MAX_ANSWER_BYTES`.
-    pub async fn read_body(&self, channel: &Channel, response: reqwest::Response) -> Result<Bytes, ProxyError> {
+    pub async fn read_body(&self, channel: &Channel, response: Response) -> Result<Bytes, ProxyError> {
         let idle = self.idle_timeout(channel);
         let capacity = response.content_length().map_or(0, |n| usize::try_from(n).unwrap_or(0).min(1 << 20));
         let mut buf = BytesMut::with_capacity(capacity);
@@ -280,31 +284,13 @@ impl Upstreams {
     }
 }
 
-/// Maps a reqwest failure to the client-facing error; the log line leaves
+/// Maps a transport failure to the client-facing error; the log line leaves
 /// the URL out, since base URLs may carry credentials.
-pub fn transport_error(channel: &Channel, error: &reqwest::Error) -> ProxyError {
+pub fn transport_error(channel: &Channel, error: &ClientError) -> ProxyError {
     let timeout = error.is_timeout();
     let connect = error.is_connect();
-    tracing::warn!(channel = %channel.id, timeout, connect, error = %mask_channel(&cause_chain(error), channel), "upstream request failed");
+    tracing::warn!(channel = %channel.id, timeout, connect, error = %mask_channel(&crate::error::error_chain(error), channel), "upstream request failed");
     if timeout { ProxyError::UpstreamTimeout } else { ProxyError::UpstreamConnect }
-}
-
-/// The error and its sources, without the URL reqwest would print.
-fn cause_chain(error: &reqwest::Error) -> String {
-    let mut text = String::from(if error.is_timeout() {
-        "timed out"
-    } else if error.is_connect() {
-        "connect error"
-    } else if error.is_body() || error.is_decode() {
-        "body error"
-    } else {
-        "request error"
-    });
-    if let Some(source) = std::error::Error::source(error) {
-        text.push_str(": ");
-        text.push_str(&crate::error::error_chain(source));
-    }
-    text
 }
 
 /// `text` with every occurrence of `secret` replaced by `***`.

@@ -19,7 +19,7 @@ pub async fn submit(
     upstreams: &Upstreams,
     channel: &Channel,
     boundary: &str,
-    body: reqwest::Body,
+    body: super::client::Payload,
 ) -> Result<serde_json::Map<String, Value>, ProxyError> {
     let mut headers = HeaderMap::new();
     let content_type = HeaderValue::from_str(&format!("multipart/form-data; boundary={boundary}"))
@@ -46,14 +46,14 @@ pub async fn content(
     channel: &Channel,
     upstream_id: &str,
     variant: Option<&str>,
-) -> Result<reqwest::Response, ProxyError> {
+) -> Result<super::client::Response, ProxyError> {
     let mut path = format!("/videos/{}/content", path_segment(upstream_id));
     if let Some(variant) = variant {
         path.push_str("?variant=");
         path.push_str(variant);
     }
     let response =
-        upstreams.request(channel, Method::GET, &path, HeaderMap::new(), reqwest::Body::from(""), true).await?;
+        upstreams.request(channel, Method::GET, &path, HeaderMap::new(), super::client::Payload::empty(), true).await?;
     super::accept(upstreams, channel, response).await
 }
 

@@ -17,7 +17,7 @@ use multer::{Constraints, Multipart, SizeLimit};
 use tokio::{io::AsyncWriteExt as _, sync::mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::error::ProxyError;
+use crate::{error::ProxyError, provider::client::Payload};
 
 /// Largest reference file accepted.
 pub const MAX_REFERENCE_BYTES: u64 = 50 << 20;
@@ -221,7 +221,7 @@ impl Outgoing {
     /// as the client's bytes arrive, and the slot where that task leaves the
     /// client's error if the client's upload breaks (the body then fails,
     /// and so does the upstream request).
-    pub fn into_body(self, boundary: String) -> (reqwest::Body, ClientFault) {
+    pub fn into_body(self, boundary: String) -> (Payload, ClientFault) {
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(8);
         let fault: ClientFault = Arc::default();
         let slot = fault.clone();
@@ -232,7 +232,7 @@ impl Outgoing {
                 let _ = tx.send(Err(std::io::Error::other(message))).await;
             }
         });
-        (reqwest::Body::wrap_stream(ReceiverStream::new(rx)), fault)
+        (Payload::stream(ReceiverStream::new(rx)), fault)
     }
 
     async fn pump(self, boundary: &str, tx: &mpsc::Sender<Result<Bytes, std::io::Error>>) -> Result<(), Stop> {
@@ -374,8 +374,8 @@ mod tests {
         (live, text, bytes)
     }
 
-    async fn http_body_util_collect(body: reqwest::Body) -> Vec<u8> {
-        let mut stream = axum::body::Body::new(body).into_data_stream();
+    async fn http_body_util_collect(body: Payload) -> Vec<u8> {
+        let mut stream = axum::body::Body::new(body.into_body()).into_data_stream();
         let mut out = Vec::new();
         while let Some(chunk) = stream.next().await {
             out.extend_from_slice(&chunk.unwrap());

@@ -180,7 +180,7 @@ fn untranslatable(error: TranslateError) -> ProxyError {
 fn stream<R: EventRelay>(
     app: Attempt<'_>,
     channel: &Channel,
-    response: reqwest::Response,
+    response: crate::provider::client::Response,
     relay: R,
     meter: Meter,
 ) -> Response {
@@ -195,7 +195,7 @@ fn stream<R: EventRelay>(
 async fn read(
     app: Attempt<'_>,
     channel: &Channel,
-    response: reqwest::Response,
+    response: crate::provider::client::Response,
     meter: Meter,
 ) -> Result<(Bytes, Meter), ProxyError> {
     match app.upstreams.read_body(channel, response).await {
