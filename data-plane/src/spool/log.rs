@@ -52,15 +52,20 @@ impl Kind {
 
 /// Appends one entry for `record` to `out`.
 pub fn encode(kind: Kind, record: &UsageRecord, out: &mut Vec<u8>) {
-    let payload = pb::UsageRecord::from(record.clone()).encode_to_vec();
-    let mut body = Vec::with_capacity(payload.len() + 1);
-    body.push(kind as u8);
-    body.extend_from_slice(&payload);
+    let message = pb::UsageRecord::from(record.clone());
+    let start = out.len();
+    // Header first, filled in once the body is written in place behind it.
+    out.extend_from_slice(&[0; HEADER]);
+    out.push(kind as u8);
+    out.reserve(message.encoded_len());
+    // A Vec grows as needed, so encoding into it cannot fail.
+    let _ = message.encode(out);
+    let body = &out[start + HEADER..];
     // A record is a few hundred bytes; u32 cannot overflow in practice.
     let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&checksum(&body).to_le_bytes());
-    out.extend_from_slice(&body);
+    let sum = checksum(body);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + HEADER].copy_from_slice(&sum.to_le_bytes());
 }
 
 /// The entries of one segment's `bytes`, in order, and the offset of the
