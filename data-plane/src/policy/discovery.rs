@@ -20,6 +20,7 @@ use crate::{
     backoff::Backoff,
     grpc::ControlPlane,
     policy::convert,
+    policy::persist,
     policy::domain::{Kind, Resource},
     policy::snapshot::Snapshot,
     vitals::Vitals,
@@ -41,8 +42,8 @@ pub struct Discovery {
     /// The client-facing address, shown by the control plane.
     pub address: String,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
-    /// Feeds the snapshot file writer.
-    pub persist: watch::Sender<Arc<Snapshot>>,
+    /// Feeds the snapshot file writer, every published snapshot in order.
+    pub persist: mpsc::UnboundedSender<persist::Update>,
     /// What the heartbeats report.
     pub vitals: Arc<Vitals>,
     pub shutdown: watch::Receiver<bool>,
@@ -181,7 +182,7 @@ impl Discovery {
             if let Err(why) = fits(&current, &message) {
                 return SessionEnd::Failed(tonic::Status::failed_precondition(why));
             }
-            let applied = if full {
+            let (applied, delta) = if full {
                 let part = assembly.take().unwrap_or_else(|| Assembly::new(&message));
                 if part.revision != message.revision {
                     let why =
@@ -198,7 +199,7 @@ impl Discovery {
                     continue;
                 }
                 match off_workers(part.len(), move || part.finish()).await {
-                    Ok(applied) => applied,
+                    Ok(applied) => (applied, None),
                     Err(status) => return SessionEnd::Failed(status),
                 }
             } else {
@@ -206,8 +207,9 @@ impl Discovery {
                     let why = "a delta within a chunked snapshot";
                     return SessionEnd::Failed(tonic::Status::failed_precondition(why));
                 }
+                let encoded = prost::Message::encode_to_vec(&message);
                 match off_workers(message.upserts.len(), move || apply(&current, message)).await {
-                    Ok(applied) => applied,
+                    Ok(applied) => (applied, Some(encoded)),
                     Err(status) => return SessionEnd::Failed(status),
                 }
             };
@@ -215,7 +217,7 @@ impl Discovery {
                 synced = true;
                 tracing::info!(revision = applied.snapshot.revision, full, "connected to the control plane");
             }
-            let ack = self.publish(applied, full);
+            let ack = self.publish(applied, delta);
             backoff.reset();
             if tx.send(pb::WatchRequest { kind: Some(watch_request::Kind::Ack(ack)) }).await.is_err() {
                 return SessionEnd::Closed;
@@ -239,8 +241,10 @@ impl Discovery {
         }
     }
 
-    /// Makes `applied` the snapshot in use and returns the Ack for it.
-    fn publish(&self, applied: Applied, full: bool) -> pb::Ack {
+    /// Makes `applied` the snapshot in use, hands it to the file writer
+    /// (with the encoded `delta` that made it, none for a full snapshot) and
+    /// returns the Ack for it.
+    fn publish(&self, applied: Applied, delta: Option<Vec<u8>>) -> pb::Ack {
         let Applied { snapshot, rejected, errors } = applied;
         let revision = snapshot.revision;
         if !rejected.is_empty() {
@@ -248,13 +252,14 @@ impl Discovery {
         }
         let snapshot = Arc::new(snapshot);
         self.snapshot.store(snapshot.clone());
-        if full {
+        if delta.is_none() {
             let counts = snapshot.counts().map(|(kind, n)| format!("{kind}={n}")).join(" ");
             tracing::info!(revision, %counts, "full policy snapshot applied");
         } else {
             tracing::debug!(revision, "policy updated");
         }
-        self.persist.send_replace(snapshot);
+        // The writer outlives discovery; a closed channel is a shutdown.
+        let _ = self.persist.send(persist::Update { snapshot, delta });
         pb::Ack { revision, rejected, error: errors.join("; ") }
     }
 }
