@@ -409,21 +409,33 @@ impl Session {
     /// label, never older.
     async fn send_full(&mut self) -> Result<(), SessionEnd> {
         let revision = self.store.revision().await?;
+        let mut expected = self.store.count().await?;
         let chunk = self.chunk.max(1);
-        let mut cursor = Some(PageCursor::default());
+        // Each page is read (and parsed) on a task of its own while the one
+        // before is converted and sent.
+        let read = |at: PageCursor| {
+            let store = self.store.clone();
+            tokio::spawn(async move { store.snapshot_page(&at, chunk).await })
+        };
+        let mut reading = Some(read(PageCursor::default()));
         let mut upserts: Vec<pb::Resource> = Vec::with_capacity(chunk);
-        while let Some(at) = cursor.take() {
-            let page = self.store.snapshot_page(&at, chunk).await?;
-            cursor = page.next;
+        while let Some(task) = reading.take() {
+            let page = task.await.map_err(|error| {
+                // A read that panicked: the data plane retries after a backoff.
+                SessionEnd::Refused(Status::internal(format!("reading the snapshot failed: {error}")))
+            })??;
+            reading = page.next.map(read);
             for resource in page.resources {
                 if upserts.len() == chunk {
                     let full = std::mem::replace(&mut upserts, Vec::with_capacity(chunk));
-                    self.tx.send(Ok(self.full_chunk(revision, full, true))).await.map_err(|_| SessionEnd::Closed)?;
+                    let message = pb::WatchResponse { expected, ..self.full_chunk(revision, full, true) };
+                    expected = 0;
+                    self.tx.send(Ok(message)).await.map_err(|_| SessionEnd::Closed)?;
                 }
                 upserts.push(convert::resource_for_data_plane(resource));
             }
         }
-        let last = self.full_chunk(revision, upserts, false);
+        let last = pb::WatchResponse { expected, ..self.full_chunk(revision, upserts, false) };
         self.send(last).await
     }
 
@@ -438,6 +450,7 @@ impl Session {
             store_id: self.lineage.id.clone(),
             store_confirmed: self.lineage.confirmed,
             more,
+            expected: 0,
         }
     }
 

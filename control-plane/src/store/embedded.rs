@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata as _, TableDefinition, WriteTransaction};
 use tokio::sync::watch;
 
 use super::rollup::Retention;
@@ -316,6 +316,17 @@ impl Store for EmbeddedStore {
                 snapshot.resources.extend(list_kind(txn, kind)?);
             }
             Ok(snapshot)
+        })
+        .await
+    }
+
+    async fn count(&self) -> Result<u64> {
+        self.read(|txn| {
+            let mut count = 0;
+            for kind in Kind::ALL {
+                count += txn.open_table(resources(kind)).map_err(db_err)?.len().map_err(db_err)?;
+            }
+            Ok(count)
         })
         .await
     }

@@ -207,6 +207,12 @@ pub trait Store:
         Ok(SnapshotPage { resources: self.snapshot().await?.resources, next: None })
     }
 
+    /// About how many resources of every kind there are (0: not known), to
+    /// size what a snapshot is read into.
+    async fn count(&self) -> Result<u64> {
+        Ok(0)
+    }
+
     /// The changes after `revision`, oldest first, one entry per revision and
     /// resource; `None` when the feed no longer reaches back that far.
     async fn changes_since(&self, revision: u64) -> Result<Option<Vec<Change>>>;

@@ -572,6 +572,15 @@ impl Store for RedisStore {
         Ok(SnapshotPage { resources, next })
     }
 
+    async fn count(&self) -> Result<u64> {
+        let mut pipe = redis::pipe();
+        for kind in Kind::ALL {
+            pipe.hlen(kind_key(kind));
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        Ok(counts.iter().sum())
+    }
+
     async fn get_many(&self, refs: &[(Kind, String)]) -> Result<Vec<Option<Resource>>> {
         if refs.is_empty() {
             return Ok(Vec::new());

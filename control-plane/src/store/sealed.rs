@@ -211,6 +211,10 @@ impl Store for SealedStore {
         Ok(Snapshot { revision: snapshot.revision, resources: self.open_all(snapshot.resources)? })
     }
 
+    async fn count(&self) -> Result<u64> {
+        self.inner.count().await
+    }
+
     async fn snapshot_page(&self, cursor: &PageCursor, size: usize) -> Result<SnapshotPage> {
         let page = self.inner.snapshot_page(cursor, size).await?;
         Ok(SnapshotPage { resources: self.open_all(page.resources)?, next: page.next })

@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     durable::{private_file, write_durably_with},
     policy::{
-        convert,
+        convert, discovery,
         domain::{Kind, Resource},
         snapshot::Snapshot,
     },
@@ -145,6 +145,7 @@ fn load_frames(reader: &mut impl Read, cipher: &ChaCha20Poly1305) -> anyhow::Res
         let building = snapshot.get_or_insert_with(|| {
             let mut snapshot = Snapshot::start(part.revision);
             snapshot.store_id.clone_from(&part.store_id);
+            snapshot.reserve(discovery::expected(part.expected));
             snapshot
         });
         building.add(converted(part.upserts));
@@ -248,12 +249,15 @@ pub fn save(data_dir: &Path, snapshot: &Snapshot, node_key: &str) -> anyhow::Res
         out.write_all(FRAMED)?;
         out.write_all(&prefix)?;
         let mut buffer = Vec::with_capacity(FRAME_BYTES + (1 << 16));
-        // Field numbers of `WatchResponse`: 1 revision, 2 full, 4 upserts, 6 store_id.
+        // Field numbers of `WatchResponse`: 1 revision, 2 full, 4 upserts,
+        // 6 store_id, 9 expected.
         encoding::uint64::encode(1, &snapshot.revision, &mut buffer);
         encoding::bool::encode(2, &true, &mut buffer);
         if !snapshot.store_id.is_empty() {
             encoding::string::encode(6, &snapshot.store_id, &mut buffer);
         }
+        let expected: usize = snapshot.counts().iter().map(|(_, n)| n).sum();
+        encoding::uint64::encode(9, &(expected as u64), &mut buffer);
         let mut resources = snapshot.resources().peekable();
         for index in 0u32.. {
             while buffer.len() < FRAME_BYTES

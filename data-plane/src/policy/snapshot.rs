@@ -10,9 +10,11 @@
 use std::{
     borrow::Borrow,
     collections::{HashMap, HashSet},
-    hash::{BuildHasher, Hash, Hasher, RandomState},
+    hash::{BuildHasher, Hash, Hasher},
     sync::Arc,
 };
+
+use foldhash::fast::RandomState;
 
 use rand::RngExt as _;
 
@@ -25,7 +27,7 @@ const SHARDS: usize = 256;
 #[derive(Clone)]
 pub struct ShardedMap<K, V> {
     hasher: RandomState,
-    shards: Vec<Arc<HashMap<K, V>>>,
+    shards: Vec<Arc<HashMap<K, V, RandomState>>>,
     len: usize,
 }
 
@@ -33,7 +35,7 @@ pub struct ShardedMap<K, V> {
 #[derive(Clone)]
 pub struct ShardedSet<T> {
     hasher: RandomState,
-    shards: Vec<Arc<HashSet<T>>>,
+    shards: Vec<Arc<HashSet<T, RandomState>>>,
     len: usize,
 }
 
@@ -70,7 +72,7 @@ pub struct Snapshot {
     routes: Arc<Routes>,
     /// Account and group names the tokens share, while `start`ed and not
     /// yet `finish`ed; empty otherwise.
-    interned: HashSet<Arc<str>>,
+    interned: HashSet<Arc<str>, RandomState>,
     building: bool,
 }
 
@@ -80,13 +82,23 @@ struct Routes {
     by_group: HashMap<String, HashMap<String, Vec<Arc<Channel>>>>,
 }
 
+/// The shard of a key hashing to `hash`: bits that a shard's own table
+/// (which hashes with its own seed anyway) uses neither for the bucket (low
+/// bits) nor for the tag (top seven).
+fn shard_of(hash: u64) -> usize {
+    // The modulo keeps the index in range whatever the pointer width.
+    #[allow(clippy::cast_possible_truncation)]
+    let index = ((hash >> 32) % SHARDS as u64) as usize;
+    index
+}
+
 // === impl ShardedMap ===
 
 impl<K: Hash + Eq + Clone, V: Clone> Default for ShardedMap<K, V> {
     fn default() -> Self {
         ShardedMap {
-            hasher: RandomState::new(),
-            shards: (0..SHARDS).map(|_| Arc::new(HashMap::new())).collect(),
+            hasher: RandomState::default(),
+            shards: (0..SHARDS).map(|_| Arc::new(HashMap::default())).collect(),
             len: 0,
         }
     }
@@ -94,10 +106,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Default for ShardedMap<K, V> {
 
 impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
-        // The modulo keeps the index in range whatever the pointer width.
-        #[allow(clippy::cast_possible_truncation)]
-        let index = (self.hasher.hash_one(key) % SHARDS as u64) as usize;
-        index
+        shard_of(self.hasher.hash_one(key))
     }
 
     /// The value stored under `key`.
@@ -152,21 +161,16 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
 impl<T: Hash + Eq + Clone> Default for ShardedSet<T> {
     fn default() -> Self {
         ShardedSet {
-            hasher: RandomState::new(),
-            shards: (0..SHARDS).map(|_| Arc::new(HashSet::new())).collect(),
+            hasher: RandomState::default(),
+            shards: (0..SHARDS).map(|_| Arc::new(HashSet::default())).collect(),
             len: 0,
         }
     }
 }
 
 impl<T: Hash + Eq + Clone> ShardedSet<T> {
-    // The shards' own sets hash with other keys, so the bits that chose the
-    // shard do not also choose the bucket.
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
-        // The modulo keeps the index in range whatever the pointer width.
-        #[allow(clippy::cast_possible_truncation)]
-        let index = (self.hasher.hash_one(key) % SHARDS as u64) as usize;
-        index
+        shard_of(self.hasher.hash_one(key))
     }
 
     /// The entry equal to `key`.
@@ -331,6 +335,12 @@ impl Snapshot {
         Snapshot { revision, held: true, building: true, ..Snapshot::default() }
     }
 
+    /// Makes room for `more` tokens, so that building a snapshot of a
+    /// known size never grows (and rehashes) its indexes.
+    pub fn reserve(&mut self, more: usize) {
+        self.tokens.reserve(more);
+    }
+
     /// Stores `resources` (a part of a snapshot being built by `start`),
     /// growing the token maps once for as many as the iterator says.
     pub fn add(&mut self, resources: impl IntoIterator<Item = Resource>) {
@@ -346,7 +356,7 @@ impl Snapshot {
     /// The snapshot `start` and `add` built, with its routes.
     pub fn finish(mut self) -> Snapshot {
         self.rebuild_routes();
-        self.interned = HashSet::new();
+        self.interned = HashSet::default();
         self.building = false;
         self
     }
@@ -396,7 +406,11 @@ impl Snapshot {
                 self.groups.insert(g.name.clone(), Arc::new(g));
             }
             Resource::Token(mut t) => {
-                let old = self.tokens.by_id.get(t.id.as_str()).map(|entry| entry.0.clone());
+                // While building, names are shared through `interned`.
+                let old = match self.building {
+                    true => None,
+                    false => self.tokens.by_id.get(t.id.as_str()).map(|entry| entry.0.clone()),
+                };
                 self.share(&mut t.account_id, old.as_ref().map(|o| &o.account_id));
                 self.share(&mut t.group, old.as_ref().map(|o| &o.group));
                 self.tokens.upsert(t);
