@@ -36,7 +36,8 @@ pub fn write_durably_with(
 ) -> anyhow::Result<()> {
     let mut file = std::io::BufWriter::with_capacity(1 << 16, private_file(tmp, false)?);
     write(&mut file).with_context(|| format!("writing {}", tmp.display()))?;
-    let file = file.into_inner().map_err(|error| error.into_error()).with_context(|| format!("writing {}", tmp.display()))?;
+    let file =
+        file.into_inner().map_err(|error| error.into_error()).with_context(|| format!("writing {}", tmp.display()))?;
     file.sync_all().with_context(|| format!("syncing {}", tmp.display()))?;
     drop(file);
     std::fs::rename(tmp, path).with_context(|| format!("renaming to {}", path.display()))?;

@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::{
-    Budget, BudgetStore, Charged, Lease, LeaseAsk, Modified, PageCursor, Patch, Result, SnapshotPage, Store, StoreError,
-    VideoFilter, VideoStore, VideoWrite,
+    Budget, BudgetStore, Charged, Lease, LeaseAsk, Modified, PageCursor, Patch, Result, SnapshotPage, Store,
+    StoreError, VideoFilter, VideoStore, VideoWrite,
 };
 use crate::{
     domain::{Change, Channel, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord, VideoTask},

@@ -84,7 +84,8 @@ pub fn authorize(
     if !account.groups.is_empty() && !account.groups.iter().any(|g| g == group_name) {
         return Err(ProxyError::GroupForbidden { group: group_name.to_owned() });
     }
-    let group = snapshot.group(group_name).ok_or_else(|| ProxyError::GroupForbidden { group: group_name.to_owned() })?;
+    let group =
+        snapshot.group(group_name).ok_or_else(|| ProxyError::GroupForbidden { group: group_name.to_owned() })?;
     if group.deprecated {
         return Err(ProxyError::GroupDeprecated { group: group_name.to_owned() });
     }

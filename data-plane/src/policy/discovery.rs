@@ -20,8 +20,8 @@ use crate::{
     backoff::Backoff,
     grpc::ControlPlane,
     policy::convert,
-    policy::persist,
     policy::domain::{Kind, Resource},
+    policy::persist,
     policy::snapshot::Snapshot,
     vitals::Vitals,
 };
@@ -345,7 +345,6 @@ impl Assembly {
     fn finish(self) -> Applied {
         Applied { snapshot: self.snapshot.finish(), rejected: self.rejected, errors: self.errors }
     }
-
 }
 
 // === impl Assembler ===

@@ -487,7 +487,7 @@ mod tests {
     #[test]
     fn a_snapshot_of_many_frames_loads_back_whole_and_a_cut_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let mut snap = Snapshot::build(9, tokens(20_000));
+        let mut snap = Snapshot::build(9, tokens(30_000));
         snap.store_id = "s1".into();
         let (_, size) = save(dir.path(), &snap, "node-key").unwrap();
         let path = dir.path().join(SNAPSHOT_FILE);
@@ -495,8 +495,8 @@ mod tests {
         assert!(size > 2 * FRAME_BYTES as u64, "the test needs several frames: {size} bytes");
         let loaded = load(dir.path(), "node-key").unwrap().unwrap();
         assert_eq!((loaded.revision, loaded.store_id.as_str()), (9, "s1"));
-        assert_eq!(loaded.counts()[2], (Kind::Token, 20_000));
-        assert_eq!(loaded.token(&hash("sk-19999")).unwrap().id, "t19999");
+        assert_eq!(loaded.counts()[2], (Kind::Token, 30_000));
+        assert_eq!(loaded.token(&hash("sk-29999")).unwrap().id, "t29999");
         // Cut after the first frame: whole frames, but not the last one.
         let file = std::fs::read(&path).unwrap();
         let first = 5 + u32::from_le_bytes(file[23..27].try_into().unwrap()) as usize;
