@@ -354,13 +354,17 @@ impl From<usage_summary::Summary> for pb::SummarizeUsageResponse {
     }
 }
 
-/// A resource as the policy stream carries it (channel secrets included).
+/// A resource as the policy stream carries it (channel secrets included;
+/// a token without the name, key prefix and creation time that data planes
+/// never read: a tenth of a million-token snapshot).
 pub fn resource_for_data_plane(resource: Resource) -> pb::Resource {
     use pb::resource::Kind as K;
     let kind = match resource {
         Resource::Account(a) => K::Account(a.into()),
         Resource::Group(g) => K::Group(g.into()),
-        Resource::Token(t) => K::Token(t.into()),
+        Resource::Token(t) => {
+            K::Token(pb::Token { name: String::new(), key_prefix: String::new(), created_at: 0, ..t.into() })
+        }
         Resource::Channel(c) => K::Channel(channel_with_secret(c)),
         Resource::Model(m) => K::Model(m.into()),
     };

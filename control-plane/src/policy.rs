@@ -21,7 +21,7 @@ use crate::{
     error::error_chain,
     fleet::Fleet,
     ledger::Ledger,
-    store::{self, Lineage, Store, StoreError},
+    store::{self, Lineage, PageCursor, Store, StoreError},
     video::{self, Videos},
 };
 
@@ -400,30 +400,57 @@ impl Session {
         }
     }
 
-    /// Sends the whole state as chunks of at most `chunk` resources, each
-    /// converted only when its turn comes; the last has `more` unset.
+    /// Sends the whole state as chunks of at most `chunk` resources, read
+    /// from the store a page at a time, so the first chunk leaves before the
+    /// store is read through; the last has `more` unset. The snapshot is
+    /// labelled with the revision read before the first page: whatever is
+    /// written during the read comes again in the delta that follows it (the
+    /// revision watch saw the write), so a resource may be newer than the
+    /// label, never older.
     async fn send_full(&mut self) -> Result<(), SessionEnd> {
-        let snapshot = self.store.snapshot().await?;
-        let revision = snapshot.revision;
-        let mut resources = snapshot.resources.into_iter().peekable();
-        loop {
-            let upserts: Vec<pb::Resource> =
-                resources.by_ref().take(self.chunk).map(convert::resource_for_data_plane).collect();
-            let more = resources.peek().is_some();
-            let response = pb::WatchResponse {
-                revision,
-                full: true,
-                base: 0,
-                upserts,
-                deletes: Vec::new(),
-                store_id: self.lineage.id.clone(),
-                store_confirmed: self.lineage.confirmed,
-                more,
-            };
-            if !more {
-                return self.send(response).await;
+        let revision = self.store.revision().await?;
+        let mut expected = self.store.count().await?;
+        let chunk = self.chunk.max(1);
+        // Each page is read (and parsed) on a task of its own while the one
+        // before is converted and sent.
+        let read = |at: PageCursor| {
+            let store = self.store.clone();
+            tokio::spawn(async move { store.snapshot_page(&at, chunk).await })
+        };
+        let mut reading = Some(read(PageCursor::default()));
+        let mut upserts: Vec<pb::Resource> = Vec::with_capacity(chunk);
+        while let Some(task) = reading.take() {
+            let page = task.await.map_err(|error| {
+                // A read that panicked: the data plane retries after a backoff.
+                SessionEnd::Refused(Status::internal(format!("reading the snapshot failed: {error}")))
+            })??;
+            reading = page.next.map(read);
+            for resource in page.resources {
+                if upserts.len() == chunk {
+                    let full = std::mem::replace(&mut upserts, Vec::with_capacity(chunk));
+                    let message = pb::WatchResponse { expected, ..self.full_chunk(revision, full, true) };
+                    expected = 0;
+                    self.tx.send(Ok(message)).await.map_err(|_| SessionEnd::Closed)?;
+                }
+                upserts.push(convert::resource_for_data_plane(resource));
             }
-            self.tx.send(Ok(response)).await.map_err(|_| SessionEnd::Closed)?;
+        }
+        let last = pb::WatchResponse { expected, ..self.full_chunk(revision, upserts, false) };
+        self.send(last).await
+    }
+
+    /// One message of a full snapshot at `revision`.
+    fn full_chunk(&self, revision: u64, upserts: Vec<pb::Resource>, more: bool) -> pb::WatchResponse {
+        pb::WatchResponse {
+            revision,
+            full: true,
+            base: 0,
+            upserts,
+            deletes: Vec::new(),
+            store_id: self.lineage.id.clone(),
+            store_confirmed: self.lineage.confirmed,
+            more,
+            expected: 0,
         }
     }
 
@@ -432,6 +459,8 @@ impl Session {
             return Ok(());
         };
         let touched: BTreeSet<(Kind, String)> = changes.into_iter().map(|c| (c.kind, c.id)).collect();
+        let touched: Vec<(Kind, String)> = touched.into_iter().collect();
+        let found = self.store.get_many(&touched).await?;
         let mut response = pb::WatchResponse {
             revision,
             full: false,
@@ -440,8 +469,8 @@ impl Session {
             store_confirmed: self.lineage.confirmed,
             ..Default::default()
         };
-        for (kind, id) in touched {
-            match self.store.get(kind, &id).await? {
+        for ((kind, id), resource) in touched.into_iter().zip(found) {
+            match resource {
                 Some(resource) => response.upserts.push(convert::resource_for_data_plane(resource)),
                 None => response.deletes.push(pb::ResourceRef { kind: kind.as_str().to_owned(), id }),
             }

@@ -4,7 +4,7 @@
 //! directories), since the snapshot holds upstream keys and the spool what
 //! callers spent. The usage spool's own log is appended to (see `spool`).
 
-use std::{io::Write as _, path::Path};
+use std::path::Path;
 
 use anyhow::Context as _;
 
@@ -23,15 +23,21 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
 /// Writes `bytes` to `tmp` (mode 0600), fsyncs, renames it to `path` and
 /// fsyncs the directory, so `path` holds either nothing or all of `bytes`.
 pub fn write_durably(tmp: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    let mut file = options.open(tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    file.write_all(bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    write_durably_with(tmp, path, |out| out.write_all(bytes).map_err(Into::into))
+}
+
+/// Like `write_durably`, with what `write` writes (buffered) as the bytes,
+/// so a large file never needs to be held whole; `path` is left alone when
+/// `write` fails.
+pub fn write_durably_with(
+    tmp: &Path,
+    path: &Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut file = std::io::BufWriter::with_capacity(1 << 16, private_file(tmp, false)?);
+    write(&mut file).with_context(|| format!("writing {}", tmp.display()))?;
+    let file =
+        file.into_inner().map_err(|error| error.into_error()).with_context(|| format!("writing {}", tmp.display()))?;
     file.sync_all().with_context(|| format!("syncing {}", tmp.display()))?;
     drop(file);
     std::fs::rename(tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
@@ -42,6 +48,24 @@ pub fn write_durably(tmp: &Path, path: &Path, bytes: &[u8]) -> anyhow::Result<()
         }
     }
     Ok(())
+}
+
+/// Opens `path` for writing, created with mode 0600: truncated, or
+/// appended to when `append`.
+pub fn private_file(path: &Path, append: bool) -> anyhow::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true);
+    if append {
+        options.append(true);
+    } else {
+        options.write(true).truncate(true);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    options.open(path).with_context(|| format!("opening {}", path.display()))
 }
 
 #[cfg(all(test, unix))]

@@ -24,6 +24,8 @@ use tonic::{
 /// left within `KEEPALIVE + KEEPALIVE_TIMEOUT`.
 const KEEPALIVE: Duration = Duration::from_secs(2);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+/// HTTP/2 receive window of one stream from the control plane.
+const STREAM_WINDOW: u32 = 8 << 20;
 
 /// The control plane's replicas plus the node credential.
 #[derive(Clone)]
@@ -191,6 +193,10 @@ fn link(target: &Target, host: &str, tls: Option<&ClientTlsConfig>) -> anyhow::R
         .with_context(|| format!("control plane address {address:?}"))?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
+        // A full snapshot is hundreds of MB: with HTTP/2's default 64 KiB
+        // window the stream stalls on window updates.
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(2 * STREAM_WINDOW)
         // Detects a replica that vanished or froze without closing the stream.
         .http2_keep_alive_interval(KEEPALIVE)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)

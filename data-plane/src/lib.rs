@@ -172,7 +172,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
 
     let (stop_tasks, tasks_stopped) = watch::channel(false);
     let (stop_reporter, reporter_stopped) = watch::channel(false);
-    let (persist_tx, persist_rx) = watch::channel(snapshot.load_full());
+    let (persist_tx, persist_rx) = tokio::sync::mpsc::unbounded_channel();
 
     let persister =
         tokio::spawn(policy::persist::run(data_dir.clone(), snapshot_secret, persist_rx, tasks_stopped.clone()));

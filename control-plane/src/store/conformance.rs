@@ -32,6 +32,7 @@ pub async fn run(store: Arc<dyn Store>) {
     revisions_strictly_increase_per_write(&*store).await;
     changes_since_returns_the_writes_after_a_revision(&*store).await;
     snapshot_holds_everything_at_its_revision(&*store).await;
+    snapshot_pages_hold_what_one_read_holds(&*store).await;
     usage_is_applied_once_per_request_id(&*store).await;
     usage_records_keep_the_counts_they_were_billed_on(&*store).await;
     concurrent_usage_is_applied_once_per_request_id(store.clone()).await;
@@ -273,6 +274,40 @@ pub async fn snapshot_holds_everything_at_its_revision(store: &dyn Store) {
         matches!(account, Resource::Account(a) if a.balance_micros == 1_042),
         "snapshot merges counters: {account:?}"
     );
+}
+
+/// Read in pages of two, a snapshot holds what one read holds, counters
+/// included; and `get_many` answers each reference in order.
+pub async fn snapshot_pages_hold_what_one_read_holds(store: &dyn Store) {
+    for n in 0..5 {
+        store.create(token(&format!("page-tok-{n}"), "page-acct")).await.expect("create token");
+    }
+    store.create(account("page-acct", 7)).await.expect("create account");
+    let snapshot = store.snapshot().await.expect("snapshot");
+    let key = |r: &Resource| (r.kind(), r.id().to_owned());
+    let mut paged = BTreeMap::new();
+    let mut cursor = Some(super::PageCursor::default());
+    let mut pages = 0;
+    while let Some(at) = cursor.take() {
+        let page = store.snapshot_page(&at, 2).await.expect("snapshot page");
+        paged.extend(page.resources.into_iter().map(|r| (key(&r), r)));
+        cursor = page.next;
+        pages += 1;
+        assert!(pages < 10_000, "pages do not end");
+    }
+    let whole: BTreeMap<_, _> = snapshot.resources.into_iter().map(|r| (key(&r), r)).collect();
+    assert_eq!(paged, whole, "the pages and one read disagree");
+
+    let refs = [
+        (Kind::Token, "page-tok-3".to_owned()),
+        (Kind::Token, "page-tok-missing".to_owned()),
+        (Kind::Account, "page-acct".to_owned()),
+    ];
+    let found = store.get_many(&refs).await.expect("get many");
+    assert_eq!(found.len(), 3);
+    assert_eq!(found[0].as_ref().map(Resource::id), Some("page-tok-3"));
+    assert!(found[1].is_none());
+    assert_eq!(found[2], whole.get(&(Kind::Account, "page-acct".to_owned())).cloned());
 }
 
 /// A batch applied twice charges once; ids repeated inside a batch count as

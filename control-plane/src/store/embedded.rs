@@ -3,17 +3,18 @@
 //! the resource, bumps the revision and appends to the change feed together,
 //! so a crash never leaves a write without its change entry or the reverse.
 
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use redb::{Database, ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata as _, TableDefinition, WriteTransaction};
 use tokio::sync::watch;
 
 use super::rollup::Retention;
 use super::{
-    Imported, Modified, Patch, Result, Store, StoreError, USAGE_SCAN, token_key, unique_name, usage_matches,
-    usage_older_than_wanted,
+    Imported, Modified, PageCursor, Patch, Result, SnapshotPage, Store, StoreError, USAGE_SCAN, token_key, unique_name,
+    usage_matches, usage_older_than_wanted,
 };
 use crate::domain::{
     Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord, now_unix,
@@ -315,6 +316,42 @@ impl Store for EmbeddedStore {
                 snapshot.resources.extend(list_kind(txn, kind)?);
             }
             Ok(snapshot)
+        })
+        .await
+    }
+
+    async fn count(&self) -> Result<u64> {
+        self.read(|txn| {
+            let mut count = 0;
+            for kind in Kind::ALL {
+                count += txn.open_table(resources(kind)).map_err(db_err)?.len().map_err(db_err)?;
+            }
+            Ok(count)
+        })
+        .await
+    }
+
+    async fn snapshot_page(&self, cursor: &PageCursor, size: usize) -> Result<SnapshotPage> {
+        let Some(kind) = Kind::ALL.get(cursor.kind).copied() else {
+            return Ok(SnapshotPage::default());
+        };
+        let (index, after, size) = (cursor.kind, cursor.position.clone(), size.max(1));
+        self.read(move |txn| {
+            let table = txn.open_table(resources(kind)).map_err(db_err)?;
+            // The position is the last id read; ids are never empty.
+            let from = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.as_str()) };
+            let mut page = SnapshotPage::default();
+            let mut last = None;
+            for entry in table.range::<&str>((from, Bound::Unbounded)).map_err(db_err)?.take(size) {
+                let (id, json) = entry.map_err(db_err)?;
+                page.resources.push(parse_resource(kind, json.value())?);
+                last = Some(id.value().to_owned());
+            }
+            page.next = match last {
+                Some(position) if page.resources.len() == size => Some(PageCursor { kind: index, position }),
+                _ => (index + 1 < Kind::ALL.len()).then(|| PageCursor { kind: index + 1, position: String::new() }),
+            };
+            Ok(page)
         })
         .await
     }

@@ -133,6 +133,22 @@ pub struct Imported {
 }
 
 /// The control plane's state. Implementations are cheap to share (`Arc`).
+/// Where a snapshot read in pages goes on: the kind (an index into
+/// `Kind::ALL`) and a position within it that only the store understands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageCursor {
+    pub kind: usize,
+    pub position: String,
+}
+
+/// One page of a snapshot read in pages.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SnapshotPage {
+    pub resources: Vec<Resource>,
+    /// Where the next page starts; `None` after the last.
+    pub next: Option<PageCursor>,
+}
+
 #[async_trait]
 pub trait Store:
     VideoStore + BudgetStore + SlotStore + LineageStore + FleetStore + RollupStore + AccessStore + Send + Sync + 'static
@@ -179,9 +195,37 @@ pub trait Store:
     /// Every resource and the revision they are at, read consistently.
     async fn snapshot(&self) -> Result<Snapshot>;
 
+    /// One page of about `size` resources (with their counters) of a
+    /// snapshot read in pages, starting at `cursor` (`PageCursor::default()`
+    /// first), and the cursor of the next page, `None` after the last. The
+    /// pages are not one consistent read: every resource is in them, each as
+    /// of some moment after the read began, and one may come twice. Callers
+    /// read the revision before the first page and send the changes after it
+    /// on top. Stores without paged reads answer `snapshot()` in one page.
+    async fn snapshot_page(&self, cursor: &PageCursor, size: usize) -> Result<SnapshotPage> {
+        let _ = (cursor, size);
+        Ok(SnapshotPage { resources: self.snapshot().await?.resources, next: None })
+    }
+
+    /// About how many resources of every kind there are (0: not known), to
+    /// size what a snapshot is read into.
+    async fn count(&self) -> Result<u64> {
+        Ok(0)
+    }
+
     /// The changes after `revision`, oldest first, one entry per revision and
     /// resource; `None` when the feed no longer reaches back that far.
     async fn changes_since(&self, revision: u64) -> Result<Option<Vec<Change>>>;
+
+    /// Each of `refs` with its current counters, or `None`, in their order;
+    /// stores that can read them in one round trip do.
+    async fn get_many(&self, refs: &[(Kind, String)]) -> Result<Vec<Option<Resource>>> {
+        let mut found = Vec::with_capacity(refs.len());
+        for (kind, id) in refs {
+            found.push(self.get(*kind, id).await?);
+        }
+        Ok(found)
+    }
 
     /// Adds `delta_micros` (negative deducts) to an account's balance.
     async fn adjust_balance(&self, account_id: &str, delta_micros: i64) -> Result<Resource>;

@@ -30,8 +30,8 @@ use tokio::sync::watch;
 use super::embedded::{check_same_id, parse_resource, resource_json};
 use super::rollup::Retention;
 use super::{
-    Imported, Modified, Patch, Result, Store, StoreError, USAGE_SCAN, names_are_unique, token_key, unique_name,
-    usage_matches, usage_older_than_wanted,
+    Imported, Modified, PageCursor, Patch, Result, SnapshotPage, Store, StoreError, USAGE_SCAN, names_are_unique,
+    token_key, unique_name, usage_matches, usage_older_than_wanted,
 };
 use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
@@ -366,6 +366,27 @@ impl RedisStore {
         self.revision.send_if_modified(|current| raise(current, revision));
     }
 
+    /// The counters of `kind` for each of `ids`: one list per counter hash,
+    /// in the order of `ids`, 0 where unset.
+    async fn counters_of(&self, kind: Kind, ids: impl Iterator<Item = &str> + Clone) -> Result<Vec<Vec<i64>>> {
+        let keys = counter_keys(kind);
+        if keys.is_empty() || ids.clone().next().is_none() {
+            return Ok(vec![Vec::new(); keys.len()]);
+        }
+        let mut pipe = redis::pipe();
+        for key in keys {
+            let mut hmget = redis::cmd("HMGET");
+            hmget.arg(*key);
+            for id in ids.clone() {
+                hmget.arg(id);
+            }
+            pipe.add_command(hmget);
+        }
+        let values: Vec<Vec<Option<i64>>> =
+            pipe.query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        Ok(values.into_iter().map(|v| v.into_iter().map(Option::unwrap_or_default).collect()).collect())
+    }
+
     /// The resources of `kinds` with their counters, and the revision they
     /// are at, read in one MULTI/EXEC.
     async fn read_kinds(&self, kinds: &[Kind]) -> Result<(u64, Vec<Resource>)> {
@@ -517,6 +538,79 @@ impl Store for RedisStore {
     async fn snapshot(&self) -> Result<Snapshot> {
         let (revision, resources) = self.read_kinds(&Kind::ALL).await?;
         Ok(Snapshot { revision, resources })
+    }
+
+    async fn snapshot_page(&self, cursor: &PageCursor, size: usize) -> Result<SnapshotPage> {
+        let Some(kind) = Kind::ALL.get(cursor.kind).copied() else {
+            return Ok(SnapshotPage::default());
+        };
+        let position = if cursor.position.is_empty() { "0" } else { cursor.position.as_str() };
+        let mut conn = self.conn.clone();
+        let (next, pairs): (String, Vec<(String, String)>) = redis::cmd("HSCAN")
+            .arg(kind_key(kind))
+            .arg(position)
+            .arg("COUNT")
+            .arg(size.max(1))
+            .query_async(&mut conn)
+            .await
+            .map_err(StoreError::Redis)?;
+        let counters = self.counters_of(kind, pairs.iter().map(|(id, _)| id.as_str())).await?;
+        let mut resources = Vec::with_capacity(pairs.len());
+        for (i, (_, json)) in pairs.iter().enumerate() {
+            let mut resource = parse_resource(kind, json.as_bytes())?;
+            let values: Vec<i64> = counters.iter().map(|c| c.get(i).copied().unwrap_or(0)).collect();
+            set_counters(&mut resource, &values);
+            resources.push(resource);
+        }
+        let next = if next != "0" {
+            Some(PageCursor { kind: cursor.kind, position: next })
+        } else if cursor.kind + 1 < Kind::ALL.len() {
+            Some(PageCursor { kind: cursor.kind + 1, position: String::new() })
+        } else {
+            None
+        };
+        Ok(SnapshotPage { resources, next })
+    }
+
+    async fn count(&self) -> Result<u64> {
+        let mut pipe = redis::pipe();
+        for kind in Kind::ALL {
+            pipe.hlen(kind_key(kind));
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        Ok(counts.iter().sum())
+    }
+
+    async fn get_many(&self, refs: &[(Kind, String)]) -> Result<Vec<Option<Resource>>> {
+        if refs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (kind, id) in refs {
+            pipe.hget(kind_key(*kind), id);
+            for key in counter_keys(*kind) {
+                pipe.hget(*key, id);
+            }
+        }
+        let values: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+        let mut values = values.into_iter();
+        let mut found = Vec::with_capacity(refs.len());
+        for (kind, _) in refs {
+            let json = take::<Option<String>>(&mut values)?;
+            let counters = counter_keys(*kind)
+                .iter()
+                .map(|_| Ok(take::<Option<i64>>(&mut values)?.unwrap_or(0)))
+                .collect::<Result<Vec<_>>>()?;
+            found.push(match json {
+                Some(json) => {
+                    let mut resource = parse_resource(*kind, json.as_bytes())?;
+                    set_counters(&mut resource, &counters);
+                    Some(resource)
+                }
+                None => None,
+            });
+        }
+        Ok(found)
     }
 
     async fn changes_since(&self, since: u64) -> Result<Option<Vec<Change>>> {

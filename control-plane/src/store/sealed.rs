@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::{
-    Budget, BudgetStore, Charged, Lease, LeaseAsk, Modified, Patch, Result, Store, StoreError, VideoFilter, VideoStore,
-    VideoWrite,
+    Budget, BudgetStore, Charged, Lease, LeaseAsk, Modified, PageCursor, Patch, Result, SnapshotPage, Store,
+    StoreError, VideoFilter, VideoStore, VideoWrite,
 };
 use crate::{
     domain::{Change, Channel, Kind, Resource, Snapshot, UsageFilter, UsageOutcome, UsagePage, UsageRecord, VideoTask},
@@ -211,8 +211,25 @@ impl Store for SealedStore {
         Ok(Snapshot { revision: snapshot.revision, resources: self.open_all(snapshot.resources)? })
     }
 
+    async fn count(&self) -> Result<u64> {
+        self.inner.count().await
+    }
+
+    async fn snapshot_page(&self, cursor: &PageCursor, size: usize) -> Result<SnapshotPage> {
+        let page = self.inner.snapshot_page(cursor, size).await?;
+        Ok(SnapshotPage { resources: self.open_all(page.resources)?, next: page.next })
+    }
+
     async fn changes_since(&self, revision: u64) -> Result<Option<Vec<Change>>> {
         self.inner.changes_since(revision).await
+    }
+
+    async fn get_many(&self, refs: &[(Kind, String)]) -> Result<Vec<Option<Resource>>> {
+        let mut found = self.inner.get_many(refs).await?;
+        for resource in found.iter_mut().flatten() {
+            self.open(resource)?;
+        }
+        Ok(found)
     }
 
     async fn adjust_balance(&self, account_id: &str, delta_micros: i64) -> Result<Resource> {

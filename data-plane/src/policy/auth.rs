@@ -80,13 +80,14 @@ pub fn authorize(
         return Err(ProxyError::IpNotAllowed);
     }
     let account = snapshot.account(&token.account_id).filter(|a| a.enabled).ok_or(ProxyError::InvalidToken)?;
-    let group_name = &token.group;
+    let group_name: &str = &token.group;
     if !account.groups.is_empty() && !account.groups.iter().any(|g| g == group_name) {
-        return Err(ProxyError::GroupForbidden { group: group_name.clone() });
+        return Err(ProxyError::GroupForbidden { group: group_name.to_owned() });
     }
-    let group = snapshot.group(group_name).ok_or_else(|| ProxyError::GroupForbidden { group: group_name.clone() })?;
+    let group =
+        snapshot.group(group_name).ok_or_else(|| ProxyError::GroupForbidden { group: group_name.to_owned() })?;
     if group.deprecated {
-        return Err(ProxyError::GroupDeprecated { group: group_name.clone() });
+        return Err(ProxyError::GroupDeprecated { group: group_name.to_owned() });
     }
     if access == Access::Spend && !account.unlimited {
         if account.balance_micros <= 0 {
@@ -198,10 +199,10 @@ mod tests {
 
         // Quota comes before the IP check and the account's balance.
         let spent = Token { unlimited: false, quota_micros: 10, used_micros: 10, ..base.clone() };
-        let spent_and_fenced = Token { allow_ips: vec![parse_allow_ip("10.0.0.0/8").unwrap()], ..spent };
+        let spent_and_fenced = Token { allow_ips: [parse_allow_ip("10.0.0.0/8").unwrap()].into(), ..spent };
         assert_eq!(check(spent_and_fenced, account(0), &ok, "1.2.3.4").unwrap_err(), ProxyError::TokenQuotaExhausted);
 
-        let fenced = Token { allow_ips: vec![parse_allow_ip("10.0.0.0/8").unwrap()], ..base.clone() };
+        let fenced = Token { allow_ips: [parse_allow_ip("10.0.0.0/8").unwrap()].into(), ..base.clone() };
         assert_eq!(check(fenced.clone(), account(0), &ok, "1.2.3.4").unwrap_err(), ProxyError::IpNotAllowed);
         assert!(check(fenced, account(1), &ok, "10.2.3.4").is_ok());
 

@@ -127,16 +127,14 @@ fn token(t: pb::Token) -> Result<Token, ConvertError> {
     non_empty(&t.id)?;
     let mut key_hash = [0u8; 32];
     hex::decode_to_slice(t.key_hash.trim(), &mut key_hash).map_err(|_| ConvertError::BadKeyHash)?;
-    let allow_ips = t.allow_ips.iter().map(|e| parse_allow_ip(e)).collect::<Result<Vec<_>, _>>()?;
+    let allow_ips = t.allow_ips.iter().map(|e| parse_allow_ip(e)).collect::<Result<Box<[_]>, _>>()?;
     let windowed = t.unlimited.then(|| window_quota(t.window.as_ref())).flatten();
     Ok(Token {
         enabled: t.status == ENABLED,
         id: t.id,
-        account_id: t.account_id,
-        group: t.group,
-        name: t.name,
+        account_id: t.account_id.into(),
+        group: t.group.into(),
         key_hash,
-        key_prefix: t.key_prefix,
         expires_at: t.expires_at,
         unlimited: t.unlimited && windowed.is_none(),
         quota_micros: windowed.map_or(t.quota_micros, |quota| t.used_micros.saturating_add(quota)),
@@ -144,7 +142,6 @@ fn token(t: pb::Token) -> Result<Token, ConvertError> {
         models: t.models,
         allow_ips,
         rate_limit: rate_limit(t.rate_limit),
-        created_at: t.created_at,
         tokens_per_minute: t.tokens_per_minute,
         max_in_flight: t.max_in_flight,
     })
@@ -300,11 +297,12 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
         }),
         Resource::Token(t) => K::Token(pb::Token {
             id: t.id.clone(),
-            account_id: t.account_id.clone(),
-            group: t.group.clone(),
-            name: t.name.clone(),
+            account_id: t.account_id.to_string(),
+            group: t.group.to_string(),
+            // The data plane keeps no name, key prefix or creation time.
+            name: String::new(),
             key_hash: hex::encode(t.key_hash),
-            key_prefix: t.key_prefix.clone(),
+            key_prefix: String::new(),
             status: status(t.enabled),
             expires_at: t.expires_at,
             unlimited: t.unlimited,
@@ -313,7 +311,7 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             models: t.models.clone(),
             allow_ips: t.allow_ips.iter().map(ToString::to_string).collect(),
             rate_limit: pb_rate_limit(t.rate_limit),
-            created_at: t.created_at,
+            created_at: 0,
             tokens_per_minute: t.tokens_per_minute,
             max_in_flight: t.max_in_flight,
             window: None,

@@ -21,6 +21,7 @@ use crate::{
     grpc::ControlPlane,
     policy::convert,
     policy::domain::{Kind, Resource},
+    policy::persist,
     policy::snapshot::Snapshot,
     vitals::Vitals,
 };
@@ -30,6 +31,8 @@ use crate::{
 const MAX_MESSAGE: usize = 1 << 30;
 /// Above this many upserts the snapshot is built off the async workers.
 const BLOCKING_THRESHOLD: usize = 1000;
+/// Chunks of a full snapshot received ahead of the one being converted.
+const CHUNKS_AHEAD: usize = 2;
 /// How often a heartbeat goes up the watch stream (the control plane counts
 /// a data plane gone after three missed ones).
 const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -41,8 +44,8 @@ pub struct Discovery {
     /// The client-facing address, shown by the control plane.
     pub address: String,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
-    /// Feeds the snapshot file writer.
-    pub persist: watch::Sender<Arc<Snapshot>>,
+    /// Feeds the snapshot file writer, every published snapshot in order.
+    pub persist: mpsc::UnboundedSender<persist::Update>,
     /// What the heartbeats report.
     pub vitals: Arc<Vitals>,
     pub shutdown: watch::Receiver<bool>,
@@ -84,10 +87,18 @@ impl SessionEnd {
 /// A full snapshot arriving in chunks, converted and stored as they come
 /// (no chunk's protobuf message outlives its turn).
 struct Assembly {
-    revision: u64,
     snapshot: Snapshot,
     rejected: Vec<String>,
     errors: Vec<String>,
+}
+
+/// An `Assembly` on a blocking thread of its own, so that the session
+/// receives and decodes the next chunk while the last one is converted. A
+/// dropped assembler's snapshot is finished and thrown away, never published.
+struct Assembler {
+    revision: u64,
+    chunks: mpsc::Sender<pb::WatchResponse>,
+    built: tokio::task::JoinHandle<Applied>,
 }
 
 /// What applying one `WatchResponse` produced.
@@ -155,7 +166,7 @@ impl Discovery {
         };
         tracing::debug!(revision, "watching the control plane");
         let mut synced = false;
-        let mut assembly: Option<Assembly> = None;
+        let mut assembly: Option<Assembler> = None;
         let mut beat = tokio::time::interval(HEARTBEAT);
         let mut counted = (tokio::time::Instant::now(), self.vitals.requests());
         loop {
@@ -181,24 +192,23 @@ impl Discovery {
             if let Err(why) = fits(&current, &message) {
                 return SessionEnd::Failed(tonic::Status::failed_precondition(why));
             }
-            let applied = if full {
-                let part = assembly.take().unwrap_or_else(|| Assembly::new(&message));
+            let (applied, delta) = if full {
+                let part = assembly.take().unwrap_or_else(|| Assembler::start(&message));
                 if part.revision != message.revision {
                     let why =
                         format!("a chunk of revision {} within the snapshot of {}", message.revision, part.revision);
                     return SessionEnd::Failed(tonic::Status::failed_precondition(why));
                 }
                 let more = message.more;
-                let part = match off_workers(message.upserts.len(), move || part.add(message)).await {
-                    Ok(part) => part,
-                    Err(status) => return SessionEnd::Failed(status),
-                };
+                if let Err(status) = part.add(message).await {
+                    return SessionEnd::Failed(status);
+                }
                 if more {
                     assembly = Some(part);
                     continue;
                 }
-                match off_workers(part.len(), move || part.finish()).await {
-                    Ok(applied) => applied,
+                match part.finish().await {
+                    Ok(applied) => (applied, None),
                     Err(status) => return SessionEnd::Failed(status),
                 }
             } else {
@@ -206,8 +216,9 @@ impl Discovery {
                     let why = "a delta within a chunked snapshot";
                     return SessionEnd::Failed(tonic::Status::failed_precondition(why));
                 }
+                let encoded = prost::Message::encode_to_vec(&message);
                 match off_workers(message.upserts.len(), move || apply(&current, message)).await {
-                    Ok(applied) => applied,
+                    Ok(applied) => (applied, Some(encoded)),
                     Err(status) => return SessionEnd::Failed(status),
                 }
             };
@@ -215,7 +226,7 @@ impl Discovery {
                 synced = true;
                 tracing::info!(revision = applied.snapshot.revision, full, "connected to the control plane");
             }
-            let ack = self.publish(applied, full);
+            let ack = self.publish(applied, delta);
             backoff.reset();
             if tx.send(pb::WatchRequest { kind: Some(watch_request::Kind::Ack(ack)) }).await.is_err() {
                 return SessionEnd::Closed;
@@ -239,8 +250,10 @@ impl Discovery {
         }
     }
 
-    /// Makes `applied` the snapshot in use and returns the Ack for it.
-    fn publish(&self, applied: Applied, full: bool) -> pb::Ack {
+    /// Makes `applied` the snapshot in use, hands it to the file writer
+    /// (with the encoded `delta` that made it, none for a full snapshot) and
+    /// returns the Ack for it.
+    fn publish(&self, applied: Applied, delta: Option<Vec<u8>>) -> pb::Ack {
         let Applied { snapshot, rejected, errors } = applied;
         let revision = snapshot.revision;
         if !rejected.is_empty() {
@@ -248,13 +261,14 @@ impl Discovery {
         }
         let snapshot = Arc::new(snapshot);
         self.snapshot.store(snapshot.clone());
-        if full {
+        if delta.is_none() {
             let counts = snapshot.counts().map(|(kind, n)| format!("{kind}={n}")).join(" ");
             tracing::info!(revision, %counts, "full policy snapshot applied");
         } else {
             tracing::debug!(revision, "policy updated");
         }
-        self.persist.send_replace(snapshot);
+        // The writer outlives discovery; a closed channel is a shutdown.
+        let _ = self.persist.send(persist::Update { snapshot, delta });
         pb::Ack { revision, rejected, error: errors.join("; ") }
     }
 }
@@ -282,6 +296,12 @@ fn fits(current: &Snapshot, message: &pb::WatchResponse) -> Result<(), String> {
     Ok(())
 }
 
+/// What a snapshot announced to hold, as room to make: capped, since a
+/// wrong count must not take all memory.
+pub fn expected(count: u64) -> usize {
+    usize::try_from(count.min(1 << 26)).unwrap_or(0)
+}
+
 /// Runs `f` on the blocking pool when `size` items make it long, else here.
 async fn off_workers<T: Send + 'static>(
     size: usize,
@@ -301,7 +321,8 @@ impl Assembly {
     fn new(first: &pb::WatchResponse) -> Assembly {
         let mut snapshot = Snapshot::start(first.revision);
         snapshot.store_id = first.store_id.clone();
-        Assembly { revision: first.revision, snapshot, rejected: Vec::new(), errors: Vec::new() }
+        snapshot.reserve(expected(first.expected));
+        Assembly { snapshot, rejected: Vec::new(), errors: Vec::new() }
     }
 
     /// Converts the upserts of `chunk` into the snapshot being built; the
@@ -324,10 +345,33 @@ impl Assembly {
     fn finish(self) -> Applied {
         Applied { snapshot: self.snapshot.finish(), rejected: self.rejected, errors: self.errors }
     }
+}
 
-    /// Resources stored so far, to judge how long `finish` takes.
-    fn len(&self) -> usize {
-        self.snapshot.counts().iter().map(|(_, n)| n).sum()
+// === impl Assembler ===
+
+impl Assembler {
+    /// Starts assembling the snapshot `first` begins (and does not add it).
+    fn start(first: &pb::WatchResponse) -> Assembler {
+        let (chunks, mut incoming) = mpsc::channel::<pb::WatchResponse>(CHUNKS_AHEAD);
+        let mut part = Assembly::new(first);
+        let built = tokio::task::spawn_blocking(move || {
+            while let Some(chunk) = incoming.blocking_recv() {
+                part = part.add(chunk);
+            }
+            part.finish()
+        });
+        Assembler { revision: first.revision, chunks, built }
+    }
+
+    /// Hands `chunk` over, waiting while `CHUNKS_AHEAD` are queued.
+    async fn add(&self, chunk: pb::WatchResponse) -> Result<(), tonic::Status> {
+        self.chunks.send(chunk).await.map_err(|_| tonic::Status::internal("the snapshot assembly stopped"))
+    }
+
+    /// The snapshot of every chunk added.
+    async fn finish(self) -> Result<Applied, tonic::Status> {
+        drop(self.chunks);
+        self.built.await.map_err(|error| tonic::Status::internal(error.to_string()))
     }
 }
 

@@ -3,28 +3,57 @@
 //! A snapshot is built once per control-plane update and then only read. The
 //! big maps (tokens, accounts) are split into shards behind `Arc`s, so a delta
 //! copies only the shards it touches: a one-token change to a million-token
-//! snapshot clones a few thousand entries, not a million.
+//! snapshot clones a few thousand pointers, not a million tokens. Each token
+//! is one `Arc` indexed twice (by key hash and by id) without a second copy
+//! of either key, and tokens share their account and group names.
 
 use std::{
+    borrow::Borrow,
     collections::{HashMap, HashSet},
-    hash::{BuildHasher, Hash, RandomState},
+    hash::{BuildHasher, Hash, Hasher},
     sync::Arc,
 };
+
+use foldhash::fast::RandomState;
 
 use rand::RngExt as _;
 
 use crate::policy::domain::{Account, Channel, Group, KeyHash, Kind, Model, Resource, Token};
 
-const SHARDS: usize = 64;
+const SHARDS: usize = 256;
 
 /// A hash map split into `Arc`-shared shards; cloning it is cheap and writing
 /// copies only the touched shard.
 #[derive(Clone)]
 pub struct ShardedMap<K, V> {
     hasher: RandomState,
-    shards: Vec<Arc<HashMap<K, V>>>,
+    shards: Vec<Arc<HashMap<K, V, RandomState>>>,
     len: usize,
 }
+
+/// A hash set split into `Arc`-shared shards, like `ShardedMap`.
+#[derive(Clone)]
+pub struct ShardedSet<T> {
+    hasher: RandomState,
+    shards: Vec<Arc<HashSet<T, RandomState>>>,
+    len: usize,
+}
+
+/// Every token, each one `Arc` found by its key hash (requests) and by its
+/// id (deletes, which name ids).
+#[derive(Clone, Default)]
+struct Tokens {
+    by_key: ShardedSet<ByKey>,
+    by_id: ShardedSet<ById>,
+}
+
+/// A token as an entry of the key-hash index: equal and hashed by key hash.
+#[derive(Clone)]
+struct ByKey(Arc<Token>);
+
+/// A token as an entry of the id index: equal and hashed by id.
+#[derive(Clone)]
+struct ById(Arc<Token>);
 
 /// Every policy resource at one revision, indexed for the request path.
 #[derive(Clone, Default)]
@@ -35,14 +64,16 @@ pub struct Snapshot {
     pub held: bool,
     /// Lineage of the control-plane store it came from; empty when unknown.
     pub store_id: String,
-    tokens: ShardedMap<KeyHash, Arc<Token>>,
-    /// Token id → key hash, so deletes (which name ids) find the entry.
-    token_keys: ShardedMap<String, KeyHash>,
+    tokens: Tokens,
     accounts: ShardedMap<String, Arc<Account>>,
     groups: HashMap<String, Arc<Group>>,
     channels: HashMap<String, Arc<Channel>>,
     models: HashMap<String, Arc<Model>>,
     routes: Arc<Routes>,
+    /// Account and group names the tokens share, while `start`ed and not
+    /// yet `finish`ed; empty otherwise.
+    interned: HashSet<Arc<str>, RandomState>,
+    building: bool,
 }
 
 /// Enabled channels per (group, model), highest priority first.
@@ -51,13 +82,23 @@ struct Routes {
     by_group: HashMap<String, HashMap<String, Vec<Arc<Channel>>>>,
 }
 
+/// The shard of a key hashing to `hash`: bits that a shard's own table
+/// (which hashes with its own seed anyway) uses neither for the bucket (low
+/// bits) nor for the tag (top seven).
+fn shard_of(hash: u64) -> usize {
+    // The modulo keeps the index in range whatever the pointer width.
+    #[allow(clippy::cast_possible_truncation)]
+    let index = ((hash >> 32) % SHARDS as u64) as usize;
+    index
+}
+
 // === impl ShardedMap ===
 
 impl<K: Hash + Eq + Clone, V: Clone> Default for ShardedMap<K, V> {
     fn default() -> Self {
         ShardedMap {
-            hasher: RandomState::new(),
-            shards: (0..SHARDS).map(|_| Arc::new(HashMap::new())).collect(),
+            hasher: RandomState::default(),
+            shards: (0..SHARDS).map(|_| Arc::new(HashMap::default())).collect(),
             len: 0,
         }
     }
@@ -65,10 +106,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Default for ShardedMap<K, V> {
 
 impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
-        // The modulo keeps the index in range whatever the pointer width.
-        #[allow(clippy::cast_possible_truncation)]
-        let index = (self.hasher.hash_one(key) % SHARDS as u64) as usize;
-        index
+        shard_of(self.hasher.hash_one(key))
     }
 
     /// The value stored under `key`.
@@ -107,6 +145,72 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         old
     }
 
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// All values, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.shards.iter().flat_map(|s| s.values())
+    }
+}
+
+// === impl ShardedSet ===
+
+impl<T: Hash + Eq + Clone> Default for ShardedSet<T> {
+    fn default() -> Self {
+        ShardedSet {
+            hasher: RandomState::default(),
+            shards: (0..SHARDS).map(|_| Arc::new(HashSet::default())).collect(),
+            len: 0,
+        }
+    }
+}
+
+impl<T: Hash + Eq + Clone> ShardedSet<T> {
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
+        shard_of(self.hasher.hash_one(key))
+    }
+
+    /// The entry equal to `key`.
+    pub fn get<Q>(&self, key: &Q) -> Option<&T>
+    where
+        T: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.shards[self.shard(key)].get(key)
+    }
+
+    /// Stores `value` in place of an equal entry, which it returns; copies
+    /// the shard if another snapshot shares it.
+    pub fn replace(&mut self, value: T) -> Option<T> {
+        let i = self.shard(&value);
+        let old = Arc::make_mut(&mut self.shards[i]).replace(value);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    /// Removes the entry equal to `key`, copying the shard if another
+    /// snapshot shares it.
+    pub fn remove<Q>(&mut self, key: &Q) -> Option<T>
+    where
+        T: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let i = self.shard(key);
+        if !self.shards[i].contains(key) {
+            return None;
+        }
+        let old = Arc::make_mut(&mut self.shards[i]).take(key);
+        if old.is_some() {
+            self.len -= 1;
+        }
+        old
+    }
+
     /// Makes room for `more` entries spread over the shards.
     pub fn reserve(&mut self, more: usize) {
         let per_shard = more.div_ceil(SHARDS);
@@ -121,9 +225,96 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
         self.len
     }
 
-    /// All values, in no particular order.
-    pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.shards.iter().flat_map(|s| s.values())
+    /// All entries, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.shards.iter().flat_map(|s| s.iter())
+    }
+}
+
+// === impl Tokens ===
+
+impl Tokens {
+    fn get(&self, hash: &KeyHash) -> Option<&Arc<Token>> {
+        self.by_key.get(hash).map(|entry| &entry.0)
+    }
+
+    fn reserve(&mut self, more: usize) {
+        self.by_key.reserve(more);
+        self.by_id.reserve(more);
+    }
+
+    fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Stores `token` in place of the one with its id.
+    fn upsert(&mut self, token: Token) {
+        let token = Arc::new(token);
+        if let Some(ById(old)) = self.by_id.replace(ById(token.clone())) {
+            self.unlink_key(&old);
+        }
+        self.by_key.replace(ByKey(token));
+    }
+
+    fn delete(&mut self, id: &str) {
+        if let Some(ById(old)) = self.by_id.remove(id) {
+            self.unlink_key(&old);
+        }
+    }
+
+    /// Drops `old`'s key-hash entry unless another token holds it now.
+    fn unlink_key(&mut self, old: &Token) {
+        if self.by_key.get(&old.key_hash).is_some_and(|entry| entry.0.id == old.id) {
+            self.by_key.remove(&old.key_hash);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<Token>> {
+        self.by_id.iter().map(|entry| &entry.0)
+    }
+}
+
+// === impl ByKey ===
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key_hash == other.0.key_hash
+    }
+}
+
+impl Eq for ByKey {}
+
+impl Hash for ByKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key_hash.hash(state);
+    }
+}
+
+impl Borrow<KeyHash> for ByKey {
+    fn borrow(&self) -> &KeyHash {
+        &self.0.key_hash
+    }
+}
+
+// === impl ById ===
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.id.as_str().hash(state);
+    }
+}
+
+impl Borrow<str> for ById {
+    fn borrow(&self) -> &str {
+        &self.0.id
     }
 }
 
@@ -131,6 +322,7 @@ impl<K: Hash + Eq + Clone, V: Clone> ShardedMap<K, V> {
 
 impl Snapshot {
     /// A held snapshot at `revision` made of `resources`.
+    #[cfg(test)]
     pub fn build(revision: u64, resources: impl IntoIterator<Item = Resource>) -> Snapshot {
         let mut snapshot = Snapshot::start(revision);
         snapshot.add(resources);
@@ -140,7 +332,13 @@ impl Snapshot {
     /// An empty held snapshot at `revision` to `add` resources to, and to
     /// `finish` before anyone reads it.
     pub fn start(revision: u64) -> Snapshot {
-        Snapshot { revision, held: true, ..Snapshot::default() }
+        Snapshot { revision, held: true, building: true, ..Snapshot::default() }
+    }
+
+    /// Makes room for `more` tokens, so that building a snapshot of a
+    /// known size never grows (and rehashes) its indexes.
+    pub fn reserve(&mut self, more: usize) {
+        self.tokens.reserve(more);
     }
 
     /// Stores `resources` (a part of a snapshot being built by `start`),
@@ -150,7 +348,6 @@ impl Snapshot {
         let (lower, upper) = resources.size_hint();
         let expected = upper.unwrap_or(lower);
         self.tokens.reserve(expected);
-        self.token_keys.reserve(expected);
         for resource in resources {
             self.upsert(resource);
         }
@@ -159,6 +356,8 @@ impl Snapshot {
     /// The snapshot `start` and `add` built, with its routes.
     pub fn finish(mut self) -> Snapshot {
         self.rebuild_routes();
+        self.interned = HashSet::default();
+        self.building = false;
         self
     }
 
@@ -170,21 +369,32 @@ impl Snapshot {
         deletes: impl IntoIterator<Item = (Kind, String)>,
     ) -> Snapshot {
         let mut next = self.clone();
-        next.revision = revision;
-        next.held = true;
+        next.update(revision, upserts, deletes);
+        next
+    }
+
+    /// Moves this snapshot to `revision` with `upserts` stored and `deletes`
+    /// removed; shards no other snapshot shares are changed in place.
+    pub fn update(
+        &mut self,
+        revision: u64,
+        upserts: impl IntoIterator<Item = Resource>,
+        deletes: impl IntoIterator<Item = (Kind, String)>,
+    ) {
+        self.revision = revision;
+        self.held = true;
         let mut channels_changed = false;
         for (kind, id) in deletes {
             channels_changed |= kind == Kind::Channel;
-            next.delete(kind, &id);
+            self.delete(kind, &id);
         }
         for resource in upserts {
             channels_changed |= matches!(resource, Resource::Channel(_));
-            next.upsert(resource);
+            self.upsert(resource);
         }
         if channels_changed {
-            next.rebuild_routes();
+            self.rebuild_routes();
         }
-        next
     }
 
     fn upsert(&mut self, resource: Resource) {
@@ -195,14 +405,15 @@ impl Snapshot {
             Resource::Group(g) => {
                 self.groups.insert(g.name.clone(), Arc::new(g));
             }
-            Resource::Token(t) => {
-                match self.token_keys.insert(t.id.clone(), t.key_hash) {
-                    Some(old) if old != t.key_hash => {
-                        self.tokens.remove(&old);
-                    }
-                    _ => {}
-                }
-                self.tokens.insert(t.key_hash, Arc::new(t));
+            Resource::Token(mut t) => {
+                // While building, names are shared through `interned`.
+                let old = match self.building {
+                    true => None,
+                    false => self.tokens.by_id.get(t.id.as_str()).map(|entry| entry.0.clone()),
+                };
+                self.share(&mut t.account_id, old.as_ref().map(|o| &o.account_id));
+                self.share(&mut t.group, old.as_ref().map(|o| &o.group));
+                self.tokens.upsert(t);
             }
             Resource::Channel(c) => {
                 self.channels.insert(c.id.clone(), Arc::new(c));
@@ -221,16 +432,27 @@ impl Snapshot {
             Kind::Group => {
                 self.groups.remove(id);
             }
-            Kind::Token => {
-                if let Some(hash) = self.token_keys.remove(id) {
-                    self.tokens.remove(&hash);
-                }
-            }
+            Kind::Token => self.tokens.delete(id),
             Kind::Channel => {
                 self.channels.remove(id);
             }
             Kind::Model => {
                 self.models.remove(id);
+            }
+        }
+    }
+
+    /// Points `name` at an equal name already held (`old`, the one the
+    /// replaced token had, or one interned while building) so tokens share it.
+    fn share(&mut self, name: &mut Arc<str>, old: Option<&Arc<str>>) {
+        if let Some(old) = old.filter(|old| ***old == **name) {
+            *name = old.clone();
+        } else if self.building {
+            match self.interned.get(&**name) {
+                Some(held) => *name = held.clone(),
+                None => {
+                    self.interned.insert(name.clone());
+                }
             }
         }
     }
@@ -317,7 +539,7 @@ impl Snapshot {
     pub fn resources(&self) -> impl Iterator<Item = Resource> + '_ {
         let accounts = self.accounts.values().map(|a| Resource::Account((**a).clone()));
         let groups = self.groups.values().map(|g| Resource::Group((**g).clone()));
-        let tokens = self.tokens.values().map(|t| Resource::Token((**t).clone()));
+        let tokens = self.tokens.iter().map(|t| Resource::Token((**t).clone()));
         let channels = self.channels.values().map(|c| Resource::Channel((**c).clone()));
         let models = self.models.values().map(|m| Resource::Model((**m).clone()));
         accounts.chain(groups).chain(tokens).chain(channels).chain(models)
@@ -435,20 +657,17 @@ pub(crate) mod tests {
             id: id.into(),
             account_id: "a1".into(),
             group: "default".into(),
-            name: id.into(),
             key_hash: sha2::Sha256::digest(key.as_bytes()).into(),
-            key_prefix: String::new(),
             enabled: true,
             expires_at: 0,
             unlimited: true,
             quota_micros: 0,
             used_micros: 0,
             models: vec![],
-            allow_ips: vec![],
+            allow_ips: Box::default(),
             rate_limit: RateLimit::default(),
             tokens_per_minute: 0,
             max_in_flight: 0,
-            created_at: 0,
         }
     }
 
@@ -509,6 +728,31 @@ pub(crate) mod tests {
         let gone = next.apply(3, [], [(Kind::Token, "t1".to_string())]);
         assert!(gone.token(&new_hash).is_none());
         assert_eq!(gone.revision, 3);
+    }
+
+    #[test]
+    fn tokens_share_their_account_and_group_names_and_a_delta_keeps_sharing() {
+        let snap = Snapshot::build(1, (0..3).map(|i| Resource::Token(token(&format!("t{i}"), &format!("sk-{i}")))));
+        let [a, b] = [hash("sk-0"), hash("sk-1")].map(|h| snap.token(&h).unwrap().clone());
+        assert!(Arc::ptr_eq(&a.group, &b.group) && Arc::ptr_eq(&a.account_id, &b.account_id));
+        let next = snap.apply(2, [Resource::Token(Token { enabled: false, ..token("t0", "sk-0") })], []);
+        let changed = next.token(&hash("sk-0")).unwrap();
+        assert!(!changed.enabled);
+        assert!(Arc::ptr_eq(&changed.group, &b.group), "the changed token has a name of its own");
+        assert_eq!(next.counts()[2], (Kind::Token, 3));
+    }
+
+    #[test]
+    fn a_key_taken_over_by_another_token_stays_when_the_first_is_deleted() {
+        let snap = Snapshot::build(1, [Resource::Token(token("t1", "sk-a"))]);
+        let next = snap.apply(2, [Resource::Token(token("t2", "sk-a"))], []);
+        assert_eq!(next.token(&hash("sk-a")).unwrap().id, "t2");
+        let after = next.apply(3, [], [(Kind::Token, "t1".to_string())]);
+        assert_eq!(after.token(&hash("sk-a")).unwrap().id, "t2");
+    }
+
+    fn hash(key: &str) -> KeyHash {
+        token("x", key).key_hash
     }
 
     #[test]
