@@ -46,18 +46,26 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 const PROBE_MIN: Duration = Duration::from_millis(500);
 const PROBE_MAX: Duration = Duration::from_secs(10);
 
-/// Permits asked per lease for a limit of `max_requests`: a tenth of the
-/// limit, at least 1 and at most 100. Smaller leases strand fewer permits on
-/// idle data planes (a pool never holds more than one lease); larger ones
-/// cost fewer round trips to the control plane.
-pub fn lease_size(max_requests: u32) -> u32 {
-    max_requests.div_ceil(10).clamp(1, 100)
+/// Permits asked per lease for a limit of `max_requests` by a data plane
+/// that admitted `recent` of them in the last `DEMAND_PERIOD`: a tenth of
+/// the limit, at least 1 and at most 100, or `recent` when more, never past
+/// a tenth of the limit. Smaller leases strand fewer permits on idle data
+/// planes (a pool never holds more than one lease); larger ones cost fewer
+/// round trips. Sized by demand, a busy data plane asks for the next lease
+/// half a period before it runs out, so its requests do not wait for a
+/// control plane that is slow for a moment (applying a usage batch, say).
+pub fn lease_size(max_requests: u32, recent: u32) -> u32 {
+    let tenth = max_requests.div_ceil(10).max(1);
+    tenth.clamp(1, 100).max(recent.min(tenth))
 }
+
+/// Permits admitted over which a busy pool's lease is sized.
+const DEMAND_PERIOD: Duration = Duration::from_millis(100);
 
 /// Units asked per lease of a pool: `lease_size` for request permits, a
 /// tenth of the limit for tokens (a single request takes thousands).
-fn pool_lease_size(limit: RateLimit, tokens: bool) -> u32 {
-    if tokens { limit.max_requests.div_ceil(10).max(1) } else { lease_size(limit.max_requests) }
+fn pool_lease_size(limit: RateLimit, tokens: bool, recent: u32) -> u32 {
+    if tokens { limit.max_requests.div_ceil(10).max(1) } else { lease_size(limit.max_requests, recent) }
 }
 
 /// What a pool counts, which decides the refusal it gives.
@@ -174,6 +182,16 @@ struct Pool {
     /// Units requests wait for; the next lease request asks for at least
     /// this many permits, so a burst is served in one round trip.
     waiting: u32,
+    /// Units admitted in the current and the previous `DEMAND_PERIOD`.
+    demand: Demand,
+}
+
+/// Units admitted per `DEMAND_PERIOD`, the current period and the last.
+#[derive(Debug, Clone, Copy)]
+struct Demand {
+    start: Instant,
+    now: u32,
+    before: u32,
 }
 
 /// Counts a request among the `waiting` of its pools until dropped (also
@@ -297,7 +315,7 @@ impl Limiter {
         let (mut refills, mut windows) = (Vec::new(), Vec::with_capacity(limits.len()));
         for (key, _) in limits {
             if let Some(pool) = state.pools.get_mut(key) {
-                pool.spend(cost);
+                pool.spend(cost, now);
                 windows.push(pool.window_start);
                 if (probe || (!down && pool.runs_low()))
                     && let Some(ask) = pool.ask(key)
@@ -500,6 +518,7 @@ impl Pool {
             exhausted: false,
             fetching: None,
             waiting: 0,
+            demand: Demand { start: Instant::now(), now: 0, before: 0 },
         }
     }
 
@@ -508,8 +527,12 @@ impl Pool {
     /// dropped (the control plane counted them against that window).
     fn refresh(&mut self, limit: RateLimit, now_ms: i64) {
         if limit.window_minutes != self.limit.window_minutes {
-            *self =
-                Pool { fetching: self.fetching.take(), waiting: self.waiting, ..Pool::new(limit, self.tokens, now_ms) };
+            *self = Pool {
+                fetching: self.fetching.take(),
+                waiting: self.waiting,
+                demand: self.demand,
+                ..Pool::new(limit, self.tokens, now_ms)
+            };
             return;
         }
         if limit.max_requests != self.limit.max_requests {
@@ -517,8 +540,12 @@ impl Pool {
             self.exhausted = false;
         }
         if now_ms >= self.window_end * 1000 {
-            *self =
-                Pool { fetching: self.fetching.take(), waiting: self.waiting, ..Pool::new(limit, self.tokens, now_ms) };
+            *self = Pool {
+                fetching: self.fetching.take(),
+                waiting: self.waiting,
+                demand: self.demand,
+                ..Pool::new(limit, self.tokens, now_ms)
+            };
         }
     }
 
@@ -536,14 +563,26 @@ impl Pool {
         }
     }
 
-    fn spend(&mut self, cost: u32) {
+    fn spend(&mut self, cost: u32, now: Instant) {
         self.remaining = self.remaining.saturating_sub(cost);
         self.spent = self.spent.saturating_add(cost);
+        let elapsed = now.saturating_duration_since(self.demand.start);
+        if elapsed >= DEMAND_PERIOD {
+            // A period without admissions in between leaves nothing before.
+            let before = if elapsed < DEMAND_PERIOD * 2 { self.demand.now } else { 0 };
+            self.demand = Demand { start: now, now: 0, before };
+        }
+        self.demand.now = self.demand.now.saturating_add(cost);
+    }
+
+    /// Units per lease: `pool_lease_size` at this pool's recent demand.
+    fn lease_units(&self) -> u32 {
+        pool_lease_size(self.limit, self.tokens, self.demand.now.max(self.demand.before))
     }
 
     /// Whether to ask for the next lease before this one runs out.
     fn runs_low(&self) -> bool {
-        self.remaining <= pool_lease_size(self.limit, self.tokens) / 2
+        self.remaining <= self.lease_units() / 2
     }
 
     /// The ask that tops the pool up to one lease (or to as many permits as
@@ -553,7 +592,7 @@ impl Pool {
         if self.fetching.is_some() || self.exhausted {
             return None;
         }
-        let lease = pool_lease_size(self.limit, self.tokens).max(self.waiting).saturating_sub(self.remaining);
+        let lease = self.lease_units().max(self.waiting).saturating_sub(self.remaining);
         let room = self.limit.max_requests.saturating_sub(self.spent).saturating_sub(self.remaining);
         let want = lease.min(room);
         (want > 0).then(|| Ask { key: key.to_owned(), limit: self.limit, want, charge: 0 })

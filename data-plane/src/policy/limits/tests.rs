@@ -115,8 +115,38 @@ async fn alternate(limiters: &[&Limiter], caller: &Caller, n: usize) -> (usize, 
 
 #[test]
 fn a_lease_is_a_tenth_of_the_limit_clamped_to_1_and_100() {
-    let sizes: Vec<u32> = [1, 9, 10, 11, 25, 1_000, 5_000].into_iter().map(lease_size).collect();
+    let sizes: Vec<u32> = [1, 9, 10, 11, 25, 1_000, 5_000].into_iter().map(|max| lease_size(max, 0)).collect();
     assert_eq!(sizes, [1, 1, 1, 2, 3, 100, 100]);
+}
+
+#[test]
+fn a_busy_data_plane_leases_what_it_admitted_lately_up_to_a_tenth_of_the_limit() {
+    assert_eq!(lease_size(1_000_000, 2_500), 2_500);
+    assert_eq!(lease_size(1_000_000, 50), 100);
+    assert_eq!(lease_size(5_000, 2_500), 500);
+    assert_eq!(lease_size(10, 2_500), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_data_plane_asks_for_bigger_leases_and_its_requests_do_not_wait_on_each() {
+    // 5,000 requests a second for a second against a million a minute, with
+    // a control plane that takes 20 ms to answer. Leases of 100 would last
+    // 20 ms: requests would wait on every other round trip.
+    let authority = Authority::new(clock(0), Duration::from_millis(20));
+    let limiter = limiter(&authority, clock(0));
+    let caller = caller("t1", "a1", limit(1_000_000, 1), limit(0, 0));
+    let mut waited_once_warm = 0;
+    for i in 0..5_000 {
+        let started = Instant::now();
+        limiter.check(&caller).await.unwrap();
+        // The first 200 ms are how long it takes to learn the demand.
+        waited_once_warm += usize::from(i >= 1_000 && started.elapsed() > Duration::ZERO);
+        if i % 5 == 4 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    assert_eq!(waited_once_warm, 0, "requests waited for a lease once the demand was known");
+    assert!(authority.calls() <= 40, "{} lease requests", authority.calls());
 }
 
 #[tokio::test(start_paused = true)]
