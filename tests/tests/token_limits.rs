@@ -14,6 +14,7 @@ use gw_tests::{
     harness::{Cluster, eventually},
     mock_upstream::{MockUpstream, Script},
     redis::RedisServer,
+    seed,
 };
 use serde_json::{Value, json};
 
@@ -41,28 +42,9 @@ async fn setup(tokens_per_minute: u32, max_in_flight: u32) -> (Fixture, String) 
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let cluster = Cluster::start(&redis.url(), 2).await.expect("cluster");
     let mut admin = cluster.admin();
-    let model = pb::Model {
-        id: "gpt-4o".into(),
-        category: "chat".into(),
-        input_price_micros: 2_500_000,
-        output_price_micros: 10_000_000,
-        ..Default::default()
-    };
-    admin.create_model(model).await.expect("model create");
     let group = pb::Group { name: "fleet".into(), ratio: 1.0, tokens_per_minute, max_in_flight, ..Default::default() };
     admin.create_group(group).await.expect("group create with limits");
-    let channel = pb::Channel {
-        name: "main".into(),
-        r#type: "openai".into(),
-        base_url: upstream.base_url(),
-        api_key: "sk-upstream-token-limits".into(),
-        has_key: true,
-        models: vec!["gpt-4o".into()],
-        groups: vec!["fleet".into()],
-        weight: 1,
-        ..Default::default()
-    };
-    admin.create_channel(channel).await.expect("channel create");
+    seed::chat_model(&mut admin, &upstream.base_url(), &["fleet"]).await.expect("model and channel");
     let f = Fixture { cluster, upstream, _redis: redis };
     let account = account(&f, "acme").await;
     (f, account)
