@@ -190,11 +190,17 @@ async fn settling_gives_back_what_a_request_did_not_use_and_an_overrun_uses_up_t
 async fn a_third_concurrent_stream_is_refused_on_either_data_plane_until_one_ends() {
     let (f, acme) = setup(0, 0).await;
     let key = token(&f, &acme, 0, 2).await;
-    // A slow stream: 40 words, one every 100 ms.
-    let reply = vec!["word"; 40].join(" ");
-    f.upstream.set_script(Script { reply, chunk_delay: Duration::from_millis(100), ..Script::default() });
-
+    // A slow stream of 40 words, one every 100 ms, then streams ten times as
+    // long: every stream but the first outlasts the test, however slow the
+    // machine, so only the first one ending frees a slot.
+    let slow = |words: usize| Script {
+        reply: vec!["word"; words].join(" "),
+        chunk_delay: Duration::from_millis(100),
+        ..Script::default()
+    };
+    f.upstream.set_script(slow(40));
     let first = send(&f, 0, &key, true).await;
+    f.upstream.set_script(slow(400));
     let second = send(&f, 1, &key, true).await;
     assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200));
     for plane in 0..2 {
