@@ -88,6 +88,12 @@ pub static SETTINGS: &[Setting] = &[
         "`true`: refuse to start on a Redis that keeps nothing on disk (or hides its CONFIG); `false`: warn",
     ),
     Setting::new(
+        "snapshot_in_memory",
+        "GW_CP_SNAPSHOT_IN_MEMORY",
+        Some("true"),
+        "`true`: keep the policy state in memory (encoded) and serve data planes' full syncs from it; `false`: read the store on each",
+    ),
+    Setting::new(
         "usage_retention_days",
         "GW_CP_USAGE_RETENTION_DAYS",
         Some("90"),
@@ -208,12 +214,17 @@ where
             *duration = value;
         }
     }
-    if let Some(require) = layers.get("require_store_persistence", |t| match t {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err("must be true or false".to_owned()),
-    }) {
-        config.require_store_persistence = require;
+    for (name, flag) in [
+        ("require_store_persistence", &mut config.require_store_persistence),
+        ("snapshot_in_memory", &mut config.snapshot_in_memory),
+    ] {
+        if let Some(value) = layers.get(name, |t| match t {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err("must be true or false".to_owned()),
+        }) {
+            *flag = value;
+        }
     }
     for (name, days) in [
         ("usage_retention_days", &mut config.retention.usage_days),

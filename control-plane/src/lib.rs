@@ -19,6 +19,7 @@ pub mod health;
 pub mod import;
 pub mod keys;
 pub mod ledger;
+pub mod mirror;
 pub mod peer;
 pub mod policy;
 pub mod probe;
@@ -79,6 +80,9 @@ pub struct Config {
     /// Resources per message of a full snapshot on a watch stream (at
     /// least 1).
     pub snapshot_chunk: usize,
+    /// Serves full snapshots from a copy of the policy state kept in memory
+    /// (`mirror`); otherwise each is read from the store.
+    pub snapshot_in_memory: bool,
 }
 
 /// TLS of the gRPC listener (admin and policy services).
@@ -113,6 +117,7 @@ pub struct Handle {
     prober: JoinHandle<()>,
     pruner: JoinHandle<()>,
     health: JoinHandle<()>,
+    mirror: Option<JoinHandle<()>>,
     admin: Option<JoinHandle<()>>,
 }
 
@@ -138,6 +143,7 @@ impl Config {
             clock: clock::Clock::system(),
             budget_time_zone: calendar::DEFAULT_TIME_ZONE.to_owned(),
             snapshot_chunk: policy::SNAPSHOT_CHUNK,
+            snapshot_in_memory: true,
         }
     }
 }
@@ -162,6 +168,9 @@ impl Handle {
         }
         let _ = self.pruner.await;
         let _ = self.health.await;
+        if let Some(mirror) = self.mirror {
+            let _ = mirror.await;
+        }
         if let Some(admin) = self.admin {
             let _ = admin.await;
         }
@@ -222,7 +231,14 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         .with_time_zone(config.budget_time_zone.clone());
     let (health, health_task) = health::spawn(store.clone(), shutdown_rx.clone());
     let admin_stopped = shutdown_rx.clone();
+    let (mirror, mirror_task) = if config.snapshot_in_memory {
+        let (mirror, task) = mirror::Mirror::start(store.clone(), shutdown_rx.clone());
+        (mirror, Some(task))
+    } else {
+        (mirror::Mirror::default(), None)
+    };
     let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx)
+        .with_mirror(mirror)
         .with_videos(videos)
         .with_clock(config.clock.clone())
         .with_snapshot_chunk(config.snapshot_chunk);
@@ -279,6 +295,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         prober,
         pruner,
         health: health_task,
+        mirror: mirror_task,
     })
 }
 

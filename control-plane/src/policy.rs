@@ -5,7 +5,7 @@
 //! and spending leases are answered by the budget authority (`budget`),
 //! usage reports by the `ledger`.
 
-use std::{collections::BTreeSet, pin::Pin, sync::Arc};
+use std::{pin::Pin, sync::Arc};
 
 use futures_util::Stream;
 use gw_proto::pb;
@@ -17,10 +17,11 @@ use crate::{
     budget::Authority,
     continuity::Continuity,
     convert,
-    domain::{AUTO_DISABLED, Change, ENABLED, Kind, UsageRecord, now_unix},
+    domain::{AUTO_DISABLED, Change, ENABLED, UsageRecord, now_unix},
     error::error_chain,
     fleet::Fleet,
     ledger::Ledger,
+    mirror::{Frozen, Mirror, touched},
     store::{self, Lineage, PageCursor, Store, StoreError},
     video::{self, Videos},
 };
@@ -42,6 +43,8 @@ pub struct PolicyApi {
     shutdown: watch::Receiver<bool>,
     videos: Option<Arc<Videos>>,
     snapshot_chunk: usize,
+    /// Full snapshots are served from it while it holds the store.
+    mirror: Mirror,
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
@@ -57,7 +60,24 @@ impl PolicyApi {
         shutdown: watch::Receiver<bool>,
     ) -> PolicyApi {
         let budgets = Authority::new(store.clone());
-        PolicyApi { store, budgets, ledger, fleet, continuity, shutdown, videos: None, snapshot_chunk: SNAPSHOT_CHUNK }
+        PolicyApi {
+            store,
+            budgets,
+            ledger,
+            fleet,
+            continuity,
+            shutdown,
+            videos: None,
+            snapshot_chunk: SNAPSHOT_CHUNK,
+            mirror: Mirror::default(),
+        }
+    }
+
+    /// Serves full snapshots from `mirror` while it holds the store (without
+    /// it every full snapshot is read from the store).
+    pub fn with_mirror(mut self, mirror: Mirror) -> PolicyApi {
+        self.mirror = mirror;
+        self
     }
 
     /// Sends full snapshots in messages of at most `chunk` resources.
@@ -118,6 +138,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             continuity: self.continuity.clone(),
             lineage,
             node_id: hello.node_id.clone(),
+            mirror: self.mirror.clone(),
             sent: 0,
             chunk: self.snapshot_chunk,
             tx,
@@ -313,6 +334,7 @@ struct Session {
     /// The store lineage the data plane was admitted to.
     lineage: Lineage,
     node_id: String,
+    mirror: Mirror,
     /// Revision of the last response sent.
     sent: u64,
     /// Resources per message of a full snapshot.
@@ -327,6 +349,8 @@ impl Session {
         let mut revisions = self.store.subscribe();
         let result = async {
             self.send_initial(known).await?;
+            // A snapshot from the mirror may trail the store: look at once.
+            revisions.mark_changed();
             loop {
                 tokio::select! {
                     changed = revisions.changed() => {
@@ -409,6 +433,9 @@ impl Session {
     /// label, never older.
     async fn send_full(&mut self) -> Result<(), SessionEnd> {
         let revision = self.store.revision().await?;
+        if let Some(frozen) = self.mirror.freeze(&self.lineage.id, revision) {
+            return self.send_frozen(frozen).await;
+        }
         let mut expected = self.store.count().await?;
         let chunk = self.chunk.max(1);
         // Each page is read (and parsed) on a task of its own while the one
@@ -439,6 +466,31 @@ impl Session {
         self.send(last).await
     }
 
+    /// Sends the mirror's copy as a full snapshot, in chunks as `send_full`
+    /// does. The copy may trail the store; the session's watch then sends
+    /// the rest as a delta.
+    async fn send_frozen(&mut self, frozen: Frozen) -> Result<(), SessionEnd> {
+        let mut expected = frozen.len() as u64;
+        let mut chunks = frozen.chunks(self.chunk).peekable();
+        if chunks.peek().is_none() {
+            return self.send(self.full_chunk(frozen.revision, Vec::new(), false)).await;
+        }
+        while let Some(upserts) = chunks.next() {
+            let upserts = upserts.map_err(|error| {
+                SessionEnd::Refused(Status::internal(format!("reading the held snapshot failed: {error}")))
+            })?;
+            let more = chunks.peek().is_some();
+            let message = pb::WatchResponse { expected, ..self.full_chunk(frozen.revision, upserts, more) };
+            expected = 0;
+            if more {
+                self.tx.send(Ok(message)).await.map_err(|_| SessionEnd::Closed)?;
+            } else {
+                self.send(message).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// One message of a full snapshot at `revision`.
     fn full_chunk(&self, revision: u64, upserts: Vec<pb::Resource>, more: bool) -> pb::WatchResponse {
         pb::WatchResponse {
@@ -458,8 +510,7 @@ impl Session {
         let Some(revision) = changes.iter().map(|c| c.revision).max() else {
             return Ok(());
         };
-        let touched: BTreeSet<(Kind, String)> = changes.into_iter().map(|c| (c.kind, c.id)).collect();
-        let touched: Vec<(Kind, String)> = touched.into_iter().collect();
+        let touched = touched(changes);
         let found = self.store.get_many(&touched).await?;
         let mut response = pb::WatchResponse {
             revision,

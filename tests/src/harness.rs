@@ -185,6 +185,8 @@ pub struct ControlPlane {
     /// Resources per full-snapshot message (in-process only); `None` keeps
     /// the default.
     pub snapshot_chunk: Option<usize>,
+    /// Full snapshots served from the in-memory copy (in-process only).
+    pub snapshot_in_memory: bool,
     running: Option<Running<gw_control_plane::Handle>>,
 }
 
@@ -361,6 +363,7 @@ impl Cluster {
             master_keys: Default::default(),
             clock: Default::default(),
             snapshot_chunk: None,
+            snapshot_in_memory: true,
             running: None,
         };
         let mut cluster = Cluster {
@@ -490,6 +493,7 @@ impl Cluster {
         if let Some(chunk) = cp.snapshot_chunk {
             config.snapshot_chunk = chunk;
         }
+        config.snapshot_in_memory = cp.snapshot_in_memory;
         config
     }
 

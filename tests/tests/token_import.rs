@@ -1,7 +1,8 @@
 //! Bulk token import end to end on Redis: `gwctl token import` (the binary)
 //! through the real control plane, keys given and minted, bad rows reported
 //! by line; the data plane then serves the imported keys, both from deltas
-//! and from a full snapshot sent in many small chunks.
+//! and from a full snapshot sent in many small chunks (from the control
+//! plane's in-memory copy, and read from the store).
 
 use std::time::Duration;
 
@@ -41,11 +42,23 @@ async fn served(cluster: &Cluster, key: &str) {
 
 #[tokio::test]
 async fn imported_keys_given_and_minted_serve_chat_from_deltas_and_from_a_chunked_snapshot() {
+    import_and_sync_again(true).await;
+}
+
+#[tokio::test]
+async fn the_chunked_snapshot_read_from_the_store_serves_the_same_keys() {
+    import_and_sync_again(false).await;
+}
+
+async fn import_and_sync_again(snapshot_in_memory: bool) {
     let redis = RedisServer::start().await.expect("redis-server");
     let upstream = MockUpstream::start().await.expect("mock upstream");
-    let mut cluster = Cluster::start_with(Mode::InProcess, &redis.url(), 1, |cp| cp.snapshot_chunk = Some(CHUNK))
-        .await
-        .expect("cluster");
+    let mut cluster = Cluster::start_with(Mode::InProcess, &redis.url(), 1, |cp| {
+        cp.snapshot_chunk = Some(CHUNK);
+        cp.snapshot_in_memory = snapshot_in_memory;
+    })
+    .await
+    .expect("cluster");
     let mut admin = cluster.admin();
     seed::chat_model(&mut admin, &upstream.base_url(), &["default"]).await.expect("seed");
     let request = pb::CreateAccountRequest { name: "bulk".into(), balance_micros: 100_000_000, ..Default::default() };
