@@ -80,7 +80,7 @@ impl Videos {
         let message = pb::CreateVideoTaskRequest {
             node_id: self.node_id.clone(),
             request_id: new.request_id.to_owned(),
-            token_id: caller.token.id.clone(),
+            token_id: caller.token.id.to_string(),
             model: new.model.to_owned(),
             channel_id: new.channel_id.to_owned(),
             seconds: new.seconds,

@@ -97,7 +97,7 @@ mod tests {
             tests::{KEY, app, json_body, policy},
         },
         pipeline::body::MAX_BODY_BYTES,
-        policy::domain::Token,
+        policy::domain::Restrictions,
         policy::snapshot::tests as fx,
     };
 
@@ -123,7 +123,8 @@ mod tests {
 
     #[tokio::test]
     async fn requests_are_refused_in_catalogue_order() {
-        let token = Token { models: vec!["gpt-a".into(), "gpt-off".into(), "ghost".into()], ..fx::token("t1", KEY) };
+        let models = vec!["gpt-a".into(), "gpt-off".into(), "ghost".into()];
+        let token = fx::token("t1", KEY).restricted(Restrictions { models, ..Restrictions::default() });
         let app = app(policy(token, 1_000_000));
         let cases: [(Option<&str>, &str, u16, &str); 8] = [
             (None, "{bad", 401, "未提供令牌"),

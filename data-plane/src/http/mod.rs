@@ -145,7 +145,7 @@ async fn invalid_url(method: Method, uri: Uri) -> ProxyError {
 async fn list_models(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
     let (admitted, _) = pipeline::admit(&app, request, Access::Read).await?;
     let caller = &admitted.caller;
-    let allowlist = &caller.token.models;
+    let allowlist = &caller.token.restrictions().models;
     let data: Vec<_> = admitted
         .snapshot
         .group_models(&caller.group.name)
@@ -169,7 +169,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::{
-        policy::domain::{Account, Group, RateLimit, Resource, Token},
+        policy::domain::{Account, Group, RateLimit, Resource, Restrictions, Token},
         policy::snapshot::{Snapshot, tests as fx},
     };
 
@@ -271,7 +271,8 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn models_honours_the_token_allowlist() {
-        let token = Token { models: vec!["gpt-b".into(), "gpt-vip".into()], ..fx::token("t1", KEY) };
+        let models = vec!["gpt-b".into(), "gpt-vip".into()];
+        let token = fx::token("t1", KEY).restricted(Restrictions { models, ..Restrictions::default() });
         let (_, response) = call(app(policy(token, 0)), "GET", "/v1/models", Some(KEY)).await;
         assert_eq!(model_ids(&json_body(response).await), ["gpt-b"]);
     }

@@ -58,7 +58,7 @@ pub async fn admit(app: &App, request: Request, access: Access) -> Result<(Admit
     let ip = client_ip(peer, &parts.headers, &app.trusted_proxies);
     let caller = auth::authorize(&snapshot, Some(&app.budgets), &parts.headers, ip, now_unix(), access)?;
     trail.update(|t| {
-        t.token = Some(caller.token.id.clone());
+        t.token = Some(caller.token.id.to_string());
         t.account = Some(caller.account.id.clone());
         t.group = Some(caller.group.name.clone());
     });
@@ -99,7 +99,7 @@ impl Admitted {
         let caller = &self.caller;
         Charge {
             request_id: self.id.0.to_string(),
-            token_id: caller.token.id.clone(),
+            token_id: caller.token.id.to_string(),
             account_id: caller.account.id.clone(),
             group: caller.group.name.clone(),
             model,

@@ -20,7 +20,7 @@ pub fn route<'a>(
 ) -> Result<(&'a Arc<Model>, &'a [Arc<Channel>]), ProxyError> {
     admitted.trail.update(|t| t.model = Some(model.to_owned()));
     let caller = &admitted.caller;
-    let allowlist = &caller.token.models;
+    let allowlist = &caller.token.restrictions().models;
     if !allowlist.is_empty() && !allowlist.iter().any(|m| m == model) {
         return Err(ProxyError::ModelForbidden { model: model.to_owned() });
     }

@@ -66,7 +66,8 @@ pub fn authorize(
 ) -> Result<Caller, ProxyError> {
     let key = client_key(headers)?;
     let token = snapshot.token(&hash_key(key)).ok_or(ProxyError::InvalidToken)?;
-    if !token.enabled || (token.expires_at != 0 && token.expires_at <= now) {
+    let expires_at = token.restrictions().expires_at;
+    if !token.enabled || (expires_at != 0 && expires_at <= now) {
         return Err(ProxyError::InvalidToken);
     }
     let short = |budget: String| budgets.and_then(|b| b.known_short(&budget, snapshot.revision));
@@ -76,7 +77,7 @@ pub fn authorize(
     {
         return Err(ProxyError::TokenQuotaExhausted);
     }
-    if !client_ip::allowed(ip, &token.allow_ips) {
+    if !client_ip::allowed(ip, &token.restrictions().allow_ips) {
         return Err(ProxyError::IpNotAllowed);
     }
     let account = snapshot.account(&token.account_id).filter(|a| a.enabled).ok_or(ProxyError::InvalidToken)?;
@@ -108,7 +109,7 @@ mod tests {
     use super::*;
     use crate::{
         policy::convert::parse_allow_ip,
-        policy::domain::{RateLimit, Resource},
+        policy::domain::{RateLimit, Resource, Restrictions},
         policy::snapshot::tests as fx,
     };
 
@@ -192,17 +193,18 @@ mod tests {
 
         let disabled = Token { enabled: false, ..base.clone() };
         assert_eq!(check(disabled, account(1), &ok, "1.2.3.4").unwrap_err(), ProxyError::InvalidToken);
-        let expired = Token { expires_at: 1000, ..base.clone() };
+        let expired = base.clone().restricted(Restrictions { expires_at: 1000, ..Restrictions::default() });
         assert_eq!(check(expired, account(1), &ok, "1.2.3.4").unwrap_err(), ProxyError::InvalidToken);
-        let later = Token { expires_at: 1001, ..base.clone() };
+        let later = base.clone().restricted(Restrictions { expires_at: 1001, ..Restrictions::default() });
         assert!(check(later, account(1), &ok, "1.2.3.4").is_ok());
 
         // Quota comes before the IP check and the account's balance.
         let spent = Token { unlimited: false, quota_micros: 10, used_micros: 10, ..base.clone() };
-        let spent_and_fenced = Token { allow_ips: [parse_allow_ip("10.0.0.0/8").unwrap()].into(), ..spent };
+        let fence = Restrictions { allow_ips: vec![parse_allow_ip("10.0.0.0/8").unwrap()], ..Restrictions::default() };
+        let spent_and_fenced = spent.restricted(fence.clone());
         assert_eq!(check(spent_and_fenced, account(0), &ok, "1.2.3.4").unwrap_err(), ProxyError::TokenQuotaExhausted);
 
-        let fenced = Token { allow_ips: [parse_allow_ip("10.0.0.0/8").unwrap()].into(), ..base.clone() };
+        let fenced = base.clone().restricted(fence);
         assert_eq!(check(fenced.clone(), account(0), &ok, "1.2.3.4").unwrap_err(), ProxyError::IpNotAllowed);
         assert!(check(fenced, account(1), &ok, "10.2.3.4").is_ok());
 

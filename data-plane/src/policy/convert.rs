@@ -9,7 +9,8 @@ use gw_proto::pb;
 use ipnet::IpNet;
 
 use crate::policy::domain::{
-    Account, Channel, ChannelKind, ChannelStatus, Group, Kind, Model, RateLimit, Resource, Timeouts, Token, UpstreamKey,
+    Account, Channel, ChannelKind, ChannelStatus, Group, Kind, Model, RateLimit, Resource, Restrictions, Timeouts,
+    Token, UpstreamKey,
 };
 
 const ENABLED: &str = "enabled";
@@ -127,23 +128,26 @@ fn token(t: pb::Token) -> Result<Token, ConvertError> {
     non_empty(&t.id)?;
     let mut key_hash = [0u8; 32];
     hex::decode_to_slice(t.key_hash.trim(), &mut key_hash).map_err(|_| ConvertError::BadKeyHash)?;
-    let allow_ips = t.allow_ips.iter().map(|e| parse_allow_ip(e)).collect::<Result<Box<[_]>, _>>()?;
+    let allow_ips = t.allow_ips.iter().map(|e| parse_allow_ip(e)).collect::<Result<Vec<_>, _>>()?;
     let windowed = t.unlimited.then(|| window_quota(t.window.as_ref())).flatten();
-    Ok(Token {
-        enabled: t.status == ENABLED,
-        id: t.id,
-        account_id: t.account_id.into(),
-        group: t.group.into(),
-        key_hash,
+    let restrictions = Restrictions {
         expires_at: t.expires_at,
-        unlimited: t.unlimited && windowed.is_none(),
-        quota_micros: windowed.map_or(t.quota_micros, |quota| t.used_micros.saturating_add(quota)),
-        used_micros: t.used_micros,
         models: t.models,
         allow_ips,
         rate_limit: rate_limit(t.rate_limit),
         tokens_per_minute: t.tokens_per_minute,
         max_in_flight: t.max_in_flight,
+    };
+    Ok(Token {
+        enabled: t.status == ENABLED,
+        id: t.id.into(),
+        account_id: t.account_id.into(),
+        group: t.group.into(),
+        key_hash,
+        unlimited: t.unlimited && windowed.is_none(),
+        quota_micros: windowed.map_or(t.quota_micros, |quota| t.used_micros.saturating_add(quota)),
+        used_micros: t.used_micros,
+        restrictions: restrictions.boxed(),
     })
 }
 
@@ -295,27 +299,30 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             tokens_per_minute: g.tokens_per_minute,
             max_in_flight: g.max_in_flight,
         }),
-        Resource::Token(t) => K::Token(pb::Token {
-            id: t.id.clone(),
-            account_id: t.account_id.to_string(),
-            group: t.group.to_string(),
-            // The data plane keeps no name, key prefix or creation time.
-            name: String::new(),
-            key_hash: hex::encode(t.key_hash),
-            key_prefix: String::new(),
-            status: status(t.enabled),
-            expires_at: t.expires_at,
-            unlimited: t.unlimited,
-            quota_micros: t.quota_micros,
-            used_micros: t.used_micros,
-            models: t.models.clone(),
-            allow_ips: t.allow_ips.iter().map(ToString::to_string).collect(),
-            rate_limit: pb_rate_limit(t.rate_limit),
-            created_at: 0,
-            tokens_per_minute: t.tokens_per_minute,
-            max_in_flight: t.max_in_flight,
-            window: None,
-        }),
+        Resource::Token(t) => {
+            let limits = t.restrictions();
+            K::Token(pb::Token {
+                id: t.id.to_string(),
+                account_id: t.account_id.to_string(),
+                group: t.group.to_string(),
+                // The data plane keeps no name, key prefix or creation time.
+                name: String::new(),
+                key_hash: hex::encode(t.key_hash),
+                key_prefix: String::new(),
+                status: status(t.enabled),
+                expires_at: limits.expires_at,
+                unlimited: t.unlimited,
+                quota_micros: t.quota_micros,
+                used_micros: t.used_micros,
+                models: limits.models.clone(),
+                allow_ips: limits.allow_ips.iter().map(ToString::to_string).collect(),
+                rate_limit: pb_rate_limit(limits.rate_limit),
+                created_at: 0,
+                tokens_per_minute: limits.tokens_per_minute,
+                max_in_flight: limits.max_in_flight,
+                window: None,
+            })
+        }
         Resource::Channel(c) => K::Channel(pb::Channel {
             id: c.id.clone(),
             name: c.name.clone(),

@@ -51,30 +51,50 @@ pub struct Group {
 /// A client credential, found by the SHA-256 of its key.
 ///
 /// Only what the request path reads is kept (no display name, key prefix or
-/// creation time), and the strings tokens share (account, group) are shared
-/// `Arc<str>`s: a million of these is most of a data plane's memory.
+/// creation time), the strings tokens share (account, group) are shared
+/// `Arc<str>`s, and what most tokens leave unset is boxed apart: a million
+/// of these is most of a data plane's memory, and this way each (with its
+/// `Arc`) fits a 128-byte allocation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Token {
-    pub id: String,
+    pub id: Box<str>,
     pub account_id: Arc<str>,
     pub group: Arc<str>,
     pub key_hash: KeyHash,
     pub enabled: bool,
-    /// Unix seconds; 0 never expires.
-    pub expires_at: i64,
     pub unlimited: bool,
     pub quota_micros: i64,
     pub used_micros: i64,
+    /// `None` when the token has none of them.
+    pub restrictions: Option<Box<Restrictions>>,
+}
+
+/// What a token may be limited to beyond its quota; the default is no
+/// limit at all.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Restrictions {
+    /// Unix seconds; 0 never expires.
+    pub expires_at: i64,
     /// Model allowlist; empty allows every model of the group.
     pub models: Vec<String>,
     /// Source-address allowlist; empty allows every address.
-    pub allow_ips: Box<[IpNet]>,
+    pub allow_ips: Vec<IpNet>,
     pub rate_limit: RateLimit,
     /// Tokens (input + output) per minute; 0: no limit.
     pub tokens_per_minute: u32,
     /// Requests in flight at once; 0: no limit.
     pub max_in_flight: u32,
 }
+
+/// The restrictions of a token that has none.
+static UNRESTRICTED: Restrictions = Restrictions {
+    expires_at: 0,
+    models: Vec::new(),
+    allow_ips: Vec::new(),
+    rate_limit: RateLimit { window_minutes: 0, max_requests: 0 },
+    tokens_per_minute: 0,
+    max_in_flight: 0,
+};
 
 /// How a channel's upstream is spoken to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,5 +285,41 @@ impl Kind {
 impl std::fmt::Display for Kind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+// === impl Token ===
+
+impl Token {
+    /// What the token is limited to (nothing, when it has no restrictions).
+    pub fn restrictions(&self) -> &Restrictions {
+        self.restrictions.as_deref().unwrap_or(&UNRESTRICTED)
+    }
+
+    /// The token with `restrictions` (none kept when they limit nothing).
+    #[cfg(test)]
+    pub fn restricted(self, restrictions: Restrictions) -> Token {
+        Token { restrictions: restrictions.boxed(), ..self }
+    }
+}
+
+// === impl Restrictions ===
+
+impl Restrictions {
+    /// Boxed, or `None` when they limit nothing.
+    pub fn boxed(self) -> Option<Box<Restrictions>> {
+        (self != UNRESTRICTED).then(|| Box::new(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_in_its_arc_fits_a_128_byte_allocation() {
+        // Two reference counts beside it; a million tokens save 64 MB over
+        // the next size up (192 bytes).
+        assert!(std::mem::size_of::<Token>() + 16 <= 128, "Token is {} bytes", std::mem::size_of::<Token>());
     }
 }

@@ -321,8 +321,9 @@ async fn renew(inner: Weak<Inner>) {
 /// the group's (per account). Zero is no limit.
 fn applicable(caller: &Caller) -> Vec<(String, u32)> {
     let mut limits = Vec::with_capacity(2);
-    if caller.token.max_in_flight > 0 {
-        limits.push((format!("token:{}", caller.token.id), caller.token.max_in_flight));
+    let max_in_flight = caller.token.restrictions().max_in_flight;
+    if max_in_flight > 0 {
+        limits.push((format!("token:{}", caller.token.id), max_in_flight));
     }
     if caller.group.max_in_flight > 0 {
         limits.push((format!("group:{}:{}", caller.group.name, caller.account.id), caller.group.max_in_flight));
@@ -336,7 +337,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
-    use crate::policy::domain::{Group, Token};
+    use crate::policy::domain::{Group, Restrictions};
     use crate::policy::snapshot::tests as fx;
 
     /// The control plane's slot counting, in memory.
@@ -381,7 +382,8 @@ mod tests {
     }
 
     fn caller(token_limit: u32, group_limit: u32) -> Caller {
-        let token = Token { max_in_flight: token_limit, ..fx::token("t1", "sk-x") };
+        let token =
+            fx::token("t1", "sk-x").restricted(Restrictions { max_in_flight: token_limit, ..Restrictions::default() });
         let group = Group { max_in_flight: group_limit, ..fx::group("g") };
         Caller { token: Arc::new(token), account: Arc::new(fx::account("a1")), group: Arc::new(group) }
     }

@@ -673,8 +673,9 @@ impl crate::policy::inflight::SlotSource for LocalOnly {
 fn applicable(caller: &Caller) -> Vec<(String, RateLimit)> {
     let active = |l: &RateLimit| l.window_minutes > 0 && l.max_requests > 0;
     let mut limits = Vec::with_capacity(2);
-    if active(&caller.token.rate_limit) {
-        limits.push((format!("token:{}", caller.token.id), caller.token.rate_limit));
+    let rate_limit = caller.token.restrictions().rate_limit;
+    if active(&rate_limit) {
+        limits.push((format!("token:{}", caller.token.id), rate_limit));
     }
     if active(&caller.group.rate_limit) {
         limits.push((format!("group:{}:{}", caller.group.name, caller.account.id), caller.group.rate_limit));

@@ -308,7 +308,7 @@ impl Eq for ById {}
 
 impl Hash for ById {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.id.as_str().hash(state);
+        (*self.0.id).hash(state);
     }
 }
 
@@ -409,7 +409,7 @@ impl Snapshot {
                 // While building, names are shared through `interned`.
                 let old = match self.building {
                     true => None,
-                    false => self.tokens.by_id.get(t.id.as_str()).map(|entry| entry.0.clone()),
+                    false => self.tokens.by_id.get(&*t.id).map(|entry| entry.0.clone()),
                 };
                 self.share(&mut t.account_id, old.as_ref().map(|o| &o.account_id));
                 self.share(&mut t.group, old.as_ref().map(|o| &o.group));
@@ -659,15 +659,10 @@ pub(crate) mod tests {
             group: "default".into(),
             key_hash: sha2::Sha256::digest(key.as_bytes()).into(),
             enabled: true,
-            expires_at: 0,
             unlimited: true,
             quota_micros: 0,
             used_micros: 0,
-            models: vec![],
-            allow_ips: Box::default(),
-            rate_limit: RateLimit::default(),
-            tokens_per_minute: 0,
-            max_in_flight: 0,
+            restrictions: None,
         }
     }
 
@@ -746,9 +741,9 @@ pub(crate) mod tests {
     fn a_key_taken_over_by_another_token_stays_when_the_first_is_deleted() {
         let snap = Snapshot::build(1, [Resource::Token(token("t1", "sk-a"))]);
         let next = snap.apply(2, [Resource::Token(token("t2", "sk-a"))], []);
-        assert_eq!(next.token(&hash("sk-a")).unwrap().id, "t2");
+        assert_eq!(next.token(&hash("sk-a")).unwrap().id, "t2".into());
         let after = next.apply(3, [], [(Kind::Token, "t1".to_string())]);
-        assert_eq!(after.token(&hash("sk-a")).unwrap().id, "t2");
+        assert_eq!(after.token(&hash("sk-a")).unwrap().id, "t2".into());
     }
 
     fn hash(key: &str) -> KeyHash {

@@ -86,8 +86,9 @@ impl std::fmt::Debug for TokenReservation {
 fn applicable(caller: &Caller) -> Vec<(String, RateLimit)> {
     let per_minute = |max_requests| RateLimit { window_minutes: 1, max_requests };
     let mut limits = Vec::with_capacity(2);
-    if caller.token.tokens_per_minute > 0 {
-        limits.push((format!("tpm:token:{}", caller.token.id), per_minute(caller.token.tokens_per_minute)));
+    let tokens_per_minute = caller.token.restrictions().tokens_per_minute;
+    if tokens_per_minute > 0 {
+        limits.push((format!("tpm:token:{}", caller.token.id), per_minute(tokens_per_minute)));
     }
     if caller.group.tokens_per_minute > 0 {
         let key = format!("tpm:group:{}:{}", caller.group.name, caller.account.id);

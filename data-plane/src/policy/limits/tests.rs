@@ -7,7 +7,7 @@ use super::*;
 use crate::{
     http,
     pipeline::App,
-    policy::domain::{Group, Token},
+    policy::domain::{Group, Restrictions, Token},
     policy::snapshot::tests as fx,
 };
 
@@ -84,13 +84,14 @@ fn limit(max_requests: u32, window_minutes: u32) -> RateLimit {
 
 /// A caller of token t1 in account a1 under a tokens-per-minute limit.
 fn tpm_caller(tokens_per_minute: u32) -> Caller {
-    let token = Token { tokens_per_minute, ..fx::token("t1", "sk-x") };
+    let token = fx::token("t1", "sk-x").restricted(Restrictions { tokens_per_minute, ..Restrictions::default() });
     Caller { token: Arc::new(token), account: Arc::new(fx::account("a1")), group: Arc::new(fx::group("g")) }
 }
 
 /// A caller of token `token` in account `account`, group `g`.
 fn caller(token: &str, account: &str, token_limit: RateLimit, group_limit: RateLimit) -> Caller {
-    let token = Token { account_id: account.into(), rate_limit: token_limit, ..fx::token(token, "sk-x") };
+    let token = Token { account_id: account.into(), ..fx::token(token, "sk-x") }
+        .restricted(Restrictions { rate_limit: token_limit, ..Restrictions::default() });
     let account = fx::account(account);
     let group = Group { rate_limit: group_limit, ..fx::group("g") };
     Caller { token: Arc::new(token), account: Arc::new(account), group: Arc::new(group) }
@@ -315,7 +316,8 @@ async fn a_control_plane_clock_behind_ours_is_learned_from_its_windows() {
 
 #[tokio::test]
 async fn the_proxy_answers_429_with_the_catalogue_message_and_retry_after() {
-    let token = Token { rate_limit: limit(2, 1), ..fx::token("t1", http::tests::KEY) };
+    let token = fx::token("t1", http::tests::KEY)
+        .restricted(Restrictions { rate_limit: limit(2, 1), ..Restrictions::default() });
     let app: Arc<App> = http::tests::app(http::tests::policy(token, 1_000_000));
     let mut statuses = Vec::new();
     for _ in 0..3 {
