@@ -29,6 +29,9 @@ use crate::{
     store::{PageCursor, Store, StoreError},
 };
 
+/// How long a full sync waits for a load under way before it reads the
+/// store itself.
+const AWAIT_LOAD: Duration = Duration::from_secs(30);
 /// Resources read per page while loading.
 const PAGE: usize = 5_000;
 /// How often the lineage is checked when no revision arrives (an operator's
@@ -38,9 +41,11 @@ const RECHECK: Duration = Duration::from_secs(2);
 const RETRY: Duration = Duration::from_secs(1);
 
 /// The shared copy; cheap to clone.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Mirror {
     state: Arc<RwLock<Option<Held>>>,
+    /// True while a load is under way.
+    loading: Arc<watch::Sender<bool>>,
 }
 
 /// The loaded copy: per kind (in `Kind::ALL` order), id → encoded
@@ -59,11 +64,19 @@ pub struct Frozen {
 
 // === impl Mirror ===
 
+impl Default for Mirror {
+    /// A copy that is never loaded.
+    fn default() -> Mirror {
+        Mirror { state: Arc::default(), loading: Arc::new(watch::channel(false).0) }
+    }
+}
+
 impl Mirror {
     /// Spawns the task that loads and follows `store`; it ends when
     /// `shutdown` turns true.
     pub fn start(store: Arc<dyn Store>, shutdown: watch::Receiver<bool>) -> (Mirror, JoinHandle<()>) {
         let mirror = Mirror::default();
+        mirror.loading.send_replace(true);
         let task = tokio::spawn(mirror.clone().follow(store, shutdown));
         (mirror, task)
     }
@@ -75,6 +88,14 @@ impl Mirror {
         let copy = state.as_ref().filter(|c| c.lineage == lineage && c.revision <= store_revision)?;
         let resources = copy.kinds.iter().flat_map(|kind| kind.values().cloned()).collect();
         Some(Frozen { revision: copy.revision, resources })
+    }
+
+    /// Waits (up to 30 s) for a load under way to end, so that a data plane
+    /// starting beside a control plane that is loading gets the copy
+    /// instead of a second read of the whole store competing with it.
+    pub async fn loaded(&self) {
+        let mut loading = self.loading.subscribe();
+        let _ = tokio::time::timeout(AWAIT_LOAD, loading.wait_for(|busy| !*busy)).await;
     }
 
     /// The revision held, if loaded (for tests and logs).
@@ -91,7 +112,10 @@ impl Mirror {
         loop {
             let run = async {
                 self.set(None);
-                let (lineage, revision) = load(store.as_ref(), &self).await?;
+                self.loading.send_replace(true);
+                let loaded = load(store.as_ref(), &self).await;
+                self.loading.send_replace(false);
+                let (lineage, revision) = loaded?;
                 tracing::info!(revision, "policy state held in memory for full syncs");
                 loop {
                     tokio::select! {

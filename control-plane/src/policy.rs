@@ -432,6 +432,7 @@ impl Session {
     /// revision watch saw the write), so a resource may be newer than the
     /// label, never older.
     async fn send_full(&mut self) -> Result<(), SessionEnd> {
+        self.mirror.loaded().await;
         let revision = self.store.revision().await?;
         if let Some(frozen) = self.mirror.freeze(&self.lineage.id, revision) {
             return self.send_frozen(frozen).await;
