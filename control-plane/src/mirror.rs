@@ -98,7 +98,7 @@ impl Mirror {
         let _ = tokio::time::timeout(AWAIT_LOAD, loading.wait_for(|busy| !*busy)).await;
     }
 
-    /// The revision held, if loaded (for tests and logs).
+    /// The revision the copy holds; `None` while it is not loaded.
     pub fn revision(&self) -> Option<u64> {
         self.state.read().unwrap_or_else(|poisoned| poisoned.into_inner()).as_ref().map(|c| c.revision)
     }
