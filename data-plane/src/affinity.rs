@@ -15,7 +15,7 @@
 use std::{
     collections::HashMap,
     hash::BuildHasher,
-    sync::{Mutex, PoisonError},
+    sync::{LazyLock, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -169,7 +169,7 @@ impl Generations {
 /// The string that names the request's conversation, by the order in the
 /// module header; `None` when nothing does.
 fn conversation_name(headers: &HeaderMap, body: &[u8]) -> Option<String> {
-    let hints: Option<BodyHints> = serde_json::from_slice(body).ok();
+    let hints: Option<BodyHints> = may_hold_hints(body).then(|| serde_json::from_slice(body).ok()).flatten();
     let text = |value: &Option<serde_json::Value>| -> Option<String> {
         let name = match value.as_ref()? {
             serde_json::Value::String(s) => s.trim().to_owned(),
@@ -190,6 +190,23 @@ fn conversation_name(headers: &HeaderMap, body: &[u8]) -> Option<String> {
             let metadata = hints.as_ref()?.metadata.as_ref()?;
             tagged("user", text(&metadata.user_id))
         })
+}
+
+/// Whether `body` may hold one of `BodyHints`' keys: a scan for them, much
+/// cheaper than parsing a long prompt a second time. A key spelt with
+/// `\u` escapes is missed, and then names no conversation.
+fn may_hold_hints(body: &[u8]) -> bool {
+    use memchr::memmem::Finder;
+    // Built once: a searcher costs more to make than to run on a short body.
+    static KEYS: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
+        [Finder::new(b"\"prompt_cache_key\""), Finder::new(b"\"metadata\""), Finder::new(b"\"user\"")]
+    });
+    let [cache_key, metadata, user] = &*KEYS;
+    if cache_key.find(body).is_some() || metadata.find(body).is_some() {
+        return true;
+    }
+    // `"user"` is most often a role (a value); as a key a colon follows it.
+    user.find_iter(body).any(|at| body[at + 6..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':'))
 }
 
 /// `name` cut to `MAX_NAME` bytes at a character boundary.
@@ -226,6 +243,13 @@ mod tests {
         assert_eq!(conversation_name(&HeaderMap::new(), messages).unwrap(), "user:m");
         assert_eq!(conversation_name(&HeaderMap::new(), br#"{"user":"  "}"#), None);
         assert_eq!(conversation_name(&HeaderMap::new(), b"not json"), None);
+        let roles = br#"{"messages":[{"role":"user","content":"say \"user\": 1"}]}"#;
+        assert!(!may_hold_hints(roles));
+        assert_eq!(conversation_name(&HeaderMap::new(), roles), None);
+        assert!(may_hold_hints(br#"{"messages":[{"role":"user"}], "user" : "u1"}"#));
+        let spaced = br#"{"messages":[{"role":"user"}], "user"
+            : "u2"}"#;
+        assert_eq!(conversation_name(&HeaderMap::new(), spaced).as_deref(), Some("user:u2"));
     }
 
     #[test]

@@ -60,7 +60,9 @@ pub fn router(app: Arc<App>) -> Router {
 pub fn new_request_id() -> String {
     let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
     let random: u128 = rand::random::<u128>() & ((1u128 << 80) - 1);
-    format!("{:012x}{random:020x}", millis & 0xffff_ffff_ffff)
+    // 48 bits of time over 80 random ones: 32 hex digits, without the
+    // formatting machinery `format!` runs on every request.
+    hex::encode((((millis & 0xffff_ffff_ffff) << 80) | random).to_be_bytes())
 }
 
 static REQUEST_ID_HEADER: LazyLock<header::HeaderName> =
@@ -80,43 +82,47 @@ async fn request_layer(State(app): State<Arc<App>>, mut request: Request, next: 
     let started = Instant::now();
     let id = RequestId(new_request_id().into());
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let route = request.extensions().get::<MatchedPath>().map(|m| m.as_str().to_owned());
+    // Clones of what the request holds (a shared buffer, an `Arc`), not copies.
+    let uri = request.uri().clone();
+    let path = uri.path();
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map(MatchedPath::as_str);
     let trail = Arc::new(Trail::default());
     request.extensions_mut().insert(id.clone());
     request.extensions_mut().insert(trail.clone());
-    let span = telemetry::request_span(&id.0, &method, route.as_deref(), request.headers());
+    let span = telemetry::request_span(&id.0, &method, route, request.headers());
     let mut response = next.run(request).instrument(span.clone()).await;
     let refusal = response.extensions_mut().remove::<Refused>().map(|Refused(error)| error);
     if let Some(error) = &refusal {
-        response = error::render_as(error, &id.0, Shape::for_path(&path));
+        response = error::render_as(error, &id.0, Shape::for_path(path));
     }
     if let Ok(value) = HeaderValue::from_str(&id.0) {
         response.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
     }
-    let fields = trail.fields();
-    if let Some(cost) = fields.cost_micros.and_then(|c| HeaderValue::from_str(&gw_pricing::format_usd(c)).ok()) {
-        response.headers_mut().insert(COST_HEADER.clone(), cost);
-    }
     let reason = refusal.as_ref().map_or("", ProxyError::reason);
     app.vitals.answered();
-    telemetry::metrics::request(route.as_deref().unwrap_or("unmatched"), response.status().as_u16(), reason);
-    telemetry::responded(&span, route.as_deref(), &fields, response.status(), refusal.as_ref());
-    span.in_scope(|| {
-        tracing::info!(
-            target: "gw_data_plane::access",
-            %method,
-            path,
-            status = response.status().as_u16(),
-            duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            model = fields.model.as_deref().unwrap_or(""),
-            token = fields.token.as_deref().unwrap_or(""),
-            account = fields.account.as_deref().unwrap_or(""),
-            channel = fields.channel.as_deref().unwrap_or(""),
-            attempts = fields.attempts,
-            refusal = refusal.as_ref().map_or("", ProxyError::reason),
-            "request"
-        );
+    telemetry::metrics::request(route.unwrap_or("unmatched"), response.status().as_u16(), reason);
+    trail.read(|fields| {
+        if let Some(cost) = fields.cost_micros.and_then(|c| HeaderValue::from_str(&gw_pricing::format_usd(c)).ok()) {
+            response.headers_mut().insert(COST_HEADER.clone(), cost);
+        }
+        telemetry::responded(&span, route, fields, response.status(), refusal.as_ref());
+        span.in_scope(|| {
+            tracing::info!(
+                target: "gw_data_plane::access",
+                %method,
+                path,
+                status = response.status().as_u16(),
+                duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                model = fields.model.as_deref().unwrap_or(""),
+                token = fields.token.as_deref().unwrap_or(""),
+                account = fields.account.as_deref().unwrap_or(""),
+                channel = fields.channel.as_deref().unwrap_or(""),
+                attempts = fields.attempts,
+                refusal = reason,
+                "request"
+            );
+        });
     });
     response
 }

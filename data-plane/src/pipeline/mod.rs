@@ -96,6 +96,11 @@ impl Trail {
         f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
+    /// What `f` makes of the fields, read in place.
+    pub fn read<R>(&self, f: impl FnOnce(&TrailFields) -> R) -> R {
+        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     /// A copy of the fields.
     pub fn fields(&self) -> TrailFields {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone()
