@@ -48,8 +48,10 @@ def check(report):
     builders = [name for name, body in built[:-1] if any(w == "RUN" and "cargo build" in r for w, r in body)]
     report.check(bool(builders), "a build stage runs cargo build")
     build_runs = " ".join(r for name, body in built if name in builders for w, r in body if w == "RUN")
+    optimised = "--release" in build_runs or "--profile dist" in build_runs
     report.check(
-        "--release" in build_runs and "--locked" in build_runs, "cargo build --release --locked (the lock file's versions)"
+        optimised and "--locked" in build_runs,
+        "cargo build --release (or --profile dist) --locked (the lock file's versions)",
     )
     final_name, final = built[-1]
     users = [r for w, r in final if w == "USER"]
