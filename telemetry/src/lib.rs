@@ -248,8 +248,7 @@ mod tests {
             tracing::info!(path = "/v1/chat", odd, status = 200u64, delta = -3i64, method = %"POST", ok = true, "request {}", 1);
         });
         let line = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-        let expected =
-            format!("request 1 path=\"/v1/chat\" odd={odd:?} status=200 delta=-3 method=POST ok=true\n");
+        let expected = format!("request 1 path=\"/v1/chat\" odd={odd:?} status=200 delta=-3 method=POST ok=true\n");
         assert_eq!(line, expected);
     }
 

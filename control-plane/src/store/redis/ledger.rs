@@ -95,56 +95,91 @@ local function standing(kind, id, first, count)
   end
   return true, unlimited, remaining
 end
--- Adds `cost` to a window bucket; an expiry of '0' means no window budget.
-local function count_window(key, expires, cost)
-  if expires == '0' then return end
-  redis.call('INCRBY', key, cost)
-  redis.call('EXPIREAT', key, expires)
-end
 -- Applies the record whose keys start at KEYS[k] (its applied marker, the
 -- token's and the account's hold hash, its hour and day rollup hashes, the
 -- token's and the account's window bucket) and whose arguments start at
 -- ARGV[a] (account, token, cost, -cost, node, JSON, rollup field prefix,
 -- the seven rollup counters, the hour and day hashes' expiry, the token's
--- and the account's window bucket expiry), unless its request id was seen; whether it was applied. ARGV[1]
--- is the marker's TTL. Rollup counts are summed per hash field in
--- `pending` and written by `flush`, once per field for the whole batch.
+-- and the account's window bucket expiry), unless its request id was seen;
+-- whether it was applied. ARGV[1] is the marker's TTL.
+--
+-- Only the marker is written here. What applied records add up to (the
+-- counters, hold takes, window buckets, rollups) is summed per key and
+-- field in the tables below and written by `flush`, once per field for
+-- the whole batch, and the records are pushed in one LPUSH: a batch is
+-- mostly one token's and one account's records, so this writes a few keys
+-- instead of a dozen per record. The outcome is the one record-by-record
+-- writes would leave, as costs are never negative (a hold's take stops
+-- at zero either way).
 local COUNTERS = {'req', 'in', 'out', 'cached', 'img', 'audio', 'cost'}
-local pending, expiries = {}, {}
+local sums, takes, windows, rollups, expiries, pushed, known = {}, {}, {}, {}, {}, {}, {}
+local function add(t, key, field, n)
+  local fields = t[key]
+  if not fields then fields = {}; t[key] = fields end
+  fields[field] = (fields[field] or 0) + n
+end
+-- Whether field `id` of hash KEYS[h] exists, asked once per batch.
+local function exists(h, id)
+  local seen = known[h]
+  if not seen then seen = {}; known[h] = seen end
+  local found = seen[id]
+  if found == nil then found = redis.call('HEXISTS', KEYS[h], id) == 1; seen[id] = found end
+  return found
+end
+-- Adds `cost` to a window bucket; an expiry of '0' means no window budget.
+local function count_window(key, expires, cost)
+  if expires == '0' then return end
+  local w = windows[key]
+  if not w then w = {0, expires}; windows[key] = w end
+  w[1] = w[1] + cost
+  w[2] = expires
+end
 local function flush()
-  for key, fields in pairs(pending) do
+  for key, fields in pairs(sums) do
+    for field, n in pairs(fields) do redis.call('HINCRBY', key, field, string.format('%d', n)) end
+  end
+  for key, holders in pairs(takes) do
+    for holder, cost in pairs(holders) do take_hold(key, holder, cost) end
+  end
+  for key, w in pairs(windows) do
+    redis.call('INCRBY', key, string.format('%d', w[1]))
+    redis.call('EXPIREAT', key, w[2])
+  end
+  for key, fields in pairs(rollups) do
     for field, n in pairs(fields) do redis.call('HINCRBY', key, field, string.format('%d', n)) end
   end
   for key, at in pairs(expiries) do redis.call('EXPIREAT', key, at) end
+  -- LPUSH of many values leaves them as one LPUSH each would.
+  for i = 1, #pushed, 1000 do
+    redis.call('LPUSH', KEYS[6], unpack(pushed, i, math.min(i + 999, #pushed)))
+  end
 end
 local function apply(k, a)
   if not redis.call('SET', KEYS[k], '1', 'NX', 'EX', ARGV[1]) then return false end
-  local account, token, cost = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  if redis.call('HEXISTS', KEYS[1], account) == 1 then
-    redis.call('HINCRBY', KEYS[3], account, ARGV[a + 3])
-    redis.call('HINCRBY', KEYS[4], account, cost)
+  local account, token, cost = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  if exists(1, account) then
+    add(sums, KEYS[3], account, -cost)
+    add(sums, KEYS[4], account, cost)
     count_window(KEYS[k + 6], ARGV[a + 17], cost)
   end
-  if redis.call('HEXISTS', KEYS[2], token) == 1 then
-    redis.call('HINCRBY', KEYS[5], token, cost)
+  if exists(2, token) then
+    add(sums, KEYS[5], token, cost)
     count_window(KEYS[k + 5], ARGV[a + 16], cost)
   end
-  take_hold(KEYS[k + 1], ARGV[a + 4], tonumber(cost))
-  take_hold(KEYS[k + 2], ARGV[a + 4], tonumber(cost))
-  redis.call('LPUSH', KEYS[6], ARGV[a + 5])
-  for p = 0, 1 do
-    local bucket = KEYS[k + 3 + p]
-    local fields = pending[bucket]
-    if not fields then fields = {}; pending[bucket] = fields end
-    for j, name in ipairs(COUNTERS) do
-      local n = tonumber(ARGV[a + 6 + j])
-      if n ~= 0 then
-        local field = ARGV[a + 6] .. '#' .. name
-        fields[field] = (fields[field] or 0) + n
-      end
+  add(takes, KEYS[k + 1], ARGV[a + 4], cost)
+  add(takes, KEYS[k + 2], ARGV[a + 4], cost)
+  pushed[#pushed + 1] = ARGV[a + 5]
+  local prefix = ARGV[a + 6] .. '#'
+  for j, name in ipairs(COUNTERS) do
+    local n = tonumber(ARGV[a + 6 + j])
+    if n ~= 0 then
+      local field = prefix .. name
+      add(rollups, KEYS[k + 3], field, n)
+      add(rollups, KEYS[k + 4], field, n)
     end
-    expiries[bucket] = ARGV[a + 14 + p]
   end
+  expiries[KEYS[k + 3]] = ARGV[a + 14]
+  expiries[KEYS[k + 4]] = ARGV[a + 15]
   return true
 end
 ";
