@@ -61,7 +61,7 @@ pub struct Reporter {
 struct Backlog {
     segments: BTreeMap<u64, Pending>,
     /// Open requests: the segment holding their open entry, and its record.
-    open: HashMap<String, (u64, UsageRecord)>,
+    open: HashMap<String, (u64, UsageRecord), foldhash::fast::RandomState>,
 }
 
 /// One segment (or the replay of a previous run) on its way out.
@@ -351,6 +351,59 @@ impl From<pb::UsageRecord> for UsageRecord {
             units: crate::pricing::Units { images: r.images, audio_millis: r.audio_millis },
         }
     }
+}
+
+/// Sets `message` to `record`, reusing the strings `message` holds.
+pub fn fill(message: &mut pb::UsageRecord, record: &UsageRecord) {
+    let UsageRecord {
+        request_id,
+        token_id,
+        account_id,
+        group,
+        model,
+        channel_id,
+        endpoint,
+        prompt_tokens,
+        completion_tokens,
+        cached_tokens,
+        cache_write_5m_tokens,
+        cache_write_1h_tokens,
+        reasoning_tokens,
+        tier,
+        cost_micros,
+        latency_ms,
+        status,
+        created_at,
+        node_id,
+        estimated,
+        units,
+    } = record;
+    for (to, from) in [
+        (&mut message.request_id, request_id),
+        (&mut message.token_id, token_id),
+        (&mut message.account_id, account_id),
+        (&mut message.group, group),
+        (&mut message.model, model),
+        (&mut message.channel_id, channel_id),
+        (&mut message.endpoint, endpoint),
+        (&mut message.node_id, node_id),
+    ] {
+        to.clone_from(from);
+    }
+    message.prompt_tokens = *prompt_tokens;
+    message.completion_tokens = *completion_tokens;
+    message.cached_tokens = *cached_tokens;
+    message.cache_write_5m_tokens = *cache_write_5m_tokens;
+    message.cache_write_1h_tokens = *cache_write_1h_tokens;
+    message.reasoning_tokens = *reasoning_tokens;
+    message.tier = *tier;
+    message.cost_micros = *cost_micros;
+    message.latency_ms = *latency_ms;
+    message.status = u32::from(*status);
+    message.created_at = *created_at;
+    message.estimated = *estimated;
+    message.images = units.images;
+    message.audio_millis = units.audio_millis;
 }
 
 impl From<UsageRecord> for pb::UsageRecord {

@@ -132,7 +132,7 @@ struct Inner {
 }
 
 struct State {
-    pools: HashMap<String, Pool>,
+    pools: HashMap<String, Pool, foldhash::fast::RandomState>,
     /// Data planes sharing the budgets, as last heard (1 until then).
     data_planes: u32,
     down: Option<Down>,
@@ -220,7 +220,7 @@ impl Budgets {
             .and_then(|text| text.trim().parse::<u32>().ok())
             .unwrap_or(1)
             .max(1);
-        let state = State { pools: HashMap::new(), data_planes, down: None, swept_at: Instant::now() };
+        let state = State { pools: HashMap::default(), data_planes, down: None, swept_at: Instant::now() };
         Budgets { inner: Arc::new(Inner { source, config, fleet_file, state: Mutex::new(state) }) }
     }
 

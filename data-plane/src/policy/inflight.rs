@@ -87,7 +87,7 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    keys: HashMap<String, Slots>,
+    keys: HashMap<String, Slots, foldhash::fast::RandomState>,
     /// Keys are counted locally until then.
     local_until: Option<Instant>,
 }

@@ -142,7 +142,7 @@ struct Inner {
 }
 
 struct State {
-    pools: HashMap<String, Pool>,
+    pools: HashMap<String, Pool, foldhash::fast::RandomState>,
     /// Added to the local clock to get the control plane's, learned from
     /// the windows of its grants (zero with synchronized clocks).
     skew_ms: i64,
@@ -225,7 +225,7 @@ impl Limiter {
 
     /// A limiter leasing from `source`, reading the time from `clock`.
     pub fn with_clock(source: Arc<dyn PermitSource>, clock: Clock) -> Limiter {
-        let state = State { pools: HashMap::new(), skew_ms: 0, down: None, swept_at: Instant::now() };
+        let state = State { pools: HashMap::default(), skew_ms: 0, down: None, swept_at: Instant::now() };
         Limiter { inner: Arc::new(Inner { source, clock, state: Mutex::new(state) }) }
     }
 

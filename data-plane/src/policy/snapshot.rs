@@ -66,9 +66,9 @@ pub struct Snapshot {
     pub store_id: String,
     tokens: Tokens,
     accounts: ShardedMap<String, Arc<Account>>,
-    groups: HashMap<String, Arc<Group>>,
-    channels: HashMap<String, Arc<Channel>>,
-    models: HashMap<String, Arc<Model>>,
+    groups: HashMap<String, Arc<Group>, RandomState>,
+    channels: HashMap<String, Arc<Channel>, RandomState>,
+    models: HashMap<String, Arc<Model>, RandomState>,
     routes: Arc<Routes>,
     /// Account and group names the tokens share, while `start`ed and not
     /// yet `finish`ed; empty otherwise.
@@ -79,7 +79,7 @@ pub struct Snapshot {
 /// Enabled channels per (group, model), highest priority first.
 #[derive(Default)]
 struct Routes {
-    by_group: HashMap<String, HashMap<String, Vec<Arc<Channel>>>>,
+    by_group: HashMap<String, HashMap<String, Vec<Arc<Channel>>, RandomState>, RandomState>,
 }
 
 /// The shard of a key hashing to `hash`: bits that a shard's own table

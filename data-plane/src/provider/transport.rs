@@ -63,10 +63,10 @@ const MAX_CACHED_URIS: usize = 4_096;
 /// Shared upstream HTTP clients (connection pools), the timeout and retry
 /// settings, and channel health.
 pub struct Upstreams {
-    clients: RwLock<HashMap<Duration, Client>>,
+    clients: RwLock<HashMap<Duration, Client, foldhash::fast::RandomState>>,
     /// Upstream URIs built once (base URL → path → URI), looked up without
     /// building a string: parsing one per request costs more than the lookup.
-    uris: RwLock<HashMap<String, HashMap<String, Uri>>>,
+    uris: RwLock<HashMap<String, HashMap<String, Uri, foldhash::fast::RandomState>, foldhash::fast::RandomState>>,
     config: Config,
     /// Consecutive failures per channel; reports the ones that keep failing.
     pub health: Health,

@@ -50,9 +50,22 @@ impl Kind {
     }
 }
 
-/// Appends one entry for `record` to `out`.
-pub fn encode(kind: Kind, record: &UsageRecord, out: &mut Vec<u8>) {
-    let message = pb::UsageRecord::from(record.clone());
+/// Encodes entries, reusing one protocol record's strings from one entry
+/// to the next instead of allocating them anew.
+#[derive(Debug, Default)]
+pub struct Encoder(pb::UsageRecord);
+
+// === impl Encoder ===
+
+impl Encoder {
+    /// Appends one entry for `record` to `out`.
+    pub fn encode(&mut self, kind: Kind, record: &UsageRecord, out: &mut Vec<u8>) {
+        crate::reporter::fill(&mut self.0, record);
+        write(kind, &self.0, out);
+    }
+}
+
+fn write(kind: Kind, message: &pb::UsageRecord, out: &mut Vec<u8>) {
     let start = out.len();
     // Header first, filled in once the body is written in place behind it.
     out.extend_from_slice(&[0; HEADER]);
@@ -208,6 +221,46 @@ mod tests {
 
     fn record(id: &str, status: u16) -> UsageRecord {
         UsageRecord { request_id: id.into(), status, cost_micros: 5, ..UsageRecord::default() }
+    }
+
+    fn encode(kind: Kind, record: &UsageRecord, out: &mut Vec<u8>) {
+        Encoder::default().encode(kind, record, out);
+    }
+
+    #[test]
+    fn a_reused_encoder_writes_what_a_fresh_one_does() {
+        let long = UsageRecord {
+            request_id: "a-long-request-id".into(),
+            token_id: "token".into(),
+            account_id: "account".into(),
+            group: "default".into(),
+            model: "gpt-4o-mini".into(),
+            channel_id: "channel".into(),
+            endpoint: "/v1/chat/completions".into(),
+            prompt_tokens: 12,
+            completion_tokens: 3,
+            cached_tokens: 1,
+            cache_write_5m_tokens: 2,
+            cache_write_1h_tokens: 4,
+            reasoning_tokens: 5,
+            tier: 1,
+            cost_micros: 77,
+            latency_ms: 9,
+            status: 200,
+            created_at: 1_700_000_000,
+            node_id: "node".into(),
+            estimated: true,
+            units: crate::pricing::Units { images: 2, audio_millis: 300 },
+        };
+        let short = record("r", 0);
+        let mut reused = Encoder::default();
+        for record in [&long, &short, &long] {
+            let (mut mine, mut fresh) = (Vec::new(), Vec::new());
+            reused.encode(Kind::Final, record, &mut mine);
+            super::write(Kind::Final, &pb::UsageRecord::from(record.clone()), &mut fresh);
+            assert_eq!(mine, fresh);
+            assert_eq!(decode(&mine).0, vec![(Kind::Final, record.clone())]);
+        }
     }
 
     fn write(dir: &Path, seq: u64, entries: &[(Kind, &str)]) -> Vec<u8> {

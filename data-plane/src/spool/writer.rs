@@ -32,6 +32,7 @@ pub struct Writer {
     /// To the syncer, which hands segments on to the reporter.
     sealed: mpsc::UnboundedSender<Handoff>,
     current: Option<Segment>,
+    encoder: log::Encoder,
 }
 
 /// A sealed segment on its way to the reporter: its file to fsync first,
@@ -66,7 +67,16 @@ impl Writer {
     ) -> Writer {
         let (handoffs, queued) = mpsc::unbounded_channel();
         tokio::spawn(sync_and_hand_over(queued, sealed));
-        Writer { dir, next_seq, sync, entries, flush, sealed: handoffs, current: None }
+        Writer {
+            dir,
+            next_seq,
+            sync,
+            entries,
+            flush,
+            sealed: handoffs,
+            current: None,
+            encoder: log::Encoder::default(),
+        }
     }
 
     /// Appends and seals until every entry sender is gone; seals what is
@@ -107,7 +117,7 @@ impl Writer {
     async fn commit(&mut self, group: Vec<Entry>) {
         let mut bytes = Vec::with_capacity(group.len() * 256);
         for entry in &group {
-            log::encode(entry.kind, &entry.record, &mut bytes);
+            self.encoder.encode(entry.kind, &entry.record, &mut bytes);
         }
         let segment = match &mut self.current {
             Some(segment) => segment,

@@ -2,7 +2,9 @@
 //! fact and read as Prometheus text on the admin listener or pushed over
 //! OTLP (see `gw_telemetry`). Labels are low-cardinality only: routes,
 //! statuses, reasons, models and channels from the catalogue, never request
-//! ids, tokens or keys.
+//! ids, tokens or keys. Counters are summed by the data plane itself
+//! (`Sums`) and read at collection time; histograms go to the SDK as
+//! they are measured.
 
 use std::{
     sync::{Arc, LazyLock, Weak},
@@ -11,10 +13,13 @@ use std::{
 
 use opentelemetry::{
     KeyValue,
-    metrics::{Counter, Gauge, Histogram},
+    metrics::{Gauge, Histogram},
 };
 
-use super::{Seen, labels};
+use super::{
+    Seen, labels,
+    sums::{Attr, Sums},
+};
 use crate::pipeline::App;
 
 /// Seconds: from a millisecond to ten minutes, for durations of calls that
@@ -28,25 +33,38 @@ const TOKENS: &[f64] =
     &[1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262_144.0, 1_048_576.0, 4_194_304.0];
 
 struct Instruments {
-    requests: Counter<u64>,
+    requests: Sums,
     duration: Histogram<f64>,
     ttft: Histogram<f64>,
     tokens: Histogram<u64>,
-    cost: Counter<u64>,
+    cost: Sums,
     overhead: Histogram<f64>,
-    attempts: Counter<u64>,
-    failovers: Counter<u64>,
+    attempts: Sums,
+    failovers: Sums,
     spool_records: Gauge<u64>,
     spool_segments: Gauge<u64>,
 }
 
 static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
     let meter = gw_telemetry::meter("gw-data-plane");
+    let counter = |name: &'static str, description: &'static str, sums: fn(&Instruments) -> &Sums| {
+        // The handle may go: the callback stays registered with the meter.
+        let _counter = meter
+            .u64_observable_counter(name)
+            .with_description(description)
+            .with_callback(move |observer| sums(&INSTRUMENTS).observe(observer))
+            .build();
+    };
+    counter("gw.requests", "Requests answered, by route, status and refusal reason", |i| &i.requests);
+    counter("gw.cost.micro_usd", "What requests cost, in micro-USD", |i| &i.cost);
+    counter("gw.upstream.attempts", "Upstream attempts, by channel and outcome", |i| &i.attempts);
+    counter(
+        "gw.upstream.failovers",
+        "Attempts that failed and were followed by another, by the channel that failed",
+        |i| &i.failovers,
+    );
     Instruments {
-        requests: meter
-            .u64_counter("gw.requests")
-            .with_description("Requests answered, by route, status and refusal reason")
-            .build(),
+        requests: Sums::new(&["http.route", "http.response.status_code", "gw.reason"]),
         duration: meter
             .f64_histogram("gen_ai.server.request.duration")
             .with_unit("s")
@@ -65,21 +83,15 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
             .with_description("Tokens per request, by token type (input or output)")
             .with_boundaries(TOKENS.to_vec())
             .build(),
-        cost: meter.u64_counter("gw.cost.micro_usd").with_description("What requests cost, in micro-USD").build(),
+        cost: Sums::new(&["gen_ai.operation.name", "gen_ai.request.model", "gw.channel"]),
         overhead: meter
             .f64_histogram("gw.overhead")
             .with_unit("s")
             .with_description("The gateway's own time from a request's arrival to its first upstream attempt")
             .with_boundaries(OVERHEAD.to_vec())
             .build(),
-        attempts: meter
-            .u64_counter("gw.upstream.attempts")
-            .with_description("Upstream attempts, by channel and outcome")
-            .build(),
-        failovers: meter
-            .u64_counter("gw.upstream.failovers")
-            .with_description("Attempts that failed and were followed by another, by the channel that failed")
-            .build(),
+        attempts: Sums::new(&["gw.channel", "gw.outcome"]),
+        failovers: Sums::new(&["gw.channel"]),
         spool_records: meter
             .u64_gauge("gw.spool.backlog.records")
             .with_description("Usage records spooled and not yet acknowledged by the control plane")
@@ -93,21 +105,16 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
 
 /// One answered request (`reason`: the refusal's, empty when none).
 pub fn request(route: &str, status: u16, reason: &'static str) {
-    INSTRUMENTS.requests.add(
-        1,
-        &[
-            KeyValue::new("http.route", route.to_owned()),
-            KeyValue::new("http.response.status_code", i64::from(status)),
-            KeyValue::new("gw.reason", if reason.is_empty() { "none" } else { reason }),
-        ],
-    );
+    let reason = if reason.is_empty() { "none" } else { reason };
+    INSTRUMENTS.requests.add(&[Attr::Str(route), Attr::Int(i64::from(status)), Attr::Str(reason)], 1);
 }
 
 /// A metered request's tokens, cost, duration and time to first token.
 pub(super) fn usage(seen: &Seen<'_>) {
     let instruments = &*INSTRUMENTS;
     let mut attrs = labels(seen);
-    instruments.cost.add(u64::try_from(seen.cost_micros).unwrap_or(0), &attrs);
+    let cost = u64::try_from(seen.cost_micros).unwrap_or(0);
+    instruments.cost.add(&[Attr::Str(super::operation_of(seen)), Attr::Str(seen.model), Attr::Str(seen.channel)], cost);
     if let Some(first) = seen.answer.first_output {
         instruments.ttft.record(first.saturating_duration_since(seen.started).as_secs_f64(), &attrs);
     }
@@ -124,10 +131,9 @@ pub(super) fn usage(seen: &Seen<'_>) {
 /// An upstream attempt on `channel` ended with `outcome` (`ok` or the
 /// error's reason); `failover` when another attempt follows.
 pub fn attempt(channel: &str, outcome: &'static str, failover: bool) {
-    let channel = KeyValue::new("gw.channel", channel.to_owned());
-    INSTRUMENTS.attempts.add(1, &[channel.clone(), KeyValue::new("gw.outcome", outcome)]);
+    INSTRUMENTS.attempts.add(&[Attr::Str(channel), Attr::Str(outcome)], 1);
     if failover {
-        INSTRUMENTS.failovers.add(1, &[channel]);
+        INSTRUMENTS.failovers.add(&[Attr::Str(channel)], 1);
     }
 }
 

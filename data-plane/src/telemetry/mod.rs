@@ -8,6 +8,7 @@
 //! span.
 
 pub mod metrics;
+mod sums;
 
 use std::{sync::Arc, time::Instant};
 
@@ -352,10 +353,15 @@ fn answer_of(body: &[u8]) -> (Option<String>, Vec<String>) {
     (parsed.model, reasons)
 }
 
+/// The GenAI operation `seen` was (`other` where none fits).
+fn operation_of(seen: &Seen<'_>) -> &'static str {
+    operation(seen.endpoint).unwrap_or("other")
+}
+
 /// Attributes for a metric recorded about `seen`.
 fn labels(seen: &Seen<'_>) -> Vec<KeyValue> {
     vec![
-        KeyValue::new("gen_ai.operation.name", operation(seen.endpoint).unwrap_or("other")),
+        KeyValue::new("gen_ai.operation.name", operation_of(seen)),
         KeyValue::new("gen_ai.request.model", seen.model.to_owned()),
         KeyValue::new("gw.channel", seen.channel.to_owned()),
     ]
