@@ -14,6 +14,7 @@ use opentelemetry_sdk::{metrics::SdkMeterProvider, trace::SdkTracerProvider};
 use tracing_subscriber::{EnvFilter, Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _};
 
 pub mod admin;
+mod clock;
 mod config;
 mod metrics;
 mod trace;
@@ -83,7 +84,7 @@ pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Resu
     // batch of lines, not per line.
     let stderr = std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr());
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(stderr);
-    let fmt = tracing_subscriber::fmt::layer().with_writer(writer);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_timer(clock::CachedTime);
     let fmt = match format {
         LogFormat::Text if std::io::stderr().is_terminal() => fmt.boxed(),
         LogFormat::Text => fmt.with_ansi(false).fmt_fields(plain_fields()).boxed(),
