@@ -158,7 +158,7 @@ impl Reporter {
             let count = records.len();
             let mut request = self
                 .control
-                .request(pb::ReportUsageRequest { node_id: self.node_id.clone(), records: records.clone() });
+                .request(pb::ReportUsageRequest { node_id: self.node_id.clone(), records });
             request.set_timeout(CALL_TIMEOUT);
             let result = tokio::time::timeout(CALL_TIMEOUT, client.report_usage(request)).await;
             match result {
@@ -175,6 +175,8 @@ impl Reporter {
                 Ok(Err(status)) if !grpc::is_retryable(&status) => {
                     tracing::error!(%status, records = count, "control plane refused a usage batch");
                     let name = format!("{seq:020}-{}", backlog.segments.get(&seq).map_or(0, |p| p.sent));
+                    // The batch went with the request; it is still the backlog's next.
+                    let records = backlog.next_batch().map(|(_, records)| records).unwrap_or_default();
                     self.spool.reject(&name, records.into_iter().map(UsageRecord::from).collect());
                     backlog.acked(seq, count);
                 }
@@ -457,7 +459,9 @@ mod tests {
         let first = segment(dir.path(), 1, &[(Kind::Open, "a"), (Kind::Open, "b"), (Kind::Final, "x")]);
         let first_path = first.path.clone();
         backlog.sealed(first);
-        assert_eq!(backlog.next_batch().unwrap().0, 1);
+        let batch = backlog.next_batch().unwrap();
+        assert_eq!(batch.0, 1);
+        assert_eq!(backlog.next_batch().unwrap(), batch, "a batch stays the next until acknowledged");
         backlog.acked(1, 1);
         assert!(first_path.exists(), "a and b are still open");
 
