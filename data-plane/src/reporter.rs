@@ -156,9 +156,7 @@ impl Reporter {
         let mut client = PolicyServiceClient::new(self.control.channel());
         while let Some((seq, records)) = backlog.next_batch() {
             let count = records.len();
-            let mut request = self
-                .control
-                .request(pb::ReportUsageRequest { node_id: self.node_id.clone(), records });
+            let mut request = self.control.request(pb::ReportUsageRequest { node_id: self.node_id.clone(), records });
             request.set_timeout(CALL_TIMEOUT);
             let result = tokio::time::timeout(CALL_TIMEOUT, client.report_usage(request)).await;
             match result {

@@ -73,7 +73,7 @@ pub fn authorize(
     let short = |budget: String| budgets.and_then(|b| b.known_short(&budget, snapshot.revision));
     if access == Access::Spend
         && !token.unlimited
-        && (token.used_micros >= token.quota_micros || short(format!("token:{}", token.id)).is_some())
+        && (token.used_micros >= token.quota_micros || short(["token:", &token.id].concat()).is_some())
     {
         return Err(ProxyError::TokenQuotaExhausted);
     }
@@ -94,7 +94,7 @@ pub fn authorize(
         if account.balance_micros <= 0 {
             return Err(ProxyError::InsufficientUserQuota { balance_micros: account.balance_micros });
         }
-        if let Some(balance_micros) = short(format!("account:{}", account.id)) {
+        if let Some(balance_micros) = short(["account:", &account.id].concat()) {
             return Err(ProxyError::InsufficientUserQuota { balance_micros });
         }
     }

@@ -239,10 +239,10 @@ impl Budgets {
         let mut budgets = Vec::with_capacity(2);
         if !caller.token.unlimited {
             let left = caller.token.quota_micros.saturating_sub(caller.token.used_micros);
-            budgets.push((format!("token:{}", caller.token.id), left));
+            budgets.push((["token:", &caller.token.id].concat(), left));
         }
         if !caller.account.unlimited {
-            budgets.push((format!("account:{}", caller.account.id), caller.account.balance_micros));
+            budgets.push((["account:", &caller.account.id].concat(), caller.account.balance_micros));
         }
         let amount = amount.max(0);
         if budgets.is_empty() {

@@ -323,10 +323,10 @@ fn applicable(caller: &Caller) -> Vec<(String, u32)> {
     let mut limits = Vec::with_capacity(2);
     let max_in_flight = caller.token.restrictions().max_in_flight;
     if max_in_flight > 0 {
-        limits.push((format!("token:{}", caller.token.id), max_in_flight));
+        limits.push((["token:", &caller.token.id].concat(), max_in_flight));
     }
     if caller.group.max_in_flight > 0 {
-        limits.push((format!("group:{}:{}", caller.group.name, caller.account.id), caller.group.max_in_flight));
+        limits.push((["group:", &caller.group.name, ":", &caller.account.id].concat(), caller.group.max_in_flight));
     }
     limits
 }

@@ -675,10 +675,10 @@ fn applicable(caller: &Caller) -> Vec<(String, RateLimit)> {
     let mut limits = Vec::with_capacity(2);
     let rate_limit = caller.token.restrictions().rate_limit;
     if active(&rate_limit) {
-        limits.push((format!("token:{}", caller.token.id), rate_limit));
+        limits.push((["token:", &caller.token.id].concat(), rate_limit));
     }
     if active(&caller.group.rate_limit) {
-        limits.push((format!("group:{}:{}", caller.group.name, caller.account.id), caller.group.rate_limit));
+        limits.push((["group:", &caller.group.name, ":", &caller.account.id].concat(), caller.group.rate_limit));
     }
     limits
 }

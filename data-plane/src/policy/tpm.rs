@@ -88,7 +88,7 @@ fn applicable(caller: &Caller) -> Vec<(String, RateLimit)> {
     let mut limits = Vec::with_capacity(2);
     let tokens_per_minute = caller.token.restrictions().tokens_per_minute;
     if tokens_per_minute > 0 {
-        limits.push((format!("tpm:token:{}", caller.token.id), per_minute(tokens_per_minute)));
+        limits.push((["tpm:token:", &caller.token.id].concat(), per_minute(tokens_per_minute)));
     }
     if caller.group.tokens_per_minute > 0 {
         let key = format!("tpm:group:{}:{}", caller.group.name, caller.account.id);

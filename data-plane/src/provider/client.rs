@@ -146,6 +146,9 @@ impl Client {
             *request.method_mut() = method.clone();
             *request.uri_mut() = uri.clone();
             *request.headers_mut() = headers.clone();
+            if let Some(host) = host_header(&uri) {
+                request.headers_mut().insert(header::HOST, host);
+            }
             let response = self.inner.request(request).await.map_err(|error| {
                 if error.is_connect() { ClientError::Connect(error) } else { ClientError::Request(error) }
             })?;
@@ -165,6 +168,24 @@ impl Client {
         }
         Err(ClientError::TooManyRedirects)
     }
+}
+
+/// The `Host` header of a request to `uri`, as the pooled client would add
+/// it (the port only when it is not the scheme's own), but without its
+/// `format!` on every request.
+fn host_header(uri: &Uri) -> Option<header::HeaderValue> {
+    let host = uri.host()?;
+    let default_port = match uri.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    };
+    let value = match uri.port() {
+        Some(port) if port.as_u16() != default_port => {
+            header::HeaderValue::try_from([host, ":", port.as_str()].concat()).ok()?
+        }
+        _ => header::HeaderValue::from_str(host).ok()?,
+    };
+    Some(value)
 }
 
 /// Where a redirect answer sends the request next.
@@ -290,6 +311,22 @@ mod tests {
         ];
         for (location, want) in cases {
             assert_eq!(resolve(&base, location).unwrap().to_string(), want, "{location}");
+        }
+    }
+
+    #[test]
+    fn host_names_the_port_only_when_it_is_not_the_schemes() {
+        let cases = [
+            ("http://up:8080/v1", "up:8080"),
+            ("http://up:80/v1", "up"),
+            ("https://api.example:443/v1", "api.example"),
+            ("https://api.example:80/v1", "api.example:80"),
+            ("http://user:pw@[::1]:9000/v1", "[::1]:9000"),
+            ("https://api.example/v1", "api.example"),
+        ];
+        for (uri, want) in cases {
+            let host = host_header(&uri.parse().unwrap()).unwrap();
+            assert_eq!(host.to_str().unwrap(), want, "{uri}");
         }
     }
 }

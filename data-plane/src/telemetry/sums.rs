@@ -30,8 +30,11 @@ pub enum Attr<'a> {
 /// attribute keys, in the order every `add` gives their values.
 pub struct Sums {
     names: &'static [&'static str],
-    shards: [Mutex<HashMap<Box<[u8]>, u64, foldhash::fast::RandomState>>; SHARDS],
+    shards: [Mutex<Totals>; SHARDS],
 }
+
+/// Sums by encoded attribute set (see `encode`).
+type Totals = HashMap<Box<[u8]>, u64, foldhash::fast::RandomState>;
 
 thread_local! {
     /// The shard this thread adds to.
@@ -73,7 +76,7 @@ impl Sums {
 
     /// Every attribute set's total, over all shards.
     fn totals(&self) -> Vec<(Vec<KeyValue>, u64)> {
-        let mut totals: HashMap<Box<[u8]>, u64, foldhash::fast::RandomState> = HashMap::default();
+        let mut totals = Totals::default();
         for shard in &self.shards {
             for (key, sum) in lock(shard).iter() {
                 let total = totals.entry(key.clone()).or_default();
