@@ -61,13 +61,13 @@ pub struct Reporter {
 struct Backlog {
     segments: BTreeMap<u64, Pending>,
     /// Open requests: the segment holding their open entry, and its record.
-    open: HashMap<String, (u64, UsageRecord), foldhash::fast::RandomState>,
+    open: HashMap<std::sync::Arc<str>, (u64, UsageRecord), foldhash::fast::RandomState>,
 }
 
 /// One segment (or the replay of a previous run) on its way out.
 struct Pending {
     paths: Vec<PathBuf>,
-    records: Vec<pb::UsageRecord>,
+    records: Vec<UsageRecord>,
     /// How many of `records` were acknowledged.
     sent: usize,
     /// Open requests whose open entry is in this segment.
@@ -154,8 +154,9 @@ impl Reporter {
     /// Sends unacknowledged records oldest first; stops at the first failure.
     async fn send_all(&self, backlog: &mut Backlog) -> Result<(), ()> {
         let mut client = PolicyServiceClient::new(self.control.channel());
-        while let Some((seq, records)) = backlog.next_batch() {
-            let count = records.len();
+        while let Some((seq, batch)) = backlog.next_batch() {
+            let count = batch.len();
+            let records = batch.iter().map(pb::UsageRecord::from).collect();
             let mut request = self.control.request(pb::ReportUsageRequest { node_id: self.node_id.clone(), records });
             request.set_timeout(CALL_TIMEOUT);
             let result = tokio::time::timeout(CALL_TIMEOUT, client.report_usage(request)).await;
@@ -173,9 +174,8 @@ impl Reporter {
                 Ok(Err(status)) if !grpc::is_retryable(&status) => {
                     tracing::error!(%status, records = count, "control plane refused a usage batch");
                     let name = format!("{seq:020}-{}", backlog.segments.get(&seq).map_or(0, |p| p.sent));
-                    // The batch went with the request; it is still the backlog's next.
-                    let records = backlog.next_batch().map(|(_, records)| records).unwrap_or_default();
-                    self.spool.reject(&name, records.into_iter().map(UsageRecord::from).collect());
+                    let refused = backlog.next_batch().map(|(_, batch)| batch.to_vec()).unwrap_or_default();
+                    self.spool.reject(&name, refused);
                     backlog.acked(seq, count);
                 }
                 Ok(Err(status)) => {
@@ -200,8 +200,8 @@ impl Backlog {
         if replay.paths.is_empty() && replay.records.is_empty() {
             return;
         }
-        let records = replay.records.into_iter().map(pb::UsageRecord::from).collect();
-        let pending = Pending { paths: replay.paths, records, sent: 0, opens: 0, sealed_at: Instant::now() };
+        let pending =
+            Pending { paths: replay.paths, records: replay.records, sent: 0, opens: 0, sealed_at: Instant::now() };
         self.segments.insert(REPLAYED, pending);
         self.reap(REPLAYED);
     }
@@ -229,7 +229,7 @@ impl Backlog {
                 }
                 Kind::Final => {
                     self.close(&record.request_id, seq, &mut pending);
-                    pending.records.push(pb::UsageRecord::from(record));
+                    pending.records.push(record);
                 }
                 Kind::Void => self.close(&record.request_id, seq, &mut pending),
             }
@@ -263,10 +263,10 @@ impl Backlog {
 
     /// The oldest records not yet acknowledged, at most `MAX_BATCH`, and
     /// their segment.
-    fn next_batch(&self) -> Option<(u64, Vec<pb::UsageRecord>)> {
+    fn next_batch(&self) -> Option<(u64, &[UsageRecord])> {
         let (seq, pending) = self.segments.iter().find(|(_, p)| p.sent < p.records.len())?;
         let end = pending.records.len().min(pending.sent + MAX_BATCH);
-        Some((*seq, pending.records[pending.sent..end].to_vec()))
+        Some((*seq, &pending.records[pending.sent..end]))
     }
 
     /// `count` more records of segment `seq` were acknowledged.
@@ -328,13 +328,13 @@ impl Backlog {
 impl From<pb::UsageRecord> for UsageRecord {
     fn from(r: pb::UsageRecord) -> UsageRecord {
         UsageRecord {
-            request_id: r.request_id,
-            token_id: r.token_id,
-            account_id: r.account_id,
-            group: r.group,
-            model: r.model,
-            channel_id: r.channel_id,
-            endpoint: r.endpoint,
+            request_id: r.request_id.into(),
+            token_id: r.token_id.into(),
+            account_id: r.account_id.into(),
+            group: r.group.into(),
+            model: r.model.into(),
+            channel_id: r.channel_id.into(),
+            endpoint: r.endpoint.into(),
             prompt_tokens: r.prompt_tokens,
             completion_tokens: r.completion_tokens,
             cached_tokens: r.cached_tokens,
@@ -346,7 +346,7 @@ impl From<pb::UsageRecord> for UsageRecord {
             latency_ms: r.latency_ms,
             status: u16::try_from(r.status).unwrap_or(u16::MAX),
             created_at: r.created_at,
-            node_id: r.node_id,
+            node_id: r.node_id.into(),
             estimated: r.estimated,
             units: crate::pricing::Units { images: r.images, audio_millis: r.audio_millis },
         }
@@ -388,7 +388,8 @@ pub fn fill(message: &mut pb::UsageRecord, record: &UsageRecord) {
         (&mut message.endpoint, endpoint),
         (&mut message.node_id, node_id),
     ] {
-        to.clone_from(from);
+        to.clear();
+        to.push_str(from);
     }
     message.prompt_tokens = *prompt_tokens;
     message.completion_tokens = *completion_tokens;
@@ -406,32 +407,11 @@ pub fn fill(message: &mut pb::UsageRecord, record: &UsageRecord) {
     message.audio_millis = units.audio_millis;
 }
 
-impl From<UsageRecord> for pb::UsageRecord {
-    fn from(r: UsageRecord) -> pb::UsageRecord {
-        pb::UsageRecord {
-            request_id: r.request_id,
-            token_id: r.token_id,
-            account_id: r.account_id,
-            group: r.group,
-            model: r.model,
-            channel_id: r.channel_id,
-            endpoint: r.endpoint,
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            cached_tokens: r.cached_tokens,
-            cache_write_5m_tokens: r.cache_write_5m_tokens,
-            cache_write_1h_tokens: r.cache_write_1h_tokens,
-            reasoning_tokens: r.reasoning_tokens,
-            tier: r.tier,
-            cost_micros: r.cost_micros,
-            latency_ms: r.latency_ms,
-            status: u32::from(r.status),
-            created_at: r.created_at,
-            node_id: r.node_id,
-            estimated: r.estimated,
-            images: r.units.images,
-            audio_millis: r.units.audio_millis,
-        }
+impl From<&UsageRecord> for pb::UsageRecord {
+    fn from(record: &UsageRecord) -> pb::UsageRecord {
+        let mut message = pb::UsageRecord::default();
+        fill(&mut message, record);
+        message
     }
 }
 
@@ -469,12 +449,12 @@ mod tests {
         tokio::time::advance(CARRY_AFTER).await;
         let stale = backlog.stale(Instant::now());
         assert_eq!(stale.len(), 1);
-        assert_eq!(stale[0].1.iter().map(|r| r.request_id.as_str()).collect::<Vec<_>>(), ["b"]);
+        assert_eq!(stale[0].1.iter().map(|r| &*r.request_id).collect::<Vec<_>>(), ["b"]);
         backlog.carried(1);
         assert!(!first_path.exists(), "its open entry was copied forward");
 
         let (seq, batch) = backlog.next_batch().unwrap();
-        assert_eq!((seq, batch[0].request_id.as_str()), (2, "a"));
+        assert_eq!((seq, &*batch[0].request_id), (2, "a"));
         backlog.acked(2, 1);
         let third = segment(dir.path(), 3, &[(Kind::Carried, "b"), (Kind::Carried, "a")]);
         let third_path = third.path.clone();
@@ -502,6 +482,6 @@ mod tests {
         assert_eq!((seq, batch.len()), (REPLAYED, 1));
         backlog.acked(seq, 1);
         assert!(!path.exists());
-        assert_eq!(backlog.next_batch().unwrap().1[0].request_id, "new");
+        assert_eq!(&*backlog.next_batch().unwrap().1[0].request_id, "new");
     }
 }

@@ -35,13 +35,13 @@ use crate::{
 /// Who pays for one request and at what price.
 #[derive(Debug, Clone)]
 pub struct Charge {
-    pub request_id: String,
-    pub token_id: String,
-    pub account_id: String,
-    pub group: String,
+    pub request_id: Arc<str>,
+    pub token_id: Arc<str>,
+    pub account_id: Arc<str>,
+    pub group: Arc<str>,
     /// The model name the client asked for (what is billed).
     pub model: Arc<Model>,
-    pub channel_id: String,
+    pub channel_id: Arc<str>,
     pub endpoint: &'static str,
     pub ratio_ppm: i64,
     pub started: Instant,
@@ -64,13 +64,13 @@ pub struct Charge {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UsageRecord {
     /// The idempotency key: the control plane applies a record once per id.
-    pub request_id: String,
-    pub token_id: String,
-    pub account_id: String,
-    pub group: String,
-    pub model: String,
-    pub channel_id: String,
-    pub endpoint: String,
+    pub request_id: Arc<str>,
+    pub token_id: Arc<str>,
+    pub account_id: Arc<str>,
+    pub group: Arc<str>,
+    pub model: Arc<str>,
+    pub channel_id: Arc<str>,
+    pub endpoint: Arc<str>,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
     pub cached_tokens: i64,
@@ -88,7 +88,7 @@ pub struct UsageRecord {
     pub status: u16,
     /// Unix seconds.
     pub created_at: i64,
-    pub node_id: String,
+    pub node_id: Arc<str>,
     /// Whether the gateway counted the tokens itself.
     pub estimated: bool,
     /// Units priced besides tokens.
@@ -107,7 +107,7 @@ pub struct UsageSink {
 /// or on drop with a void entry unless the attempt was `answered`.
 pub struct Opened {
     sink: UsageSink,
-    request_id: String,
+    request_id: Arc<str>,
     armed: bool,
 }
 
@@ -157,7 +157,7 @@ impl Charge {
 
     /// The same charge for one attempt on `channel`.
     pub fn on_channel(&self, channel: &Channel) -> Charge {
-        Charge { channel_id: channel.id.clone(), ..self.clone() }
+        Charge { channel_id: channel.id.as_str().into(), ..self.clone() }
     }
 }
 
@@ -260,9 +260,9 @@ impl UsageSink {
             token_id: charge.token_id.clone(),
             account_id: charge.account_id.clone(),
             group: charge.group.clone(),
-            model: charge.model.id.clone(),
+            model: charge.model.id.as_str().into(),
             channel_id: charge.channel_id.clone(),
-            endpoint: charge.endpoint.to_owned(),
+            endpoint: charge.endpoint.into(),
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             cached_tokens: usage.cached_tokens,
@@ -274,7 +274,7 @@ impl UsageSink {
             latency_ms: u32::try_from(charge.started.elapsed().as_millis()).unwrap_or(u32::MAX),
             status,
             created_at: crate::now_unix(),
-            node_id: self.node_id.to_string(),
+            node_id: self.node_id.clone(),
             estimated,
             units: Units::default(),
         }
@@ -464,7 +464,7 @@ pub mod tests {
         let record = rx.try_recv().unwrap().record;
         assert_eq!((record.prompt_tokens, record.completion_tokens, record.status), (10, 2, 499));
         assert!(record.estimated);
-        assert_eq!(record.node_id, "node");
+        assert_eq!(&*record.node_id, "node");
         assert!(rx.try_recv().is_err());
     }
 
@@ -474,7 +474,7 @@ pub mod tests {
         let mut seen = Vec::new();
         while let Ok(entry) = rx.try_recv() {
             let r = entry.record;
-            seen.push((entry.kind, r.request_id, r.status, r.prompt_tokens, r.cost_micros));
+            seen.push((entry.kind, r.request_id.to_string(), r.status, r.prompt_tokens, r.cost_micros));
         }
         seen
     }

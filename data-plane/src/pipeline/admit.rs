@@ -98,12 +98,12 @@ impl Admitted {
     pub fn charge(&self, model: Arc<Model>, endpoint: &'static str) -> Charge {
         let caller = &self.caller;
         Charge {
-            request_id: self.id.0.to_string(),
-            token_id: caller.token.id.to_string(),
-            account_id: caller.account.id.clone(),
-            group: caller.group.name.clone(),
+            request_id: self.id.0.clone(),
+            token_id: caller.token.id.as_ref().into(),
+            account_id: caller.account.id.as_str().into(),
+            group: caller.group.name.as_str().into(),
             model,
-            channel_id: String::new(),
+            channel_id: Arc::default(),
             endpoint,
             ratio_ppm: caller.group.ratio_ppm,
             started: self.started,

@@ -7,6 +7,7 @@
 use std::{
     collections::{HashMap, HashSet},
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use gw_proto::pb;
@@ -179,10 +180,10 @@ pub fn replay(dir: &Path) -> Result<Replay, SpoolError> {
 #[derive(Default)]
 struct Fold {
     finals: Vec<UsageRecord>,
-    open: HashMap<String, UsageRecord>,
+    open: HashMap<Arc<str>, UsageRecord>,
     /// Requests a final or void entry closed (a later carried copy of their
     /// open entry does not reopen them).
-    closed: HashSet<String>,
+    closed: HashSet<Arc<str>>,
 }
 
 // === impl Fold ===
@@ -257,7 +258,7 @@ mod tests {
         for record in [&long, &short, &long] {
             let (mut mine, mut fresh) = (Vec::new(), Vec::new());
             reused.encode(Kind::Final, record, &mut mine);
-            super::write(Kind::Final, &pb::UsageRecord::from(record.clone()), &mut fresh);
+            super::write(Kind::Final, &pb::UsageRecord::from(record), &mut fresh);
             assert_eq!(mine, fresh);
             assert_eq!(decode(&mine).0, vec![(Kind::Final, record.clone())]);
         }
@@ -324,7 +325,7 @@ mod tests {
         write(dir.path(), 12, &[(Kind::Carried, "r4"), (Kind::Carried, "r5")]);
         std::fs::write(dir.path().join("x.tmp"), b"half").unwrap();
         let replay = replay(dir.path()).unwrap();
-        let ids: Vec<_> = replay.records.iter().map(|r| (r.request_id.as_str(), r.status)).collect();
+        let ids: Vec<_> = replay.records.iter().map(|r| (&*r.request_id, r.status)).collect();
         assert_eq!(ids, [("r1", 200), ("r4", 200), ("r2", 0), ("r5", 0)]);
         assert_eq!(replay.unfinished, 2);
         assert_eq!(replay.next_seq, 13);

@@ -200,7 +200,7 @@ impl Spool {
         let dir = self.dir.join("rejected");
         let request = gw_proto::pb::ReportUsageRequest {
             node_id: String::new(),
-            records: records.into_iter().map(Into::into).collect(),
+            records: records.iter().map(Into::into).collect(),
         };
         let written = crate::durable::private_dir(&dir).and_then(|()| {
             let bytes = prost::Message::encode_to_vec(&request);
