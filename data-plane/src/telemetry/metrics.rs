@@ -33,26 +33,39 @@ const TOKENS: &[f64] =
     &[1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262_144.0, 1_048_576.0, 4_194_304.0];
 
 struct Instruments {
-    requests: Sums,
     duration: Histogram<f64>,
     ttft: Histogram<f64>,
     tokens: Histogram<u64>,
-    cost: Sums,
     overhead: Histogram<f64>,
-    attempts: Sums,
-    failovers: Sums,
     spool_records: Gauge<u64>,
     spool_segments: Gauge<u64>,
 }
 
+/// The counters' sums, read by the observable counters `INSTRUMENTS`
+/// registers. Apart from it, so that a collection running a callback while
+/// `INSTRUMENTS` is still being built never waits on it.
+struct Counters {
+    requests: Sums,
+    cost: Sums,
+    attempts: Sums,
+    failovers: Sums,
+}
+
+static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
+    requests: Sums::new(&["http.route", "http.response.status_code", "gw.reason"]),
+    cost: Sums::new(&["gen_ai.operation.name", "gen_ai.request.model", "gw.channel"]),
+    attempts: Sums::new(&["gw.channel", "gw.outcome"]),
+    failovers: Sums::new(&["gw.channel"]),
+});
+
 static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
     let meter = gw_telemetry::meter("gw-data-plane");
-    let counter = |name: &'static str, description: &'static str, sums: fn(&Instruments) -> &Sums| {
+    let counter = |name: &'static str, description: &'static str, sums: fn(&Counters) -> &Sums| {
         // The handle may go: the callback stays registered with the meter.
         let _counter = meter
             .u64_observable_counter(name)
             .with_description(description)
-            .with_callback(move |observer| sums(&INSTRUMENTS).observe(observer))
+            .with_callback(move |observer| sums(&COUNTERS).observe(observer))
             .build();
     };
     counter("gw.requests", "Requests answered, by route, status and refusal reason", |i| &i.requests);
@@ -64,7 +77,6 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
         |i| &i.failovers,
     );
     Instruments {
-        requests: Sums::new(&["http.route", "http.response.status_code", "gw.reason"]),
         duration: meter
             .f64_histogram("gen_ai.server.request.duration")
             .with_unit("s")
@@ -83,15 +95,12 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
             .with_description("Tokens per request, by token type (input or output)")
             .with_boundaries(TOKENS.to_vec())
             .build(),
-        cost: Sums::new(&["gen_ai.operation.name", "gen_ai.request.model", "gw.channel"]),
         overhead: meter
             .f64_histogram("gw.overhead")
             .with_unit("s")
             .with_description("The gateway's own time from a request's arrival to its first upstream attempt")
             .with_boundaries(OVERHEAD.to_vec())
             .build(),
-        attempts: Sums::new(&["gw.channel", "gw.outcome"]),
-        failovers: Sums::new(&["gw.channel"]),
         spool_records: meter
             .u64_gauge("gw.spool.backlog.records")
             .with_description("Usage records spooled and not yet acknowledged by the control plane")
@@ -103,10 +112,16 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
     }
 });
 
+/// The counters' sums, once their observable counters are registered.
+fn counters() -> &'static Counters {
+    LazyLock::force(&INSTRUMENTS);
+    &COUNTERS
+}
+
 /// One answered request (`reason`: the refusal's, empty when none).
 pub fn request(route: &str, status: u16, reason: &'static str) {
     let reason = if reason.is_empty() { "none" } else { reason };
-    INSTRUMENTS.requests.add(&[Attr::Str(route), Attr::Int(i64::from(status)), Attr::Str(reason)], 1);
+    counters().requests.add(&[Attr::Str(route), Attr::Int(i64::from(status)), Attr::Str(reason)], 1);
 }
 
 /// A metered request's tokens, cost, duration and time to first token.
@@ -114,7 +129,7 @@ pub(super) fn usage(seen: &Seen<'_>) {
     let instruments = &*INSTRUMENTS;
     let mut attrs = labels(seen);
     let cost = u64::try_from(seen.cost_micros).unwrap_or(0);
-    instruments.cost.add(&[Attr::Str(super::operation_of(seen)), Attr::Str(seen.model), Attr::Str(seen.channel)], cost);
+    counters().cost.add(&[Attr::Str(super::operation_of(seen)), Attr::Str(seen.model), Attr::Str(seen.channel)], cost);
     if let Some(first) = seen.answer.first_output {
         instruments.ttft.record(first.saturating_duration_since(seen.started).as_secs_f64(), &attrs);
     }
@@ -131,9 +146,9 @@ pub(super) fn usage(seen: &Seen<'_>) {
 /// An upstream attempt on `channel` ended with `outcome` (`ok` or the
 /// error's reason); `failover` when another attempt follows.
 pub fn attempt(channel: &str, outcome: &'static str, failover: bool) {
-    INSTRUMENTS.attempts.add(&[Attr::Str(channel), Attr::Str(outcome)], 1);
+    counters().attempts.add(&[Attr::Str(channel), Attr::Str(outcome)], 1);
     if failover {
-        INSTRUMENTS.failovers.add(&[Attr::Str(channel)], 1);
+        counters().failovers.add(&[Attr::Str(channel)], 1);
     }
 }
 
