@@ -16,6 +16,7 @@ use tracing_subscriber::{EnvFilter, Layer as _, layer::SubscriberExt as _, util:
 pub mod admin;
 mod clock;
 mod config;
+mod lines;
 mod metrics;
 mod trace;
 
@@ -52,6 +53,8 @@ impl FromStr for LogFormat {
 pub enum InitError {
     #[error("building the OTLP exporter: {0}")]
     Exporter(String),
+    #[error("starting the log writer thread")]
+    LogWriter(#[source] std::io::Error),
 }
 
 /// What `init` set up; `shutdown` flushes what is still queued.
@@ -60,15 +63,15 @@ pub struct Telemetry {
     tracer: Option<SdkTracerProvider>,
     meters: Option<SdkMeterProvider>,
     /// Writes the queued log lines when dropped.
-    logs: Option<tracing_appender::non_blocking::WorkerGuard>,
+    logs: Option<lines::Flusher<std::io::Stderr>>,
 }
 
 /// Installs the global subscriber: log lines in `format`, plus, when
 /// `otel` has an endpoint, spans exported over OTLP as `service` (unless
 /// `OTEL_SERVICE_NAME` names it otherwise); and sets up the metrics (see
 /// `metrics`). Needs a Tokio runtime when exporting over gRPC. Fails only
-/// if an exporter cannot be built. A subscriber set already (a test, or an
-/// embedding process) is kept.
+/// if an exporter or the log writer's thread cannot be built. A subscriber
+/// set already (a test, or an embedding process) is kept.
 pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Result<Telemetry, InitError> {
     let meters = metrics::install(otel, service)?;
     let tracer = match otel.endpoint {
@@ -77,13 +80,9 @@ pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Resu
     };
     let otel_layer = tracer.as_ref().map(|provider| trace::layer(provider, service));
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Lines go to stderr from a thread of their own, so a request never
-    // waits on the terminal or the journal; when 128k lines are queued,
-    // loggers wait rather than lose lines. That thread writes what is
-    // queued at once and flushes when the queue is empty: one write(2) per
-    // batch of lines, not per line.
-    let stderr = std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr());
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(stderr);
+    // Lines go to stderr from a thread of their own, in batches (`lines`),
+    // so a request never waits on the terminal or the journal.
+    let (writer, flusher) = lines::spawn(std::io::stderr()).map_err(InitError::LogWriter)?;
     let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_timer(clock::CachedTime);
     let fmt = match format {
         LogFormat::Text if std::io::stderr().is_terminal() => fmt.boxed(),
@@ -91,7 +90,7 @@ pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Resu
         LogFormat::Json => fmt.json().with_current_span(true).with_span_list(false).boxed(),
     };
     let installed = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel_layer).try_init().is_ok();
-    Ok(Telemetry { tracer, meters, logs: installed.then_some(guard) })
+    Ok(Telemetry { tracer, meters, logs: installed.then_some(flusher) })
 }
 
 // === impl Telemetry ===
