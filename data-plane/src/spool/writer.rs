@@ -102,16 +102,27 @@ impl Writer {
         self.seal(None);
     }
 
-    /// Commits `first` and whatever else is waiting, as one group.
+    /// Commits `first` and whatever else is waiting, as one group. When
+    /// `first` came alone, the writer first lets the runtime run the other
+    /// tasks that are ready, so that the entries they are about to send
+    /// join this group rather than each costing a write(2) of its own.
     async fn commit_waiting(&mut self, first: Entry) {
         let mut group = vec![first];
+        self.take_waiting(&mut group);
+        if group.len() == 1 {
+            tokio::task::yield_now().await;
+            self.take_waiting(&mut group);
+        }
+        self.commit(group).await;
+    }
+
+    fn take_waiting(&mut self, group: &mut Vec<Entry>) {
         while group.len() < MAX_GROUP {
             match self.entries.try_recv() {
                 Ok(entry) => group.push(entry),
                 Err(_) => break,
             }
         }
-        self.commit(group).await;
     }
 
     async fn commit(&mut self, group: Vec<Entry>) {
