@@ -24,7 +24,6 @@ use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
-    sync::Notify,
     time::Instant,
 };
 
@@ -40,8 +39,6 @@ pub struct Activity {
     quiet_since_ms: AtomicU64,
     /// Whether the quiet spell is a request head being read (else idling).
     reading_head: AtomicBool,
-    /// Wakes the watchdog when a quiet spell begins, since its deadline moved.
-    changed: Notify,
 }
 
 /// Marks a request in progress until dropped (with the response body).
@@ -69,7 +66,6 @@ impl Activity {
             busy: AtomicUsize::new(0),
             quiet_since_ms: AtomicU64::new(0),
             reading_head: AtomicBool::new(true),
-            changed: Notify::new(),
         })
     }
 
@@ -86,7 +82,6 @@ impl Activity {
     fn quiet(&self, reading_head: bool) {
         self.quiet_since_ms.store(self.elapsed_ms(), Ordering::Release);
         self.reading_head.store(reading_head, Ordering::Release);
-        self.changed.notify_one();
     }
 
     /// When the connection must be closed, or `None` while a request is in
@@ -104,24 +99,24 @@ impl Activity {
     }
 
     /// Resolves when the connection has been quiet past its deadline.
+    ///
+    /// Nothing wakes the watchdog: it looks again at the deadline, or after
+    /// the shorter of the two timeouts, whichever comes first. A quiet spell
+    /// beginning at any moment gets a deadline at least that timeout later,
+    /// so the look is never late, and a request starting or ending costs no
+    /// wake-up and no timer.
     pub async fn expired(&self, limits: Limits) {
+        let step = limits.header_read_timeout.min(limits.keepalive_timeout);
         loop {
-            // A quiet spell that begins from here on leaves a permit.
-            let changed = self.changed.notified();
-            match self.deadline(&limits) {
-                Some(deadline) if deadline <= Instant::now() => {
-                    let reading_head = self.reading_head.load(Ordering::Acquire);
-                    tracing::debug!(reading_head, "client connection quiet too long; closing");
-                    return;
-                }
-                Some(deadline) => {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(deadline) => {}
-                        () = changed => {}
-                    }
-                }
-                None => changed.await,
+            let now = Instant::now();
+            let deadline = self.deadline(&limits);
+            if deadline.is_some_and(|deadline| deadline <= now) {
+                let reading_head = self.reading_head.load(Ordering::Acquire);
+                tracing::debug!(reading_head, "client connection quiet too long; closing");
+                return;
             }
+            let look = deadline.map_or(now + step, |deadline| deadline.min(now + step));
+            tokio::time::sleep_until(look).await;
         }
     }
 }
@@ -253,5 +248,22 @@ mod tests {
         watchdog.await.unwrap_or_default();
         let elapsed = started.elapsed();
         assert!(elapsed >= Duration::from_secs(360) && elapsed < Duration::from_secs(366), "{elapsed:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_begun_during_a_long_keepalive_spell_gets_the_header_timeout_on_time() {
+        let activity = Activity::new();
+        drop(activity.busy());
+        let started = Instant::now();
+        let watchdog = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.expired(limits()).await }
+        });
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        // The first bytes of the next request, 12 s into a 60 s keep-alive.
+        activity.quiet(true);
+        watchdog.await.unwrap_or_default();
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_secs(17) && elapsed < Duration::from_secs(18), "{elapsed:?}");
     }
 }
