@@ -143,11 +143,19 @@ mod tests {
 
         #[test]
         fn any_body_is_parsed_or_refused_with_a_4xx(body in crate::fuzz::body(), usage in proptest::bool::ANY) {
+            // A body can be well-formed JSON that `Value` refuses (a number
+            // past f64's range, a lone surrogate escape): it goes upstream
+            // as it came, so the rewrite must be as well-formed as the body,
+            // and parse as a `Value` whenever the body does.
+            let as_value = serde_json::from_slice::<serde_json::Value>(&body).is_ok();
             match JsonBody::parse(Bytes::from(body)) {
                 Ok(json) => {
                     let _ = (json.string("model"), json.is_true("stream"), json.wants_usage());
                     let rewritten = json.rewrite(Some("other"), usage);
-                    proptest::prop_assert!(serde_json::from_slice::<serde_json::Value>(&rewritten).is_ok());
+                    proptest::prop_assert!(serde_json::from_slice::<&RawValue>(&rewritten).is_ok());
+                    if as_value {
+                        proptest::prop_assert!(serde_json::from_slice::<serde_json::Value>(&rewritten).is_ok());
+                    }
                 }
                 Err(error) => crate::fuzz::assert_client_error(&error)?,
             }
