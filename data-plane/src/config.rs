@@ -47,6 +47,9 @@ pub struct Config {
     pub upstream: crate::provider::Config,
     /// Limits on client connections: how many, how slow.
     pub limits: crate::http::Limits,
+    /// Threads serving client connections, each with a runtime of its own
+    /// (`workers`); one per core by default.
+    pub workers: usize,
     /// Spending-budget leases: lifetime, offline allowance, default bound.
     pub budget: crate::policy::budget::Config,
     /// TLS of the client-facing listener; `None` serves plain HTTP.
@@ -98,6 +101,7 @@ impl Config {
             spool_sync: crate::spool::SyncPolicy::default(),
             upstream: crate::provider::Config::default(),
             limits: crate::http::Limits::default(),
+            workers: crate::workers::default_count(),
             budget: crate::policy::budget::Config::default(),
             tls: None,
             control_plane_tls: crate::grpc::ClientTls::default(),
@@ -116,6 +120,7 @@ impl Config {
             anyhow::bail!("the node key is empty or has characters a header cannot carry");
         }
         self.limits.validate()?;
+        anyhow::ensure!(self.workers > 0, "there must be at least one worker");
         self.budget.validate()?;
         self.upstream.validate()
     }

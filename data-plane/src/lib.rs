@@ -31,6 +31,7 @@ mod tokens;
 mod translate;
 mod videos;
 mod vitals;
+mod workers;
 
 pub use config::{Config, ListenerTls, Loaded, load as load_config, parse_trusted_proxies, read_node_key};
 pub use grpc::ClientTls;
@@ -49,11 +50,7 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
-use tokio::{
-    net::TcpListener,
-    sync::{oneshot, watch},
-    task::JoinHandle,
-};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
     grpc::ControlPlane, meter::UsageSink, pipeline::App, policy::discovery::Discovery, policy::snapshot::Snapshot,
@@ -64,8 +61,10 @@ use crate::{
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// A running data plane. Call `shutdown` to stop it gracefully; merely
-/// dropping the handle also stops it, in the background and without waiting
-/// for in-flight requests or the last usage report.
+/// dropping the handle also stops it, in the background: open client
+/// connections are cut at once (what their requests spooled is reported
+/// from the spool at the next start), and no last usage report is waited
+/// for.
 pub struct Handle {
     /// The bound client-facing address.
     pub addr: SocketAddr,
@@ -73,10 +72,11 @@ pub struct Handle {
     pub admin_addr: Option<SocketAddr>,
     node_id: String,
     snapshot: Arc<ArcSwap<Snapshot>>,
-    stop_server: oneshot::Sender<()>,
+    stop_server: watch::Sender<bool>,
     stop_tasks: watch::Sender<bool>,
     stop_reporter: watch::Sender<bool>,
-    server: JoinHandle<std::io::Result<()>>,
+    /// The threads serving client connections (`workers`).
+    server: workers::Workers,
     tasks: Vec<JoinHandle<()>>,
     reporter: JoinHandle<()>,
 }
@@ -88,15 +88,14 @@ impl Handle {
     /// included) finish for up to 30 s, stops discovery, saves the snapshot,
     /// then spools all usage and tries one last report.
     pub async fn shutdown(self) {
-        let _ = self.stop_server.send(());
+        let _ = self.stop_server.send(true);
         let mut server = self.server;
-        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(error))) => tracing::warn!(%error, "server ended with an error"),
-            Ok(Err(error)) => tracing::warn!(%error, "server task failed"),
+        match tokio::time::timeout(SHUTDOWN_GRACE, server.served()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "server ended with an error"),
             Err(_) => {
                 tracing::warn!("in-flight requests still running after the grace period; cutting them off");
-                server.abort();
+                server.cut();
             }
         }
         let _ = self.stop_tasks.send(true);
@@ -105,6 +104,8 @@ impl Handle {
         }
         let _ = self.stop_reporter.send(true);
         let _ = self.reporter.await;
+        // Blocks until the worker threads end, which they do at once now.
+        let _ = tokio::task::spawn_blocking(move || server.release()).await;
         tracing::info!("data plane stopped");
     }
 
@@ -193,6 +194,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let slots = policy::inflight::ControlPlaneSlots { control: control.clone(), node_id: node_id.clone() };
     let health = provider::Health::new(control.clone(), &node_id);
     let usage_tx = spool.sender();
+    let worker_spool = spool.clone();
     let reporter = Reporter {
         sealed,
         replay,
@@ -234,11 +236,37 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
             }
         }));
     }
-    let (stop_server, server_stopped) = oneshot::channel::<()>();
+    let (stop_server, server_stopped) = watch::channel(false);
     let router = http::router(app);
-    let server = tokio::spawn(http::serve(listener, router, config.limits, acceptor, async move {
-        let _ = server_stopped.await;
-    }));
+    // One descriptor of the listening socket per worker, each taken by its
+    // worker, so that the socket closes as the last worker stops serving.
+    let listener = listener.into_std().context("handing the listener to the workers")?;
+    let mut listeners = Vec::with_capacity(config.workers);
+    for _ in 1..config.workers {
+        listeners.push(std::sync::Mutex::new(Some(listener.try_clone().context("sharing the listener")?)));
+    }
+    listeners.push(std::sync::Mutex::new(Some(listener)));
+    let limits = config.limits;
+    let connection_slots = http::slots(&limits);
+    let server = workers::spawn(config.workers, move |index| {
+        let (router, acceptor, slots, spool, mut stopped) =
+            (router.clone(), acceptor.clone(), connection_slots.clone(), worker_spool.clone(), server_stopped.clone());
+        let listener = listeners[index].lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let listener =
+            listener.ok_or_else(|| std::io::Error::other("the listener was taken")).and_then(TcpListener::from_std);
+        async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            let listener = listener?;
+            // This thread's usage entries go to a spool writer on its own runtime.
+            let local = spool.local_writer();
+            let served = http::serve(listener, router, limits, slots, acceptor, shutdown).await;
+            local.close().await;
+            served
+        }
+    })
+    .context("starting the worker threads")?;
     let tls = config.tls.is_some();
     tracing::info!(%addr, ?admin_addr, node_id, tls, control_plane = %config.control_plane, "data plane listening");
     Ok(Handle { addr, admin_addr, node_id, snapshot, stop_server, stop_tasks, stop_reporter, server, tasks, reporter })

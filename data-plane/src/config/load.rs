@@ -114,6 +114,12 @@ pub static SETTINGS: &[Setting] = &[
         "Slowest request body accepted, in bytes per second on average after a 10 s grace",
     ),
     Setting::new(
+        "workers",
+        "GW_DP_WORKERS",
+        None,
+        "Threads serving client connections, each running its own event loop [default: one per core]",
+    ),
+    Setting::new(
         "lease_ttl_secs",
         "GW_DP_LEASE_TTL_SECS",
         Some("60"),
@@ -249,6 +255,14 @@ where
         t.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| "must be a whole number, zero or more".to_owned())
     }) {
         config.budget.default_max_output_tokens = tokens;
+    }
+    if let Some(workers) = layers.get("workers", |t| {
+        t.parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1024).contains(n))
+            .ok_or_else(|| "must be a whole number from 1 to 1024".to_owned())
+    }) {
+        config.workers = workers;
     }
     if let Some(sync) = layers.get("spool_sync", str::parse) {
         config.spool_sync = sync;

@@ -24,7 +24,7 @@ use tracing::Instrument as _;
 mod serve;
 mod watchdog;
 
-pub use serve::{Limits, serve};
+pub use serve::{Limits, serve, slots};
 
 use crate::{
     endpoints,

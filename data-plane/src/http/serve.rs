@@ -63,6 +63,11 @@ pub struct MinRate {
 
 // === impl Limits ===
 
+/// The connection slots of `limits`, for `serve`.
+pub fn slots(limits: &Limits) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(limits.max_connections))
+}
+
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
@@ -90,14 +95,16 @@ impl Limits {
 /// then waits for open connections to finish their requests. With `tls`,
 /// every connection is a TLS one; its handshake must end within the header
 /// read timeout, so a client that connects and stays silent is dropped.
+/// Each connection holds one of `slots` (made by `slots`, and shared by
+/// every server on the same listener) while it is open.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    slots: Arc<Semaphore>,
     tls: Option<TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // The watchdog keeps the header and keep-alive deadlines: hyper's header
@@ -294,7 +301,7 @@ mod tests {
     async fn serving(router: Router, limits: Limits) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve(listener, router, limits, None, std::future::pending()));
+        tokio::spawn(serve(listener, router, limits, slots(&limits), None, std::future::pending()));
         addr
     }
 
@@ -396,7 +403,14 @@ mod tests {
         let limits = Limits { header_read_timeout: Duration::from_millis(200), ..Limits::default() };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve(listener, slow_router(), limits, Some(acceptor(dir.path())), std::future::pending()));
+        tokio::spawn(serve(
+            listener,
+            slow_router(),
+            limits,
+            slots(&limits),
+            Some(acceptor(dir.path())),
+            std::future::pending(),
+        ));
         // Connects and never starts the handshake.
         let mut silent = TcpStream::connect(addr).await.unwrap();
         let waited = closed_after(&mut silent).await;

@@ -63,7 +63,9 @@ const MAX_CACHED_URIS: usize = 4_096;
 /// Shared upstream HTTP clients (connection pools), the timeout and retry
 /// settings, and channel health.
 pub struct Upstreams {
-    clients: RwLock<HashMap<Duration, Client, foldhash::fast::RandomState>>,
+    /// Per worker (`None`: off the workers) and connect timeout, so a
+    /// worker's requests use connections its own runtime drives.
+    clients: RwLock<HashMap<(Option<usize>, Duration), Client, foldhash::fast::RandomState>>,
     /// Upstream URIs built once (base URL → path → URI), looked up without
     /// building a string: parsing one per request costs more than the lookup.
     uris: RwLock<HashMap<String, HashMap<String, Uri, foldhash::fast::RandomState>, foldhash::fast::RandomState>>,
@@ -140,9 +142,10 @@ impl Upstreams {
         channel.timeouts.idle.unwrap_or(self.config.idle_timeout)
     }
 
-    /// The pooled client whose connect timeout is `connect`.
+    /// This worker's pooled client whose connect timeout is `connect`.
     fn client(&self, connect: Duration) -> Result<Client, ProxyError> {
-        if let Some(client) = self.clients.read().unwrap_or_else(PoisonError::into_inner).get(&connect) {
+        let key = (crate::workers::current(), connect);
+        if let Some(client) = self.clients.read().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(client.clone());
         }
         let client = Client::new(connect).map_err(|error| {
@@ -150,7 +153,7 @@ impl Upstreams {
             ProxyError::Internal
         })?;
         let mut clients = self.clients.write().unwrap_or_else(PoisonError::into_inner);
-        Ok(clients.entry(connect).or_insert(client).clone())
+        Ok(clients.entry(key).or_insert(client).clone())
     }
 
     /// `channel`'s base URL + `path` as a URI; each is built once (at most

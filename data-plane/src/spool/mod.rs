@@ -4,9 +4,15 @@
 //! before it is sent, and a `Final` entry (its usage record) or a `Void`
 //! entry (the attempt failed before any answer) when it ends.
 //!
-//! One writer task appends whatever entries are waiting in one write(2)
+//! A writer task appends whatever entries are waiting in one write(2)
 //! (group commit) and then wakes all their waiters, so a caller that awaits
-//! `Written` knows its entry survives a `kill -9`. With `SyncPolicy::Batch`
+//! `Written` knows its entry survives a `kill -9`. Each thread serving
+//! requests (`workers`) has a writer of its own on its own runtime, so a
+//! request's entries never wait for another thread to wake (`local_writer`);
+//! all of one request's entries go to its thread's writer, in order. The
+//! writers number their segments from one shared counter, and replay and
+//! the reporter take segments in any order: a request's close is never in
+//! an older segment than its open, since both come from the same writer. With `SyncPolicy::Batch`
 //! the group is also fsynced before the wake-up (it survives a power loss
 //! too). Every report interval the writer seals the current segment and
 //! hands its entries to the reporter, which deletes the file only once the
@@ -18,7 +24,13 @@
 pub mod log;
 mod writer;
 
-use std::{path::PathBuf, str::FromStr, time::Duration};
+use std::{
+    cell::RefCell,
+    path::PathBuf,
+    str::FromStr,
+    sync::{Arc, Mutex, PoisonError, atomic::AtomicU64},
+    time::Duration,
+};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -82,7 +94,28 @@ pub struct Sealed {
 pub struct Spool {
     dir: PathBuf,
     entries: mpsc::UnboundedSender<Entry>,
-    flush: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    writers: Arc<Writers>,
+}
+
+/// What starting another writer takes, and every writer's flush sender.
+#[derive(Debug)]
+struct Writers {
+    sync: SyncPolicy,
+    interval: Duration,
+    next_seq: Arc<AtomicU64>,
+    sealed: mpsc::UnboundedSender<Sealed>,
+    flushes: Mutex<Vec<mpsc::UnboundedSender<oneshot::Sender<()>>>>,
+}
+
+/// A thread's own writer (`Spool::local_writer`).
+#[must_use = "close it to hand its last segment to the reporter"]
+pub struct LocalWriter {
+    task: tokio::task::JoinHandle<()>,
+}
+
+thread_local! {
+    /// Where entries appended on this thread go, when it has a writer of its own.
+    static LOCAL: RefCell<Option<mpsc::UnboundedSender<Entry>>> = const { RefCell::new(None) };
 }
 
 /// Why the spool cannot be used.
@@ -162,12 +195,25 @@ impl Spool {
         let dir = dir.into();
         crate::durable::private_dir(&dir).map_err(SpoolError::Dir)?;
         let replay = log::replay(&dir)?;
-        let (entries, entries_rx) = mpsc::unbounded_channel();
-        let (flush, flush_rx) = mpsc::unbounded_channel();
         let (sealed_tx, sealed) = mpsc::unbounded_channel();
-        let writer = writer::Writer::new(dir.clone(), replay.next_seq, sync, entries_rx, flush_rx, sealed_tx);
-        tokio::spawn(writer.run(interval));
-        Ok((Spool { dir, entries, flush }, replay, sealed))
+        let writers = Arc::new(Writers {
+            sync,
+            interval,
+            next_seq: Arc::new(AtomicU64::new(replay.next_seq)),
+            sealed: sealed_tx,
+            flushes: Mutex::new(Vec::new()),
+        });
+        let (entries, task) = writers.spawn(&dir);
+        drop(task);
+        Ok((Spool { dir, entries, writers }, replay, sealed))
+    }
+
+    /// Starts a writer on the current runtime for the entries appended on
+    /// this thread from now on, until it is closed.
+    pub fn local_writer(&self) -> LocalWriter {
+        let (entries, task) = self.writers.spawn(&self.dir);
+        LOCAL.with(|local| *local.borrow_mut() = Some(entries));
+        LocalWriter { task }
     }
 
     /// The sender a `UsageSink` appends through.
@@ -185,11 +231,16 @@ impl Spool {
         last
     }
 
-    /// Writes every entry appended so far and seals the segment; resolves
-    /// once it is sealed (or at once if the writer is gone).
+    /// Writes every entry appended so far and seals the segments, in every
+    /// writer; resolves once they are sealed (at once for a writer gone).
     pub async fn flush(&self) {
-        let (done, wait) = oneshot::channel();
-        if self.flush.send(done).is_ok() {
+        let mut waits = Vec::new();
+        self.writers.flushes.lock().unwrap_or_else(PoisonError::into_inner).retain(|flush| {
+            let (done, wait) = oneshot::channel();
+            waits.push(wait);
+            flush.send(done).is_ok()
+        });
+        for wait in waits {
             let _ = wait.await;
         }
     }
@@ -212,13 +263,127 @@ impl Spool {
     }
 }
 
-/// Sends one entry to the writer; `Written` resolves once it is on disk.
-/// If the writer is gone the entry is lost, and logged as such.
+// === impl Writers ===
+
+impl Writers {
+    /// Spawns a writer of segments in `dir` on the current runtime: its entry
+    /// sender and its task.
+    fn spawn(&self, dir: &std::path::Path) -> (mpsc::UnboundedSender<Entry>, tokio::task::JoinHandle<()>) {
+        let (entries, entries_rx) = mpsc::unbounded_channel();
+        let (flush, flush_rx) = mpsc::unbounded_channel();
+        let writer = writer::Writer::new(
+            dir.to_owned(),
+            self.next_seq.clone(),
+            self.sync,
+            entries_rx,
+            flush_rx,
+            self.sealed.clone(),
+        );
+        self.flushes.lock().unwrap_or_else(PoisonError::into_inner).push(flush);
+        (entries, tokio::spawn(writer.run(self.interval)))
+    }
+}
+
+// === impl LocalWriter ===
+
+impl LocalWriter {
+    /// Sends this thread's entries to the spool's first writer again, and
+    /// waits until this writer has sealed its last segment and handed it
+    /// to the reporter. Left unclosed, it goes on until its runtime ends;
+    /// what it had not sealed by then is replayed at the next start.
+    pub async fn close(self) {
+        LOCAL.with(|local| local.borrow_mut().take());
+        let _ = self.task.await;
+    }
+}
+
+/// Sends one entry to this thread's writer, or else to `entries`; `Written`
+/// resolves once it is on disk. If the writer is gone the entry is lost,
+/// and logged as such.
 pub fn append(entries: &mpsc::UnboundedSender<Entry>, kind: Kind, record: UsageRecord) -> Written {
     let (done, wait) = oneshot::channel();
+    let local = LOCAL.with(|local| local.borrow().clone());
+    let entries = local.as_ref().unwrap_or(entries);
     if let Err(mpsc::error::SendError(entry)) = entries.send(Entry { kind, record, done: Some(done) }) {
         tracing::error!(request_id = %entry.record.request_id, kind = ?entry.kind, "usage spool is gone; entry lost");
         return Written::ready();
     }
     Written(Some(wait))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> UsageRecord {
+        UsageRecord { request_id: id.into(), cost_micros: 5, ..UsageRecord::default() }
+    }
+
+    fn ids(sealed: &Sealed) -> Vec<(Kind, String)> {
+        sealed.entries.iter().map(|(kind, record)| (*kind, record.request_id.to_string())).collect()
+    }
+
+    #[tokio::test]
+    async fn a_threads_own_writer_takes_its_entries_in_order_and_hands_its_segment_over_when_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _, mut sealed) = Spool::start(dir.path(), SyncPolicy::Interval, Duration::from_secs(3600)).unwrap();
+        append(&spool.sender(), Kind::Open, record("main")).wait().await;
+        let worker = std::thread::spawn({
+            let spool = spool.clone();
+            move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                runtime.block_on(async move {
+                    let local = spool.local_writer();
+                    append(&spool.sender(), Kind::Open, record("local")).wait().await;
+                    append(&spool.sender(), Kind::Final, record("local")).wait().await;
+                    local.close().await;
+                    // Closed: this thread's entries go to the first writer again.
+                    append(&spool.sender(), Kind::Final, record("main")).wait().await;
+                });
+            }
+        });
+        tokio::task::spawn_blocking(move || worker.join().unwrap()).await.unwrap();
+        let local = sealed.recv().await.unwrap();
+        assert_eq!(ids(&local), [(Kind::Open, "local".to_owned()), (Kind::Final, "local".to_owned())]);
+        spool.flush().await;
+        let main = sealed.recv().await.unwrap();
+        assert_eq!(ids(&main), [(Kind::Open, "main".to_owned()), (Kind::Final, "main".to_owned())]);
+        assert_ne!(local.seq, main.seq);
+        assert!(local.path.exists() && main.path.exists());
+        // A restart folds the two writers' segments into both requests' records.
+        let replay = log::replay(dir.path()).unwrap();
+        let mut replayed: Vec<_> = replay.records.iter().map(|r| r.request_id.to_string()).collect();
+        replayed.sort();
+        assert_eq!(replayed, ["local", "main"]);
+        assert_eq!(replay.unfinished, 0);
+        assert_eq!(replay.next_seq, local.seq.max(main.seq) + 1);
+    }
+
+    #[tokio::test]
+    async fn flush_seals_what_every_open_writer_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _, mut sealed) = Spool::start(dir.path(), SyncPolicy::Interval, Duration::from_secs(3600)).unwrap();
+        let (written, wait) = oneshot::channel();
+        let (release, released) = oneshot::channel::<()>();
+        let worker = std::thread::spawn({
+            let spool = spool.clone();
+            move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                runtime.block_on(async move {
+                    let local = spool.local_writer();
+                    append(&spool.sender(), Kind::Open, record("streaming")).wait().await;
+                    let _ = written.send(());
+                    let _ = released.await;
+                    local.close().await;
+                });
+            }
+        });
+        wait.await.unwrap();
+        spool.flush().await;
+        let segment = sealed.recv().await.unwrap();
+        assert_eq!(ids(&segment), [(Kind::Open, "streaming".to_owned())]);
+        release.send(()).unwrap();
+        tokio::task::spawn_blocking(move || worker.join().unwrap()).await.unwrap();
+    }
 }

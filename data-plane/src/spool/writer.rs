@@ -9,10 +9,20 @@
 //! own, in order, before the reporter gets it: the writer goes on with the
 //! next segment meanwhile, so no request waits on that fsync.
 
-use std::{fs::File, io::Write as _, path::PathBuf, time::Duration};
+use std::{
+    fs::File,
+    io::Write as _,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use tokio::{
     sync::{mpsc, oneshot},
+    task::JoinHandle,
     time::MissedTickBehavior,
 };
 
@@ -25,12 +35,14 @@ const MAX_GROUP: usize = 4096;
 /// The writer task's state.
 pub struct Writer {
     dir: PathBuf,
-    next_seq: u64,
+    /// The next segment's number, shared by every writer of the spool.
+    next_seq: Arc<AtomicU64>,
     sync: SyncPolicy,
     entries: mpsc::UnboundedReceiver<Entry>,
     flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
     /// To the syncer, which hands segments on to the reporter.
     sealed: mpsc::UnboundedSender<Handoff>,
+    syncer: JoinHandle<()>,
     current: Option<Segment>,
     encoder: log::Encoder,
 }
@@ -56,17 +68,17 @@ struct Segment {
 // === impl Writer ===
 
 impl Writer {
-    /// A writer starting at segment `next_seq` in `dir`.
+    /// A writer of segments in `dir`, numbered from `next_seq`.
     pub fn new(
         dir: PathBuf,
-        next_seq: u64,
+        next_seq: Arc<AtomicU64>,
         sync: SyncPolicy,
         entries: mpsc::UnboundedReceiver<Entry>,
         flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
         sealed: mpsc::UnboundedSender<Sealed>,
     ) -> Writer {
         let (handoffs, queued) = mpsc::unbounded_channel();
-        tokio::spawn(sync_and_hand_over(queued, sealed));
+        let syncer = tokio::spawn(sync_and_hand_over(queued, sealed));
         Writer {
             dir,
             next_seq,
@@ -74,15 +86,18 @@ impl Writer {
             entries,
             flush,
             sealed: handoffs,
+            syncer,
             current: None,
             encoder: log::Encoder::default(),
         }
     }
 
     /// Appends and seals until every entry sender is gone; seals what is
-    /// left on the way out.
+    /// left on the way out, and ends once the reporter has it.
     pub async fn run(mut self, interval: Duration) {
-        let mut tick = tokio::time::interval(interval.max(Duration::from_millis(1)));
+        let interval = interval.max(Duration::from_millis(1));
+        // The first seal one interval from now, not at once.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -100,6 +115,9 @@ impl Writer {
             }
         }
         self.seal(None);
+        let Writer { sealed, syncer, .. } = self;
+        drop(sealed);
+        let _ = syncer.await;
     }
 
     /// Commits `first` and whatever else is waiting, as one group. When
@@ -133,8 +151,7 @@ impl Writer {
         let segment = match &mut self.current {
             Some(segment) => segment,
             None => {
-                let seq = self.next_seq;
-                self.next_seq += 1;
+                let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
                 let path = log::segment_path(&self.dir, seq);
                 self.current.insert(Segment { seq, path, file: None, entries: Vec::new(), failed: false })
             }
