@@ -234,6 +234,23 @@ mod tests {
     }
 
     #[test]
+    fn workers_default_to_one_per_core_and_take_a_count_from_1_to_1024() {
+        let load = |extra: &[&str]| {
+            let mut args = vec!["gw-data-plane", "--check-config", "--node-key", "k"];
+            args.extend_from_slice(extra);
+            load(args)
+        };
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(load(&[]).unwrap().config.workers, cores);
+        assert_eq!(load(&["--workers", "3"]).unwrap().config.workers, 3);
+        for bad in ["0", "1025", "many"] {
+            assert!(load(&["--workers", bad]).is_err(), "{bad} accepted");
+        }
+        let config = Config { workers: 0, ..Config::new("127.0.0.1:0".parse().unwrap(), "http://cp:1", "d", "k") };
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
     fn trusted_proxies_parse_cidrs_and_ips() {
         let nets = parse_trusted_proxies("10.0.0.0/8, 127.0.0.1,::1").unwrap();
         assert_eq!(nets.len(), 3);

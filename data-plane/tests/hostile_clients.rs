@@ -19,6 +19,8 @@ async fn data_plane(limits: gw_data_plane::Limits) -> (gw_data_plane::Handle, te
     let mut config =
         gw_data_plane::Config::new("127.0.0.1:0".parse().unwrap(), "http://127.0.0.1:9", dir.path(), "node-key");
     config.limits = limits;
+    // Several workers whatever the machine: the limits hold across them.
+    config.workers = 3;
     (gw_data_plane::start(config).await.unwrap(), dir)
 }
 
