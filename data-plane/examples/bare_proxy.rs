@@ -1,7 +1,9 @@
 //! The floor under the data plane: a proxy built from the same parts (Tokio,
-//! hyper's HTTP/1 server, hyper-util's pooled client, mimalloc) that does
-//! nothing but pass each request to one upstream and its answer back. No
-//! policy, metering, logging or telemetry. `bench/run` measures it beside
+//! hyper's HTTP/1 server, hyper-util's pooled client, mimalloc) laid out the
+//! same way (one single-threaded runtime per core, each accepting from the
+//! shared listener and keeping its own upstream pool) that does nothing
+//! but pass each request to one upstream and its answer back. No policy,
+//! metering, logging or telemetry. `bench/run` measures it beside
 //! nginx and the gateway, so the table shows how much of the gap to nginx
 //! is the gateway's own work and how much the parts it is built from.
 //!
@@ -20,17 +22,35 @@ use hyper_util::{
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(upstream)) = (args.next(), args.next()) else {
         anyhow::bail!("usage: bare_proxy LISTEN_ADDR UPSTREAM_URL");
     };
     let upstream: hyper::Uri = upstream.parse()?;
+    let listener = std::net::TcpListener::bind(&listen)?;
+    listener.set_nonblocking(true)?;
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = (0..workers)
+        .map(|_| {
+            let (listener, upstream) = (listener.try_clone()?, upstream.clone());
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            Ok(std::thread::spawn(move || runtime.block_on(serve(listener, upstream))))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for thread in threads {
+        thread.join().map_err(|_| anyhow::anyhow!("a worker panicked"))??;
+    }
+    Ok(())
+}
+
+/// One worker: accepts from `listener` and serves each connection through
+/// its own pooled client.
+async fn serve(listener: std::net::TcpListener, upstream: hyper::Uri) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
-    let listener = tokio::net::TcpListener::bind(&listen).await?;
     loop {
         let (stream, _) = listener.accept().await?;
         stream.set_nodelay(true)?;
