@@ -210,6 +210,13 @@ pub fn parse_trusted_proxies(list: &str) -> Result<Vec<IpNet>, String> {
 mod tests {
     use super::*;
 
+    /// `gw-data-plane --check-config --node-key k` and `extra`, loaded.
+    fn check_config_with(extra: &[&str]) -> Result<Loaded, gw_bootstrap::Failure> {
+        let mut args = vec!["gw-data-plane", "--check-config", "--node-key", "k"];
+        args.extend_from_slice(extra);
+        load(args)
+    }
+
     #[test]
     fn node_id_is_generated_once_and_kept() {
         let dir = tempfile::tempdir().unwrap();
@@ -235,11 +242,7 @@ mod tests {
 
     #[test]
     fn workers_default_to_one_per_core_and_take_a_count_from_1_to_1024() {
-        let load = |extra: &[&str]| {
-            let mut args = vec!["gw-data-plane", "--check-config", "--node-key", "k"];
-            args.extend_from_slice(extra);
-            load(args)
-        };
+        let load = check_config_with;
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         assert_eq!(load(&[]).unwrap().config.workers, cores);
         assert_eq!(load(&["--workers", "3"]).unwrap().config.workers, 3);
@@ -260,11 +263,7 @@ mod tests {
 
     #[test]
     fn tls_files_come_in_pairs_and_a_client_certificate_stands_in_for_the_node_key() {
-        let args = |extra: &[&str]| {
-            let mut args = vec!["gw-data-plane", "--check-config", "--node-key", "k"];
-            args.extend_from_slice(extra);
-            load(args)
-        };
+        let args = check_config_with;
         let Err(gw_bootstrap::Failure::Invalid(errors)) =
             args(&["--tls-cert-file", "dp.crt", "--client-key-file", "dp-1.key"])
         else {

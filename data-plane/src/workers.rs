@@ -138,42 +138,41 @@ mod tests {
         assert_eq!(current(), None, "the caller's thread is no worker");
     }
 
-    #[tokio::test]
-    async fn tasks_a_worker_spawned_run_until_release_and_cut_stops_a_server() {
-        let (finished, mut finished_rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut workers = spawn(1, move |_| {
-            let finished = finished.clone();
-            async move {
-                // A task that outlives the server, as a lease return does.
-                tokio::spawn(async move {
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                    let _ = finished.send(());
-                });
-                std::future::pending::<io::Result<()>>().await
-            }
-        })
-        .unwrap();
-        workers.cut();
-        workers.served().await.unwrap();
-        // Cut: the spawned task is dropped with the runtime.
-        workers.release();
-        assert!(finished_rx.recv().await.is_none());
-
-        let (finished, mut finished_rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut workers = spawn(1, move |_| {
+    /// One worker whose server spawns a task that reports after 200 ms, as a
+    /// lease return outlives its request, then serves forever or ends at once.
+    fn with_a_late_task(forever: bool) -> (Workers, tokio::sync::mpsc::UnboundedReceiver<()>) {
+        let (finished, finished_rx) = tokio::sync::mpsc::unbounded_channel();
+        let workers = spawn(1, move |_| {
             let finished = finished.clone();
             async move {
                 tokio::spawn(async move {
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                     let _ = finished.send(());
                 });
+                if forever {
+                    std::future::pending::<()>().await;
+                }
                 Ok(())
             }
         })
         .unwrap();
+        (workers, finished_rx)
+    }
+
+    #[tokio::test]
+    async fn cut_stops_a_server_and_drops_what_it_spawned() {
+        let (mut workers, mut finished) = with_a_late_task(true);
+        workers.cut();
         workers.served().await.unwrap();
-        // The server ended by itself: its task still runs until released.
-        assert_eq!(finished_rx.recv().await, Some(()));
+        workers.release();
+        assert!(finished.recv().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn tasks_a_server_spawned_run_until_release() {
+        let (mut workers, mut finished) = with_a_late_task(false);
+        workers.served().await.unwrap();
+        assert_eq!(finished.recv().await, Some(()));
         workers.release();
     }
 }

@@ -314,10 +314,21 @@ pub fn append(entries: &mpsc::UnboundedSender<Entry>, kind: Kind, record: UsageR
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
+    use std::future::Future;
+
     use super::*;
 
     fn record(id: &str) -> UsageRecord {
         UsageRecord { request_id: id.into(), cost_micros: 5, ..UsageRecord::default() }
+    }
+
+    /// Runs `work` on a thread of its own with a single-threaded runtime, as
+    /// a worker does; resolves when it is done.
+    async fn on_a_thread(work: impl Future<Output = ()> + Send + 'static) {
+        let thread = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(work);
+        });
+        tokio::task::spawn_blocking(move || thread.join().unwrap()).await.unwrap();
     }
 
     fn ids(sealed: &Sealed) -> Vec<(Kind, String)> {
@@ -329,21 +340,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (spool, _, mut sealed) = Spool::start(dir.path(), SyncPolicy::Interval, Duration::from_secs(3600)).unwrap();
         append(&spool.sender(), Kind::Open, record("main")).wait().await;
-        let worker = std::thread::spawn({
-            let spool = spool.clone();
-            move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                runtime.block_on(async move {
-                    let local = spool.local_writer();
-                    append(&spool.sender(), Kind::Open, record("local")).wait().await;
-                    append(&spool.sender(), Kind::Final, record("local")).wait().await;
-                    local.close().await;
-                    // Closed: this thread's entries go to the first writer again.
-                    append(&spool.sender(), Kind::Final, record("main")).wait().await;
-                });
-            }
-        });
-        tokio::task::spawn_blocking(move || worker.join().unwrap()).await.unwrap();
+        let worker = spool.clone();
+        on_a_thread(async move {
+            let local = worker.local_writer();
+            append(&worker.sender(), Kind::Open, record("local")).wait().await;
+            append(&worker.sender(), Kind::Final, record("local")).wait().await;
+            local.close().await;
+            // Closed: this thread's entries go to the first writer again.
+            append(&worker.sender(), Kind::Final, record("main")).wait().await;
+        })
+        .await;
         let local = sealed.recv().await.unwrap();
         assert_eq!(ids(&local), [(Kind::Open, "local".to_owned()), (Kind::Final, "local".to_owned())]);
         spool.flush().await;
@@ -366,24 +372,19 @@ mod tests {
         let (spool, _, mut sealed) = Spool::start(dir.path(), SyncPolicy::Interval, Duration::from_secs(3600)).unwrap();
         let (written, wait) = oneshot::channel();
         let (release, released) = oneshot::channel::<()>();
-        let worker = std::thread::spawn({
-            let spool = spool.clone();
-            move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                runtime.block_on(async move {
-                    let local = spool.local_writer();
-                    append(&spool.sender(), Kind::Open, record("streaming")).wait().await;
-                    let _ = written.send(());
-                    let _ = released.await;
-                    local.close().await;
-                });
-            }
-        });
+        let worker = spool.clone();
+        let worker = tokio::spawn(on_a_thread(async move {
+            let local = worker.local_writer();
+            append(&worker.sender(), Kind::Open, record("streaming")).wait().await;
+            let _ = written.send(());
+            let _ = released.await;
+            local.close().await;
+        }));
         wait.await.unwrap();
         spool.flush().await;
         let segment = sealed.recv().await.unwrap();
         assert_eq!(ids(&segment), [(Kind::Open, "streaming".to_owned())]);
         release.send(()).unwrap();
-        tokio::task::spawn_blocking(move || worker.join().unwrap()).await.unwrap();
+        worker.await.unwrap();
     }
 }
