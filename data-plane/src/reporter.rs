@@ -466,6 +466,34 @@ mod tests {
         assert!(backlog.segments.is_empty(), "{:?}", backlog.segments.keys().collect::<Vec<_>>());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn segments_of_several_writers_may_arrive_out_of_number_order() {
+        // A worker's writer holds the requests' own entries (5, 7, 8); the
+        // first writer the carried copies (6), sealed after the worker's 7.
+        let dir = tempfile::tempdir().unwrap();
+        let mut backlog = Backlog::default();
+        backlog.sealed(segment(dir.path(), 5, &[(Kind::Open, "a"), (Kind::Open, "b")]));
+        tokio::time::advance(CARRY_AFTER).await;
+        assert_eq!(backlog.stale(Instant::now()).len(), 1);
+        backlog.carried(5);
+        backlog.sealed(segment(dir.path(), 7, &[(Kind::Final, "a")]));
+        let carried = segment(dir.path(), 6, &[(Kind::Carried, "a"), (Kind::Carried, "b")]);
+        let carried_path = carried.path.clone();
+        backlog.sealed(carried);
+        assert!(carried_path.exists(), "b is still open; a's close came first and does not count");
+        backlog.sealed(segment(dir.path(), 8, &[(Kind::Final, "b")]));
+        let mut sent = Vec::new();
+        while let Some((seq, batch)) = backlog.next_batch() {
+            let count = batch.len();
+            sent.extend(batch.iter().map(|r| r.request_id.to_string()));
+            backlog.acked(seq, count);
+        }
+        assert_eq!(sent, ["a", "b"]);
+        assert!(!carried_path.exists());
+        assert!(backlog.open.is_empty());
+        assert!(backlog.segments.is_empty(), "{:?}", backlog.segments.keys().collect::<Vec<_>>());
+    }
+
     #[tokio::test]
     async fn batches_hold_at_most_max_batch_records_in_spool_order() {
         let dir = tempfile::tempdir().unwrap();
