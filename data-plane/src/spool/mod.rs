@@ -6,18 +6,18 @@
 //!
 //! A writer task appends whatever entries are waiting in one write(2)
 //! (group commit) and then wakes all their waiters, so a caller that awaits
-//! `Written` knows its entry survives a `kill -9`. Each thread serving
-//! requests (`workers`) has a writer of its own on its own runtime, so a
-//! request's entries never wait for another thread to wake (`local_writer`);
-//! all of one request's entries go to its thread's writer, in order. The
-//! writers number their segments from one shared counter, and replay and
-//! the reporter take segments in any order: a request's close is never in
-//! an older segment than its open, since both come from the same writer. With `SyncPolicy::Batch`
+//! `Written` knows its entry survives a `kill -9`. With `SyncPolicy::Batch`
 //! the group is also fsynced before the wake-up (it survives a power loss
-//! too). Every report interval the writer seals the current segment and
-//! hands its entries to the reporter, which deletes the file only once the
-//! control plane acknowledged its records and none of its requests is
-//! still open (see `reporter`). A restart folds what is left into records
+//! too). Each thread serving requests (`workers`) has a writer of its own
+//! on its own runtime, so a request's entries never wait for another
+//! thread to wake (`local_writer`); all of one request's entries go to its
+//! thread's writer, in order. The writers number their segments from one
+//! shared counter, and replay and the reporter take segments in any order:
+//! a request's close is never in an older segment than its open, since both
+//! come from the same writer. Every report interval a writer seals its
+//! current segment and hands its entries to the reporter, which deletes the
+//! file only once the control plane acknowledged its records and none of
+//! its requests is still open (see `reporter`). A restart folds what is left into records
 //! (`log::replay`): a request opened and never closed is billed its prompt
 //! part, under its own request id, so the control plane applies it once.
 
@@ -302,9 +302,9 @@ impl LocalWriter {
 /// and logged as such.
 pub fn append(entries: &mpsc::UnboundedSender<Entry>, kind: Kind, record: UsageRecord) -> Written {
     let (done, wait) = oneshot::channel();
-    let local = LOCAL.with(|local| local.borrow().clone());
-    let entries = local.as_ref().unwrap_or(entries);
-    if let Err(mpsc::error::SendError(entry)) = entries.send(Entry { kind, record, done: Some(done) }) {
+    let entry = Entry { kind, record, done: Some(done) };
+    let unsent = LOCAL.with(|local| local.borrow().as_ref().unwrap_or(entries).send(entry).err());
+    if let Some(mpsc::error::SendError(entry)) = unsent {
         tracing::error!(request_id = %entry.record.request_id, kind = ?entry.kind, "usage spool is gone; entry lost");
         return Written::ready();
     }
