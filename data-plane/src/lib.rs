@@ -238,32 +238,31 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     }
     let (stop_server, server_stopped) = watch::channel(false);
     let router = http::router(app);
-    // One descriptor of the listening socket per worker, each taken by its
-    // worker, so that the socket closes as the last worker stops serving.
-    let listener = listener.into_std().context("handing the listener to the workers")?;
-    let mut listeners = Vec::with_capacity(config.workers);
-    for _ in 1..config.workers {
-        listeners.push(std::sync::Mutex::new(Some(listener.try_clone().context("sharing the listener")?)));
-    }
-    listeners.push(std::sync::Mutex::new(Some(listener)));
+    // One accept loop, on this runtime, deals connections to the workers.
+    let (dealer, queues) = http::Dealer::new(config.workers);
+    telemetry::metrics::connections(&dealer.open());
+    let queues: Vec<_> = queues.into_iter().map(|queue| std::sync::Mutex::new(Some(queue))).collect();
     let limits = config.limits;
-    let connection_slots = http::slots(&limits);
+    tokio::spawn(http::accept(listener, dealer, http::slots(&limits), {
+        let mut stopped = server_stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }
+    }));
     let server = workers::spawn(config.workers, move |index| {
-        let (router, acceptor, slots, spool, mut stopped) =
-            (router.clone(), acceptor.clone(), connection_slots.clone(), worker_spool.clone(), server_stopped.clone());
-        let listener = listeners[index].lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        let listener =
-            listener.ok_or_else(|| std::io::Error::other("the listener was taken")).and_then(TcpListener::from_std);
+        let (router, acceptor, spool, mut stopped) =
+            (router.clone(), acceptor.clone(), worker_spool.clone(), server_stopped.clone());
+        let queue = queues[index].lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         async move {
             let shutdown = async move {
                 let _ = stopped.wait_for(|stop| *stop).await;
             };
-            let listener = listener?;
+            let queue = queue.ok_or_else(|| std::io::Error::other("the connection queue was taken"))?;
             // This thread's usage entries go to a spool writer on its own runtime.
             let local = spool.local_writer();
-            let served = http::serve(listener, router, limits, slots, acceptor, shutdown).await;
+            http::serve(queue, router, limits, acceptor, shutdown).await;
             local.close().await;
-            served
+            Ok(())
         }
     })
     .context("starting the worker threads")?;

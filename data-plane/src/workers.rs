@@ -1,16 +1,17 @@
 //! The threads that serve client connections: by default one per core, each
-//! running a single-threaded Tokio runtime of its own that accepts from the
-//! shared listener and keeps every connection it accepted, its requests
-//! and their upstream connections (see `current`) on that one thread. No
-//! task moves between threads and none wakes another thread, which is what
-//! a work-stealing runtime spends much of a short request on: on the
-//! benchmark's two cores a connection served this way took about a third
-//! less CPU than on the multi-threaded runtime.
+//! running a single-threaded Tokio runtime of its own that keeps every
+//! connection dealt to it (`http::accept`), its requests and their upstream
+//! connections (see `current`) on that one thread. No task moves between
+//! threads and none wakes another thread, which is what a work-stealing
+//! runtime spends much of a short request on: on the benchmark's two cores
+//! a connection served this way took about a third less CPU than on the
+//! multi-threaded runtime.
 //!
-//! The rest of the data plane (discovery, the spool writer, the reporter)
-//! stays on the runtime that called `start`. Tasks a request spawns run on
-//! its worker, which therefore lives until the data plane is released,
-//! after the last usage report, so none of them is cut short by a shutdown.
+//! The rest of the data plane (the accept loop, discovery, the spool
+//! writer, the reporter) stays on the runtime that called `start`. Tasks a
+//! request spawns run on its worker, which therefore lives until the data
+//! plane is released, after the last usage report, so none of them is cut
+//! short by a shutdown.
 
 use std::{cell::Cell, future::Future, io, thread::JoinHandle};
 

@@ -307,6 +307,7 @@ async fn metrics_reach_the_collector_and_the_admin_listener_passes_promtool() {
         "gw_upstream_failovers_total",
         "gw_overhead_seconds_bucket",
         "gw_snapshot_revision",
+        "gw_connections_open",
         "gw_cost_micro_usd_total",
         "gw_watch_streams",
     ] {

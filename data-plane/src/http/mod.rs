@@ -1,4 +1,5 @@
-//! The client-facing HTTP surface: the accept loop and its limits
+//! The client-facing HTTP surface: the accept loop that deals connections
+//! to the workers (`accept`), each worker's connections and their limits
 //! (`serve`), the route table, the layer every
 //! response passes through (request id, a tracing span carrying it, the
 //! rendering of refusals, the access log line), the health endpoints and
@@ -21,9 +22,11 @@ use axum::{
 use serde_json::json;
 use tracing::Instrument as _;
 
+mod accept;
 mod serve;
 mod watchdog;
 
+pub use accept::{Dealer, accept};
 pub use serve::{Limits, serve, slots};
 
 use crate::{

@@ -1,6 +1,5 @@
-//! The listener's accept loop, with the limits a public listener needs:
-//! at most `max_connections` connections at once (further ones wait in the
-//! kernel's backlog until one closes), request headers within
+//! One worker's share of the client connections (`accept` deals them), with
+//! the limits a public listener needs: request headers within
 //! `header_read_timeout`, keep-alive connections closed after
 //! `keepalive_timeout` without a request (both kept by `watchdog`), and
 //! request bodies at a minimum rate (`MinRate`). With TLS, the handshake
@@ -27,11 +26,18 @@ use hyper_util::{
         graceful::{GracefulShutdown, Watcher},
     },
 };
-use tokio::{net::TcpListener, sync::Semaphore, time::Instant};
+use tokio::{
+    net::TcpStream,
+    sync::{Semaphore, mpsc},
+    time::Instant,
+};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
-use super::watchdog::{Activity, Tracked, Watched};
+use super::{
+    accept::Accepted,
+    watchdog::{Activity, Tracked, Watched},
+};
 
 /// Limits on client connections; the defaults suit a public listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +69,7 @@ pub struct MinRate {
 
 // === impl Limits ===
 
-/// The connection slots of `limits`, for `serve`.
+/// The connection slots of `limits`, for `accept`.
 pub fn slots(limits: &Limits) -> Arc<Semaphore> {
     Arc::new(Semaphore::new(limits.max_connections))
 }
@@ -91,20 +97,19 @@ impl Limits {
     }
 }
 
-/// Serves `router` on `listener` within `limits` until `shutdown` resolves,
-/// then waits for open connections to finish their requests. With `tls`,
-/// every connection is a TLS one; its handshake must end within the header
-/// read timeout, so a client that connects and stays silent is dropped.
-/// Each connection holds one of `slots` (made by `slots`, and shared by
-/// every server on the same listener) while it is open.
+/// Serves `router` on the connections dealt to this worker (`connections`)
+/// within `limits`, until `shutdown` resolves or the queue ends, then waits
+/// for open connections to finish their requests. With `tls`, every
+/// connection is a TLS one; its handshake must end within the header read
+/// timeout, so a client that connects and stays silent is dropped. Runs on
+/// the worker's own runtime, whose reactor each connection joins.
 pub async fn serve(
-    listener: TcpListener,
+    mut connections: mpsc::UnboundedReceiver<Accepted>,
     router: Router,
     limits: Limits,
-    slots: Arc<Semaphore>,
     tls: Option<TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()>,
-) -> std::io::Result<()> {
+) {
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // The watchdog keeps the header and keep-alive deadlines: hyper's header
@@ -112,23 +117,17 @@ pub async fn serve(
     builder.http1().timer(TokioTimer::new()).header_read_timeout(None);
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
+        let accepted = tokio::select! {
             () = &mut shutdown => break,
-            slot = slots.clone().acquire_owned() => slot,
+            accepted = connections.recv() => accepted,
         };
-        let Ok(slot) = slot else { break };
-        let (stream, peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors and the like: wait and go on,
-                    // never stop the listener.
-                    tracing::warn!(%error, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let Some(Accepted { stream, peer, held }) = accepted else { break };
+        let stream = match TcpStream::from_std(stream) {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!(%error, %peer, "taking over a connection failed");
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let connection = Connection { router: router.clone(), limits, peer, builder: builder.clone() };
@@ -145,12 +144,10 @@ pub async fn serve(
                     }
                 }
             }
-            drop(slot);
+            drop(held);
         });
     }
-    drop(listener);
     graceful.shutdown().await;
-    Ok(())
 }
 
 /// One accepted client connection, plain or TLS, before it is served.
@@ -254,7 +251,7 @@ mod tests {
     use hyper::body::Body as _;
     use tokio::{
         io::{AsyncReadExt as _, AsyncWriteExt as _},
-        net::TcpStream,
+        net::{TcpListener, TcpStream},
     };
 
     use super::*;
@@ -297,11 +294,14 @@ mod tests {
         assert_eq!(collected.len(), 2000);
     }
 
-    /// Serves `router` within `limits` on a free port until the test ends.
-    async fn serving(router: Router, limits: Limits) -> SocketAddr {
+    /// Serves `router` within `limits` (with `tls`, if any) on a free port,
+    /// as one worker, until the test ends.
+    async fn serving(router: Router, limits: Limits, tls: Option<TlsAcceptor>) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve(listener, router, limits, slots(&limits), None, std::future::pending()));
+        let (dealer, mut queues) = crate::http::Dealer::new(1);
+        tokio::spawn(crate::http::accept(listener, dealer, slots(&limits), std::future::pending()));
+        tokio::spawn(serve(queues.remove(0), router, limits, tls, std::future::pending()));
         addr
     }
 
@@ -356,7 +356,7 @@ mod tests {
     #[tokio::test]
     async fn requests_longer_than_the_keepalive_timeout_finish_and_the_idle_connection_then_closes() {
         let keepalive = Duration::from_millis(200);
-        let addr = serving(slow_router(), Limits { keepalive_timeout: keepalive, ..Limits::default() }).await;
+        let addr = serving(slow_router(), Limits { keepalive_timeout: keepalive, ..Limits::default() }, None).await;
         let mut stream = TcpStream::connect(addr).await.unwrap();
         assert!(request(&mut stream, "/slow").await.starts_with("HTTP/1.1 200 OK"));
         let streamed = request(&mut stream, "/stream").await;
@@ -374,7 +374,7 @@ mod tests {
             keepalive_timeout: Duration::from_secs(30),
             ..Limits::default()
         };
-        let addr = serving(slow_router(), limits).await;
+        let addr = serving(slow_router(), limits, None).await;
         let mut stream = TcpStream::connect(addr).await.unwrap();
         assert!(request(&mut stream, "/slow").await.starts_with("HTTP/1.1 200 OK"));
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -401,16 +401,7 @@ mod tests {
     async fn a_silent_tls_client_is_closed_after_the_header_read_timeout() {
         let dir = tempfile::tempdir().unwrap();
         let limits = Limits { header_read_timeout: Duration::from_millis(200), ..Limits::default() };
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve(
-            listener,
-            slow_router(),
-            limits,
-            slots(&limits),
-            Some(acceptor(dir.path())),
-            std::future::pending(),
-        ));
+        let addr = serving(slow_router(), limits, Some(acceptor(dir.path()))).await;
         // Connects and never starts the handshake.
         let mut silent = TcpStream::connect(addr).await.unwrap();
         let waited = closed_after(&mut silent).await;

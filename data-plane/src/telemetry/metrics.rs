@@ -7,7 +7,10 @@
 //! they are measured.
 
 use std::{
-    sync::{Arc, LazyLock, Weak},
+    sync::{
+        Arc, LazyLock, Weak,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -206,6 +209,25 @@ pub fn observe(app: &Arc<App>) {
                 for channel in app.snapshot.load().all_channels() {
                     let cooling = u64::from(app.upstreams.health.cooling(&channel.id));
                     observer.observe(cooling, &[KeyValue::new("gw.channel", channel.id.clone())]);
+                }
+            }
+        })
+        .build();
+}
+
+/// Registers the gauge of client connections open on each worker, read
+/// from `open` (by worker index) at collection time while the data plane
+/// that counts them lives.
+pub fn connections(open: &Arc<[AtomicUsize]>) {
+    let weak = Arc::downgrade(open);
+    let _connections = gw_telemetry::meter("gw-data-plane")
+        .u64_observable_gauge("gw.connections.open")
+        .with_description("Client connections open, by the worker serving them")
+        .with_callback(move |observer| {
+            if let Some(open) = weak.upgrade() {
+                for (worker, count) in open.iter().enumerate() {
+                    let count = u64::try_from(count.load(Ordering::Relaxed)).unwrap_or(u64::MAX);
+                    observer.observe(count, &[KeyValue::new("gw.worker", i64::try_from(worker).unwrap_or(i64::MAX))]);
                 }
             }
         })
