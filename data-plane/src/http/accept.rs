@@ -157,7 +157,7 @@ pub async fn accept(
 mod tests {
     use super::*;
 
-    /// Connects `n` clients to `addr` and waits until each was dealt.
+    /// Connects `n` clients to `addr`.
     async fn connect(addr: SocketAddr, n: usize) -> Vec<tokio::net::TcpStream> {
         let mut clients = Vec::new();
         for _ in 0..n {
@@ -166,6 +166,7 @@ mod tests {
         clients
     }
 
+    /// Waits until `n` connections were dealt; what each worker got.
     async fn dealt(queues: &mut [mpsc::UnboundedReceiver<Accepted>], n: usize) -> Vec<Vec<Accepted>> {
         let mut by_worker: Vec<Vec<Accepted>> = queues.iter().map(|_| Vec::new()).collect();
         let mut got = 0;
