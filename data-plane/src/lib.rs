@@ -226,11 +226,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         acceptor
     });
     if let Some(admin) = admin {
-        let mut stopped = stop_tasks.subscribe();
+        let shutdown = stopped(stop_tasks.subscribe());
         tasks.push(tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|stop| *stop).await;
-            };
             if let Err(error) = gw_telemetry::admin::serve(admin, shutdown).await {
                 tracing::warn!(%error, "admin listener failed");
             }
@@ -241,34 +238,27 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     // One accept loop, on this runtime, deals connections to the workers.
     let (dealer, queues) = http::Dealer::new(config.workers);
     telemetry::metrics::connections(&dealer.open());
-    let queues: Vec<_> = queues.into_iter().map(|queue| std::sync::Mutex::new(Some(queue))).collect();
     let limits = config.limits;
-    tokio::spawn(http::accept(listener, dealer, http::slots(&limits), {
-        let mut stopped = server_stopped.clone();
+    tokio::spawn(http::accept(listener, dealer, http::slots(&limits), stopped(server_stopped.clone())));
+    let server = workers::spawn(queues, move |_, queue| {
+        let (router, acceptor, spool) = (router.clone(), acceptor.clone(), worker_spool.clone());
+        let shutdown = stopped(server_stopped.clone());
         async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        }
-    }));
-    let server = workers::spawn(config.workers, move |index| {
-        let (router, acceptor, spool, mut stopped) =
-            (router.clone(), acceptor.clone(), worker_spool.clone(), server_stopped.clone());
-        let queue = queues[index].lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|stop| *stop).await;
-            };
-            let queue = queue.ok_or_else(|| std::io::Error::other("the connection queue was taken"))?;
             // This thread's usage entries go to a spool writer on its own runtime.
             let local = spool.local_writer();
             http::serve(queue, router, limits, acceptor, shutdown).await;
             local.close().await;
-            Ok(())
         }
     })
     .context("starting the worker threads")?;
     let tls = config.tls.is_some();
     tracing::info!(%addr, ?admin_addr, node_id, tls, control_plane = %config.control_plane, "data plane listening");
     Ok(Handle { addr, admin_addr, node_id, snapshot, stop_server, stop_tasks, stop_reporter, server, tasks, reporter })
+}
+
+/// Resolves once `stop` turns true, or its sender is gone.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 /// Resolves on ctrl-c or SIGTERM: when a binary should call `shutdown`.

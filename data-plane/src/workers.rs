@@ -24,8 +24,8 @@ thread_local! {
 
 /// The running workers.
 pub struct Workers {
-    /// Each worker's serving result, once its server has stopped.
-    served: Vec<oneshot::Receiver<io::Result<()>>>,
+    /// Each worker's word that its server has stopped.
+    served: Vec<oneshot::Receiver<()>>,
     /// `true`: drop every connection now. Dropping it does the same.
     cut: watch::Sender<bool>,
     /// `true`: the data plane has stopped; end the threads. Dropping it
@@ -45,30 +45,31 @@ pub fn default_count() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-/// Starts `count` workers, each running `serve(index)` on its own thread and
-/// runtime until it ends.
-pub fn spawn<F, S>(count: usize, serve: F) -> io::Result<Workers>
+/// Starts one worker per element of `inputs`, each running
+/// `serve(index, input)` on its own thread and runtime until it ends.
+pub fn spawn<T, F, S>(inputs: Vec<T>, serve: F) -> io::Result<Workers>
 where
-    F: Fn(usize) -> S + Send + Sync + 'static,
-    S: Future<Output = io::Result<()>> + 'static,
+    T: Send + 'static,
+    F: Fn(usize, T) -> S + Send + Sync + 'static,
+    S: Future<Output = ()> + 'static,
 {
     let serve = std::sync::Arc::new(serve);
     let (cut, cut_rx) = watch::channel(false);
     let (release, release_rx) = watch::channel(false);
-    let mut served = Vec::with_capacity(count);
-    let mut threads = Vec::with_capacity(count);
-    for index in 0..count {
+    let mut served = Vec::with_capacity(inputs.len());
+    let mut threads = Vec::with_capacity(inputs.len());
+    for (index, input) in inputs.into_iter().enumerate() {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (done, result) = oneshot::channel();
         let (serve, mut cut, mut release) = (serve.clone(), cut_rx.clone(), release_rx.clone());
         let thread = std::thread::Builder::new().name(format!("gw-worker-{index}")).spawn(move || {
             INDEX.with(|slot| slot.set(Some(index)));
             runtime.block_on(async move {
-                let result = tokio::select! {
-                    result = serve(index) => result,
-                    _ = cut.wait_for(|cut| *cut) => Ok(()),
-                };
-                let _ = done.send(result);
+                tokio::select! {
+                    () = serve(index, input) => {}
+                    _ = cut.wait_for(|cut| *cut) => {}
+                }
+                let _ = done.send(());
                 tokio::select! {
                     _ = cut.wait_for(|cut| *cut) => {}
                     _ = release.wait_for(|release| *release) => {}
@@ -85,12 +86,12 @@ where
 // === impl Workers ===
 
 impl Workers {
-    /// Waits for every worker's server to stop; the first error, if any.
+    /// Waits for every worker's server to stop; fails if a worker's
+    /// thread died instead.
     pub async fn served(&mut self) -> io::Result<()> {
         let mut outcome = Ok(());
-        for result in &mut self.served {
-            let result = result.await.unwrap_or_else(|_| Err(io::Error::other("a worker thread died")));
-            outcome = outcome.and(result);
+        for done in &mut self.served {
+            outcome = outcome.and(done.await.map_err(|_| io::Error::other("a worker thread died")));
         }
         outcome
     }
@@ -119,13 +120,13 @@ mod tests {
     #[tokio::test]
     async fn each_worker_serves_on_a_thread_of_its_own_and_knows_its_index() {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut workers = spawn(3, {
+        let mut workers = spawn(vec!['a', 'b', 'c'], {
             let seen = seen.clone();
-            move |index| {
+            move |index, input| {
                 let seen = seen.clone();
                 async move {
-                    seen.lock().unwrap().push((index, current(), std::thread::current().name().map(str::to_owned)));
-                    Ok(())
+                    let thread = std::thread::current().name().map(str::to_owned);
+                    seen.lock().unwrap().push((index, input, current(), thread));
                 }
             }
         })
@@ -134,7 +135,11 @@ mod tests {
         workers.release();
         let mut seen = seen.lock().unwrap().clone();
         seen.sort();
-        let expected: Vec<_> = (0..3).map(|i| (i, Some(i), Some(format!("gw-worker-{i}")))).collect();
+        let expected: Vec<_> = ['a', 'b', 'c']
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| (i, c, Some(i), Some(format!("gw-worker-{i}"))))
+            .collect();
         assert_eq!(seen, expected);
         assert_eq!(current(), None, "the caller's thread is no worker");
     }
@@ -143,7 +148,7 @@ mod tests {
     /// lease return outlives its request, then serves forever or ends at once.
     fn with_a_late_task(forever: bool) -> (Workers, tokio::sync::mpsc::UnboundedReceiver<()>) {
         let (finished, finished_rx) = tokio::sync::mpsc::unbounded_channel();
-        let workers = spawn(1, move |_| {
+        let workers = spawn(vec![()], move |_, ()| {
             let finished = finished.clone();
             async move {
                 tokio::spawn(async move {
@@ -153,7 +158,6 @@ mod tests {
                 if forever {
                     std::future::pending::<()>().await;
                 }
-                Ok(())
             }
         })
         .unwrap();

@@ -17,9 +17,10 @@
 //! come from the same writer. Every report interval a writer seals its
 //! current segment and hands its entries to the reporter, which deletes the
 //! file only once the control plane acknowledged its records and none of
-//! its requests is still open (see `reporter`). A restart folds what is left into records
-//! (`log::replay`): a request opened and never closed is billed its prompt
-//! part, under its own request id, so the control plane applies it once.
+//! its requests is still open (see `reporter`). A restart folds what is
+//! left into records (`log::replay`): a request opened and never closed is
+//! billed its prompt part, under its own request id, so the control plane
+//! applies it once.
 
 pub mod log;
 mod writer;
