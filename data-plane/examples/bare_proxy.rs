@@ -1,8 +1,9 @@
 //! The floor under the data plane: a proxy built from the same parts (Tokio,
-//! hyper's HTTP/1 server, hyper-util's pooled client, mimalloc) laid out the
-//! same way (one single-threaded runtime per core, each accepting from the
-//! shared listener and keeping its own upstream pool) that does nothing
-//! but pass each request to one upstream and its answer back. No policy,
+//! hyper's HTTP/1 server, hyper-util's pooled client, mimalloc) laid out
+//! much the same way (one single-threaded runtime per core, each keeping its
+//! connections and its own upstream pool; each accepts for itself, where the
+//! gateway deals connections from one accept loop) that does nothing but
+//! pass each request to one upstream and its answer back. No policy,
 //! metering, logging or telemetry. `bench/run` measures it beside
 //! nginx and the gateway, so the table shows how much of the gap to nginx
 //! is the gateway's own work and how much the parts it is built from.
