@@ -43,6 +43,7 @@ mod ledger;
 mod lineage;
 mod rollup;
 mod slots;
+mod usage_batch;
 mod video;
 
 use self::conn::{Conn, Dialer};

@@ -18,21 +18,16 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::Script;
 
-use super::layout::{ACCOUNT_USED, BALANCE, NO_WINDOW, TOKEN_USED, USAGE, applied_key, hold_key, kind_key, window_key};
-use super::rollup::bucket_key;
+use super::layout::{ACCOUNT_USED, BALANCE, NO_WINDOW, TOKEN_USED, USAGE, hold_key, kind_key, window_key};
+use super::usage_batch::{self, RecordWindows};
 use super::{RedisStore, malformed};
 use crate::domain::{Kind, UsageOutcome, UsageRecord, WindowBudget};
 use crate::store::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
-use crate::store::rollup::{Counts, Dims, Period};
 use crate::store::{APPLIED_TTL_SECS, Result, StoreError};
 /// Records per usage script, so one call never holds Redis for long.
 const USAGE_BATCH: usize = 500;
 /// How long a hold hash outlives its newest lease.
 const HOLD_KEY_GRACE_SECS: i64 = 60;
-
-/// A record's window buckets: the token's and the account's key and
-/// expiry, when they have a window budget.
-type RecordWindows = [Option<(String, i64)>; 2];
 
 /// Just the window budget of a stored token or account.
 #[derive(serde::Deserialize)]
@@ -95,110 +90,86 @@ local function standing(kind, id, first, count)
   end
   return true, unlimited, remaining
 end
--- Applies the record whose keys start at KEYS[k] (its applied marker, the
--- token's and the account's hold hash, its hour and day rollup hashes, the
--- token's and the account's window bucket) and whose arguments start at
--- ARGV[a] (account, token, cost, -cost, node, JSON, rollup field prefix,
--- the seven rollup counters, the hour and day hashes' expiry, the token's
--- and the account's window bucket expiry), unless its request id was seen;
--- whether it was applied. ARGV[1] is the marker's TTL.
+-- Applies the batch of records whose idempotency markers are KEYS[k ..]
+-- and whose arguments start at ARGV[a] (see `usage_batch`): its size n,
+-- each record's JSON, then what the batch adds up to: per account and per
+-- token (id, cost, -cost, window bucket key index or 0, its expiry), per
+-- lease (hold key index, holder, cost), per rollup bucket (key index,
+-- expiry, field count, then field and amount each). ARGV[1] is the
+-- markers' TTL, ARGV[2] the last usage index kept (-1: all).
 --
--- Only the marker is written here. What applied records add up to (the
--- counters, hold takes, window buckets, rollups) is summed per key and
--- field in the tables below and written by `flush`, once per field for
--- the whole batch, and the records are pushed in one LPUSH: a batch is
--- mostly one token's and one account's records, so this writes a few keys
--- instead of a dozen per record. The outcome is the one record-by-record
--- writes would leave, as costs are never negative (a hold's take stops
--- at zero either way).
-local COUNTERS = {'req', 'in', 'out', 'cached', 'img', 'audio', 'cost'}
-local sums, takes, windows, rollups, expiries, pushed, known = {}, {}, {}, {}, {}, {}, {}
-local function add(t, key, field, n)
-  local fields = t[key]
-  if not fields then fields = {}; t[key] = fields end
-  fields[field] = (fields[field] or 0) + n
-end
--- Whether field `id` of hash KEYS[h] exists, asked once per batch.
-local function exists(h, id)
-  local seen = known[h]
-  if not seen then seen = {}; known[h] = seen end
-  local found = seen[id]
-  if found == nil then found = redis.call('HEXISTS', KEYS[h], id) == 1; seen[id] = found end
-  return found
-end
--- Adds `cost` to a window bucket; an expiry of '0' means no window budget.
-local function count_window(key, expires, cost)
-  if expires == '0' then return end
-  local w = windows[key]
-  if not w then w = {0, expires}; windows[key] = w end
-  w[1] = w[1] + cost
-  w[2] = expires
-end
-local function flush()
-  for key, fields in pairs(sums) do
-    for field, n in pairs(fields) do redis.call('HINCRBY', key, field, string.format('%d', n)) end
+-- All or nothing: when a record's request id was seen before, the
+-- markers this call set are removed again and nothing else is written;
+-- it returns the positions (from 1) of those records, for the caller to
+-- send the batch again without them. Returns an empty table when the
+-- whole batch was applied.
+local function apply_batch(k, a)
+  local n = tonumber(ARGV[a])
+  local seen = {}
+  for i = 1, n do
+    if not redis.call('SET', KEYS[k + i - 1], '1', 'NX', 'EX', ARGV[1]) then seen[#seen + 1] = i end
   end
-  for key, holders in pairs(takes) do
-    for holder, cost in pairs(holders) do take_hold(key, holder, cost) end
+  if #seen > 0 then
+    local j = 1
+    for i = 1, n do
+      if seen[j] == i then j = j + 1 else redis.call('DEL', KEYS[k + i - 1]) end
+    end
+    return seen
   end
-  for key, w in pairs(windows) do
-    redis.call('INCRBY', key, string.format('%d', w[1]))
-    redis.call('EXPIREAT', key, w[2])
-  end
-  for key, fields in pairs(rollups) do
-    for field, n in pairs(fields) do redis.call('HINCRBY', key, field, string.format('%d', n)) end
-  end
-  for key, at in pairs(expiries) do redis.call('EXPIREAT', key, at) end
-  -- LPUSH of many values leaves them as one LPUSH each would.
-  for i = 1, #pushed, 1000 do
-    redis.call('LPUSH', KEYS[6], unpack(pushed, i, math.min(i + 999, #pushed)))
-  end
-end
-local function apply(k, a)
-  if not redis.call('SET', KEYS[k], '1', 'NX', 'EX', ARGV[1]) then return false end
-  local account, token, cost = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  if exists(1, account) then
-    add(sums, KEYS[3], account, -cost)
-    add(sums, KEYS[4], account, cost)
-    count_window(KEYS[k + 6], ARGV[a + 17], cost)
-  end
-  if exists(2, token) then
-    add(sums, KEYS[5], token, cost)
-    count_window(KEYS[k + 5], ARGV[a + 16], cost)
-  end
-  add(takes, KEYS[k + 1], ARGV[a + 4], cost)
-  add(takes, KEYS[k + 2], ARGV[a + 4], cost)
-  pushed[#pushed + 1] = ARGV[a + 5]
-  local prefix = ARGV[a + 6] .. '#'
-  for j, name in ipairs(COUNTERS) do
-    local n = tonumber(ARGV[a + 6 + j])
-    if n ~= 0 then
-      local field = prefix .. name
-      add(rollups, KEYS[k + 3], field, n)
-      add(rollups, KEYS[k + 4], field, n)
+  local records = a + 1
+  a = a + 1 + n
+  -- Accounts: KEYS[1] their hash, KEYS[3] balance, KEYS[4] spent; then
+  -- tokens: KEYS[2] their hash, KEYS[5] spent.
+  for _, kind in ipairs({1, 2}) do
+    local count = tonumber(ARGV[a])
+    a = a + 1
+    for _ = 1, count do
+      local id, cost, w = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 3])
+      if redis.call('HEXISTS', KEYS[kind], id) == 1 then
+        if kind == 1 then
+          redis.call('HINCRBY', KEYS[3], id, ARGV[a + 2])
+          redis.call('HINCRBY', KEYS[4], id, cost)
+        else
+          redis.call('HINCRBY', KEYS[5], id, cost)
+        end
+        if w > 0 then
+          redis.call('INCRBY', KEYS[w], cost)
+          redis.call('EXPIREAT', KEYS[w], ARGV[a + 4])
+        end
+      end
+      a = a + 5
     end
   end
-  expiries[KEYS[k + 3]] = ARGV[a + 14]
-  expiries[KEYS[k + 4]] = ARGV[a + 15]
-  return true
+  local count = tonumber(ARGV[a])
+  a = a + 1
+  for _ = 1, count do
+    take_hold(KEYS[tonumber(ARGV[a])], ARGV[a + 1], tonumber(ARGV[a + 2]))
+    a = a + 3
+  end
+  count = tonumber(ARGV[a])
+  a = a + 1
+  for _ = 1, count do
+    local key, fields = KEYS[tonumber(ARGV[a])], tonumber(ARGV[a + 2])
+    for f = 1, fields do
+      redis.call('HINCRBY', key, ARGV[a + 1 + 2 * f], ARGV[a + 2 + 2 * f])
+    end
+    redis.call('EXPIREAT', key, ARGV[a + 1])
+    a = a + 3 + 2 * fields
+  end
+  -- LPUSH of many values leaves them as one LPUSH each would.
+  for i = records, records + n - 1, 1000 do
+    redis.call('LPUSH', KEYS[6], unpack(ARGV, i, math.min(i + 999, records + n - 1)))
+  end
+  redis.call('LTRIM', KEYS[6], 0, ARGV[2])
+  return seen
 end
 ";
 
-/// Keys 7… `RECORD_KEYS` per record, args 3… `RECORD_ARGS` per record (see
-/// `apply`). Args: 1 TTL, 2 last usage index kept (-1: all). Returns
-/// `{applied, duplicates}`.
+/// Keys 7… the batch's (see `apply_batch`). Args: 1 TTL, 2 last usage
+/// index kept (-1: all), 3… the batch's. Returns the positions of records
+/// applied before, having written nothing; empty when all were applied.
 const APPLY_USAGE: &str = r"
-local applied, duplicates = 0, 0
-for i = 7, #KEYS, 7 do
-  if apply(i, 3 + (i - 7) / 7 * 18) then
-    applied = applied + 1
-  else
-    duplicates = duplicates + 1
-  end
-end
-flush()
-if applied > 0 then redis.call('LTRIM', KEYS[6], 0, ARGV[2]) end
-return {applied, duplicates}
+return apply_batch(7, 3)
 ";
 
 /// Key 7 the hold hash, 8… the buckets of the budget's current window.
@@ -230,30 +201,30 @@ take_hold(KEYS[7], ARGV[1], tonumber(ARGV[2]))
 return 1
 ";
 
-/// Keys 7… one record's (see `apply`), then the buckets of the token's
-/// and the account's current window. Args: 1 TTL, 2 last usage index kept,
-/// 3 now, 4… the record's, 22 and 23 how many window buckets of the token
-/// and of the account. Returns `{0}` applied, `{1}` duplicate,
-/// `{2}` token quota short, `{3, balance}` balance short.
+/// Key 7 the token's hold hash, 8 the account's, 9… the buckets of the
+/// token's and then the account's current window, then the record's batch
+/// of one (see `apply_batch`). Args: 1 TTL, 2 last usage index kept, 3 now,
+/// 4 token, 5 account, 6 cost, 7 and 8 how many window buckets of the
+/// token and of the account, 9… the batch's. Returns `{0}` applied, `{1}`
+/// duplicate, `{2}` token quota short, `{3, balance}` balance short.
 const CHARGE: &str = r"
-if redis.call('EXISTS', KEYS[7]) == 1 then return {1} end
+local token_buckets, account_buckets = tonumber(ARGV[7]), tonumber(ARGV[8])
+local marker = 9 + token_buckets + account_buckets
+if redis.call('EXISTS', KEYS[marker]) == 1 then return {1} end
 local now, cost = tonumber(ARGV[3]), tonumber(ARGV[6])
-local token_buckets, account_buckets = tonumber(ARGV[22]), tonumber(ARGV[23])
-local found, unlimited, remaining = standing('token', ARGV[5], 14, token_buckets)
+local found, unlimited, remaining = standing('token', ARGV[4], 9, token_buckets)
 if not found then return {2} end
 if not unlimited then
-  local others = holds(KEYS[8], '', now)
+  local others = holds(KEYS[7], '', now)
   if remaining - others < cost then return {2} end
 end
-found, unlimited, remaining = standing('account', ARGV[4], 14 + token_buckets, account_buckets)
+found, unlimited, remaining = standing('account', ARGV[5], 9 + token_buckets, account_buckets)
 if not found then return {3, 0} end
 if not unlimited then
-  local others = holds(KEYS[9], '', now)
+  local others = holds(KEYS[8], '', now)
   if remaining - others < cost then return {3, remaining} end
 end
-apply(7, 4)
-flush()
-redis.call('LTRIM', KEYS[6], 0, ARGV[2])
+apply_batch(marker, 9)
 return {0}
 ";
 
@@ -349,52 +320,31 @@ impl RedisStore {
             .collect())
     }
 
-    /// Adds one record's keys and arguments (the layout `apply` reads).
-    fn record_call(
-        &self,
-        call: &mut redis::ScriptInvocation<'_>,
-        record: &UsageRecord,
-        windows: &RecordWindows,
-    ) -> Result<()> {
-        let json = serde_json::to_string(record).map_err(StoreError::Corrupt)?;
-        call.key(applied_key(&record.request_id));
-        call.key(hold_key(&Budget::Token(record.token_id.clone())));
-        call.key(hold_key(&Budget::Account(record.account_id.clone())));
-        for period in Period::ALL {
-            call.key(bucket_key(period, period.bucket(record.created_at)));
-        }
-        for window in windows {
-            call.key(window.as_ref().map_or(NO_WINDOW, |(key, _)| key.as_str()));
-        }
-        call.arg(&record.account_id).arg(&record.token_id);
-        call.arg(record.cost_micros).arg(record.cost_micros.saturating_neg());
-        call.arg(&record.node_id).arg(json).arg(Dims::of(record).encode());
-        for count in Counts::of(record).to_array() {
-            call.arg(count);
-        }
-        for period in Period::ALL {
-            call.arg(self.retention.rollup_expires_at(period, period.bucket(record.created_at)));
-        }
-        for window in windows {
-            call.arg(window.as_ref().map_or(0, |(_, expires)| *expires));
-        }
-        Ok(())
-    }
-
-    /// `Store::apply_usage` on Redis, in batches of `USAGE_BATCH`.
+    /// `Store::apply_usage` on Redis, in batches of `USAGE_BATCH`. A batch
+    /// holding records applied before is written without them, in a
+    /// second call.
     pub(super) async fn apply_usage_records(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
         let mut outcome = UsageOutcome::default();
         for batch in records.chunks(USAGE_BATCH) {
             let windows = self.record_windows(batch).await?;
-            let mut call = invocation(&SCRIPTS[0]);
-            call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index());
-            for (record, windows) in batch.iter().zip(&windows) {
-                self.record_call(&mut call, record, windows)?;
+            let mut pending: Vec<usize> = (0..batch.len()).collect();
+            while !pending.is_empty() {
+                let mut call = invocation(&SCRIPTS[0]);
+                call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index());
+                let records = pending.iter().map(|&i| (&batch[i], &windows[i]));
+                usage_batch::add(&mut call, 7, records, &self.retention)?;
+                let seen: Vec<usize> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+                if seen.is_empty() {
+                    outcome.applied += u32::try_from(pending.len()).unwrap_or(u32::MAX);
+                    break;
+                }
+                outcome.duplicates += u32::try_from(seen.len()).unwrap_or(u32::MAX);
+                let mut position = 0;
+                pending.retain(|_| {
+                    position += 1;
+                    !seen.contains(&position)
+                });
             }
-            let (applied, duplicates): (u32, u32) =
-                call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
-            outcome.applied += applied;
-            outcome.duplicates += duplicates;
         }
         Ok(outcome)
     }
@@ -432,12 +382,16 @@ impl BudgetStore for RedisStore {
         let token = self.current_window_keys(&Budget::Token(record.token_id.clone()), now).await?;
         let account = self.current_window_keys(&Budget::Account(record.account_id.clone()), now).await?;
         let mut call = invocation(&SCRIPTS[3]);
-        call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index()).arg(now);
-        self.record_call(&mut call, record, windows.first().unwrap_or(&[None, None]))?;
+        call.key(hold_key(&Budget::Token(record.token_id.clone())));
+        call.key(hold_key(&Budget::Account(record.account_id.clone())));
         for bucket in token.iter().chain(&account) {
             call.key(bucket);
         }
+        call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index()).arg(now);
+        call.arg(&record.token_id).arg(&record.account_id).arg(record.cost_micros);
         call.arg(token.len()).arg(account.len());
+        let windows = windows.first().unwrap_or(&[None, None]);
+        usage_batch::add(&mut call, 9 + token.len() + account.len(), std::iter::once((record, windows)), &self.retention)?;
         let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(match reply.as_slice() {
             [0] => Charged::Applied,

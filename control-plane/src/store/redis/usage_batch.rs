@@ -1,0 +1,155 @@
+//! What a batch of usage records adds up to, in the form the ledger's Lua
+//! scripts take (`apply_batch` in `ledger`): per record only its
+//! idempotency marker and its JSON; every counter, lease take, window
+//! bucket and rollup field summed here, once for the whole batch. A batch
+//! is mostly one token's and one account's records, so Redis writes a few
+//! fields for it instead of a dozen per record, and the sums cost Rust
+//! arithmetic rather than Lua's.
+//!
+//! The sums are those record-by-record writes would leave: costs are never
+//! negative in a batch that takes from a lease (a take stops at zero
+//! either way), and counters only add.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::layout::{applied_key, hold_key};
+use super::rollup::bucket_key;
+use crate::domain::UsageRecord;
+use crate::store::budget::Budget;
+use crate::store::rollup::{Counts, Dims, Period, Retention};
+use crate::store::{Result, StoreError};
+
+/// A record's window buckets: the token's and the account's key and
+/// expiry, when they have a window budget.
+pub(super) type RecordWindows = [Option<(String, i64)>; 2];
+
+/// A budget's share of a batch: what it adds to the budget's counters and,
+/// when it has one, to a window bucket expiring at `window_expires`.
+#[derive(Default)]
+struct Spend {
+    cost: i64,
+    window_expires: i64,
+}
+
+/// Extra keys the sums write, each once, numbered as the script sees them.
+struct Keys {
+    first: usize,
+    names: Vec<String>,
+    index: HashMap<String, usize>,
+}
+
+/// The rollup dimensions of a record, borrowed: account, token, model,
+/// channel, group.
+type DimsRef<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
+
+// === impl Keys ===
+
+impl Keys {
+    /// The index in `KEYS` of `name`, adding it when new.
+    fn of(&mut self, name: String) -> usize {
+        if let Some(&i) = self.index.get(&name) {
+            return i;
+        }
+        let i = self.first + self.names.len();
+        self.index.insert(name.clone(), i);
+        self.names.push(name);
+        i
+    }
+}
+
+/// Adds to `call` the markers of `records` as keys from index `first_key`
+/// on, then the keys their sums write; and as arguments the batch: its
+/// size, each record's JSON, then the sums in the sections `apply_batch`
+/// reads.
+pub(super) fn add<'a>(
+    call: &mut redis::ScriptInvocation<'_>,
+    first_key: usize,
+    records: impl Iterator<Item = (&'a UsageRecord, &'a RecordWindows)> + Clone,
+    retention: &Retention,
+) -> Result<()> {
+    let mut size = 0;
+    for (record, _) in records.clone() {
+        call.key(applied_key(&record.request_id));
+        size += 1;
+    }
+    call.arg(size);
+    for (record, _) in records.clone() {
+        call.arg(serde_json::to_string(record).map_err(StoreError::Corrupt)?);
+    }
+
+    let mut keys = Keys { first: first_key + size, names: Vec::new(), index: HashMap::new() };
+    // (id, window key index or 0) → spend, for accounts and for tokens.
+    let mut accounts: BTreeMap<(&str, usize), Spend> = BTreeMap::new();
+    let mut tokens: BTreeMap<(&str, usize), Spend> = BTreeMap::new();
+    // (hold key index, holder) → cost.
+    let mut takes: BTreeMap<(usize, &str), i64> = BTreeMap::new();
+    // (bucket key index, dimensions) → counters; bucket key index → expiry.
+    let mut rollups: BTreeMap<(usize, DimsRef<'_>), ([i64; 7], &UsageRecord)> = BTreeMap::new();
+    let mut expiries: BTreeMap<usize, i64> = BTreeMap::new();
+    for (record, windows) in records {
+        let cost = record.cost_micros;
+        let budgets = [
+            (&mut tokens, &windows[0], Budget::Token(record.token_id.clone()), record.token_id.as_str()),
+            (&mut accounts, &windows[1], Budget::Account(record.account_id.clone()), record.account_id.as_str()),
+        ];
+        for (spends, window, budget, id) in budgets {
+            let window = window.as_ref().map(|(key, expires)| (keys.of(key.clone()), *expires));
+            let spend = spends.entry((id, window.map_or(0, |(i, _)| i))).or_default();
+            spend.cost = spend.cost.saturating_add(cost);
+            spend.window_expires = window.map_or(0, |(_, expires)| expires);
+            let take = takes.entry((keys.of(hold_key(&budget)), record.node_id.as_str())).or_default();
+            *take = take.saturating_add(cost);
+        }
+        let dims = (
+            record.account_id.as_str(),
+            record.token_id.as_str(),
+            record.model.as_str(),
+            record.channel_id.as_str(),
+            record.group.as_str(),
+        );
+        let counts = Counts::of(record).to_array();
+        for period in Period::ALL {
+            let start = period.bucket(record.created_at);
+            let key = keys.of(bucket_key(period, start));
+            expiries.insert(key, retention.rollup_expires_at(period, start));
+            let (sums, _) = rollups.entry((key, dims)).or_insert(([0; 7], record));
+            for (sum, n) in sums.iter_mut().zip(counts) {
+                *sum = sum.saturating_add(n);
+            }
+        }
+    }
+
+    for spends in [&accounts, &tokens] {
+        call.arg(spends.len());
+        for ((id, window), spend) in spends {
+            call.arg(*id).arg(spend.cost).arg(spend.cost.saturating_neg()).arg(*window).arg(spend.window_expires);
+        }
+    }
+    call.arg(takes.len());
+    for ((key, holder), cost) in &takes {
+        call.arg(*key).arg(*holder).arg(*cost);
+    }
+    // Each bucket hash: its key, expiry, then its fields and what they add.
+    let mut fields: BTreeMap<usize, Vec<(String, i64)>> = BTreeMap::new();
+    for ((key, _), (sums, first)) in &rollups {
+        let prefix = Dims::of(first).encode();
+        let bucket = fields.entry(*key).or_default();
+        for (name, n) in Counts::NAMES.iter().zip(sums) {
+            if *n != 0 {
+                bucket.push((format!("{prefix}#{name}"), *n));
+            }
+        }
+    }
+    call.arg(expiries.len());
+    for (key, expires) in &expiries {
+        let bucket = fields.remove(key).unwrap_or_default();
+        call.arg(*key).arg(*expires).arg(bucket.len());
+        for (field, n) in bucket {
+            call.arg(field).arg(n);
+        }
+    }
+    for name in keys.names {
+        call.key(name);
+    }
+    Ok(())
+}
