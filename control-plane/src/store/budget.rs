@@ -168,6 +168,7 @@ pub mod conformance {
     pub async fn run(store: Arc<dyn Store>) {
         concurrent_leases_never_exceed_what_is_left(store.clone()).await;
         usage_takes_its_cost_out_of_its_data_planes_lease(&*store).await;
+        a_batch_with_a_resent_record_takes_each_new_cost_once(&*store).await;
         released_and_lapsed_leases_are_available_again(&*store).await;
         charges_apply_only_when_covered_net_of_leases(&*store).await;
         concurrent_charges_never_overdraw(store.clone()).await;
@@ -216,6 +217,38 @@ pub mod conformance {
         let other = store.lease(&ask(&budget, "dp-2", 500, 500, now)).await.expect("lease");
         assert_eq!(other.granted, 500);
         assert_eq!(account_counters(store, "lease-use").await, (800, 200));
+    }
+
+    /// A batch mixing a record applied before with new ones: only the new
+    /// ones reach the counters, the lease, the rollups and the record list,
+    /// each once.
+    pub async fn a_batch_with_a_resent_record_takes_each_new_cost_once(store: &dyn Store) {
+        let budget = with_balance(store, "lease-resend", 1_000).await;
+        store.create(token("lease-resend-tok", "lease-resend")).await.expect("create token");
+        let now = crate::domain::now_unix();
+        store.lease(&ask(&budget, "dp-1", 500, 500, now)).await.expect("lease");
+        let record = |id: &str, cost| crate::domain::UsageRecord {
+            created_at: now,
+            ..usage(id, "lease-resend-tok", "lease-resend", "m", cost)
+        };
+        let first = store.apply_usage(&[record("resend-1", 100), record("resend-2", 50)]).await.expect("usage");
+        assert_eq!((first.applied, first.duplicates), (2, 0));
+        let batch = [record("resend-3", 70), record("resend-1", 100), record("resend-4", 30), record("resend-3", 70)];
+        let second = store.apply_usage(&batch).await.expect("usage");
+        assert_eq!((second.applied, second.duplicates), (2, 2), "resend-1 and the second resend-3 were seen");
+        let lease = store.lease(&ask(&budget, "dp-1", 0, 0, now)).await.expect("renew");
+        assert_eq!((lease.held, lease.remaining), (500 - 250, 750), "each new cost came out of the lease once");
+        assert_eq!(account_counters(store, "lease-resend").await, (750, 250));
+        let filter = crate::domain::UsageFilter { token_id: "lease-resend-tok".into(), ..Default::default() };
+        let logged = store.list_usage(&filter).await.expect("list usage");
+        let ids: Vec<&str> = logged.iter().map(|r| r.request_id.as_str()).collect();
+        assert_eq!(ids, ["resend-4", "resend-3", "resend-2", "resend-1"], "each record listed once, newest first");
+        let hour = crate::store::rollup::Period::Hour;
+        let start = hour.bucket(now);
+        let rows = store.rollups(hour, start, start + hour.secs()).await.expect("rollups");
+        let mine: Vec<_> = rows.iter().filter(|r| r.dims.token_id == "lease-resend-tok").collect();
+        assert_eq!(mine.len(), 1, "one rollup row: {mine:?}");
+        assert_eq!((mine[0].counts.requests, mine[0].counts.cost_micros), (4, 250), "rollups count each record once");
     }
 
     pub async fn released_and_lapsed_leases_are_available_again(store: &dyn Store) {
