@@ -391,7 +391,12 @@ impl BudgetStore for RedisStore {
         call.arg(&record.token_id).arg(&record.account_id).arg(record.cost_micros);
         call.arg(token.len()).arg(account.len());
         let windows = windows.first().unwrap_or(&[None, None]);
-        usage_batch::add(&mut call, 9 + token.len() + account.len(), std::iter::once((record, windows)), &self.retention)?;
+        usage_batch::add(
+            &mut call,
+            9 + token.len() + account.len(),
+            std::iter::once((record, windows)),
+            &self.retention,
+        )?;
         let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(match reply.as_slice() {
             [0] => Charged::Applied,
