@@ -80,9 +80,9 @@ impl ListenerTls {
 // === impl Config ===
 
 impl Config {
-    /// A config with no admin listener, no trusted proxies, a generated node id, a 200 ms
-    /// report interval, fsync per group commit and the default upstream
-    /// settings.
+    /// A config with no admin listener, no trusted proxies, a generated
+    /// node id, a 50 ms report interval, fsync per sealed segment and the
+    /// default upstream settings.
     pub fn new(
         listen: SocketAddr,
         control_plane: impl Into<String>,
@@ -97,7 +97,7 @@ impl Config {
             node_key: node_key.into(),
             node_id: None,
             trusted_proxies: Vec::new(),
-            report_interval: Duration::from_millis(200),
+            report_interval: Duration::from_millis(50),
             spool_sync: crate::spool::SyncPolicy::default(),
             upstream: crate::provider::Config::default(),
             limits: crate::http::Limits::default(),
@@ -251,6 +251,17 @@ mod tests {
         }
         let config = Config { workers: 0, ..Config::new("127.0.0.1:0".parse().unwrap(), "http://cp:1", "d", "k") };
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn the_report_interval_defaults_to_50_ms_and_takes_10_to_5000() {
+        let load = check_config_with;
+        assert_eq!(load(&[]).unwrap().config.report_interval, Duration::from_millis(50));
+        let set = load(&["--report-interval-ms", "250"]).unwrap();
+        assert_eq!(set.config.report_interval, Duration::from_millis(250));
+        for bad in ["0", "9", "5001", "soon"] {
+            assert!(load(&["--report-interval-ms", bad]).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]

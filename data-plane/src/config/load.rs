@@ -141,7 +141,13 @@ pub static SETTINGS: &[Setting] = &[
         "spool_sync",
         "GW_DP_SPOOL_SYNC",
         Some("interval"),
-        "When the usage spool fsyncs: `batch` (each group commit) or `interval` (each 200 ms segment)",
+        "When the usage spool fsyncs: `batch` (each group commit) or `interval` (each segment as it is sealed)",
+    ),
+    Setting::new(
+        "report_interval_ms",
+        "GW_DP_REPORT_INTERVAL_MS",
+        Some("50"),
+        "How often each serving thread seals a usage spool segment for the reporter, in ms (10 to 5000)",
     ),
     Setting::new(
         "tls_cert_file",
@@ -238,6 +244,12 @@ where
     }
     if let Some(rate) = layers.get("body_min_rate", positive) {
         config.limits.body_min_bytes_per_sec = rate;
+    }
+    if let Some(interval) = layers.get("report_interval_ms", |t| match positive(t)? {
+        ms @ 10..=5_000 => Ok(Duration::from_millis(ms)),
+        _ => Err("must be between 10 and 5000 ms".to_owned()),
+    }) {
+        config.report_interval = interval;
     }
     if let Some(ttl) = layers.get("lease_ttl_secs", |t| match positive(t)? {
         secs @ 10..=3_600 => Ok(Duration::from_secs(secs)),
