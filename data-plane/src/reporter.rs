@@ -2,8 +2,9 @@
 //! are on disk before the reporter ever sees them: the spool's writer seals
 //! a segment every report interval and hands its entries here, whatever the
 //! control plane is doing, so a frozen or dead control plane never stops
-//! spooling. The reporter sends each segment's final records oldest first
-//! (at most `MAX_BATCH` per `ReportUsage` call, retried with backoff) and
+//! spooling. The reporter sends the segments' final records oldest first,
+//! those of every segment ready in one `ReportUsage` call (at most
+//! `MAX_BATCH`, retried with backoff), and
 //! deletes a segment only once its records were acknowledged and every
 //! request it opened was closed; an open entry that outlives its segment
 //! by `CARRY_AFTER` is copied forward so the old file can go. What a
@@ -73,6 +74,14 @@ struct Pending {
     /// Open requests whose open entry is in this segment.
     opens: usize,
     sealed_at: Instant,
+}
+
+/// Records for one `ReportUsage` call: the oldest not yet acknowledged,
+/// at most `MAX_BATCH`, from as many segments as hold them.
+#[derive(Debug, PartialEq)]
+struct Batch<'a> {
+    /// Each segment's number and its records in the batch, oldest first.
+    parts: Vec<(u64, &'a [UsageRecord])>,
 }
 
 // === impl Reporter ===
@@ -154,9 +163,10 @@ impl Reporter {
     /// Sends unacknowledged records oldest first; stops at the first failure.
     async fn send_all(&self, backlog: &mut Backlog) -> Result<(), ()> {
         let mut client = PolicyServiceClient::new(self.control.channel());
-        while let Some((seq, batch)) = backlog.next_batch() {
+        while let Some(batch) = backlog.next_batch() {
             let count = batch.len();
-            let records = batch.iter().map(pb::UsageRecord::from).collect();
+            let parts = batch.counts();
+            let records = batch.records().map(pb::UsageRecord::from).collect();
             let mut request = self.control.request(pb::ReportUsageRequest { node_id: self.node_id.clone(), records });
             request.set_timeout(CALL_TIMEOUT);
             let result = tokio::time::timeout(CALL_TIMEOUT, client.report_usage(request)).await;
@@ -169,14 +179,16 @@ impl Reporter {
                         refused = response.refused,
                         "usage reported"
                     );
-                    backlog.acked(seq, count);
+                    backlog.acked(&parts);
                 }
                 Ok(Err(status)) if !grpc::is_retryable(&status) => {
                     tracing::error!(%status, records = count, "control plane refused a usage batch");
+                    let (seq, _) = parts[0];
                     let name = format!("{seq:020}-{}", backlog.segments.get(&seq).map_or(0, |p| p.sent));
-                    let refused = backlog.next_batch().map(|(_, batch)| batch.to_vec()).unwrap_or_default();
+                    let refused =
+                        backlog.next_batch().map(|batch| batch.records().cloned().collect()).unwrap_or_default();
                     self.spool.reject(&name, refused);
-                    backlog.acked(seq, count);
+                    backlog.acked(&parts);
                 }
                 Ok(Err(status)) => {
                     tracing::warn!(%status, pending = backlog.segments.len(), "usage report failed; will retry");
@@ -261,20 +273,33 @@ impl Backlog {
         self.segments.values().any(|p| p.sent < p.records.len())
     }
 
-    /// The oldest records not yet acknowledged, at most `MAX_BATCH`, and
-    /// their segment.
-    fn next_batch(&self) -> Option<(u64, &[UsageRecord])> {
-        let (seq, pending) = self.segments.iter().find(|(_, p)| p.sent < p.records.len())?;
-        let end = pending.records.len().min(pending.sent + MAX_BATCH);
-        Some((*seq, &pending.records[pending.sent..end]))
+    /// The oldest records not yet acknowledged, at most `MAX_BATCH`;
+    /// `None` when every record was.
+    fn next_batch(&self) -> Option<Batch<'_>> {
+        let mut parts = Vec::new();
+        let mut room = MAX_BATCH;
+        for (seq, pending) in &self.segments {
+            if room == 0 {
+                break;
+            }
+            let left = &pending.records[pending.sent..];
+            if !left.is_empty() {
+                let take = left.len().min(room);
+                parts.push((*seq, &left[..take]));
+                room -= take;
+            }
+        }
+        (!parts.is_empty()).then_some(Batch { parts })
     }
 
-    /// `count` more records of segment `seq` were acknowledged.
-    fn acked(&mut self, seq: u64, count: usize) {
-        if let Some(pending) = self.segments.get_mut(&seq) {
-            pending.sent = (pending.sent + count).min(pending.records.len());
+    /// The counts of records of each segment acknowledged.
+    fn acked(&mut self, parts: &[(u64, usize)]) {
+        for &(seq, count) in parts {
+            if let Some(pending) = self.segments.get_mut(&seq) {
+                pending.sent = (pending.sent + count).min(pending.records.len());
+            }
+            self.reap(seq);
         }
-        self.reap(seq);
     }
 
     /// Deletes segment `seq` if all its records were acknowledged and none
@@ -322,6 +347,23 @@ impl Backlog {
             pending.opens = 0;
         }
         self.reap(seq);
+    }
+}
+
+// === impl Batch ===
+
+impl Batch<'_> {
+    fn len(&self) -> usize {
+        self.parts.iter().map(|(_, records)| records.len()).sum()
+    }
+
+    fn records(&self) -> impl Iterator<Item = &UsageRecord> {
+        self.parts.iter().flat_map(|(_, records)| records.iter())
+    }
+
+    /// Each segment's number and how many of its records the batch holds.
+    fn counts(&self) -> Vec<(u64, usize)> {
+        self.parts.iter().map(|(seq, records)| (*seq, records.len())).collect()
     }
 }
 
@@ -438,9 +480,9 @@ mod tests {
         let first_path = first.path.clone();
         backlog.sealed(first);
         let batch = backlog.next_batch().unwrap();
-        assert_eq!(batch.0, 1);
+        assert_eq!(batch.counts(), [(1, 1)]);
         assert_eq!(backlog.next_batch().unwrap(), batch, "a batch stays the next until acknowledged");
-        backlog.acked(1, 1);
+        backlog.acked(&[(1, 1)]);
         assert!(first_path.exists(), "a and b are still open");
 
         backlog.sealed(segment(dir.path(), 2, &[(Kind::Final, "a")]));
@@ -453,9 +495,9 @@ mod tests {
         backlog.carried(1);
         assert!(!first_path.exists(), "its open entry was copied forward");
 
-        let (seq, batch) = backlog.next_batch().unwrap();
-        assert_eq!((seq, &*batch[0].request_id), (2, "a"));
-        backlog.acked(2, 1);
+        let batch = backlog.next_batch().unwrap();
+        assert_eq!((batch.counts(), &*batch.parts[0].1[0].request_id), (vec![(2, 1)], "a"));
+        backlog.acked(&[(2, 1)]);
         let third = segment(dir.path(), 3, &[(Kind::Carried, "b"), (Kind::Carried, "a")]);
         let third_path = third.path.clone();
         backlog.sealed(third);
@@ -483,10 +525,10 @@ mod tests {
         assert!(carried_path.exists(), "b is still open; a's close came first and does not count");
         backlog.sealed(segment(dir.path(), 8, &[(Kind::Final, "b")]));
         let mut sent = Vec::new();
-        while let Some((seq, batch)) = backlog.next_batch() {
-            let count = batch.len();
-            sent.extend(batch.iter().map(|r| r.request_id.to_string()));
-            backlog.acked(seq, count);
+        while let Some(batch) = backlog.next_batch() {
+            sent.extend(batch.records().map(|r| r.request_id.to_string()));
+            let parts = batch.counts();
+            backlog.acked(&parts);
         }
         assert_eq!(sent, ["a", "b"]);
         assert!(!carried_path.exists());
@@ -495,21 +537,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn batches_hold_at_most_max_batch_records_in_spool_order() {
+    async fn batches_hold_at_most_max_batch_records_in_spool_order_across_segments() {
         let dir = tempfile::tempdir().unwrap();
         let mut backlog = Backlog::default();
         let path = dir.path().join("old.log");
         std::fs::write(&path, b"x").unwrap();
         let records = (0..MAX_BATCH + 1).map(|i| record(&format!("old{i}"))).collect();
         backlog.replayed(Replay { paths: vec![path.clone()], records, unfinished: 0, next_seq: 1 });
-        backlog.sealed(segment(dir.path(), 1, &[(Kind::Final, "new")]));
-        let (seq, batch) = backlog.next_batch().unwrap();
-        assert_eq!((seq, batch.len()), (REPLAYED, MAX_BATCH));
-        backlog.acked(seq, batch.len());
-        let (seq, batch) = backlog.next_batch().unwrap();
-        assert_eq!((seq, batch.len()), (REPLAYED, 1));
-        backlog.acked(seq, 1);
-        assert!(!path.exists());
-        assert_eq!(&*backlog.next_batch().unwrap().1[0].request_id, "new");
+        backlog.sealed(segment(dir.path(), 1, &[(Kind::Final, "new"), (Kind::Final, "newer")]));
+        backlog.sealed(segment(dir.path(), 2, &[(Kind::Final, "newest")]));
+        let batch = backlog.next_batch().unwrap();
+        assert_eq!(batch.counts(), [(REPLAYED, MAX_BATCH)]);
+        backlog.acked(&[(REPLAYED, MAX_BATCH)]);
+        let batch = backlog.next_batch().unwrap();
+        assert_eq!(batch.counts(), [(REPLAYED, 1), (1, 2), (2, 1)], "what is left of every segment, in one call");
+        let ids: Vec<&str> = batch.records().map(|r| &*r.request_id).collect();
+        assert_eq!(ids, [format!("old{MAX_BATCH}").as_str(), "new", "newer", "newest"]);
+        backlog.acked(&[(REPLAYED, 1), (1, 1)]);
+        assert!(!path.exists(), "the replay was all acknowledged");
+        let batch = backlog.next_batch().unwrap();
+        assert_eq!(batch.counts(), [(1, 1), (2, 1)], "a part acknowledged is not sent again");
+        let parts = batch.counts();
+        backlog.acked(&parts);
+        assert!(backlog.next_batch().is_none());
+        assert!(backlog.segments.is_empty());
     }
 }
