@@ -331,8 +331,8 @@ impl RedisStore {
             while !pending.is_empty() {
                 let mut call = invocation(&SCRIPTS[0]);
                 call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index());
-                let records = pending.iter().map(|&i| (&batch[i], &windows[i]));
-                usage_batch::add(&mut call, 7, records, &self.retention)?;
+                let records: Vec<_> = pending.iter().map(|&i| (&batch[i], &windows[i])).collect();
+                usage_batch::add(&mut call, 7, &records, &self.retention)?;
                 let seen: Vec<usize> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
                 if seen.is_empty() {
                     outcome.applied += u32::try_from(pending.len()).unwrap_or(u32::MAX);
@@ -391,12 +391,7 @@ impl BudgetStore for RedisStore {
         call.arg(&record.token_id).arg(&record.account_id).arg(record.cost_micros);
         call.arg(token.len()).arg(account.len());
         let windows = windows.first().unwrap_or(&[None, None]);
-        usage_batch::add(
-            &mut call,
-            9 + token.len() + account.len(),
-            std::iter::once((record, windows)),
-            &self.retention,
-        )?;
+        usage_batch::add(&mut call, 9 + token.len() + account.len(), &[(record, windows)], &self.retention)?;
         let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(match reply.as_slice() {
             [0] => Charged::Applied,

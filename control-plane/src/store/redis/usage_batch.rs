@@ -46,13 +46,13 @@ type DimsRef<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
 
 impl Keys {
     /// The index in `KEYS` of `name`, adding it when new.
-    fn of(&mut self, name: String) -> usize {
-        if let Some(&i) = self.index.get(&name) {
+    fn of(&mut self, name: &str) -> usize {
+        if let Some(&i) = self.index.get(name) {
             return i;
         }
         let i = self.first + self.names.len();
-        self.index.insert(name.clone(), i);
-        self.names.push(name);
+        self.index.insert(name.to_owned(), i);
+        self.names.push(name.to_owned());
         i
     }
 }
@@ -61,23 +61,19 @@ impl Keys {
 /// on, then the keys their sums write; and as arguments the batch: its
 /// size, each record's JSON, then the sums in the sections `apply_batch`
 /// reads.
-pub(super) fn add<'a>(
+pub(super) fn add(
     call: &mut redis::ScriptInvocation<'_>,
     first_key: usize,
-    records: impl Iterator<Item = (&'a UsageRecord, &'a RecordWindows)> + Clone,
+    records: &[(&UsageRecord, &RecordWindows)],
     retention: &Retention,
 ) -> Result<()> {
-    let mut size = 0;
-    for (record, _) in records.clone() {
+    call.arg(records.len());
+    for (record, _) in records {
         call.key(applied_key(&record.request_id));
-        size += 1;
-    }
-    call.arg(size);
-    for (record, _) in records.clone() {
         call.arg(serde_json::to_string(record).map_err(StoreError::Corrupt)?);
     }
 
-    let mut keys = Keys { first: first_key + size, names: Vec::new(), index: HashMap::new() };
+    let mut keys = Keys { first: first_key + records.len(), names: Vec::new(), index: HashMap::new() };
     // (id, window key index or 0) → spend, for accounts and for tokens.
     let mut accounts: BTreeMap<(&str, usize), Spend> = BTreeMap::new();
     let mut tokens: BTreeMap<(&str, usize), Spend> = BTreeMap::new();
@@ -86,18 +82,18 @@ pub(super) fn add<'a>(
     // (bucket key index, dimensions) → counters; bucket key index → expiry.
     let mut rollups: BTreeMap<(usize, DimsRef<'_>), ([i64; 7], &UsageRecord)> = BTreeMap::new();
     let mut expiries: BTreeMap<usize, i64> = BTreeMap::new();
-    for (record, windows) in records {
+    for &(record, windows) in records {
         let cost = record.cost_micros;
         let budgets = [
             (&mut tokens, &windows[0], Budget::Token(record.token_id.clone()), record.token_id.as_str()),
             (&mut accounts, &windows[1], Budget::Account(record.account_id.clone()), record.account_id.as_str()),
         ];
         for (spends, window, budget, id) in budgets {
-            let window = window.as_ref().map(|(key, expires)| (keys.of(key.clone()), *expires));
+            let window = window.as_ref().map(|(key, expires)| (keys.of(key), *expires));
             let spend = spends.entry((id, window.map_or(0, |(i, _)| i))).or_default();
             spend.cost = spend.cost.saturating_add(cost);
             spend.window_expires = window.map_or(0, |(_, expires)| expires);
-            let take = takes.entry((keys.of(hold_key(&budget)), record.node_id.as_str())).or_default();
+            let take = takes.entry((keys.of(&hold_key(&budget)), record.node_id.as_str())).or_default();
             *take = take.saturating_add(cost);
         }
         let dims = (
@@ -110,7 +106,7 @@ pub(super) fn add<'a>(
         let counts = Counts::of(record).to_array();
         for period in Period::ALL {
             let start = period.bucket(record.created_at);
-            let key = keys.of(bucket_key(period, start));
+            let key = keys.of(&bucket_key(period, start));
             expiries.insert(key, retention.rollup_expires_at(period, start));
             let (sums, _) = rollups.entry((key, dims)).or_insert(([0; 7], record));
             for (sum, n) in sums.iter_mut().zip(counts) {
