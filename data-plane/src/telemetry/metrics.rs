@@ -4,11 +4,14 @@
 //! statuses, reasons, models and channels from the catalogue, never request
 //! ids, tokens or keys. Counters are summed by the data plane itself
 //! (`Sums`) and read at collection time; histograms go to the SDK as
-//! they are measured.
+//! they are measured, through handles bound to their label set once per
+//! thread (`Bound`), so a request's measurements hash no attributes.
 
 use std::{
+    cell::{OnceCell, RefCell},
+    collections::HashMap,
     sync::{
-        Arc, LazyLock, Weak,
+        Arc, LazyLock, OnceLock, Weak,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -16,12 +19,12 @@ use std::{
 
 use opentelemetry::{
     KeyValue,
-    metrics::{Gauge, Histogram},
+    metrics::{BoundHistogram, Gauge, Histogram},
 };
 
 use super::{
     Seen, labels,
-    sums::{Attr, Sums},
+    sums::{self, Attr, Sums},
 };
 use crate::pipeline::App;
 
@@ -130,20 +133,94 @@ pub fn request(route: &str, status: u16, reason: &'static str) {
 /// A metered request's tokens, cost, duration and time to first token.
 pub(super) fn usage(seen: &Seen<'_>) {
     let instruments = &*INSTRUMENTS;
-    let mut attrs = labels(seen);
+    let operation = super::operation_of(seen);
     let cost = u64::try_from(seen.cost_micros).unwrap_or(0);
-    counters().cost.add(&[Attr::Str(super::operation_of(seen)), Attr::Str(seen.model), Attr::Str(seen.channel)], cost);
-    if let Some(first) = seen.answer.first_output {
-        instruments.ttft.record(first.saturating_duration_since(seen.started).as_secs_f64(), &attrs);
+    counters().cost.add(&[Attr::Str(operation), Attr::Str(seen.model), Attr::Str(seen.channel)], cost);
+    with_bound(seen, |bound| {
+        if let Some(first) = seen.answer.first_output {
+            let ttft = first.saturating_duration_since(seen.started).as_secs_f64();
+            bound.histogram(&bound.ttft, &instruments.ttft, None).record(ttft);
+        }
+        let class = status_class(seen.status);
+        let duration = &bound.duration[class];
+        let attr = KeyValue::new("gw.status_class", STATUS_CLASSES[class]);
+        bound.histogram(duration, &instruments.duration, Some(attr)).record(seen.started.elapsed().as_secs_f64());
+        let input = KeyValue::new("gen_ai.token.type", "input");
+        let prompt = u64::try_from(seen.usage.prompt_tokens).unwrap_or(0);
+        bound.histogram(&bound.input, &instruments.tokens, Some(input)).record(prompt);
+        let output = KeyValue::new("gen_ai.token.type", "output");
+        let completion = u64::try_from(seen.usage.completion_tokens).unwrap_or(0);
+        bound.histogram(&bound.output, &instruments.tokens, Some(output)).record(completion);
+    });
+}
+
+/// Label sets a thread keeps bound; past them, a new set is bound for one
+/// request and let go. Far above the catalogue's models times channels.
+const MAX_BOUND: usize = 4096;
+
+/// The histograms of one label set (operation, model, channel), each bound
+/// on its first measurement: a bound series is exported from then on, so
+/// one bound early would show as an empty series.
+struct Bound {
+    labels: Vec<KeyValue>,
+    ttft: OnceCell<BoundHistogram<f64>>,
+    input: OnceCell<BoundHistogram<u64>>,
+    output: OnceCell<BoundHistogram<u64>>,
+    /// By status class (`STATUS_CLASSES`).
+    duration: [OnceCell<BoundHistogram<f64>>; STATUS_CLASSES.len()],
+}
+
+thread_local! {
+    /// This thread's bound label sets, by `sums::encode`d key.
+    static BOUND: RefCell<HashMap<Box<[u8]>, Bound, foldhash::fast::RandomState>> = RefCell::default();
+    static KEY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on the bound histograms of `seen`'s label set.
+fn with_bound(seen: &Seen<'_>, f: impl FnOnce(&Bound)) {
+    let values = [Attr::Str(super::operation_of(seen)), Attr::Str(seen.model), Attr::Str(seen.channel)];
+    KEY.with_borrow_mut(|key| {
+        key.clear();
+        sums::encode(&values, key);
+        BOUND.with_borrow_mut(|bound| {
+            if let Some(found) = bound.get(key.as_slice()) {
+                return f(found);
+            }
+            let fresh = Bound::new(labels(seen));
+            if bound.len() >= MAX_BOUND {
+                return f(&fresh);
+            }
+            f(bound.entry(key.as_slice().into()).or_insert(fresh));
+        });
+    });
+}
+
+// === impl Bound ===
+
+impl Bound {
+    fn new(labels: Vec<KeyValue>) -> Bound {
+        Bound {
+            labels,
+            ttft: OnceCell::new(),
+            input: OnceCell::new(),
+            output: OnceCell::new(),
+            duration: Default::default(),
+        }
     }
-    attrs.push(KeyValue::new("gw.status_class", status_class(seen.status)));
-    instruments.duration.record(seen.started.elapsed().as_secs_f64(), &attrs);
-    attrs.pop();
-    attrs.push(KeyValue::new("gen_ai.token.type", "input"));
-    instruments.tokens.record(u64::try_from(seen.usage.prompt_tokens).unwrap_or(0), &attrs);
-    attrs.pop();
-    attrs.push(KeyValue::new("gen_ai.token.type", "output"));
-    instruments.tokens.record(u64::try_from(seen.usage.completion_tokens).unwrap_or(0), &attrs);
+
+    /// `histogram` bound in `cell` to the label set plus `extra`.
+    fn histogram<'a, T>(
+        &self,
+        cell: &'a OnceCell<BoundHistogram<T>>,
+        histogram: &Histogram<T>,
+        extra: Option<KeyValue>,
+    ) -> &'a BoundHistogram<T> {
+        cell.get_or_init(|| {
+            let mut attrs = self.labels.clone();
+            attrs.extend(extra);
+            histogram.bind(&attrs)
+        })
+    }
 }
 
 /// An upstream attempt on `channel` ended with `outcome` (`ok` or the
@@ -157,9 +234,17 @@ pub fn attempt(channel: &str, outcome: &'static str, failover: bool) {
 
 /// The gateway's own time from a request's arrival to its first upstream attempt.
 pub fn overhead(elapsed: Duration, endpoint: &str) {
+    /// By operation (`OPERATIONS`), each bound on its first measurement.
+    static BOUND: [OnceLock<BoundHistogram<f64>>; OPERATIONS.len()] = [const { OnceLock::new() }; OPERATIONS.len()];
     let operation = super::operation(endpoint).unwrap_or("other");
-    INSTRUMENTS.overhead.record(elapsed.as_secs_f64(), &[KeyValue::new("gen_ai.operation.name", operation)]);
+    let index = OPERATIONS.iter().position(|o| *o == operation).unwrap_or(OPERATIONS.len() - 1);
+    let bound = BOUND[index]
+        .get_or_init(|| INSTRUMENTS.overhead.bind(&[KeyValue::new("gen_ai.operation.name", OPERATIONS[index])]));
+    bound.record(elapsed.as_secs_f64());
 }
+
+/// Every `gen_ai.operation.name` `operation` gives, `other` last.
+const OPERATIONS: [&str; 5] = ["chat", "text_completion", "embeddings", "generate_content", "other"];
 
 /// The reporter's backlog: records not yet acknowledged, segments kept.
 pub fn spool_backlog(records: usize, segments: usize) {
@@ -234,12 +319,74 @@ pub fn connections(open: &Arc<[AtomicUsize]>) {
         .build();
 }
 
-fn status_class(status: u16) -> &'static str {
+/// `gw.status_class` values, as `status_class` indexes them.
+const STATUS_CLASSES: [&str; 5] = ["2xx", "4xx", "client_closed", "5xx", "other"];
+
+/// The index in `STATUS_CLASSES` of `status`'s class.
+fn status_class(status: u16) -> usize {
     match status {
-        200..=299 => "2xx",
-        400..=498 => "4xx",
-        499 => "client_closed",
-        500..=599 => "5xx",
-        _ => "other",
+        200..=299 => 0,
+        400..=498 => 1,
+        499 => 2,
+        500..=599 => 3,
+        _ => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::{pricing::Usage, telemetry::Answer};
+
+    fn seen<'a>(model: &'a str, status: u16, answer: &'a Answer) -> Seen<'a> {
+        Seen {
+            endpoint: "/v1/chat/completions",
+            model,
+            channel: "bound-channel",
+            usage: Usage { prompt_tokens: 12, completion_tokens: 3, ..Usage::default() },
+            cost_micros: 5,
+            estimated: false,
+            status,
+            started: Instant::now(),
+            answer,
+        }
+    }
+
+    /// The Prometheus samples of `family` whose labels include `labels`.
+    fn samples(text: &str, family: &str, labels: &[&str]) -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")) && labels.iter().all(|label| l.contains(label)))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn bound_histograms_count_each_label_set_apart_and_show_no_empty_series() {
+        let plain = Answer::default();
+        let streamed = Answer { first_output: Some(Instant::now()), ..Answer::default() };
+        for _ in 0..3 {
+            usage(&seen("bound-a", 200, &plain));
+        }
+        usage(&seen("bound-a", 502, &plain));
+        usage(&seen("bound-b", 200, &streamed));
+        // Another thread binds its own handles to the same series.
+        std::thread::spawn(|| usage(&seen("bound-a", 200, &Answer::default()))).join().expect("thread");
+
+        let text = gw_telemetry::prometheus_text();
+        let a = r#"gen_ai_request_model="bound-a""#;
+        let b = r#"gen_ai_request_model="bound-b""#;
+        let count = "gen_ai_server_request_duration_seconds_count";
+        assert_eq!(samples(&text, count, &[a, r#"gw_status_class="2xx""#]).len(), 1, "{text}");
+        assert!(samples(&text, count, &[a, r#"gw_status_class="2xx""#])[0].ends_with(" 4"), "{text}");
+        assert!(samples(&text, count, &[a, r#"gw_status_class="5xx""#])[0].ends_with(" 1"), "{text}");
+        assert!(samples(&text, count, &[a, r#"gw_status_class="4xx""#]).is_empty(), "{text}");
+        let tokens = "gen_ai_client_token_usage_sum";
+        assert!(samples(&text, tokens, &[a, r#"gen_ai_token_type="input""#])[0].ends_with(" 60"), "{text}");
+        assert!(samples(&text, tokens, &[a, r#"gen_ai_token_type="output""#])[0].ends_with(" 15"), "{text}");
+        let ttft = "gen_ai_server_time_to_first_token_seconds_count";
+        assert!(samples(&text, ttft, &[a]).is_empty(), "a series bound before its first measurement:\n{text}");
+        assert!(samples(&text, ttft, &[b, r#"gen_ai_operation_name="chat""#])[0].ends_with(" 1"), "{text}");
     }
 }

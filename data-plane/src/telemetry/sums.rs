@@ -106,7 +106,7 @@ fn shard() -> usize {
 
 /// Each value as a tag byte, then a string's length and bytes or an
 /// integer's eight bytes: unambiguous whatever the strings hold.
-fn encode(values: &[Attr<'_>], out: &mut Vec<u8>) {
+pub(super) fn encode(values: &[Attr<'_>], out: &mut Vec<u8>) {
     for value in values {
         match value {
             Attr::Str(s) => {
