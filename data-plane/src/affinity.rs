@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use serde::Deserialize;
 
 /// Default most conversations remembered.
@@ -31,7 +31,12 @@ const MAX_NAME: usize = 512;
 
 /// Headers that name a conversation, after `prompt_cache_key`: Codex's
 /// (several spellings over its versions), then Claude Code's.
-const SESSION_HEADERS: [&str; 4] = ["session_id", "session-id", "conversation_id", "x-claude-code-session-id"];
+const SESSION_HEADERS: [HeaderName; 4] = [
+    HeaderName::from_static("session_id"),
+    HeaderName::from_static("session-id"),
+    HeaderName::from_static("conversation_id"),
+    HeaderName::from_static("x-claude-code-session-id"),
+];
 
 /// Conversation → (channel id, key id), bounded.
 pub struct Affinity {
@@ -178,7 +183,7 @@ fn conversation_name(headers: &HeaderMap, body: &[u8]) -> Option<String> {
         };
         (!name.is_empty()).then(|| cut(name))
     };
-    let header = |name: &str| {
+    let header = |name: &HeaderName| {
         let value = headers.get(name)?.to_str().ok()?.trim();
         (!value.is_empty()).then(|| cut(value.to_owned()))
     };

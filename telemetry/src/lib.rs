@@ -18,6 +18,7 @@ mod clock;
 mod config;
 mod lines;
 mod metrics;
+mod text;
 mod trace;
 
 pub use config::{ConfigError, OtelConfig, ParentRoot, Protocol, Sampler};
@@ -86,7 +87,7 @@ pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Resu
     let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_timer(clock::CachedTime);
     let fmt = match format {
         LogFormat::Text if std::io::stderr().is_terminal() => fmt.boxed(),
-        LogFormat::Text => fmt.with_ansi(false).fmt_fields(plain_fields()).boxed(),
+        LogFormat::Text => fmt.with_ansi(false).fmt_fields(text::PlainFields).event_format(text::PlainText).boxed(),
         LogFormat::Json => fmt.json().with_current_span(true).with_span_list(false).boxed(),
     };
     let installed = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel_layer).try_init().is_ok();
@@ -111,97 +112,6 @@ impl Telemetry {
     }
 }
 
-/// Fields of a text line without terminal colours: `name=value` (values as
-/// `Debug`, so strings are quoted), the message bare, as the default
-/// formatter writes them, but without painting each name with an empty
-/// style, and with plain strings and numbers written directly rather than
-/// through `Debug`: every request's access line passes through here.
-fn plain_fields() -> PlainFields {
-    PlainFields
-}
-
-/// Makes `PlainVisitor`s.
-struct PlainFields;
-
-/// Writes one event's fields as `plain_fields` describes.
-struct PlainVisitor<'w> {
-    writer: tracing_subscriber::fmt::format::Writer<'w>,
-    result: std::fmt::Result,
-    first: bool,
-}
-
-// === impl PlainFields ===
-
-impl<'w> tracing_subscriber::field::MakeVisitor<tracing_subscriber::fmt::format::Writer<'w>> for PlainFields {
-    type Visitor = PlainVisitor<'w>;
-
-    fn make_visitor(&self, writer: tracing_subscriber::fmt::format::Writer<'w>) -> PlainVisitor<'w> {
-        PlainVisitor { writer, result: Ok(()), first: true }
-    }
-}
-
-// === impl PlainVisitor ===
-
-impl PlainVisitor<'_> {
-    /// Writes the separator and `name=` (nothing for the message).
-    fn name(&mut self, field: &tracing::field::Field) -> std::fmt::Result {
-        if !std::mem::take(&mut self.first) {
-            self.writer.write_char(' ')?;
-        }
-        if field.name() != "message" {
-            self.writer.write_str(field.name())?;
-            self.writer.write_char('=')?;
-        }
-        Ok(())
-    }
-
-    fn write(&mut self, field: &tracing::field::Field, value: impl FnOnce(&mut Self) -> std::fmt::Result) {
-        if self.result.is_ok() {
-            self.result = self.name(field).and_then(|()| value(self));
-        }
-    }
-}
-
-impl tracing::field::Visit for PlainVisitor<'_> {
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        // What `Debug` leaves as it is, between quotes.
-        let plain = value.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\');
-        self.write(field, |this| {
-            if plain {
-                this.writer.write_char('"')?;
-                this.writer.write_str(value)?;
-                this.writer.write_char('"')
-            } else {
-                write!(this.writer, "{value:?}")
-            }
-        });
-    }
-
-    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-        self.write(field, |this| write!(this.writer, "{value}"));
-    }
-
-    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
-        self.write(field, |this| write!(this.writer, "{value}"));
-    }
-
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.write(field, |this| write!(this.writer, "{value:?}"));
-    }
-}
-
-impl tracing_subscriber::field::VisitOutput<std::fmt::Result> for PlainVisitor<'_> {
-    fn finish(self) -> std::fmt::Result {
-        self.result
-    }
-}
-
-impl tracing_subscriber::field::VisitFmt for PlainVisitor<'_> {
-    fn writer(&mut self) -> &mut dyn std::fmt::Write {
-        &mut self.writer
-    }
-}
-
 /// Installs the global subscriber for `format`. Does nothing if one is set
 /// already (a test, or an embedding process), which is then kept.
 pub fn init_logs(format: LogFormat) {
@@ -217,40 +127,6 @@ pub fn init_logs(format: LogFormat) {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
-
-    #[test]
-    fn plain_fields_are_written_as_debug_writes_them() {
-        #[derive(Clone, Default)]
-        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer({
-                let lines = lines.clone();
-                move || lines.clone()
-            })
-            .with_ansi(false)
-            .without_time()
-            .with_target(false)
-            .with_level(false)
-            .fmt_fields(plain_fields())
-            .finish();
-        let odd = "quote \" back \\ tab\t é \u{7f}";
-        tracing::subscriber::with_default(subscriber, || {
-            tracing::info!(path = "/v1/chat", odd, status = 200u64, delta = -3i64, method = %"POST", ok = true, "request {}", 1);
-        });
-        let line = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-        let expected = format!("request 1 path=\"/v1/chat\" odd={odd:?} status=200 delta=-3 method=POST ok=true\n");
-        assert_eq!(line, expected);
-    }
 
     #[test]
     fn formats_parse_by_name() {
