@@ -110,7 +110,7 @@ impl Admitted {
             reservation: Arc::default(),
             tokens: Arc::default(),
             in_flight: self.in_flight.clone(),
-            traced: crate::telemetry::Traced { span: tracing::Span::current(), trail: self.trail.clone() },
+            traced: crate::telemetry::Traced::current(self.trail.clone()),
         }
     }
 

@@ -62,6 +62,15 @@ pub struct Answer {
 
 // === impl Traced ===
 
+impl Traced {
+    /// The current (request) span and `trail`. The span only while
+    /// tracing: nothing else reads it, and holding it costs a clone.
+    pub fn current(trail: Arc<Trail>) -> Traced {
+        let span = if gw_telemetry::tracing_enabled() { Span::current() } else { Span::none() };
+        Traced { span, trail }
+    }
+}
+
 impl Default for Traced {
     /// No span, an empty trail.
     fn default() -> Traced {
