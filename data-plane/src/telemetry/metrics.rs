@@ -136,7 +136,7 @@ pub(super) fn usage(seen: &Seen<'_>) {
     let operation = super::operation_of(seen);
     let cost = u64::try_from(seen.cost_micros).unwrap_or(0);
     counters().cost.add(&[Attr::Str(operation), Attr::Str(seen.model), Attr::Str(seen.channel)], cost);
-    with_bound(seen, |bound| {
+    with_bound(operation, seen, |bound| {
         if let Some(first) = seen.answer.first_output {
             let ttft = first.saturating_duration_since(seen.started).as_secs_f64();
             bound.histogram(&bound.ttft, &instruments.ttft, None).record(ttft);
@@ -176,9 +176,10 @@ thread_local! {
     static KEY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on the bound histograms of `seen`'s label set.
-fn with_bound(seen: &Seen<'_>, f: impl FnOnce(&Bound)) {
-    let values = [Attr::Str(super::operation_of(seen)), Attr::Str(seen.model), Attr::Str(seen.channel)];
+/// Runs `f` on the bound histograms of `seen`'s label set (`operation` is
+/// `seen`'s).
+fn with_bound(operation: &'static str, seen: &Seen<'_>, f: impl FnOnce(&Bound)) {
+    let values = [Attr::Str(operation), Attr::Str(seen.model), Attr::Str(seen.channel)];
     KEY.with_borrow_mut(|key| {
         key.clear();
         sums::encode(&values, key);
