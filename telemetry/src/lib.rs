@@ -11,7 +11,9 @@
 use std::{io::IsTerminal as _, str::FromStr, time::Duration};
 
 use opentelemetry_sdk::{metrics::SdkMeterProvider, trace::SdkTracerProvider};
-use tracing_subscriber::{EnvFilter, Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _};
+use tracing_subscriber::{
+    EnvFilter, Layer as _, filter::Targets, layer::SubscriberExt as _, util::SubscriberInitExt as _,
+};
 
 pub mod admin;
 mod clock;
@@ -79,8 +81,6 @@ pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Resu
         Some(_) => Some(trace::provider(otel, trace::resource(otel, service))?),
         None => None,
     };
-    let otel_layer = tracer.as_ref().map(|provider| trace::layer(provider, service));
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // Lines go to stderr from a thread of their own, in batches (`lines`),
     // so a request never waits on the terminal or the journal.
     let (writer, flusher) = lines::spawn(std::io::stderr()).map_err(InitError::LogWriter)?;
@@ -90,8 +90,44 @@ pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Resu
         LogFormat::Text => fmt.with_ansi(false).fmt_fields(text::PlainFields).event_format(text::PlainText).boxed(),
         LogFormat::Json => fmt.json().with_current_span(true).with_span_list(false).boxed(),
     };
-    let installed = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel_layer).try_init().is_ok();
+    let registry = tracing_subscriber::registry();
+    let installed = match (&tracer, log_filter(&std::env::var(EnvFilter::DEFAULT_ENV).unwrap_or_default())) {
+        // Log lines alone: their filter is the whole subscriber's, so what
+        // it turns away is never built and entering a span costs no
+        // per-layer bookkeeping.
+        (None, LogFilter::Targets(filter)) => registry.with(fmt).with(filter).try_init(),
+        (None, LogFilter::Env(filter)) => registry.with(fmt).with(filter).try_init(),
+        // Spans reach OpenTelemetry whatever the log level.
+        (Some(provider), LogFilter::Targets(filter)) => {
+            registry.with(fmt.with_filter(filter)).with(trace::layer(provider, service)).try_init()
+        }
+        (Some(provider), LogFilter::Env(filter)) => {
+            registry.with(fmt.with_filter(filter)).with(trace::layer(provider, service)).try_init()
+        }
+    }
+    .is_ok();
     Ok(Telemetry { tracer, meters, logs: installed.then_some(flusher) })
+}
+
+/// Which log lines are written, as `RUST_LOG` says (`info` when it is
+/// unset, empty or invalid).
+#[allow(clippy::large_enum_variant)] // one, made once
+enum LogFilter {
+    /// Levels by target, the usual directives: nothing to do when a span
+    /// is entered or left.
+    Targets(Targets),
+    /// Directives that name spans or fields, which only `EnvFilter` reads:
+    /// it looks each span up as it is entered and left.
+    Env(EnvFilter),
+}
+
+/// The filter `directives` (`RUST_LOG`'s value) describe.
+fn log_filter(directives: &str) -> LogFilter {
+    let directives = if directives.trim().is_empty() { "info" } else { directives };
+    match directives.parse::<Targets>() {
+        Ok(targets) => LogFilter::Targets(targets),
+        Err(_) => LogFilter::Env(EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("info"))),
+    }
 }
 
 // === impl Telemetry ===
@@ -127,6 +163,25 @@ pub fn init_logs(format: LogFormat) {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_directives_by_target_need_no_span_lookups_and_others_still_work() {
+        use tracing::Level;
+        let targets = |directives: &str| match log_filter(directives) {
+            LogFilter::Targets(targets) => targets,
+            LogFilter::Env(_) => panic!("{directives:?} read as EnvFilter"),
+        };
+        for unset in ["", "  "] {
+            assert!(targets(unset).would_enable("gw_data_plane::access", &Level::INFO));
+            assert!(!targets(unset).would_enable("gw_data_plane::access", &Level::DEBUG));
+        }
+        let mixed = targets("warn,gw_data_plane=debug");
+        assert!(mixed.would_enable("gw_data_plane::pipeline", &Level::DEBUG));
+        assert!(!mixed.would_enable("hyper", &Level::INFO));
+        assert!(mixed.would_enable("hyper", &Level::WARN));
+        // A directive on a span's fields is EnvFilter's alone.
+        assert!(matches!(log_filter("gw_data_plane[request{request_id=\"x\"}]=debug"), LogFilter::Env(_)));
+    }
 
     #[test]
     fn formats_parse_by_name() {

@@ -256,7 +256,9 @@ pub fn attempt_ended(span: &Span, error: Option<&ProxyError>) {
 
 /// Puts `span`'s trace context into an upstream request's `headers`.
 pub fn inject(headers: &mut HeaderMap) {
-    gw_telemetry::inject(&Span::current(), headers);
+    if gw_telemetry::tracing_enabled() {
+        gw_telemetry::inject(&Span::current(), headers);
+    }
 }
 
 /// What one request used and cost, known when its answer ended: on its
