@@ -249,7 +249,7 @@ impl Budgets {
             return Ok(Reservation::default());
         }
         for _ in 0..MAX_ROUNDS {
-            match self.try_reserve(&budgets, amount, revision) {
+            match self.try_reserve(&mut budgets, amount, revision) {
                 Step::Reserved(reservation) => return Ok(reservation),
                 Step::Refused(error) => return Err(error),
                 Step::Wait(leases) => {
@@ -274,15 +274,19 @@ impl Budgets {
         short.then_some(pool.remaining)
     }
 
-    fn try_reserve(&self, budgets: &[(String, i64)], amount: i64, revision: u64) -> Step {
+    fn try_reserve(&self, budgets: &mut Vec<(String, i64)>, amount: i64, revision: u64) -> Step {
         let mut state = self.inner.lock();
         let now = Instant::now();
         self.sweep(&mut state, now);
         let down = state.down.as_ref().map(|d| d.probe_at > now);
         let data_planes = i64::from(state.data_planes.max(1));
         let mut short = Vec::new();
-        for (budget, snapshot_left) in budgets {
-            let pool = state.pools.entry(budget.clone()).or_insert_with(|| Pool::new(now));
+        for (budget, snapshot_left) in budgets.iter() {
+            // The key is copied only for a new pool, not on every request.
+            if !state.pools.contains_key(budget) {
+                state.pools.insert(budget.clone(), Pool::new(now));
+            }
+            let Some(pool) = state.pools.get_mut(budget) else { continue };
             pool.last_used = now;
             if pool.unlimited || pool.free(now) >= amount {
                 continue;
@@ -307,7 +311,7 @@ impl Budgets {
         }
         if short.is_empty() {
             let mut renew = Vec::new();
-            for (budget, _) in budgets {
+            for (budget, _) in budgets.iter() {
                 let Some(pool) = state.pools.get_mut(budget) else { continue };
                 if pool.unlimited {
                     continue;
@@ -323,8 +327,9 @@ impl Budgets {
             if !renew.is_empty() {
                 let _ = self.fetch(&mut state, renew, revision);
             }
+            // Reserved is the last step: the keys move into the reservation.
             let budgets =
-                budgets.iter().map(|(b, _)| b).filter(|b| state.pools.get(*b).is_some_and(|p| !p.unlimited)).cloned();
+                budgets.drain(..).map(|(b, _)| b).filter(|b| state.pools.get(b).is_some_and(|p| !p.unlimited));
             return Step::Reserved(Reservation { inner: Some(self.inner.clone()), budgets: budgets.collect(), amount });
         }
         let mut waits = Vec::new();

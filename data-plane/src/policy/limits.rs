@@ -280,7 +280,11 @@ impl Limiter {
         let mut short = Vec::new();
         for (key, limit) in limits {
             let tokens = counted == Counted::Tokens;
-            let pool = state.pools.entry(key.clone()).or_insert_with(|| Pool::new(*limit, tokens, now_ms));
+            // The key is copied only for a new pool, not on every request.
+            if !state.pools.contains_key(key) {
+                state.pools.insert(key.clone(), Pool::new(*limit, tokens, now_ms));
+            }
+            let Some(pool) = state.pools.get_mut(key) else { continue };
             pool.refresh(*limit, now_ms);
             match pool.verdict(down, cost) {
                 Verdict::Ready => {}
