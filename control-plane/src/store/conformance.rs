@@ -35,6 +35,7 @@ pub async fn run(store: Arc<dyn Store>) {
     snapshot_pages_hold_what_one_read_holds(&*store).await;
     usage_is_applied_once_per_request_id(&*store).await;
     usage_records_keep_the_counts_they_were_billed_on(&*store).await;
+    a_long_batch_is_applied_once_per_request_id(&*store).await;
     concurrent_usage_is_applied_once_per_request_id(store.clone()).await;
     usage_listing_filters_and_is_newest_first(&*store).await;
     usage_pages_follow_their_cursor_past_new_records(&*store).await;
@@ -355,6 +356,37 @@ pub async fn usage_is_applied_once_per_request_id(store: &dyn Store) {
 
     let empty = store.apply_usage(&[]).await.expect("apply nothing");
     assert_eq!((empty.applied, empty.duplicates), (0, 0), "an empty batch");
+}
+
+/// A batch longer than a store applies in one step (Redis splits it into
+/// short script calls) still charges each request id once, also when an id
+/// comes back many records later and when part of the batch was applied
+/// before.
+pub async fn a_long_batch_is_applied_once_per_request_id(store: &dyn Store) {
+    store.create(account("long-acct", 1_000_000)).await.expect("create account");
+    store.create(token("long-tok", "long-acct")).await.expect("create token");
+    let record = |i: usize| usage(&format!("long-{i}"), "long-tok", "long-acct", "m", i as i64 + 1);
+    let mut batch: Vec<UsageRecord> = (0..240).map(record).collect();
+    // Ids seen far earlier in the same batch, and twice in a row.
+    for i in [3, 7, 99, 200, 200] {
+        batch.insert(230, record(i));
+    }
+    let first = store.apply_usage(&batch).await.expect("apply");
+    assert_eq!((first.applied, first.duplicates), (240, 5), "each id once, the repeats as duplicates");
+    let spent: i64 = (0..240).map(|i| i as i64 + 1).sum();
+    assert_eq!(account_counters(store, "long-acct").await, (1_000_000 - spent, spent), "account charged once per id");
+
+    // Half of this batch was applied above: only the new half charges.
+    let next: Vec<UsageRecord> = (120..360).map(record).collect();
+    let second = store.apply_usage(&next).await.expect("apply again");
+    assert_eq!((second.applied, second.duplicates), (120, 120), "the new half applied, the old half refused");
+    let spent: i64 = (0..360).map(|i| i as i64 + 1).sum();
+    assert_eq!(token_used(store, "long-tok").await, spent, "token charged once per id");
+    let logged = store
+        .list_usage(&UsageFilter { token_id: "long-tok".into(), limit: 1_000, ..Default::default() })
+        .await
+        .expect("list usage");
+    assert_eq!(logged.len(), 360, "each request id logged once");
 }
 
 /// A logged record keeps its cache-write and reasoning counts and the
