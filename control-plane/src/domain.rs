@@ -158,6 +158,11 @@ pub struct Model {
 }
 
 /// One metered request, applied to the ledger once per `request_id`.
+///
+/// Stored as JSON. The fields added after the first release are left out
+/// when zero, as they mostly are (a quarter of a record's bytes, kept per
+/// request in the usage list); every field a release before them requires
+/// is always written, so an older control plane still reads the records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageRecord {
     pub request_id: String,
@@ -177,23 +182,28 @@ pub struct UsageRecord {
     pub node_id: String,
     pub estimated: bool,
     /// Images made (priced per image).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub images: i64,
     /// Audio length in milliseconds (priced per second).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub audio_millis: i64,
     /// Part of `prompt_tokens` written to the cache for five minutes.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_5m_tokens: i64,
     /// Part of `prompt_tokens` written to the cache for one hour.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_1h_tokens: i64,
     /// Part of `completion_tokens` spent reasoning.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_tokens: i64,
     /// The price tier the record was billed at (0 base, 1 long context).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub tier: u32,
+}
+
+/// Whether a stored number is zero, to leave it out (see `UsageRecord`).
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// Which kind of resource a change or a lookup is about.
@@ -562,6 +572,31 @@ mod tests {
         .unwrap();
         assert_eq!((record.completion_tokens, record.reasoning_tokens, record.cache_write_1h_tokens), (6, 0, 0));
         assert_eq!(record.tier, 0);
+    }
+
+    #[test]
+    fn records_are_stored_without_zero_billing_fields_and_read_back_whole() {
+        let mut record: UsageRecord = serde_json::from_str(
+            r#"{"request_id":"r","token_id":"t","account_id":"a","group":"g","model":"m","channel_id":"c",
+                "endpoint":"/v1/chat/completions","prompt_tokens":5,"completion_tokens":6,"cached_tokens":0,
+                "cost_micros":7,"latency_ms":1,"status":200,"created_at":1,"node_id":"n","estimated":false}"#,
+        )
+        .unwrap();
+        let json = serde_json::to_string(&record).unwrap();
+        // What a release before the billing fields requires is all there.
+        for field in ["\"cached_tokens\":0", "\"estimated\":false", "\"node_id\":\"n\""] {
+            assert!(json.contains(field), "{json}");
+        }
+        for field in
+            ["images", "audio_millis", "cache_write_5m_tokens", "cache_write_1h_tokens", "reasoning_tokens", "tier"]
+        {
+            assert!(!json.contains(field), "{json}");
+        }
+        assert_eq!(serde_json::from_str::<UsageRecord>(&json).unwrap(), record);
+        (record.images, record.audio_millis, record.reasoning_tokens, record.tier) = (2, 3000, 4, 1);
+        (record.cache_write_5m_tokens, record.cache_write_1h_tokens) = (1, 2);
+        let json = serde_json::to_string(&record).unwrap();
+        assert_eq!(serde_json::from_str::<UsageRecord>(&json).unwrap(), record);
     }
 
     fn channel(api_key: &str) -> Channel {

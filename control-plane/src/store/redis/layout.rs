@@ -90,7 +90,8 @@ pub(super) fn names_key(kind: Kind) -> String {
 
 /// The idempotency marker of a usage record.
 pub(super) fn applied_key(request_id: &str) -> String {
-    format!("{{gw}}:applied:{request_id}")
+    // One per usage record: a concatenation, not `format!`'s machinery.
+    ["{gw}:applied:", request_id].concat()
 }
 
 /// The hash of leases of one budget (`token:<id>` or `account:<id>`).

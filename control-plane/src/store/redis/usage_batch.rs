@@ -32,10 +32,17 @@ struct Spend {
 }
 
 /// Extra keys the sums write, each once, numbered as the script sees them.
-struct Keys {
+/// The lease hashes and rollup buckets of a batch are few and repeat on
+/// nearly every record, so each is named (formatted) once, on first sight
+/// of its budget or bucket start.
+struct Keys<'a> {
     first: usize,
     names: Vec<String>,
     index: HashMap<String, usize>,
+    /// (is the token's, budget id) → its lease hash's index.
+    holds: HashMap<(bool, &'a str), usize>,
+    /// (period, bucket start) → the rollup bucket's index.
+    buckets: HashMap<(u8, i64), usize>,
 }
 
 /// The rollup dimensions of a record, borrowed: account, token, model,
@@ -44,7 +51,7 @@ type DimsRef<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
 
 // === impl Keys ===
 
-impl Keys {
+impl<'a> Keys<'a> {
     /// The index in `KEYS` of `name`, adding it when new.
     fn of(&mut self, name: &str) -> usize {
         if let Some(&i) = self.index.get(name) {
@@ -53,6 +60,27 @@ impl Keys {
         let i = self.first + self.names.len();
         self.index.insert(name.to_owned(), i);
         self.names.push(name.to_owned());
+        i
+    }
+
+    /// The index of the lease hash of the token (`token`) or account `id`.
+    fn hold(&mut self, token: bool, id: &'a str) -> usize {
+        if let Some(&i) = self.holds.get(&(token, id)) {
+            return i;
+        }
+        let budget = if token { Budget::Token(id.to_owned()) } else { Budget::Account(id.to_owned()) };
+        let i = self.of(&hold_key(&budget));
+        self.holds.insert((token, id), i);
+        i
+    }
+
+    /// The index of `period`'s rollup bucket starting at `start`.
+    fn bucket(&mut self, period: Period, start: i64) -> usize {
+        if let Some(&i) = self.buckets.get(&(period.code(), start)) {
+            return i;
+        }
+        let i = self.of(&bucket_key(period, start));
+        self.buckets.insert((period.code(), start), i);
         i
     }
 }
@@ -70,10 +98,19 @@ pub(super) fn add(
     call.arg(records.len());
     for (record, _) in records {
         call.key(applied_key(&record.request_id));
-        call.arg(serde_json::to_string(record).map_err(StoreError::Corrupt)?);
+        // Room for a whole record up front (they run to about 350 bytes).
+        let mut json = Vec::with_capacity(512);
+        serde_json::to_writer(&mut json, record).map_err(StoreError::Corrupt)?;
+        call.arg(json);
     }
 
-    let mut keys = Keys { first: first_key + records.len(), names: Vec::new(), index: HashMap::new() };
+    let mut keys = Keys {
+        first: first_key + records.len(),
+        names: Vec::new(),
+        index: HashMap::new(),
+        holds: HashMap::new(),
+        buckets: HashMap::new(),
+    };
     // (id, window key index or 0) → spend, for accounts and for tokens.
     let mut accounts: BTreeMap<(&str, usize), Spend> = BTreeMap::new();
     let mut tokens: BTreeMap<(&str, usize), Spend> = BTreeMap::new();
@@ -85,15 +122,15 @@ pub(super) fn add(
     for &(record, windows) in records {
         let cost = record.cost_micros;
         let budgets = [
-            (&mut tokens, &windows[0], Budget::Token(record.token_id.clone()), record.token_id.as_str()),
-            (&mut accounts, &windows[1], Budget::Account(record.account_id.clone()), record.account_id.as_str()),
+            (&mut tokens, &windows[0], true, record.token_id.as_str()),
+            (&mut accounts, &windows[1], false, record.account_id.as_str()),
         ];
-        for (spends, window, budget, id) in budgets {
+        for (spends, window, token, id) in budgets {
             let window = window.as_ref().map(|(key, expires)| (keys.of(key), *expires));
             let spend = spends.entry((id, window.map_or(0, |(i, _)| i))).or_default();
             spend.cost = spend.cost.saturating_add(cost);
             spend.window_expires = window.map_or(0, |(_, expires)| expires);
-            let take = takes.entry((keys.of(&hold_key(&budget)), record.node_id.as_str())).or_default();
+            let take = takes.entry((keys.hold(token, id), record.node_id.as_str())).or_default();
             *take = take.saturating_add(cost);
         }
         let dims = (
@@ -106,7 +143,7 @@ pub(super) fn add(
         let counts = Counts::of(record).to_array();
         for period in Period::ALL {
             let start = period.bucket(record.created_at);
-            let key = keys.of(&bucket_key(period, start));
+            let key = keys.bucket(period, start);
             expiries.insert(key, retention.rollup_expires_at(period, start));
             let (sums, _) = rollups.entry((key, dims)).or_insert(([0; 7], record));
             for (sum, n) in sums.iter_mut().zip(counts) {
