@@ -5,6 +5,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "gateway/v1/gateway.proto";
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["."])?;
-    tonic_prost_build::configure().type_attribute(".", "#[derive(serde::Serialize)]").compile_fds(descriptors)?;
+    let encoded = ".gateway.v1.EncodedUsageReport.records";
+    tonic_prost_build::configure()
+        .type_attribute(".", "#[derive(serde::Serialize)]")
+        // Shared slices of the spool's buffers, never serialised.
+        .bytes(encoded)
+        .field_attribute(encoded, "#[serde(skip)]")
+        .compile_fds(descriptors)?;
     Ok(())
 }

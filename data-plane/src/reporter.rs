@@ -4,8 +4,9 @@
 //! control plane is doing, so a frozen or dead control plane never stops
 //! spooling. The reporter sends the segments' final records oldest first,
 //! those of every segment ready in one `ReportUsage` call (at most
-//! `MAX_BATCH`, retried with backoff), and
-//! deletes a segment only once its records were acknowledged and every
+//! `MAX_BATCH`, retried with backoff), each as the bytes the spool wrote
+//! for it rather than encoded again (`EncodedUsageReport`), and deletes a
+//! segment only once its records were acknowledged and every
 //! request it opened was closed; an open entry that outlives its segment
 //! by `CARRY_AFTER` is copied forward so the old file can go. What a
 //! previous run left is replayed first. The control plane applies a record
@@ -17,7 +18,7 @@ use std::{
     time::Duration,
 };
 
-use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
+use gw_proto::pb;
 use tokio::{
     sync::{mpsc, watch},
     time::{Instant, MissedTickBehavior},
@@ -27,7 +28,7 @@ use crate::{
     backoff::Backoff,
     grpc,
     meter::UsageRecord,
-    spool::{Kind, Replay, Sealed, Spool},
+    spool::{Encoded, Kind, Replay, Sealed, Spool},
 };
 
 /// Most records per `ReportUsage` call.
@@ -68,7 +69,7 @@ struct Backlog {
 /// One segment (or the replay of a previous run) on its way out.
 struct Pending {
     paths: Vec<PathBuf>,
-    records: Vec<UsageRecord>,
+    records: Vec<Encoded>,
     /// How many of `records` were acknowledged.
     sent: usize,
     /// Open requests whose open entry is in this segment.
@@ -81,7 +82,7 @@ struct Pending {
 #[derive(Debug, PartialEq)]
 struct Batch<'a> {
     /// Each segment's number and its records in the batch, oldest first.
-    parts: Vec<(u64, &'a [UsageRecord])>,
+    parts: Vec<(u64, &'a [Encoded])>,
 }
 
 // === impl Reporter ===
@@ -162,14 +163,16 @@ impl Reporter {
 
     /// Sends unacknowledged records oldest first; stops at the first failure.
     async fn send_all(&self, backlog: &mut Backlog) -> Result<(), ()> {
-        let mut client = PolicyServiceClient::new(self.control.channel());
+        let channel = self.control.channel();
         while let Some(batch) = backlog.next_batch() {
             let count = batch.len();
             let parts = batch.counts();
-            let records = batch.records().map(pb::UsageRecord::from).collect();
-            let mut request = self.control.request(pb::ReportUsageRequest { node_id: self.node_id.clone(), records });
+            // The records as the spool encoded them, not encoded again.
+            let records = batch.entries().map(|entry| entry.bytes.clone()).collect();
+            let mut request = self.control.request(pb::EncodedUsageReport { node_id: self.node_id.clone(), records });
             request.set_timeout(CALL_TIMEOUT);
-            let result = tokio::time::timeout(CALL_TIMEOUT, client.report_usage(request)).await;
+            let call = gw_proto::report_encoded_usage(channel.clone(), request);
+            let result = tokio::time::timeout(CALL_TIMEOUT, call).await;
             match result {
                 Ok(Ok(response)) => {
                     let response = response.into_inner();
@@ -212,8 +215,8 @@ impl Backlog {
         if replay.paths.is_empty() && replay.records.is_empty() {
             return;
         }
-        let pending =
-            Pending { paths: replay.paths, records: replay.records, sent: 0, opens: 0, sealed_at: Instant::now() };
+        let records = replay.records.into_iter().map(Encoded::new).collect();
+        let pending = Pending { paths: replay.paths, records, sent: 0, opens: 0, sealed_at: Instant::now() };
         self.segments.insert(REPLAYED, pending);
         self.reap(REPLAYED);
     }
@@ -224,15 +227,16 @@ impl Backlog {
         let seq = sealed.seq;
         let mut pending =
             Pending { paths: vec![sealed.path], records: Vec::new(), sent: 0, opens: 0, sealed_at: Instant::now() };
-        for (kind, record) in sealed.entries {
+        for (kind, entry) in sealed.entries {
+            let id = &entry.record.request_id;
             match kind {
                 Kind::Open => {
-                    self.close(&record.request_id, seq, &mut pending);
-                    self.open.insert(record.request_id.clone(), (seq, record));
+                    self.close(id, seq, &mut pending);
+                    self.open.insert(id.clone(), (seq, entry.record));
                     pending.opens += 1;
                 }
                 Kind::Carried => {
-                    if let Some(open) = self.open.get_mut(&record.request_id)
+                    if let Some(open) = self.open.get_mut(id)
                         && open.0 == CARRYING
                     {
                         open.0 = seq;
@@ -240,10 +244,10 @@ impl Backlog {
                     }
                 }
                 Kind::Final => {
-                    self.close(&record.request_id, seq, &mut pending);
-                    pending.records.push(record);
+                    self.close(id, seq, &mut pending);
+                    pending.records.push(entry);
                 }
-                Kind::Void => self.close(&record.request_id, seq, &mut pending),
+                Kind::Void => self.close(id, seq, &mut pending),
             }
         }
         self.segments.insert(seq, pending);
@@ -357,8 +361,12 @@ impl Batch<'_> {
         self.parts.iter().map(|(_, records)| records.len()).sum()
     }
 
-    fn records(&self) -> impl Iterator<Item = &UsageRecord> {
+    fn entries(&self) -> impl Iterator<Item = &Encoded> {
         self.parts.iter().flat_map(|(_, records)| records.iter())
+    }
+
+    fn records(&self) -> impl Iterator<Item = &UsageRecord> {
+        self.entries().map(|entry| &entry.record)
     }
 
     /// Each segment's number and how many of its records the batch holds.
@@ -469,7 +477,7 @@ mod tests {
     fn segment(dir: &std::path::Path, seq: u64, entries: &[(Kind, &str)]) -> Sealed {
         let path = crate::spool::log::segment_path(dir, seq);
         std::fs::write(&path, b"x").unwrap();
-        Sealed { seq, path, entries: entries.iter().map(|(kind, id)| (*kind, record(id))).collect() }
+        Sealed { seq, path, entries: entries.iter().map(|(kind, id)| (*kind, Encoded::new(record(id)))).collect() }
     }
 
     #[tokio::test(start_paused = true)]
@@ -496,7 +504,7 @@ mod tests {
         assert!(!first_path.exists(), "its open entry was copied forward");
 
         let batch = backlog.next_batch().unwrap();
-        assert_eq!((batch.counts(), &*batch.parts[0].1[0].request_id), (vec![(2, 1)], "a"));
+        assert_eq!((batch.counts(), &*batch.parts[0].1[0].record.request_id), (vec![(2, 1)], "a"));
         backlog.acked(&[(2, 1)]);
         let third = segment(dir.path(), 3, &[(Kind::Carried, "b"), (Kind::Carried, "a")]);
         let third_path = third.path.clone();

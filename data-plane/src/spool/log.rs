@@ -6,6 +6,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
+    ops::Range,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -59,14 +60,15 @@ pub struct Encoder(pb::UsageRecord);
 // === impl Encoder ===
 
 impl Encoder {
-    /// Appends one entry for `record` to `out`.
-    pub fn encode(&mut self, kind: Kind, record: &UsageRecord, out: &mut Vec<u8>) {
+    /// Appends one entry for `record` to `out`; returns where in `out` the
+    /// record's protocol encoding is.
+    pub fn encode(&mut self, kind: Kind, record: &UsageRecord, out: &mut Vec<u8>) -> Range<usize> {
         crate::reporter::fill(&mut self.0, record);
-        write(kind, &self.0, out);
+        write(kind, &self.0, out)
     }
 }
 
-fn write(kind: Kind, message: &pb::UsageRecord, out: &mut Vec<u8>) {
+fn write(kind: Kind, message: &pb::UsageRecord, out: &mut Vec<u8>) -> Range<usize> {
     let start = out.len();
     // Header first, filled in once the body is written in place behind it.
     out.extend_from_slice(&[0; HEADER]);
@@ -80,6 +82,7 @@ fn write(kind: Kind, message: &pb::UsageRecord, out: &mut Vec<u8>) {
     let sum = checksum(body);
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     out[start + 4..start + HEADER].copy_from_slice(&sum.to_le_bytes());
+    start + HEADER + 1..out.len()
 }
 
 /// The entries of one segment's `bytes`, in order, and the offset of the
@@ -229,7 +232,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reused_encoder_writes_what_a_fresh_one_does() {
+    fn a_reused_encoder_writes_what_a_fresh_one_does_and_says_where_the_record_is() {
         let long = UsageRecord {
             request_id: "a-long-request-id".into(),
             token_id: "token".into(),
@@ -257,9 +260,10 @@ mod tests {
         let mut reused = Encoder::default();
         for record in [&long, &short, &long] {
             let (mut mine, mut fresh) = (Vec::new(), Vec::new());
-            reused.encode(Kind::Final, record, &mut mine);
+            let at = reused.encode(Kind::Final, record, &mut mine);
             super::write(Kind::Final, &pb::UsageRecord::from(record), &mut fresh);
             assert_eq!(mine, fresh);
+            assert_eq!(mine[at].to_vec(), pb::UsageRecord::from(record).encode_to_vec(), "the record's own bytes");
             assert_eq!(decode(&mine).0, vec![(Kind::Final, record.clone())]);
         }
     }

@@ -86,7 +86,16 @@ pub struct Written(Option<oneshot::Receiver<()>>);
 pub struct Sealed {
     pub seq: u64,
     pub path: PathBuf,
-    pub entries: Vec<(Kind, UsageRecord)>,
+    pub entries: Vec<(Kind, Encoded)>,
+}
+
+/// A usage record and its protocol encoding: what a segment holds of it,
+/// which the reporter sends as it is instead of encoding it again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoded {
+    pub record: UsageRecord,
+    /// The record as a `gateway.v1.UsageRecord` message.
+    pub bytes: bytes::Bytes,
 }
 
 /// The spool as the rest of the data plane uses it: appending goes through
@@ -177,6 +186,16 @@ impl Written {
         if let Some(done) = self.0 {
             let _ = done.await;
         }
+    }
+}
+
+// === impl Encoded ===
+
+impl Encoded {
+    /// `record` with an encoding of its own (for records no segment holds).
+    pub fn new(record: UsageRecord) -> Encoded {
+        let bytes = prost::Message::encode_to_vec(&gw_proto::pb::UsageRecord::from(&record)).into();
+        Encoded { record, bytes }
     }
 }
 
@@ -333,7 +352,7 @@ mod tests {
     }
 
     fn ids(sealed: &Sealed) -> Vec<(Kind, String)> {
-        sealed.entries.iter().map(|(kind, record)| (*kind, record.request_id.to_string())).collect()
+        sealed.entries.iter().map(|(kind, entry)| (*kind, entry.record.request_id.to_string())).collect()
     }
 
     #[tokio::test]

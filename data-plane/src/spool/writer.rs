@@ -26,8 +26,7 @@ use tokio::{
     time::MissedTickBehavior,
 };
 
-use super::{Entry, Kind, Sealed, SyncPolicy, log};
-use crate::meter::UsageRecord;
+use super::{Encoded, Entry, Kind, Sealed, SyncPolicy, log};
 
 /// Most entries in one group commit.
 const MAX_GROUP: usize = 4096;
@@ -61,7 +60,7 @@ struct Segment {
     seq: u64,
     path: PathBuf,
     file: Option<File>,
-    entries: Vec<(Kind, UsageRecord)>,
+    entries: Vec<(Kind, Encoded)>,
     failed: bool,
 }
 
@@ -145,9 +144,9 @@ impl Writer {
 
     async fn commit(&mut self, group: Vec<Entry>) {
         let mut bytes = Vec::with_capacity(group.len() * 256);
-        for entry in &group {
-            self.encoder.encode(entry.kind, &entry.record, &mut bytes);
-        }
+        let ranges: Vec<_> =
+            group.iter().map(|entry| self.encoder.encode(entry.kind, &entry.record, &mut bytes)).collect();
+        let bytes = bytes::Bytes::from(bytes);
         let segment = match &mut self.current {
             Some(segment) => segment,
             None => {
@@ -161,7 +160,10 @@ impl Writer {
             // A write(2) into the page cache takes microseconds: done here,
             // without a hop to the blocking pool and back per group.
             SyncPolicy::Interval => Ok(append(file, &path, &bytes, sync)),
-            SyncPolicy::Batch => tokio::task::spawn_blocking(move || append(file, &path, &bytes, sync)).await,
+            SyncPolicy::Batch => {
+                let bytes = bytes.clone();
+                tokio::task::spawn_blocking(move || append(file, &path, &bytes, sync)).await
+            }
         };
         match written {
             Ok(Ok(file)) => segment.file = Some(file),
@@ -174,11 +176,11 @@ impl Writer {
                 segment.failed = true;
             }
         }
-        for entry in group {
+        for (entry, at) in group.into_iter().zip(ranges) {
             if let Some(done) = entry.done {
                 let _ = done.send(());
             }
-            segment.entries.push((entry.kind, entry.record));
+            segment.entries.push((entry.kind, Encoded { record: entry.record, bytes: bytes.slice(at) }));
         }
         if segment.failed {
             self.seal(None);
