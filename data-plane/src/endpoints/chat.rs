@@ -52,7 +52,9 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
 /// breaks off; a streamed answer is committed once its headers arrived.
 async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: Charge) -> Result<Response, ProxyError> {
     if channel.kind == ChannelKind::Anthropic {
-        return provider::dialect::chat(app.attempt(), channel, chat, charge).await;
+        // Boxed: the translating call is large, and this future would
+        // otherwise be as large for every channel.
+        return Box::pin(provider::dialect::chat(app.attempt(), channel, chat, charge)).await;
     }
     let body = chat.upstream_body(channel.upstream_model(&chat.model));
     let response = app.upstreams.chat(&channel, body, chat.stream).await?;

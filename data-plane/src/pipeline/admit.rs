@@ -100,8 +100,9 @@ impl Admitted {
         Charge {
             request_id: self.id.0.clone(),
             token_id: caller.token.id.as_ref().into(),
-            account_id: caller.account.id.as_str().into(),
-            group: caller.group.name.as_str().into(),
+            // The token's own copies (the account and group it names).
+            account_id: caller.token.account_id.clone(),
+            group: caller.token.group.clone(),
             model,
             channel_id: Arc::default(),
             endpoint,

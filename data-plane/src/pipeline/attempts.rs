@@ -124,7 +124,10 @@ where
             telemetry::metrics::overhead(scope.started.elapsed(), scope.endpoint);
         }
         let span = telemetry::attempt_span(&channel, scope.trail, attempts.made);
-        let outcome = attempt(channel.clone()).instrument(span.clone()).await;
+        // Boxed: an attempt's future is several kilobytes, and moving it
+        // into this one's state (and this one into its callers') would
+        // copy it at each step; the request's future stays small.
+        let outcome = Box::pin(attempt(channel.clone())).instrument(span.clone()).await;
         telemetry::attempt_ended(&span, outcome.as_ref().err());
         let key_status = outcome.as_ref().err().and_then(|e| key_failure(&channel, e));
         let failover =

@@ -13,7 +13,7 @@ use std::{
 
 use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt as _;
+use futures_util::{StreamExt as _, future::BoxFuture};
 
 use super::{
     Health,
@@ -225,7 +225,24 @@ impl Upstreams {
     /// with `headers`, `body` and the channel's key (see `send`); redirects
     /// are followed (the key is dropped when one leaves the channel's host).
     /// Timeouts as for `chat`; `stream` says whether the answer streams.
-    pub async fn request(
+    ///
+    /// Boxed: the future holds the upstream call's whole state (a few
+    /// kilobytes), which every caller's future would otherwise hold and
+    /// copy again at each step up.
+    pub fn request<'a>(
+        &'a self,
+        channel: &'a Channel,
+        method: Method,
+        path: &'a str,
+        headers: HeaderMap,
+        body: Payload,
+        stream: bool,
+    ) -> BoxFuture<'a, Result<Response, ProxyError>> {
+        Box::pin(self.call(channel, method, path, headers, body, stream))
+    }
+
+    /// The call `request` boxes.
+    async fn call(
         &self,
         channel: &Channel,
         method: Method,
