@@ -18,7 +18,9 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use gw_proto::pb;
+use prost::Message as _;
 use tokio::{
     sync::{mpsc, watch},
     time::{Instant, MissedTickBehavior},
@@ -69,7 +71,9 @@ struct Backlog {
 /// One segment (or the replay of a previous run) on its way out.
 struct Pending {
     paths: Vec<PathBuf>,
-    records: Vec<Encoded>,
+    /// Its final records, encoded, each in an allocation of its own: the
+    /// segment's buffers (open entries and all) go once it is folded.
+    records: Vec<Bytes>,
     /// How many of `records` were acknowledged.
     sent: usize,
     /// Open requests whose open entry is in this segment.
@@ -82,7 +86,7 @@ struct Pending {
 #[derive(Debug, PartialEq)]
 struct Batch<'a> {
     /// Each segment's number and its records in the batch, oldest first.
-    parts: Vec<(u64, &'a [Encoded])>,
+    parts: Vec<(u64, &'a [Bytes])>,
 }
 
 // === impl Reporter ===
@@ -168,7 +172,7 @@ impl Reporter {
             let count = batch.len();
             let parts = batch.counts();
             // The records as the spool encoded them, not encoded again.
-            let records = batch.entries().map(|entry| entry.bytes.clone()).collect();
+            let records = batch.parts.iter().flat_map(|(_, records)| records.iter().cloned()).collect();
             let mut request = self.control.request(pb::EncodedUsageReport { node_id: self.node_id.clone(), records });
             request.set_timeout(CALL_TIMEOUT);
             let call = gw_proto::report_encoded_usage(channel.clone(), request);
@@ -188,8 +192,7 @@ impl Reporter {
                     tracing::error!(%status, records = count, "control plane refused a usage batch");
                     let (seq, _) = parts[0];
                     let name = format!("{seq:020}-{}", backlog.segments.get(&seq).map_or(0, |p| p.sent));
-                    let refused =
-                        backlog.next_batch().map(|batch| batch.records().cloned().collect()).unwrap_or_default();
+                    let refused = backlog.next_batch().map(|batch| batch.records().collect()).unwrap_or_default();
                     self.spool.reject(&name, refused);
                     backlog.acked(&parts);
                 }
@@ -215,7 +218,7 @@ impl Backlog {
         if replay.paths.is_empty() && replay.records.is_empty() {
             return;
         }
-        let records = replay.records.into_iter().map(Encoded::new).collect();
+        let records = replay.records.into_iter().map(|record| Encoded::new(record).bytes).collect();
         let pending = Pending { paths: replay.paths, records, sent: 0, opens: 0, sealed_at: Instant::now() };
         self.segments.insert(REPLAYED, pending);
         self.reap(REPLAYED);
@@ -245,7 +248,7 @@ impl Backlog {
                 }
                 Kind::Final => {
                     self.close(id, seq, &mut pending);
-                    pending.records.push(entry);
+                    pending.records.push(Bytes::copy_from_slice(&entry.bytes));
                 }
                 Kind::Void => self.close(id, seq, &mut pending),
             }
@@ -361,12 +364,10 @@ impl Batch<'_> {
         self.parts.iter().map(|(_, records)| records.len()).sum()
     }
 
-    fn entries(&self) -> impl Iterator<Item = &Encoded> {
-        self.parts.iter().flat_map(|(_, records)| records.iter())
-    }
-
-    fn records(&self) -> impl Iterator<Item = &UsageRecord> {
-        self.entries().map(|entry| &entry.record)
+    /// The batch's records, decoded again (to set aside refused ones).
+    fn records(&self) -> impl Iterator<Item = UsageRecord> {
+        let bytes = self.parts.iter().flat_map(|(_, records)| records.iter());
+        bytes.filter_map(|bytes| pb::UsageRecord::decode(bytes.as_ref()).ok()).map(UsageRecord::from)
     }
 
     /// Each segment's number and how many of its records the batch holds.
@@ -504,7 +505,8 @@ mod tests {
         assert!(!first_path.exists(), "its open entry was copied forward");
 
         let batch = backlog.next_batch().unwrap();
-        assert_eq!((batch.counts(), &*batch.parts[0].1[0].record.request_id), (vec![(2, 1)], "a"));
+        let first = batch.records().next().unwrap();
+        assert_eq!((batch.counts(), &*first.request_id), (vec![(2, 1)], "a"));
         backlog.acked(&[(2, 1)]);
         let third = segment(dir.path(), 3, &[(Kind::Carried, "b"), (Kind::Carried, "a")]);
         let third_path = third.path.clone();
@@ -559,7 +561,7 @@ mod tests {
         backlog.acked(&[(REPLAYED, MAX_BATCH)]);
         let batch = backlog.next_batch().unwrap();
         assert_eq!(batch.counts(), [(REPLAYED, 1), (1, 2), (2, 1)], "what is left of every segment, in one call");
-        let ids: Vec<&str> = batch.records().map(|r| &*r.request_id).collect();
+        let ids: Vec<String> = batch.records().map(|r| r.request_id.to_string()).collect();
         assert_eq!(ids, [format!("old{MAX_BATCH}").as_str(), "new", "newer", "newest"]);
         backlog.acked(&[(REPLAYED, 1), (1, 1)]);
         assert!(!path.exists(), "the replay was all acknowledged");

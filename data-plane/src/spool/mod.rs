@@ -91,7 +91,7 @@ pub struct Sealed {
 
 /// A usage record and its protocol encoding: what a segment holds of it,
 /// which the reporter sends as it is instead of encoding it again.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct Encoded {
     pub record: UsageRecord,
     /// The record as a `gateway.v1.UsageRecord` message.
