@@ -32,6 +32,14 @@ pub struct Payload {
     whole: Option<Bytes>,
 }
 
+/// Where a request goes: its URI, and the `Host` header it is sent with,
+/// worked out once (`transport` keeps one per channel and path).
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub uri: Uri,
+    host: Option<header::HeaderValue>,
+}
+
 /// Pooled connections to upstreams, for one connect timeout.
 #[derive(Clone)]
 pub struct Client {
@@ -69,6 +77,16 @@ pub enum ClientError {
 
 /// Redirects followed per request before the last answer is taken as is.
 const MAX_REDIRECTS: usize = 10;
+
+// === impl Target ===
+
+impl Target {
+    /// `uri`, with the `Host` header a request to it carries.
+    pub fn new(uri: Uri) -> Target {
+        let host = host_header(&uri);
+        Target { uri, host }
+    }
+}
 
 // === impl Payload ===
 
@@ -122,13 +140,13 @@ impl Client {
         Ok(Client { inner })
     }
 
-    /// Sends `method` to `uri` with `headers` and `body`, following redirects
-    /// (see `redirect`; `credential` is removed once one leaves the first
-    /// URI's host). The body of the response must be read by `deadline`.
+    /// Sends `method` to `target` with `headers` and `body`, following
+    /// redirects (see `redirect`; `credential` is removed once one leaves the
+    /// first URI's host). The body of the response must be read by `deadline`.
     pub async fn send(
         &self,
         mut method: Method,
-        mut uri: Uri,
+        mut target: Target,
         mut headers: HeaderMap,
         body: Payload,
         credential: &header::HeaderName,
@@ -136,7 +154,7 @@ impl Client {
     ) -> Result<Response, ClientError> {
         let Payload { body, mut whole } = body;
         let mut body = Some(body);
-        let origin = uri.authority().cloned();
+        let origin = target.uri.authority().cloned();
         for _ in 0..=MAX_REDIRECTS {
             let sent = match body.take() {
                 Some(body) => body,
@@ -144,15 +162,15 @@ impl Client {
             };
             let mut request = Request::new(sent);
             *request.method_mut() = method.clone();
-            *request.uri_mut() = uri.clone();
+            *request.uri_mut() = target.uri.clone();
             *request.headers_mut() = headers.clone();
-            if let Some(host) = host_header(&uri) {
-                request.headers_mut().insert(header::HOST, host);
+            if let Some(host) = &target.host {
+                request.headers_mut().insert(header::HOST, host.clone());
             }
             let response = self.inner.request(request).await.map_err(|error| {
                 if error.is_connect() { ClientError::Connect(error) } else { ClientError::Request(error) }
             })?;
-            let Some(next) = redirect(&method, &uri, &response, whole.is_some()) else {
+            let Some(next) = redirect(&method, &target.uri, &response, whole.is_some()) else {
                 return Ok(Response { inner: response, deadline });
             };
             if next.drop_body {
@@ -164,7 +182,7 @@ impl Client {
             if next.uri.authority() != origin.as_ref() {
                 headers.remove(credential);
             }
-            uri = next.uri;
+            target = Target::new(next.uri);
         }
         Err(ClientError::TooManyRedirects)
     }

@@ -17,7 +17,7 @@ use futures_util::{StreamExt as _, future::BoxFuture};
 
 use super::{
     Health,
-    client::{Client, ClientError, Payload, Response},
+    client::{Client, ClientError, Payload, Response, Target},
 };
 use crate::{affinity::Affinity, error::ProxyError, policy::domain::Channel};
 
@@ -66,9 +66,10 @@ pub struct Upstreams {
     /// Per worker (`None`: off the workers) and connect timeout, so a
     /// worker's requests use connections its own runtime drives.
     clients: RwLock<HashMap<(Option<usize>, Duration), Client, foldhash::fast::RandomState>>,
-    /// Upstream URIs built once (base URL → path → URI), looked up without
-    /// building a string: parsing one per request costs more than the lookup.
-    uris: RwLock<HashMap<String, HashMap<String, Uri, foldhash::fast::RandomState>, foldhash::fast::RandomState>>,
+    /// Upstream URIs and their `Host` headers built once (base URL → path →
+    /// target), looked up without building a string: parsing one per
+    /// request costs more than the lookup.
+    uris: RwLock<HashMap<String, HashMap<String, Target, foldhash::fast::RandomState>, foldhash::fast::RandomState>>,
     config: Config,
     /// Consecutive failures per channel; reports the ones that keep failing.
     pub health: Health,
@@ -156,12 +157,12 @@ impl Upstreams {
         Ok(clients.entry(key).or_insert(client).clone())
     }
 
-    /// `channel`'s base URL + `path` as a URI; each is built once (at most
-    /// `MAX_CACHED_URIS` are kept, then building starts over).
-    fn uri(&self, channel: &Channel, path: &str) -> Result<Uri, ProxyError> {
+    /// `channel`'s base URL + `path` as a target; each is built once (at
+    /// most `MAX_CACHED_URIS` are kept, then building starts over).
+    fn target(&self, channel: &Channel, path: &str) -> Result<Target, ProxyError> {
         let cached = self.uris.read().unwrap_or_else(PoisonError::into_inner);
-        if let Some(uri) = cached.get(&channel.base_url).and_then(|paths| paths.get(path)) {
-            return Ok(uri.clone());
+        if let Some(target) = cached.get(&channel.base_url).and_then(|paths| paths.get(path)) {
+            return Ok(target.clone());
         }
         drop(cached);
         let uri: Uri = format!("{}{path}", channel.base_url)
@@ -176,8 +177,9 @@ impl Upstreams {
         if uris.values().map(HashMap::len).sum::<usize>() >= MAX_CACHED_URIS {
             uris.clear();
         }
-        uris.entry(channel.base_url.clone()).or_default().insert(path.to_owned(), uri.clone());
-        Ok(uri)
+        let target = Target::new(uri);
+        uris.entry(channel.base_url.clone()).or_default().insert(path.to_owned(), target.clone());
+        Ok(target)
     }
 
     /// Sends a chat completion `body` to `channel` and returns once the
@@ -254,14 +256,14 @@ impl Upstreams {
         let timeouts = channel.timeouts;
         let client = self.client(timeouts.connect.unwrap_or(self.config.connect_timeout))?;
         let total = timeouts.total.unwrap_or(self.config.total_timeout);
-        let uri = self.uri(channel, path)?;
+        let target = self.target(channel, path)?;
         headers.remove(header::AUTHORIZATION);
         headers.remove("x-api-key");
         let (name, credential) = super::credential(channel)?;
         headers.insert(name.clone(), credential);
         crate::telemetry::inject(&mut headers);
         let deadline = tokio::time::Instant::now() + total;
-        let send = client.send(method, uri, headers, body, &name, deadline);
+        let send = client.send(method, target, headers, body, &name, deadline);
         let default_first_byte = if stream { self.config.first_byte_timeout } else { total };
         let first_byte = timeouts.first_byte.unwrap_or(default_first_byte).min(total);
         match tokio::time::timeout(first_byte, send).await {
