@@ -3,7 +3,7 @@
 //! resource that does not convert is rejected by name (`kind/id`) and the rest
 //! of its snapshot or delta still applies.
 
-use std::{net::IpAddr, time::Duration};
+use std::{net::IpAddr, sync::Arc, time::Duration};
 
 use gw_proto::pb;
 use ipnet::IpNet;
@@ -203,10 +203,10 @@ fn channel(c: pb::Channel) -> Result<Channel, ConvertError> {
         base_url,
         api_key,
         key_id,
-        keys,
-        models: c.models,
-        model_map: c.model_map.into_iter().collect(),
-        groups: c.groups,
+        keys: keys.into(),
+        models: c.models.into(),
+        model_map: Arc::new(c.model_map.into_iter().collect()),
+        groups: c.groups.into(),
         priority: c.priority,
         weight: c.weight,
         status,
@@ -343,9 +343,9 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
                     ..pb::ChannelKey::default()
                 })
                 .collect(),
-            models: c.models.clone(),
-            model_map: c.model_map.clone().into_iter().collect(),
-            groups: c.groups.clone(),
+            models: c.models.to_vec(),
+            model_map: c.model_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            groups: c.groups.to_vec(),
             priority: c.priority,
             weight: c.weight,
             status: match c.status {

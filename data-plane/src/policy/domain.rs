@@ -114,6 +114,8 @@ pub enum ChannelStatus {
 }
 
 /// An upstream provider account that serves some models to some groups.
+/// Its lists are shared, not copied, by the view each attempt takes of it
+/// (`with_key`): a pooled channel is cloned on every request.
 #[derive(Clone, PartialEq)]
 pub struct Channel {
     pub id: String,
@@ -128,11 +130,11 @@ pub struct Channel {
     /// The pool key `api_key` is (empty for a channel without a pool).
     pub key_id: String,
     /// The key pool, disabled keys included.
-    pub keys: Vec<UpstreamKey>,
-    pub models: Vec<String>,
+    pub keys: Arc<[UpstreamKey]>,
+    pub models: Arc<[String]>,
     /// Requested model → upstream model name.
-    pub model_map: BTreeMap<String, String>,
-    pub groups: Vec<String>,
+    pub model_map: Arc<BTreeMap<String, String>>,
+    pub groups: Arc<[String]>,
     /// Higher is tried first.
     pub priority: i32,
     /// Relative share within a priority level; 0 counts as 1.

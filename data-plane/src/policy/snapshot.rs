@@ -460,7 +460,7 @@ impl Snapshot {
     fn rebuild_routes(&mut self) {
         let mut routes = Routes::default();
         for channel in self.channels.values().filter(|c| c.is_enabled()) {
-            for group in &channel.groups {
+            for group in channel.groups.iter() {
                 let models = routes.by_group.entry(group.clone()).or_default();
                 let mut seen = HashSet::new();
                 for model in channel.models.iter().filter(|m| seen.insert(m.as_str())) {
@@ -587,13 +587,10 @@ pub(crate) mod tests {
             base_url: "http://127.0.0.1:1/v1".into(),
             api_key: format!("key-{id}"),
             key_id: "k_0".into(),
-            keys: vec![crate::policy::domain::UpstreamKey {
-                id: "k_0".into(),
-                key: format!("key-{id}"),
-                enabled: true,
-            }],
+            keys: [crate::policy::domain::UpstreamKey { id: "k_0".into(), key: format!("key-{id}"), enabled: true }]
+                .into(),
             models: models.iter().map(|s| s.to_string()).collect(),
-            model_map: BTreeMap::new(),
+            model_map: Arc::new(BTreeMap::new()),
             groups: groups.iter().map(|s| s.to_string()).collect(),
             priority,
             weight,

@@ -77,7 +77,11 @@ impl KeyHealth {
     ) -> (Vec<&'c UpstreamKey>, Option<&'c UpstreamKey>) {
         let now = Instant::now();
         let keys = self.lock();
-        let state = |k: &UpstreamKey| keys.get(&(channel.id.clone(), k.id.clone()));
+        // Mostly no key is held out: then nothing is looked up (a lookup
+        // builds its key's two strings).
+        let state = |k: &UpstreamKey| {
+            if keys.is_empty() { None } else { keys.get(&(channel.id.clone(), k.id.clone())) }
+        };
         let refused = |k: &UpstreamKey| state(k).and_then(|s| s.refused_until).is_some_and(|t| t > now);
         let cooling = |k: &UpstreamKey| state(k).and_then(|s| s.cool_until).is_some_and(|t| t > now);
         let usable: Vec<&UpstreamKey> = channel.keys.iter().filter(|k| k.enabled && !refused(k)).collect();
@@ -101,7 +105,7 @@ impl KeyHealth {
         let now = Instant::now();
         let enabled = channel.keys.iter().any(|k| k.id == key_id && k.enabled);
         let keys = self.lock();
-        let state = keys.get(&(channel.id.clone(), key_id.to_owned()));
+        let state = if keys.is_empty() { None } else { keys.get(&(channel.id.clone(), key_id.to_owned())) };
         let blocked =
             state.is_some_and(|s| s.refused_until.is_some_and(|t| t > now) || s.cool_until.is_some_and(|t| t > now));
         enabled && !blocked
@@ -115,8 +119,10 @@ impl KeyHealth {
         let now = Instant::now();
         let keys = self.lock();
         channel.keys.iter().filter(|k| k.enabled).all(|k| {
-            keys.get(&(channel.id.clone(), k.id.clone()))
-                .is_some_and(|s| s.cool_until.is_some_and(|t| t > now) || s.refused_until.is_some_and(|t| t > now))
+            !keys.is_empty()
+                && keys
+                    .get(&(channel.id.clone(), k.id.clone()))
+                    .is_some_and(|s| s.cool_until.is_some_and(|t| t > now) || s.refused_until.is_some_and(|t| t > now))
         })
     }
 
@@ -190,7 +196,9 @@ mod tests {
         let mut seen = picks(&health, &channel, 6);
         seen.sort();
         assert_eq!(seen, ["a", "a", "b", "b", "c", "c"]);
-        channel.keys[1].enabled = false;
+        let mut keys = channel.keys.to_vec();
+        keys[1].enabled = false;
+        channel.keys = keys.into();
         assert!(!picks(&health, &channel, 6).contains(&"b".to_owned()), "a disabled key is never picked");
     }
 

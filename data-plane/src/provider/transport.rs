@@ -324,7 +324,7 @@ pub fn mask(text: &str, secret: &str) -> String {
 /// safe to log and to pass to the client.
 pub fn mask_channel(text: &str, channel: &Channel) -> String {
     let mut text = mask(text, &channel.api_key);
-    for key in &channel.keys {
+    for key in channel.keys.iter() {
         text = mask(&text, &key.key);
     }
     let host = channel.base_url.split("://").nth(1).and_then(|rest| rest.split(['/', '?']).next()).unwrap_or("");
