@@ -44,6 +44,15 @@ struct KeyState {
     cool_until: Option<Instant>,
 }
 
+// === impl KeyState ===
+
+impl KeyState {
+    /// Whether the key is refused or cooling down at `now`.
+    fn blocked(&self, now: Instant) -> bool {
+        self.refused_until.is_some_and(|t| t > now) || self.cool_until.is_some_and(|t| t > now)
+    }
+}
+
 // === impl KeyHealth ===
 
 impl KeyHealth {
@@ -77,11 +86,7 @@ impl KeyHealth {
     ) -> (Vec<&'c UpstreamKey>, Option<&'c UpstreamKey>) {
         let now = Instant::now();
         let keys = self.lock();
-        // Mostly no key is held out: then nothing is looked up (a lookup
-        // builds its key's two strings).
-        let state = |k: &UpstreamKey| {
-            if keys.is_empty() { None } else { keys.get(&(channel.id.clone(), k.id.clone())) }
-        };
+        let state = |k: &UpstreamKey| state_of(&keys, &channel.id, &k.id);
         let refused = |k: &UpstreamKey| state(k).and_then(|s| s.refused_until).is_some_and(|t| t > now);
         let cooling = |k: &UpstreamKey| state(k).and_then(|s| s.cool_until).is_some_and(|t| t > now);
         let usable: Vec<&UpstreamKey> = channel.keys.iter().filter(|k| k.enabled && !refused(k)).collect();
@@ -105,10 +110,7 @@ impl KeyHealth {
         let now = Instant::now();
         let enabled = channel.keys.iter().any(|k| k.id == key_id && k.enabled);
         let keys = self.lock();
-        let state = if keys.is_empty() { None } else { keys.get(&(channel.id.clone(), key_id.to_owned())) };
-        let blocked =
-            state.is_some_and(|s| s.refused_until.is_some_and(|t| t > now) || s.cool_until.is_some_and(|t| t > now));
-        enabled && !blocked
+        enabled && !state_of(&keys, &channel.id, key_id).is_some_and(|s| s.blocked(now))
     }
 
     /// Whether every usable key of a pooled `channel` is cooling down.
@@ -118,12 +120,11 @@ impl KeyHealth {
         }
         let now = Instant::now();
         let keys = self.lock();
-        channel.keys.iter().filter(|k| k.enabled).all(|k| {
-            !keys.is_empty()
-                && keys
-                    .get(&(channel.id.clone(), k.id.clone()))
-                    .is_some_and(|s| s.cool_until.is_some_and(|t| t > now) || s.refused_until.is_some_and(|t| t > now))
-        })
+        channel
+            .keys
+            .iter()
+            .filter(|k| k.enabled)
+            .all(|k| state_of(&keys, &channel.id, &k.id).is_some_and(|s| s.blocked(now)))
     }
 
     /// The upstream refused key `key_id` of `channel`: it is held out.
@@ -165,6 +166,15 @@ impl KeyHealth {
 
 /// Drops entries whose refusal and cool-down have both passed, once the map
 /// is large: it stays bounded by the keys in trouble.
+/// The state kept for `channel`'s key `key_id`, if any. Mostly no key is
+/// held out: then nothing is looked up (a lookup builds its two strings).
+fn state_of<'m>(keys: &'m HashMap<(String, String), KeyState>, channel: &str, key_id: &str) -> Option<&'m KeyState> {
+    if keys.is_empty() {
+        return None;
+    }
+    keys.get(&(channel.to_owned(), key_id.to_owned()))
+}
+
 fn sweep(keys: &mut HashMap<(String, String), KeyState>) {
     if keys.len() > SWEEP_ABOVE {
         let now = Instant::now();

@@ -69,7 +69,7 @@ pub struct Upstreams {
     /// Upstream URIs and their `Host` headers built once (base URL → path →
     /// target), looked up without building a string: parsing one per
     /// request costs more than the lookup.
-    uris: RwLock<HashMap<String, HashMap<String, Target, foldhash::fast::RandomState>, foldhash::fast::RandomState>>,
+    targets: RwLock<HashMap<String, HashMap<String, Target, foldhash::fast::RandomState>, foldhash::fast::RandomState>>,
     config: Config,
     /// Consecutive failures per channel; reports the ones that keep failing.
     pub health: Health,
@@ -119,7 +119,7 @@ impl Config {
     /// The live upstream side, recording channel health in `health`.
     pub fn build(self, health: Health) -> Upstreams {
         let affinity = Affinity::new(self.affinity_capacity, self.affinity_idle);
-        Upstreams { clients: RwLock::default(), uris: RwLock::default(), config: self, health, affinity }
+        Upstreams { clients: RwLock::default(), targets: RwLock::default(), config: self, health, affinity }
     }
 }
 
@@ -160,7 +160,7 @@ impl Upstreams {
     /// `channel`'s base URL + `path` as a target; each is built once (at
     /// most `MAX_CACHED_URIS` are kept, then building starts over).
     fn target(&self, channel: &Channel, path: &str) -> Result<Target, ProxyError> {
-        let cached = self.uris.read().unwrap_or_else(PoisonError::into_inner);
+        let cached = self.targets.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(target) = cached.get(&channel.base_url).and_then(|paths| paths.get(path)) {
             return Ok(target.clone());
         }
@@ -173,12 +173,12 @@ impl Upstreams {
                 tracing::warn!(channel = %channel.id, "the channel's base URL does not parse");
                 ProxyError::UpstreamConnect
             })?;
-        let mut uris = self.uris.write().unwrap_or_else(PoisonError::into_inner);
-        if uris.values().map(HashMap::len).sum::<usize>() >= MAX_CACHED_URIS {
-            uris.clear();
+        let mut targets = self.targets.write().unwrap_or_else(PoisonError::into_inner);
+        if targets.values().map(HashMap::len).sum::<usize>() >= MAX_CACHED_URIS {
+            targets.clear();
         }
         let target = Target::new(uri);
-        uris.entry(channel.base_url.clone()).or_default().insert(path.to_owned(), target.clone());
+        targets.entry(channel.base_url.clone()).or_default().insert(path.to_owned(), target.clone());
         Ok(target)
     }
 
