@@ -59,8 +59,8 @@ pub async fn admit(app: &App, request: Request, access: Access) -> Result<(Admit
     let caller = auth::authorize(&snapshot, Some(&app.budgets), &parts.headers, ip, now_unix(), access)?;
     trail.update(|t| {
         t.token = Some(caller.token.id.to_string());
-        t.account = Some(caller.account.id.clone());
-        t.group = Some(caller.group.name.clone());
+        t.account = Some(caller.token.account_id.clone());
+        t.group = Some(caller.token.group.clone());
     });
     let mut in_flight = None;
     if access == Access::Spend {

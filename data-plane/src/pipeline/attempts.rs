@@ -86,7 +86,7 @@ where
     if candidates.is_empty() {
         let fields = scope.trail.fields();
         return Err(ProxyError::NoChannel {
-            group: fields.group.unwrap_or_default(),
+            group: fields.group.as_deref().unwrap_or_default().to_owned(),
             model: fields.model.unwrap_or_default(),
         });
     }
@@ -173,7 +173,8 @@ where
     // No attempt was made only when the last keys were refused meanwhile.
     Err(last_error.unwrap_or_else(|| {
         let fields = scope.trail.fields();
-        ProxyError::NoChannel { group: fields.group.unwrap_or_default(), model: fields.model.unwrap_or_default() }
+        let group = fields.group.as_deref().unwrap_or_default().to_owned();
+        ProxyError::NoChannel { group, model: fields.model.unwrap_or_default() }
     }))
 }
 

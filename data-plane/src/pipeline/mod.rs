@@ -65,8 +65,10 @@ pub struct Trail {
 #[derive(Debug, Default, Clone)]
 pub struct TrailFields {
     pub token: Option<String>,
-    pub account: Option<String>,
-    pub group: Option<String>,
+    /// Shared with the caller's token (the same values as its account's
+    /// id and group's name): noting them copies nothing.
+    pub account: Option<Arc<str>>,
+    pub group: Option<Arc<str>>,
     pub model: Option<String>,
     pub channel: Option<String>,
     /// The channel's provider (`gen_ai.provider.name`).

@@ -141,15 +141,15 @@ pub fn responded(
     }
     span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
     let strings = [
-        ("gen_ai.request.model", &fields.model),
-        ("gw.token.id", &fields.token),
-        ("gw.account.id", &fields.account),
-        ("gw.group", &fields.group),
-        ("gw.channel.id", &fields.channel),
+        ("gen_ai.request.model", fields.model.as_deref()),
+        ("gw.token.id", fields.token.as_deref()),
+        ("gw.account.id", fields.account.as_deref()),
+        ("gw.group", fields.group.as_deref()),
+        ("gw.channel.id", fields.channel.as_deref()),
     ];
     for (key, value) in strings {
         if let Some(value) = value {
-            span.set_attribute(key, value.clone());
+            span.set_attribute(key, value.to_owned());
         }
     }
     if let Some(provider) = fields.provider {
