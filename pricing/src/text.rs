@@ -56,14 +56,17 @@ pub fn parse_usd_non_negative(text: &str) -> Result<i64, ParseError> {
 
 /// Formats micro-USD with six decimals and no currency sign: `-1.500000`.
 pub fn format_usd(micros: i64) -> String {
-    // Digit by digit rather than `format!`: every answer's cost header is
+    // Pieces pushed rather than `format!`: every answer's cost header is
     // written with it.
     let (sign, whole, fraction) = split(micros);
+    let mut digits = itoa::Buffer::new();
     let mut text = String::with_capacity(28);
     text.push_str(sign);
-    push_digits(&mut text, whole, 1);
+    text.push_str(digits.format(whole));
     text.push('.');
-    push_digits(&mut text, fraction, 6);
+    let fraction = digits.format(fraction);
+    text.push_str(&"000000"[fraction.len()..]);
+    text.push_str(fraction);
     text
 }
 
@@ -134,18 +137,6 @@ fn parse_millionths(text: &str) -> Result<i64, Malformed> {
 }
 
 /// Sign, whole units and millionths of `value`.
-/// Appends `value` in decimal, zero-padded to at least `width` digits.
-fn push_digits(text: &mut String, mut value: u64, width: usize) {
-    let mut digits = [b'0'; 20];
-    let mut start = digits.len();
-    while value > 0 || digits.len() - start < width {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-    }
-    text.extend(digits[start..].iter().map(|&d| char::from(d)));
-}
-
 fn split(value: i64) -> (&'static str, u64, u64) {
     let sign = if value < 0 { "-" } else { "" };
     let abs = value.unsigned_abs();

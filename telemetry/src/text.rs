@@ -140,11 +140,11 @@ impl tracing::field::Visit for PlainVisitor<'_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.write(field, |this| write!(this.writer, "{value}"));
+        self.write(field, |this| this.writer.write_str(itoa::Buffer::new().format(value)));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.write(field, |this| write!(this.writer, "{value}"));
+        self.write(field, |this| this.writer.write_str(itoa::Buffer::new().format(value)));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
@@ -208,9 +208,16 @@ mod tests {
         let odd = "quote \" back \\ tab\t é \u{7f}";
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(path = "/v1/chat", odd, status = 200u64, delta = -3i64, method = %"POST", ok = true, "request {}", 1);
+            tracing::info!(zero = 0u64, max = u64::MAX, min = i64::MIN, top = i64::MAX, none = 0i64, "edges");
         });
         let line = lines.text();
-        let expected = format!("request 1 path=\"/v1/chat\" odd={odd:?} status=200 delta=-3 method=POST ok=true\n");
+        let expected = format!(
+            "request 1 path=\"/v1/chat\" odd={odd:?} status=200 delta=-3 method=POST ok=true\n\
+             edges zero=0 max={} min={} top={} none=0\n",
+            u64::MAX,
+            i64::MIN,
+            i64::MAX
+        );
         assert_eq!(line, expected);
     }
 
