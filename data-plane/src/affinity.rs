@@ -15,12 +15,14 @@
 use std::{
     collections::HashMap,
     hash::BuildHasher,
-    sync::{LazyLock, Mutex, PoisonError},
+    sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
 use axum::http::{HeaderMap, HeaderName};
 use serde::Deserialize;
+
+use crate::json_body::JsonBody;
 
 /// Default most conversations remembered.
 pub const DEFAULT_CAPACITY: usize = 100_000;
@@ -65,17 +67,7 @@ struct Generations {
     previous: HashMap<Session, Binding>,
 }
 
-/// The fields of a request body that may name its conversation.
-#[derive(Deserialize)]
-struct BodyHints {
-    #[serde(default)]
-    prompt_cache_key: Option<serde_json::Value>,
-    #[serde(default)]
-    user: Option<serde_json::Value>,
-    #[serde(default)]
-    metadata: Option<MetadataHints>,
-}
-
+/// What of a body's `metadata` may name its conversation.
 #[derive(Deserialize)]
 struct MetadataHints {
     #[serde(default)]
@@ -102,8 +94,9 @@ impl Affinity {
     }
 
     /// The conversation of a request for `model` in `group` with `headers`
-    /// and JSON `body`; `None` when nothing names one or affinity is off.
-    pub fn session(&self, headers: &HeaderMap, body: &[u8], model: &str, group: &str) -> Option<Session> {
+    /// and JSON `body` (`None` for other bodies); `None` when nothing names
+    /// one or affinity is off.
+    pub fn session(&self, headers: &HeaderMap, body: Option<&JsonBody>, model: &str, group: &str) -> Option<Session> {
         if self.capacity == 0 {
             return None;
         }
@@ -173,10 +166,13 @@ impl Generations {
 
 /// The string that names the request's conversation, by the order in the
 /// module header; `None` when nothing does.
-fn conversation_name(headers: &HeaderMap, body: &[u8]) -> Option<String> {
-    let hints: Option<BodyHints> = may_hold_hints(body).then(|| serde_json::from_slice(body).ok()).flatten();
-    let text = |value: &Option<serde_json::Value>| -> Option<String> {
-        let name = match value.as_ref()? {
+fn conversation_name(headers: &HeaderMap, body: Option<&JsonBody>) -> Option<String> {
+    // Top-level fields the body was read into already: only these small
+    // values are parsed, never the prompt around them.
+    let field = |name: &str| body?.field_bytes(name);
+    let value = |name: &str| serde_json::from_slice::<serde_json::Value>(field(name)?).ok();
+    let text = |value: Option<serde_json::Value>| -> Option<String> {
+        let name = match value? {
             serde_json::Value::String(s) => s.trim().to_owned(),
             serde_json::Value::Number(n) => n.to_string(),
             _ => return None,
@@ -188,30 +184,13 @@ fn conversation_name(headers: &HeaderMap, body: &[u8]) -> Option<String> {
         (!value.is_empty()).then(|| cut(value.to_owned()))
     };
     let tagged = |tag: &str, name: Option<String>| name.map(|name| format!("{tag}:{name}"));
-    tagged("cache", hints.as_ref().and_then(|h| text(&h.prompt_cache_key)))
+    tagged("cache", text(value("prompt_cache_key")))
         .or_else(|| SESSION_HEADERS.iter().find_map(|name| tagged("session", header(name))))
-        .or_else(|| tagged("user", hints.as_ref().and_then(|h| text(&h.user))))
+        .or_else(|| tagged("user", text(value("user"))))
         .or_else(|| {
-            let metadata = hints.as_ref()?.metadata.as_ref()?;
-            tagged("user", text(&metadata.user_id))
+            let metadata = serde_json::from_slice::<MetadataHints>(field("metadata")?).ok()?;
+            tagged("user", text(metadata.user_id))
         })
-}
-
-/// Whether `body` may hold one of `BodyHints`' keys: a scan for them, much
-/// cheaper than parsing a long prompt a second time. A key spelt with
-/// `\u` escapes is missed, and then names no conversation.
-fn may_hold_hints(body: &[u8]) -> bool {
-    use memchr::memmem::Finder;
-    // Built once: a searcher costs more to make than to run on a short body.
-    static KEYS: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
-        [Finder::new(b"\"prompt_cache_key\""), Finder::new(b"\"metadata\""), Finder::new(b"\"user\"")]
-    });
-    let [cache_key, metadata, user] = &*KEYS;
-    if cache_key.find(body).is_some() || metadata.find(body).is_some() {
-        return true;
-    }
-    // `"user"` is most often a role (a value); as a key a colon follows it.
-    user.find_iter(body).any(|at| body[at + 6..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':'))
 }
 
 /// `name` cut to `MAX_NAME` bytes at a character boundary.
@@ -235,37 +214,46 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap())).collect()
     }
 
+    fn json(body: &'static str) -> Option<JsonBody> {
+        JsonBody::parse(bytes::Bytes::from_static(body.as_bytes())).ok()
+    }
+
     #[test]
     fn the_conversation_is_named_in_the_documented_order() {
+        let name = |headers: &HeaderMap, body: &'static str| conversation_name(headers, json(body).as_ref());
         let all = headers(&[("session_id", "codex"), ("x-claude-code-session-id", "claude")]);
-        let body = br#"{"prompt_cache_key":"pck","user":"u","metadata":{"user_id":"m"}}"#;
-        assert_eq!(conversation_name(&all, body).unwrap(), "cache:pck");
-        assert_eq!(conversation_name(&all, br#"{"user":"u"}"#).unwrap(), "session:codex");
+        let body = r#"{"prompt_cache_key":"pck","user":"u","metadata":{"user_id":"m"}}"#;
+        assert_eq!(name(&all, body).unwrap(), "cache:pck");
+        assert_eq!(name(&all, r#"{"user":"u"}"#).unwrap(), "session:codex");
         let claude = headers(&[("x-claude-code-session-id", "claude")]);
-        assert_eq!(conversation_name(&claude, br#"{"user":"u"}"#).unwrap(), "session:claude");
-        assert_eq!(conversation_name(&HeaderMap::new(), br#"{"user":"u"}"#).unwrap(), "user:u");
-        let messages = br#"{"metadata":{"user_id":"m"}}"#;
-        assert_eq!(conversation_name(&HeaderMap::new(), messages).unwrap(), "user:m");
-        assert_eq!(conversation_name(&HeaderMap::new(), br#"{"user":"  "}"#), None);
-        assert_eq!(conversation_name(&HeaderMap::new(), b"not json"), None);
-        let roles = br#"{"messages":[{"role":"user","content":"say \"user\": 1"}]}"#;
-        assert!(!may_hold_hints(roles));
-        assert_eq!(conversation_name(&HeaderMap::new(), roles), None);
-        assert!(may_hold_hints(br#"{"messages":[{"role":"user"}], "user" : "u1"}"#));
-        let spaced = br#"{"messages":[{"role":"user"}], "user"
+        assert_eq!(name(&claude, r#"{"user":"u"}"#).unwrap(), "session:claude");
+        assert_eq!(name(&HeaderMap::new(), r#"{"user":"u"}"#).unwrap(), "user:u");
+        assert_eq!(name(&HeaderMap::new(), r#"{"user":7}"#).unwrap(), "user:7");
+        assert_eq!(name(&HeaderMap::new(), r#"{"metadata":{"user_id":"m"}}"#).unwrap(), "user:m");
+        assert_eq!(name(&HeaderMap::new(), r#"{"user":"  "}"#), None);
+        assert_eq!(name(&HeaderMap::new(), "not json"), None);
+        assert_eq!(conversation_name(&HeaderMap::new(), None), None, "a form body names none");
+        // Only top-level fields count: a role or a nested key is not one.
+        let roles = r#"{"messages":[{"role":"user","content":"say \"user\": 1","user":"x"}]}"#;
+        assert_eq!(name(&HeaderMap::new(), roles), None);
+        let spaced = r#"{"messages":[{"role":"user"}], "user"
             : "u2"}"#;
-        assert_eq!(conversation_name(&HeaderMap::new(), spaced).as_deref(), Some("user:u2"));
+        assert_eq!(name(&HeaderMap::new(), spaced).as_deref(), Some("user:u2"));
+        // One odd field spoils no other, and escaped names are read.
+        assert_eq!(name(&HeaderMap::new(), r#"{"metadata":"x","us\u0065r":"u3"}"#).as_deref(), Some("user:u3"));
+        let odd = r#"{"prompt_cache_key":{"a":1},"metadata":{"user_id":"m2"}}"#;
+        assert_eq!(name(&HeaderMap::new(), odd).as_deref(), Some("user:m2"));
     }
 
     #[test]
     fn sessions_differ_by_model_and_group_and_keep_no_client_string() {
         let affinity = Affinity::new(10, DEFAULT_IDLE);
         let h = headers(&[("session_id", "s1")]);
-        let a = affinity.session(&h, b"{}", "m", "g").unwrap();
-        assert_eq!(affinity.session(&h, b"{}", "m", "g"), Some(a));
-        assert_ne!(affinity.session(&h, b"{}", "m2", "g"), Some(a));
-        assert_ne!(affinity.session(&h, b"{}", "m", "g2"), Some(a));
-        assert_eq!(Affinity::new(0, DEFAULT_IDLE).session(&h, b"{}", "m", "g"), None, "capacity 0 is off");
+        let a = affinity.session(&h, None, "m", "g").unwrap();
+        assert_eq!(affinity.session(&h, None, "m", "g"), Some(a));
+        assert_ne!(affinity.session(&h, None, "m2", "g"), Some(a));
+        assert_ne!(affinity.session(&h, None, "m", "g2"), Some(a));
+        assert_eq!(Affinity::new(0, DEFAULT_IDLE).session(&h, None, "m", "g"), None, "capacity 0 is off");
     }
 
     #[test]

@@ -3,28 +3,78 @@
 //! byte for byte unless the gateway must rewrite `model` or ask a stream
 //! for usage; then only those fields change.
 
+use std::{fmt, ops::Range};
+
 use bytes::Bytes;
+use serde::{
+    Deserialize,
+    de::{MapAccess, Visitor},
+};
 use serde_json::value::RawValue;
 
 use crate::{
     error::ProxyError,
-    openai::{OrderedFields, push_json_string, with_include_usage},
+    openai::{push_json_string, with_include_usage},
 };
 
 /// A JSON object body.
 #[derive(Debug)]
 pub struct JsonBody {
     raw: Bytes,
-    /// Top-level fields in their original order, values verbatim.
-    fields: Vec<(String, Box<RawValue>)>,
+    /// Top-level fields in their original order, as places in `raw`: read
+    /// without copying a name or a value (a prompt is most of a body).
+    fields: Vec<Field>,
 }
+
+/// One top-level field of a `JsonBody`.
+#[derive(Debug)]
+struct Field {
+    name: Name,
+    /// Where the value's JSON text lies in the body, verbatim.
+    value: Range<usize>,
+}
+
+/// A field's name: where it lies in the body (between its quotes), or,
+/// when written with escapes, unescaped.
+#[derive(Debug)]
+enum Name {
+    At(Range<usize>),
+    Unescaped(Box<str>),
+}
+
+/// A field's name as the parser hands it over: borrowed from the body
+/// unless it had escapes to undo.
+enum NameText<'de> {
+    Borrowed(&'de str),
+    Unescaped(String),
+}
+
+/// The top-level fields of a JSON object, borrowed from the body.
+struct Fields<'de>(Vec<(NameText<'de>, &'de RawValue)>);
 
 // === impl JsonBody ===
 
 impl JsonBody {
     /// Parses `raw`, which must be a JSON object.
     pub fn parse(raw: Bytes) -> Result<JsonBody, ProxyError> {
-        let OrderedFields(fields) = serde_json::from_slice(&raw).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+        let Fields(found) = serde_json::from_slice(&raw).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+        // Every borrowed text is a slice of `raw`: its place is its
+        // distance from the body's start.
+        let base = raw.as_ptr().addr();
+        let place = |text: &str| {
+            let start = text.as_ptr().addr() - base;
+            start..start + text.len()
+        };
+        let fields = found
+            .into_iter()
+            .map(|(name, value)| Field {
+                name: match name {
+                    NameText::Borrowed(name) => Name::At(place(name)),
+                    NameText::Unescaped(name) => Name::Unescaped(name.into_boxed_str()),
+                },
+                value: place(value.get()),
+            })
+            .collect();
         Ok(JsonBody { raw, fields })
     }
 
@@ -34,29 +84,35 @@ impl JsonBody {
     }
 
     /// The body as the client sent it.
-    pub fn raw(&self) -> &[u8] {
+    pub fn raw(&self) -> &Bytes {
         &self.raw
     }
 
     /// The raw JSON of field `name` (the last one if repeated).
     pub fn field(&self, name: &str) -> Option<&str> {
-        self.fields.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.get())
+        self.field_bytes(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// The raw JSON of field `name` as bytes (the last one if repeated).
+    pub fn field_bytes(&self, name: &str) -> Option<&[u8]> {
+        let name = name.as_bytes();
+        self.fields.iter().rev().find(|f| self.name_bytes(f) == name).map(|f| &self.raw[f.value.clone()])
     }
 
     /// Field `name` when it is a JSON string.
     pub fn string(&self, name: &str) -> Option<String> {
-        self.field(name).and_then(|v| serde_json::from_str::<String>(v).ok())
+        self.field_bytes(name).and_then(|v| serde_json::from_slice::<String>(v).ok())
     }
 
     /// Field `name` when it is `true`.
     pub fn is_true(&self, name: &str) -> bool {
-        self.field(name) == Some("true")
+        self.field_bytes(name) == Some(b"true")
     }
 
     /// Whether `stream_options.include_usage` is `true`.
     pub fn wants_usage(&self) -> bool {
-        self.field("stream_options")
-            .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
+        self.field_bytes("stream_options")
+            .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
             .is_some_and(|v| v.get("include_usage") == Some(&serde_json::Value::Bool(true)))
     }
 
@@ -70,20 +126,22 @@ impl JsonBody {
         let mut out = String::with_capacity(self.raw.len() + 64);
         out.push('{');
         let (mut saw_model, mut saw_options) = (false, false);
-        for (key, value) in &self.fields {
+        for field in &self.fields {
             comma(&mut out);
-            push_json_string(&mut out, key);
+            let name = self.name(field);
+            push_json_string(&mut out, name);
             out.push(':');
-            match (key.as_str(), model) {
+            let value = self.text(field.value.clone());
+            match (name, model) {
                 ("model", Some(model)) => {
                     saw_model = true;
                     push_json_string(&mut out, model);
                 }
                 ("stream_options", _) if force_usage => {
                     saw_options = true;
-                    out.push_str(&with_include_usage(value.get()));
+                    out.push_str(&with_include_usage(value));
                 }
-                _ => out.push_str(value.get()),
+                _ => out.push_str(value),
             }
         }
         if let Some(model) = model.filter(|_| !saw_model) {
@@ -97,6 +155,73 @@ impl JsonBody {
         }
         out.push('}');
         Bytes::from(out)
+    }
+
+    fn name<'a>(&'a self, field: &'a Field) -> &'a str {
+        match &field.name {
+            Name::At(at) => self.text(at.clone()),
+            Name::Unescaped(name) => name,
+        }
+    }
+
+    /// What `name` gives, as bytes: compared without reading it as UTF-8.
+    fn name_bytes<'a>(&'a self, field: &'a Field) -> &'a [u8] {
+        match &field.name {
+            Name::At(at) => &self.raw[at.clone()],
+            Name::Unescaped(name) => name.as_bytes(),
+        }
+    }
+
+    /// The text at `at`, a place `parse` found: the parser has read it as
+    /// UTF-8 already.
+    fn text(&self, at: Range<usize>) -> &str {
+        std::str::from_utf8(&self.raw[at]).unwrap_or_default()
+    }
+}
+
+// === impl Fields ===
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor;
+        impl<'de> Visitor<'de> for FieldsVisitor {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(entry) = map.next_entry::<NameText<'de>, &'de RawValue>()? {
+                    fields.push(entry);
+                }
+                Ok(Fields(fields))
+            }
+        }
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+// === impl NameText ===
+
+impl<'de> Deserialize<'de> for NameText<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = NameText<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, name: &'de str) -> Result<NameText<'de>, E> {
+                Ok(NameText::Borrowed(name))
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<NameText<'de>, E> {
+                Ok(NameText::Unescaped(name.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, name: String) -> Result<NameText<'de>, E> {
+                Ok(NameText::Unescaped(name))
+            }
+        }
+        deserializer.deserialize_str(NameVisitor)
     }
 }
 
@@ -138,6 +263,15 @@ mod tests {
         assert!(parse(r#"{"stream_options":{"include_usage":true}}"#).wants_usage());
     }
 
+    #[test]
+    fn names_written_with_escapes_are_read_unescaped() {
+        let body = parse(r#"{"mod\u0065l":"m","pr\u00f6mpt":"é","stream":true}"#);
+        assert_eq!(body.string("model").as_deref(), Some("m"));
+        assert_eq!(body.field("prömpt"), Some(r#""é""#));
+        assert!(body.is_true("stream"));
+        assert_eq!(body.rewrite(Some("up"), false), r#"{"model":"up","prömpt":"é","stream":true}"#.as_bytes());
+    }
+
     proptest::proptest! {
         #![proptest_config(crate::fuzz::config())]
 
@@ -155,6 +289,14 @@ mod tests {
                     proptest::prop_assert!(serde_json::from_slice::<&RawValue>(&rewritten).is_ok());
                     if as_value {
                         proptest::prop_assert!(serde_json::from_slice::<serde_json::Value>(&rewritten).is_ok());
+                    }
+                    // Each field is found where it is, as `Value` reads it
+                    // (the last of a repeated name).
+                    if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(json.raw()) {
+                        for (name, value) in &map {
+                            let field = json.field(name).and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok());
+                            proptest::prop_assert_eq!(field.as_ref(), Some(value));
+                        }
                     }
                 }
                 Err(error) => crate::fuzz::assert_client_error(&error)?,

@@ -1,25 +1,16 @@
-//! The OpenAI wire format as far as the proxy must understand it: validating
-//! a chat request and rewriting only what it must (the model name, the
-//! stream's usage option), reading usage from a response, and reading an
-//! upstream's error message. Bodies are otherwise passed through as bytes.
-
-use std::fmt;
+//! The OpenAI chat request as far as the proxy must understand it:
+//! validating it and rewriting only what it must (the model name, the
+//! stream's usage option). Bodies are otherwise passed through as bytes.
 
 use bytes::Bytes;
-use serde::{
-    Deserialize,
-    de::{MapAccess, Visitor},
-};
-use serde_json::value::RawValue;
 
-use crate::error::ProxyError;
+use crate::{error::ProxyError, json_body::JsonBody};
 
 /// A validated `POST /v1/chat/completions` body.
 #[derive(Debug)]
 pub struct ChatRequest {
-    raw: Bytes,
-    /// Top-level fields in their original order, values verbatim.
-    fields: Vec<(String, Box<RawValue>)>,
+    /// The body, read as its top-level fields.
+    json: JsonBody,
     /// The requested model.
     pub model: String,
     /// Whether the client asked for a streamed (SSE) answer.
@@ -30,78 +21,44 @@ pub struct ChatRequest {
     pub max_output_tokens: Option<i64>,
 }
 
-/// Top-level fields of a JSON object, in order, values kept as raw JSON.
-pub(crate) struct OrderedFields(pub(crate) Vec<(String, Box<RawValue>)>);
-
 // === impl ChatRequest ===
 
 impl ChatRequest {
     /// Validates `body`: a JSON object with a non-empty string `model` and an
     /// array `messages`.
     pub fn parse(body: Bytes) -> Result<ChatRequest, ProxyError> {
-        let OrderedFields(fields) =
-            serde_json::from_slice(&body).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
-        let field = |name: &str| fields.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.get());
-        let model = field("model")
-            .and_then(|v| serde_json::from_str::<String>(v).ok())
-            .filter(|m| !m.is_empty())
-            .ok_or(ProxyError::MissingField("model"))?;
-        if !field("messages").is_some_and(|v| v.starts_with('[')) {
+        let json = JsonBody::parse(body)?;
+        let model = json.string("model").filter(|m| !m.is_empty()).ok_or(ProxyError::MissingField("model"))?;
+        if !json.field_bytes("messages").is_some_and(|v| v.starts_with(b"[")) {
             return Err(ProxyError::MissingField("messages"));
         }
-        let stream = field("stream") == Some("true");
-        let client_wants_usage = field("stream_options")
-            .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
-            .is_some_and(|v| v.get("include_usage") == Some(&serde_json::Value::Bool(true)));
-        let number = |name: &str| field(name).and_then(|v| v.parse::<i64>().ok());
+        let stream = json.is_true("stream");
+        let client_wants_usage = json.wants_usage();
+        let number = |name: &str| json.field(name).and_then(|v| v.parse::<i64>().ok());
         let max_output_tokens = number("max_completion_tokens").or_else(|| number("max_tokens"));
-        Ok(ChatRequest { raw: body, fields, model, stream, client_wants_usage, max_output_tokens })
+        Ok(ChatRequest { json, model, stream, client_wants_usage, max_output_tokens })
     }
 
     /// Size of the client's body in bytes.
     pub fn len(&self) -> usize {
-        self.raw.len()
+        self.json.len()
+    }
+
+    /// The body read as its top-level fields.
+    pub fn json(&self) -> &JsonBody {
+        &self.json
     }
 
     /// The client's body as it arrived.
     pub fn body(&self) -> &Bytes {
-        &self.raw
+        self.json.raw()
     }
 
     /// The body to send upstream: the client's bytes, except `model` becomes
     /// `upstream_model` and a streamed request always asks for usage.
     pub fn upstream_body(&self, upstream_model: &str) -> Bytes {
-        let rename = upstream_model != self.model;
-        let force_usage = self.stream && !self.client_wants_usage;
-        if !rename && !force_usage {
-            return self.raw.clone();
-        }
-        let mut out = String::with_capacity(self.raw.len() + 64);
-        out.push('{');
-        let mut saw_options = false;
-        for (key, value) in &self.fields {
-            if out.len() > 1 {
-                out.push(',');
-            }
-            push_json_string(&mut out, key);
-            out.push(':');
-            match key.as_str() {
-                "model" if rename => push_json_string(&mut out, upstream_model),
-                "stream_options" if force_usage => {
-                    saw_options = true;
-                    out.push_str(&with_include_usage(value.get()));
-                }
-                _ => out.push_str(value.get()),
-            }
-        }
-        if force_usage && !saw_options {
-            if out.len() > 1 {
-                out.push(',');
-            }
-            out.push_str(r#""stream_options":{"include_usage":true}"#);
-        }
-        out.push('}');
-        Bytes::from(out)
+        let rename = (upstream_model != self.model).then_some(upstream_model);
+        self.json.rewrite(rename, self.stream && !self.client_wants_usage)
     }
 }
 
@@ -118,28 +75,6 @@ pub(crate) fn with_include_usage(options: &str) -> String {
     };
     map.insert("include_usage".into(), serde_json::Value::Bool(true));
     serde_json::Value::Object(map).to_string()
-}
-
-// === impl OrderedFields ===
-
-impl<'de> Deserialize<'de> for OrderedFields {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FieldsVisitor;
-        impl<'de> Visitor<'de> for FieldsVisitor {
-            type Value = OrderedFields;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OrderedFields, A::Error> {
-                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
-                    fields.push(entry);
-                }
-                Ok(OrderedFields(fields))
-            }
-        }
-        deserializer.deserialize_map(FieldsVisitor)
-    }
 }
 
 #[cfg(test)]

@@ -117,8 +117,8 @@ async fn handle(app: Arc<App>, api: Api, request: Request) -> Result<Response, P
     let charge = pipeline::reserve(&app, &admitted, model.clone(), api.path(), call.bound()).await?;
     let (app, call, charge) = (&*app, &call, &charge);
     let scope = match &call.body {
-        CallBody::Json(json) => admitted.scope_in_conversation(app, json.raw(), &call.model),
-        CallBody::Form(_) => admitted.scope_in_conversation(app, &[], &call.model),
+        CallBody::Json(json) => admitted.scope_in_conversation(app, Some(json), &call.model),
+        CallBody::Form(_) => admitted.scope_in_conversation(app, None, &call.model),
     };
     pipeline::attempts(&app.upstreams, scope, candidates, |channel| {
         let charge = charge.on_channel(&channel);

@@ -38,7 +38,7 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let bound = pipeline::Bound::tokens(chat.len(), chat.max_output_tokens);
     let charge = pipeline::reserve(&app, &admitted, model.clone(), ENDPOINT, bound).await?;
     let (app, chat, charge) = (&*app, &chat, &charge);
-    let scope = admitted.scope_in_conversation(app, chat.body(), &chat.model);
+    let scope = admitted.scope_in_conversation(app, Some(chat.json()), &chat.model);
     pipeline::attempts(&app.upstreams, scope, candidates, |channel| {
         let charge = charge.on_channel(&channel);
         app.usage.in_flight(charge, chat.len(), |charge| forward(app, channel, chat, charge))

@@ -88,7 +88,12 @@ impl Admitted {
 
     /// The scope of this request's upstream attempts, bound to the
     /// conversation its headers or `body` name (see `affinity`) for `model`.
-    pub fn scope_in_conversation(&self, app: &super::App, body: &[u8], model: &str) -> super::Scope<'_> {
+    pub fn scope_in_conversation(
+        &self,
+        app: &super::App,
+        body: Option<&crate::json_body::JsonBody>,
+        model: &str,
+    ) -> super::Scope<'_> {
         let session = app.upstreams.affinity.session(&self.parts.headers, body, model, &self.caller.group.name);
         super::Scope { session, ..self.scope() }
     }

@@ -458,7 +458,7 @@ mod tests {
         let list = [pooled("a", &["k1", "k2", "k3"]), pooled("b", &["k4", "k5"])];
         let headers: axum::http::HeaderMap =
             [("session_id".parse().unwrap(), "s-1".parse().unwrap())].into_iter().collect();
-        let session = upstreams.affinity.session(&headers, b"{}", "m", "g");
+        let session = upstreams.affinity.session(&headers, None, "m", "g");
         let (first, _) = drive_keys(&upstreams, &list, &[], 0, session).await;
         let first = first.unwrap();
         for _ in 0..10 {

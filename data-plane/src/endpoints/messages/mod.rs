@@ -39,7 +39,7 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let bound = pipeline::Bound::tokens(call.body.len(), max_tokens);
     let charge = pipeline::reserve(&app, &admitted, model.clone(), ENDPOINT, bound).await?;
     let (app, call, charge) = (&*app, &call, &charge);
-    let scope = admitted.scope_in_conversation(app, call.body.raw(), &call.model);
+    let scope = admitted.scope_in_conversation(app, Some(&call.body), &call.model);
     pipeline::attempts(&app.upstreams, scope, candidates, |channel| {
         let charge = charge.on_channel(&channel);
         let bytes = call.body.raw().len();

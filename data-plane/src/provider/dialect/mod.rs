@@ -63,7 +63,7 @@ pub async fn messages(
     charge: Charge,
 ) -> Result<Response, ProxyError> {
     let upstream_model = channel.upstream_model(&call.model).to_owned();
-    let raw = Bytes::copy_from_slice(call.body.raw());
+    let raw = call.body.raw().clone();
     match channel.kind {
         ChannelKind::Anthropic => {
             let body = body_for(call, &channel)?;
