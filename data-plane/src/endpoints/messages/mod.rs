@@ -6,14 +6,19 @@
 //! agents send them — `system` and `developer`. Each attempt speaks its
 //! channel's dialect (see `upstream`); errors are in the messages shape.
 
-use std::sync::Arc;
-
 use axum::{
     extract::{Request, State},
     http::{HeaderMap, StatusCode},
     response::Response,
 };
+use std::sync::Arc;
+use std::{borrow::Cow, fmt};
+
 use bytes::Bytes;
+use serde::{
+    Deserialize, Deserializer,
+    de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor},
+};
 use serde_json::{Value, json};
 
 use crate::json_body::JsonBody;
@@ -35,8 +40,7 @@ const COUNT_ENDPOINT: &str = "/v1/messages/count_tokens";
 pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
     let (admitted, call) = admit(&app, request, Access::Spend, true).await?;
     let (model, candidates) = pipeline::route(&admitted, &call.model, ENDPOINT)?;
-    let max_tokens = call.json.get("max_tokens").and_then(serde_json::Value::as_i64);
-    let bound = pipeline::Bound::tokens(call.body.len(), max_tokens);
+    let bound = pipeline::Bound::tokens(call.body.len(), call.max_tokens);
     let charge = pipeline::reserve(&app, &admitted, model.clone(), ENDPOINT, bound).await?;
     let (app, call, charge) = (&*app, &call, &charge);
     let scope = admitted.scope_in_conversation(app, Some(&call.body), &call.model);
@@ -58,7 +62,7 @@ pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
     let (app, call) = (&*app, &call);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| async move {
         if channel.kind != ChannelKind::Anthropic {
-            let input_tokens = tokens::count_messages_input(&call.model, &call.json);
+            let input_tokens = tokens::count_messages_input(&call.model, &call.json()?);
             return Ok(provider::reply(
                 StatusCode::OK,
                 None,
@@ -100,54 +104,159 @@ async fn admit(
 /// `model`, a non-negative integer `max_tokens` (when `needs_max_tokens`),
 /// and a `messages` array of objects each with a `role` of `user`,
 /// `assistant`, `system` or `developer` and a string or array `content`.
+/// Reads the body's fields in place: only `model`, `max_tokens` and each
+/// message's `role` are parsed into values; contents are checked for their
+/// kind and skipped (a prompt is most of a body).
 fn parse(
     raw: Bytes,
     headers: HeaderMap,
     query: Option<String>,
     needs_max_tokens: bool,
 ) -> Result<MessagesCall, ProxyError> {
-    let json = serde_json::from_slice::<Value>(&raw).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
-    if !json.is_object() {
-        return Err(ProxyError::InvalidJson("the body must be a JSON object".into()));
-    }
-    let model = json
-        .get("model")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .ok_or(ProxyError::MissingField("model"))?
-        .to_owned();
-    match json.get("max_tokens") {
+    let body = JsonBody::parse(raw.clone()).map_err(|error| match serde_json::from_slice::<IgnoredAny>(&raw) {
+        Ok(_) => ProxyError::InvalidJson("the body must be a JSON object".into()),
+        Err(_) => error,
+    })?;
+    let model = body.string("model").filter(|m| !m.is_empty()).ok_or(ProxyError::MissingField("model"))?;
+    let max_tokens = body.field_bytes("max_tokens").map(serde_json::from_slice::<Value>).transpose();
+    let max_tokens = match max_tokens.map_err(|e| ProxyError::InvalidJson(e.to_string()))? {
         None | Some(Value::Null) if needs_max_tokens => return Err(ProxyError::MissingField("max_tokens")),
-        None | Some(Value::Null) => {}
+        None | Some(Value::Null) => None,
         Some(v) if !v.is_u64() => {
             let reason = "must be a non-negative integer".to_owned();
             return Err(ProxyError::InvalidField { field: "max_tokens", reason });
         }
-        Some(_) => {}
-    }
-    let messages = match json.get("messages") {
-        None | Some(Value::Null) => return Err(ProxyError::MissingField("messages")),
-        Some(Value::Array(messages)) => messages,
+        Some(v) => v.as_i64(),
+    };
+    let messages = match body.field_bytes("messages") {
+        None | Some(b"null") => return Err(ProxyError::MissingField("messages")),
+        Some(messages) if messages.starts_with(b"[") => {
+            serde_json::from_slice::<Vec<MessageShape>>(messages).map_err(|e| ProxyError::InvalidJson(e.to_string()))?
+        }
         Some(_) => {
             let reason = "must be an array of messages".to_owned();
             return Err(ProxyError::InvalidField { field: "messages", reason });
         }
     };
     for (i, message) in messages.iter().enumerate() {
-        let role = message.get("role").and_then(Value::as_str);
-        let content = message.get("content");
-        if !matches!(role, Some("user" | "assistant" | "system" | "developer")) {
+        if !matches!(message.role.as_deref(), Some("user" | "assistant" | "system" | "developer")) {
             let reason = format!("messages[{i}].role must be \"user\", \"assistant\", \"system\" or \"developer\"");
             return Err(ProxyError::InvalidField { field: "messages", reason });
         }
-        if !matches!(content, Some(Value::String(_) | Value::Array(_))) {
+        if !matches!(message.content, Some(Kind::String | Kind::Array)) {
             let reason = format!("messages[{i}].content must be a string or an array of content blocks");
             return Err(ProxyError::InvalidField { field: "messages", reason });
         }
     }
-    let stream = json.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let body = JsonBody::parse(raw)?;
-    Ok(MessagesCall { body, json, model, stream, headers, query })
+    let stream = body.is_true("stream");
+    Ok(MessagesCall { body, max_tokens, model, stream, headers, query })
+}
+
+/// What validation reads of one entry of `messages`: its `role` when that
+/// is a string, and the kind of its `content`; both `None` when the entry
+/// is not an object.
+#[derive(Default)]
+struct MessageShape {
+    role: Option<String>,
+    content: Option<Kind>,
+}
+
+/// The kind of a JSON value, read without keeping the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    String,
+    Array,
+    Other,
+}
+
+// === impl MessageShape ===
+
+impl<'de> Deserialize<'de> for MessageShape {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ShapeVisitor;
+        impl<'de> Visitor<'de> for ShapeVisitor {
+            type Value = MessageShape;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a message")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MessageShape, A::Error> {
+                // A repeated name counts as its last, as in a parsed value.
+                let mut shape = MessageShape::default();
+                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                    match name.as_ref() {
+                        "role" => shape.role = map.next_value::<Value>()?.as_str().map(str::to_owned),
+                        "content" => shape.content = Some(map.next_value::<Kind>()?),
+                        _ => drop(map.next_value::<IgnoredAny>()?),
+                    }
+                }
+                Ok(shape)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageShape, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(MessageShape::default())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<MessageShape, E> {
+                Ok(MessageShape::default())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<MessageShape, E> {
+                Ok(MessageShape::default())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<MessageShape, E> {
+                Ok(MessageShape::default())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<MessageShape, E> {
+                Ok(MessageShape::default())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<MessageShape, E> {
+                Ok(MessageShape::default())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<MessageShape, E> {
+                Ok(MessageShape::default())
+            }
+        }
+        deserializer.deserialize_any(ShapeVisitor)
+    }
+}
+
+// === impl Kind ===
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KindVisitor;
+        impl<'de> Visitor<'de> for KindVisitor {
+            type Value = Kind;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Kind, E> {
+                Ok(Kind::String)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Kind::Array)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Kind::Other)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+        }
+        deserializer.deserialize_any(KindVisitor)
+    }
 }
 
 #[cfg(test)]
@@ -256,8 +365,81 @@ mod tests {
         assert_eq!(status, StatusCode::BAD_GATEWAY, "{json}");
     }
 
+    /// The validation as it reads over the body parsed whole: what reading
+    /// the fields in place must agree with.
+    fn reference(raw: &[u8], needs_max_tokens: bool) -> Result<(String, Option<i64>, bool), ProxyError> {
+        let json = serde_json::from_slice::<Value>(raw).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+        if !json.is_object() {
+            return Err(ProxyError::InvalidJson("the body must be a JSON object".into()));
+        }
+        let model = json.get("model").and_then(Value::as_str).filter(|m| !m.is_empty());
+        let model = model.ok_or(ProxyError::MissingField("model"))?.to_owned();
+        let max_tokens = match json.get("max_tokens") {
+            None | Some(Value::Null) if needs_max_tokens => return Err(ProxyError::MissingField("max_tokens")),
+            None | Some(Value::Null) => None,
+            Some(v) if !v.is_u64() => {
+                let reason = "must be a non-negative integer".to_owned();
+                return Err(ProxyError::InvalidField { field: "max_tokens", reason });
+            }
+            Some(v) => v.as_i64(),
+        };
+        let messages = match json.get("messages") {
+            None | Some(Value::Null) => return Err(ProxyError::MissingField("messages")),
+            Some(Value::Array(messages)) => messages,
+            Some(_) => {
+                let reason = "must be an array of messages".to_owned();
+                return Err(ProxyError::InvalidField { field: "messages", reason });
+            }
+        };
+        for (i, message) in messages.iter().enumerate() {
+            let role = message.get("role").and_then(Value::as_str);
+            if !matches!(role, Some("user" | "assistant" | "system" | "developer")) {
+                let reason = format!("messages[{i}].role must be \"user\", \"assistant\", \"system\" or \"developer\"");
+                return Err(ProxyError::InvalidField { field: "messages", reason });
+            }
+            if !matches!(message.get("content"), Some(Value::String(_) | Value::Array(_))) {
+                let reason = format!("messages[{i}].content must be a string or an array of content blocks");
+                return Err(ProxyError::InvalidField { field: "messages", reason });
+            }
+        }
+        Ok((model, max_tokens, json.get("stream").and_then(Value::as_bool).unwrap_or(false)))
+    }
+
+    #[test]
+    fn entries_of_every_shape_validate_as_a_parsed_body_does() {
+        let bodies = [
+            r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"},{"content":[1,{"a":[]}],"role":"system"}]}"#,
+            r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":{"text":"x"}}]}"#,
+            r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","role":"tool","content":"x"}]}"#,
+            r#"{"model":"m","max_tokens":1,"messages":[{"role":"tool","content":"x","role":"user"}]}"#,
+            r#"{"model":"m","max_tokens":1,"messages":[[1],"x",2,null,true]}"#,
+            r#"{"model":"m","max_tokens":1,"messages":[{"role":{"a":1},"content":"x"}]}"#,
+            r#"{"model":"m","max_tokens":-1,"messages":[]}"#,
+            r#"{"model":"m","max_tokens":null,"messages":[],"stream":true}"#,
+            r#"{"model":"m","max_tokens":18446744073709551615,"messages":{}}"#,
+            r#"[{"model":"m"}]"#,
+        ];
+        for body in bodies {
+            for needs in [true, false] {
+                let ours = parse(Bytes::from_static(body.as_bytes()), HeaderMap::new(), None, needs)
+                    .map(|call| (call.model, call.max_tokens, call.stream));
+                assert_eq!(ours, reference(body.as_bytes(), needs), "{body}");
+            }
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn fields_read_in_place_validate_as_a_parsed_body_does(body in crate::fuzz::body(), needs in proptest::bool::ANY) {
+            // Only bodies a parsed value takes: the rest it refused outright.
+            if serde_json::from_slice::<Value>(&body).is_ok() {
+                let ours = parse(Bytes::from(body.clone()), HeaderMap::new(), None, needs)
+                    .map(|call| (call.model, call.max_tokens, call.stream));
+                proptest::prop_assert_eq!(ours, reference(&body, needs));
+            }
+        }
 
         #[test]
         fn any_body_is_parsed_or_refused_with_a_4xx(body in crate::fuzz::body(), needs_max_tokens in proptest::bool::ANY) {

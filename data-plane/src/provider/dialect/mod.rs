@@ -44,14 +44,25 @@ use crate::{
 pub struct MessagesCall {
     /// The body as it arrived, fields in order.
     pub body: JsonBody,
-    /// The same body parsed (for translation and the model mapping).
-    pub json: Value,
+    /// `max_tokens`, when given.
+    pub max_tokens: Option<i64>,
     pub model: String,
     pub stream: bool,
     /// The client's headers, passed on to messages-native channels.
     pub headers: HeaderMap,
     /// The query string, passed on to messages-native channels.
     pub query: Option<String>,
+}
+
+// === impl MessagesCall ===
+
+impl MessagesCall {
+    /// The body parsed whole, for translation and counting: only those
+    /// need it, so a request passed through never builds it. Fails only on
+    /// JSON a parsed value refuses (a number past `f64`'s range).
+    pub fn json(&self) -> Result<Value, ProxyError> {
+        serde_json::from_slice(self.body.raw()).map_err(|e| ProxyError::InvalidJson(e.to_string()))
+    }
 }
 
 /// Sends `call` to `channel` in the channel's dialect and answers in the
@@ -88,7 +99,7 @@ pub async fn messages(
         }
         ChannelKind::OpenAi => {
             let (mut request, dropped) =
-                translate::messages_to_chat_request_noted(&call.json).map_err(untranslatable)?;
+                translate::messages_to_chat_request_noted(&call.json()?).map_err(untranslatable)?;
             note_dropped(&dropped, "request");
             request["model"] = Value::String(upstream_model);
             let body = Bytes::from(request.to_string());
