@@ -143,7 +143,7 @@ async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) 
         };
         let mut meter = Meter::new(charge, app.usage.clone(), call.len());
         if let CallBody::Json(json) = &call.body {
-            meter.estimate_prompt_from(Bytes::copy_from_slice(json.raw()));
+            meter.estimate_prompt_from(json.raw().clone());
         }
         let body = pump(Box::pin(response.bytes_stream()), Events::new(filter), Some(meter), idle, status.as_u16());
         return Ok(provider::reply(status, content_type, Body::from_stream(body), true));
