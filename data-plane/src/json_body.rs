@@ -8,7 +8,7 @@ use std::{fmt, ops::Range};
 use bytes::Bytes;
 use serde::{
     Deserialize,
-    de::{MapAccess, Visitor},
+    de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor},
 };
 use serde_json::value::RawValue;
 
@@ -47,6 +47,15 @@ enum Name {
 enum NameText<'de> {
     Borrowed(&'de str),
     Unescaped(String),
+}
+
+/// The kind of a JSON value, read without keeping the value: a string, an
+/// array (with how many entries it has), or anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    String,
+    Array(usize),
+    Other,
 }
 
 /// The top-level fields of a JSON object, borrowed from the body.
@@ -102,6 +111,11 @@ impl JsonBody {
     /// Field `name` when it is a JSON string.
     pub fn string(&self, name: &str) -> Option<String> {
         self.field_bytes(name).and_then(|v| serde_json::from_slice::<String>(v).ok())
+    }
+
+    /// The kind of field `name`'s value, read without keeping it.
+    pub fn kind(&self, name: &str) -> Option<Kind> {
+        self.field_bytes(name).and_then(|v| serde_json::from_slice::<Kind>(v).ok())
     }
 
     /// Field `name` when it is `true`.
@@ -198,6 +212,50 @@ impl<'de> Deserialize<'de> for Fields<'de> {
             }
         }
         deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+// === impl Kind ===
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KindVisitor;
+        impl<'de> Visitor<'de> for KindVisitor {
+            type Value = Kind;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Kind, E> {
+                Ok(Kind::String)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
+                let mut entries = 0;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    entries += 1;
+                }
+                Ok(Kind::Array(entries))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Kind::Other)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+        }
+        deserializer.deserialize_any(KindVisitor)
     }
 }
 

@@ -32,7 +32,7 @@ use serde_json::Value;
 use super::multipart::{self, Form};
 use crate::{
     error::ProxyError,
-    json_body::JsonBody,
+    json_body::{JsonBody, Kind},
     meter::answer::usage_of,
     meter::{
         Charge, Meter,
@@ -294,14 +294,21 @@ impl Call {
 
     /// What a plain (non-streamed) answer `body` costs: token usage, other
     /// units, and whether any of it is an estimate.
-    fn bill(&self, body: &[u8]) -> (Usage, Units, bool) {
-        let answer: Option<Value> = serde_json::from_slice(body).ok();
-        let reported = answer.as_ref().and_then(|a| a.get("usage")).and_then(usage_of);
+    fn bill(&self, body: &Bytes) -> (Usage, Units, bool) {
+        // The answer's top-level fields in place: image data and embeddings
+        // are skipped, never parsed into values.
+        let answer = JsonBody::parse(body.clone()).ok();
+        let value = |name: &str| serde_json::from_slice::<Value>(answer.as_ref()?.field_bytes(name)?).ok();
+        let usage = value("usage");
+        let reported = usage.as_ref().and_then(usage_of);
         let mut units = Units::default();
         match self.api {
             Api::Moderations => return (reported.unwrap_or_default(), units, false),
             Api::ImageGenerations | Api::ImageEdits => {
-                let delivered = answer.as_ref().and_then(|a| a.get("data")).and_then(Value::as_array).map(Vec::len);
+                let delivered = match answer.as_ref().and_then(|a| a.kind("data")) {
+                    Some(Kind::Array(entries)) => Some(entries),
+                    _ => None,
+                };
                 units.images = delivered.map_or(self.images, |n| i64::try_from(n).unwrap_or(i64::MAX));
                 return (reported.unwrap_or_default(), units, false);
             }
@@ -309,11 +316,11 @@ impl Call {
                 if let Some(usage) = reported {
                     return (usage, units, false);
                 }
-                let usage = answer.as_ref().and_then(|a| a.get("usage"));
                 let seconds = usage
-                    .and_then(|u| u.get("seconds"))
-                    .or_else(|| answer.as_ref().and_then(|a| a.get("duration")))
-                    .and_then(Value::as_f64);
+                    .as_ref()
+                    .and_then(|u| u.get("seconds").cloned())
+                    .or_else(|| value("duration"))
+                    .and_then(|s| s.as_f64());
                 return match seconds {
                     Some(seconds) => {
                         units.audio_millis = (seconds.max(0.0) * 1000.0).ceil() as i64;
@@ -367,22 +374,29 @@ mod tests {
     #[tokio::test]
     async fn answers_are_billed_by_what_they_report() {
         let images = call(Api::ImageGenerations, r#"{"model":"img","prompt":"p","n":3}"#).await.unwrap();
-        assert_eq!(images.bill(br#"{"created":1,"data":[{},{}]}"#).1.images, 2);
-        assert_eq!(images.bill(b"garbage").1.images, 3);
+        assert_eq!(images.bill(&Bytes::from_static(br#"{"created":1,"data":[{},{}]}"#)).1.images, 2);
+        assert_eq!(images.bill(&Bytes::from_static(b"garbage")).1.images, 3);
+        assert_eq!(images.bill(&Bytes::from_static(br#"{"data":{"a":[1]}}"#)).1.images, 3, "data not a list");
+        let repeated = br#"{"data":[{},{},{},{}],"usage":{"total_tokens":1},"data":[{"b64_json":"x"}]}"#;
+        assert_eq!(images.bill(&Bytes::from_static(repeated)).1.images, 1, "the last of a repeated name");
         let speech = call(Api::Speech, r#"{"model":"tts","input":"héllo"}"#).await.unwrap();
         assert_eq!(speech.characters, 5);
         let text = call(Api::Transcriptions, r#"{"model":"w"}"#).await.unwrap();
         assert_eq!(
-            text.bill(br#"{"text":"x","duration":2.5}"#),
+            text.bill(&Bytes::from_static(br#"{"text":"x","duration":2.5}"#)),
             (Usage::default(), Units { images: 0, audio_millis: 2500 }, false)
         );
-        let tokens = text.bill(br#"{"text":"x","usage":{"type":"tokens","input_tokens":7,"output_tokens":3}}"#);
+        let tokens = text
+            .bill(&Bytes::from_static(br#"{"text":"x","usage":{"type":"tokens","input_tokens":7,"output_tokens":3}}"#));
         assert_eq!((tokens.0.prompt_tokens, tokens.1.audio_millis, tokens.2), (7, 0, false));
-        assert!(text.bill(b"plain text").2, "no duration: estimated");
+        assert!(text.bill(&Bytes::from_static(b"plain text")).2, "no duration: estimated");
+        let seconds = text.bill(&Bytes::from_static(br#"{"usage":{"type":"duration","seconds":1.2},"duration":9}"#));
+        assert_eq!((seconds.1.audio_millis, seconds.2), (1200, false), "usage's seconds before duration");
         let completion = call(Api::Completions, r#"{"model":"m","prompt":"p"}"#).await.unwrap();
-        let (usage, _, estimated) = completion.bill(br#"{"usage":{"prompt_tokens":3,"completion_tokens":4}}"#);
+        let (usage, _, estimated) =
+            completion.bill(&Bytes::from_static(br#"{"usage":{"prompt_tokens":3,"completion_tokens":4}}"#));
         assert_eq!((usage.prompt_tokens, usage.completion_tokens, estimated), (3, 4, false));
-        assert!(completion.bill(b"{}").2);
+        assert!(completion.bill(&Bytes::from_static(b"{}")).2);
     }
 
     proptest::proptest! {
@@ -396,7 +410,19 @@ mod tests {
         ) {
             match crate::fuzz::block_on(Call::parse(api, &HeaderMap::new(), Bytes::from(body))) {
                 Ok(call) => {
-                    let _ = (call.bound(), call.bill(&answer));
+                    let (usage, units, _) = call.bill(&Bytes::from(answer.clone()));
+                    let _ = call.bound();
+                    // What the answer parsed whole says, where it parses.
+                    if let Ok(whole) = serde_json::from_slice::<Value>(&answer) {
+                        if let Some(reported) = whole.get("usage").and_then(usage_of) {
+                            proptest::prop_assert_eq!(usage, reported);
+                        }
+                        if let Some(data) = whole.get("data").and_then(Value::as_array)
+                            && matches!(api, Api::ImageGenerations | Api::ImageEdits)
+                        {
+                            proptest::prop_assert_eq!(units.images, i64::try_from(data.len()).unwrap());
+                        }
+                    }
                 }
                 Err(error) => crate::fuzz::assert_client_error(&error)?,
             }

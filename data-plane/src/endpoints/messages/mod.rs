@@ -21,7 +21,7 @@ use serde::{
 };
 use serde_json::{Value, json};
 
-use crate::json_body::JsonBody;
+use crate::json_body::{JsonBody, Kind};
 use crate::{
     error::ProxyError,
     pipeline::{self, Admitted, App},
@@ -143,7 +143,7 @@ fn parse(
             let reason = format!("messages[{i}].role must be \"user\", \"assistant\", \"system\" or \"developer\"");
             return Err(ProxyError::InvalidField { field: "messages", reason });
         }
-        if !matches!(message.content, Some(Kind::String | Kind::Array)) {
+        if !matches!(message.content, Some(Kind::String | Kind::Array(_))) {
             let reason = format!("messages[{i}].content must be a string or an array of content blocks");
             return Err(ProxyError::InvalidField { field: "messages", reason });
         }
@@ -159,14 +159,6 @@ fn parse(
 struct MessageShape {
     role: Option<String>,
     content: Option<Kind>,
-}
-
-/// The kind of a JSON value, read without keeping the value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    String,
-    Array,
-    Other,
 }
 
 // === impl MessageShape ===
@@ -215,47 +207,6 @@ impl<'de> Deserialize<'de> for MessageShape {
             }
         }
         deserializer.deserialize_any(ShapeVisitor)
-    }
-}
-
-// === impl Kind ===
-
-impl<'de> Deserialize<'de> for Kind {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KindVisitor;
-        impl<'de> Visitor<'de> for KindVisitor {
-            type Value = Kind;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Kind, E> {
-                Ok(Kind::String)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Kind::Array)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Kind::Other)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-        }
-        deserializer.deserialize_any(KindVisitor)
     }
 }
 
