@@ -169,8 +169,7 @@ impl Generations {
 fn conversation_name(headers: &HeaderMap, body: Option<&JsonBody>) -> Option<String> {
     // Top-level fields the body was read into already: only these small
     // values are parsed, never the prompt around them.
-    let field = |name: &str| body?.field_bytes(name);
-    let value = |name: &str| serde_json::from_slice::<serde_json::Value>(field(name)?).ok();
+    let value = |name: &str| body?.value::<serde_json::Value>(name);
     let text = |value: Option<serde_json::Value>| -> Option<String> {
         let name = match value? {
             serde_json::Value::String(s) => s.trim().to_owned(),
@@ -188,7 +187,7 @@ fn conversation_name(headers: &HeaderMap, body: Option<&JsonBody>) -> Option<Str
         .or_else(|| SESSION_HEADERS.iter().find_map(|name| tagged("session", header(name))))
         .or_else(|| tagged("user", text(value("user"))))
         .or_else(|| {
-            let metadata = serde_json::from_slice::<MetadataHints>(field("metadata")?).ok()?;
+            let metadata = body?.value::<MetadataHints>("metadata")?;
             tagged("user", text(metadata.user_id))
         })
 }

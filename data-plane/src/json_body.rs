@@ -108,14 +108,10 @@ impl JsonBody {
         self.fields.iter().rev().find(|f| self.name_bytes(f) == name).map(|f| &self.raw[f.value.clone()])
     }
 
-    /// Field `name` when it is a JSON string.
-    pub fn string(&self, name: &str) -> Option<String> {
-        self.field_bytes(name).and_then(|v| serde_json::from_slice::<String>(v).ok())
-    }
-
-    /// The kind of field `name`'s value, read without keeping it.
-    pub fn kind(&self, name: &str) -> Option<Kind> {
-        self.field_bytes(name).and_then(|v| serde_json::from_slice::<Kind>(v).ok())
+    /// Field `name` read as a `T` (a `String`, a `Value`, its `Kind`…);
+    /// `None` when it is absent or is not one.
+    pub fn value<T: serde::de::DeserializeOwned>(&self, name: &str) -> Option<T> {
+        serde_json::from_slice(self.field_bytes(name)?).ok()
     }
 
     /// Field `name` when it is `true`.
@@ -125,8 +121,7 @@ impl JsonBody {
 
     /// Whether `stream_options.include_usage` is `true`.
     pub fn wants_usage(&self) -> bool {
-        self.field_bytes("stream_options")
-            .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
+        self.value::<serde_json::Value>("stream_options")
             .is_some_and(|v| v.get("include_usage") == Some(&serde_json::Value::Bool(true)))
     }
 
@@ -324,7 +319,7 @@ mod tests {
     #[test]
     fn names_written_with_escapes_are_read_unescaped() {
         let body = parse(r#"{"mod\u0065l":"m","pr\u00f6mpt":"é","stream":true}"#);
-        assert_eq!(body.string("model").as_deref(), Some("m"));
+        assert_eq!(body.value::<String>("model").as_deref(), Some("m"));
         assert_eq!(body.field("prömpt"), Some(r#""é""#));
         assert!(body.is_true("stream"));
         assert_eq!(body.rewrite(Some("up"), false), r#"{"model":"up","prömpt":"é","stream":true}"#.as_bytes());
@@ -342,7 +337,7 @@ mod tests {
             let as_value = serde_json::from_slice::<serde_json::Value>(&body).is_ok();
             match JsonBody::parse(Bytes::from(body)) {
                 Ok(json) => {
-                    let _ = (json.string("model"), json.is_true("stream"), json.wants_usage());
+                    let _ = (json.value::<String>("model"), json.is_true("stream"), json.wants_usage());
                     let rewritten = json.rewrite(Some("other"), usage);
                     proptest::prop_assert!(serde_json::from_slice::<&RawValue>(&rewritten).is_ok());
                     if as_value {

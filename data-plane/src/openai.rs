@@ -28,13 +28,13 @@ impl ChatRequest {
     /// array `messages`.
     pub fn parse(body: Bytes) -> Result<ChatRequest, ProxyError> {
         let json = JsonBody::parse(body)?;
-        let model = json.string("model").filter(|m| !m.is_empty()).ok_or(ProxyError::MissingField("model"))?;
+        let model = json.value::<String>("model").filter(|m| !m.is_empty()).ok_or(ProxyError::MissingField("model"))?;
         if !json.field_bytes("messages").is_some_and(|v| v.starts_with(b"[")) {
             return Err(ProxyError::MissingField("messages"));
         }
         let stream = json.is_true("stream");
         let client_wants_usage = json.wants_usage();
-        let number = |name: &str| json.field(name).and_then(|v| v.parse::<i64>().ok());
+        let number = |name: &str| json.value::<i64>(name);
         let max_output_tokens = number("max_completion_tokens").or_else(|| number("max_tokens"));
         Ok(ChatRequest { json, model, stream, client_wants_usage, max_output_tokens })
     }

@@ -203,11 +203,11 @@ impl Call {
             CallBody::Json(JsonBody::parse(body)?)
         };
         let text = |name: &str| match &body {
-            CallBody::Json(json) => json.string(name),
+            CallBody::Json(json) => json.value::<String>(name),
             CallBody::Form(form) => form.field(name).map(str::to_owned),
         };
         let number = |name: &str| match &body {
-            CallBody::Json(json) => json.field(name).and_then(|v| v.parse::<i64>().ok()),
+            CallBody::Json(json) => json.value::<i64>(name),
             CallBody::Form(form) => form.field(name).and_then(|v| v.trim().parse::<i64>().ok()),
         };
         let (model, defaulted) = match text("model").filter(|m| !m.is_empty()) {
@@ -259,7 +259,7 @@ impl Call {
     /// A whole-number field of a JSON body.
     fn number(&self, name: &str) -> Option<i64> {
         match &self.body {
-            CallBody::Json(json) => json.field(name).and_then(|v| v.parse::<i64>().ok()),
+            CallBody::Json(json) => json.value::<i64>(name),
             CallBody::Form(_) => None,
         }
     }
@@ -298,14 +298,14 @@ impl Call {
         // The answer's top-level fields in place: image data and embeddings
         // are skipped, never parsed into values.
         let answer = JsonBody::parse(body.clone()).ok();
-        let value = |name: &str| serde_json::from_slice::<Value>(answer.as_ref()?.field_bytes(name)?).ok();
+        let value = |name: &str| answer.as_ref()?.value::<Value>(name);
         let usage = value("usage");
         let reported = usage.as_ref().and_then(usage_of);
         let mut units = Units::default();
         match self.api {
             Api::Moderations => return (reported.unwrap_or_default(), units, false),
             Api::ImageGenerations | Api::ImageEdits => {
-                let delivered = match answer.as_ref().and_then(|a| a.kind("data")) {
+                let delivered = match answer.as_ref().and_then(|a| a.value::<Kind>("data")) {
                     Some(Kind::Array(entries)) => Some(entries),
                     _ => None,
                 };

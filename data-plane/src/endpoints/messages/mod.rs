@@ -6,14 +6,13 @@
 //! agents send them — `system` and `developer`. Each attempt speaks its
 //! channel's dialect (see `upstream`); errors are in the messages shape.
 
+use std::{borrow::Cow, fmt, sync::Arc};
+
 use axum::{
     extract::{Request, State},
     http::{HeaderMap, StatusCode},
     response::Response,
 };
-use std::sync::Arc;
-use std::{borrow::Cow, fmt};
-
 use bytes::Bytes;
 use serde::{
     Deserialize, Deserializer,
@@ -117,7 +116,7 @@ fn parse(
         Ok(_) => ProxyError::InvalidJson("the body must be a JSON object".into()),
         Err(_) => error,
     })?;
-    let model = body.string("model").filter(|m| !m.is_empty()).ok_or(ProxyError::MissingField("model"))?;
+    let model = body.value::<String>("model").filter(|m| !m.is_empty()).ok_or(ProxyError::MissingField("model"))?;
     let max_tokens = body.field_bytes("max_tokens").map(serde_json::from_slice::<Value>).transpose();
     let max_tokens = match max_tokens.map_err(|e| ProxyError::InvalidJson(e.to_string()))? {
         None | Some(Value::Null) if needs_max_tokens => return Err(ProxyError::MissingField("max_tokens")),
