@@ -3,12 +3,12 @@
 //! byte for byte unless the gateway must rewrite `model` or ask a stream
 //! for usage; then only those fields change.
 
-use std::{fmt, ops::Range};
+use std::{fmt, marker::PhantomData, ops::Range};
 
 use bytes::Bytes;
 use serde::{
     Deserialize,
-    de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor},
+    de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
 };
 use serde_json::value::RawValue;
 
@@ -58,15 +58,50 @@ pub enum Kind {
     Other,
 }
 
-/// The top-level fields of a JSON object, borrowed from the body.
-struct Fields<'de>(Vec<(NameText<'de>, &'de RawValue)>);
+/// The top-level fields of a JSON object, borrowed from the body, and
+/// what was read of the value of the field `FieldsSeed` names (its last,
+/// when repeated).
+struct Fields<'de, T> {
+    found: Vec<(NameText<'de>, Value<'de>)>,
+    read: Option<T>,
+}
+
+/// A top-level value as the parser hands it over: borrowed from the body,
+/// or read as the caller asked, in which case its place is found after.
+enum Value<'de> {
+    Raw(&'de RawValue),
+    Read,
+}
+
+/// Reads an object's fields, and the value of field `name` as a `T`.
+struct FieldsSeed<'n, T> {
+    name: Option<&'n str>,
+    read: PhantomData<T>,
+}
 
 // === impl JsonBody ===
 
 impl JsonBody {
     /// Parses `raw`, which must be a JSON object.
     pub fn parse(raw: Bytes) -> Result<JsonBody, ProxyError> {
-        let Fields(found) = serde_json::from_slice(&raw).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+        JsonBody::split::<IgnoredAny>(raw, None).map(|(body, _)| body)
+    }
+
+    /// Parses `raw` as `parse` does and, in the same pass over the body,
+    /// reads the value of field `name` (its last, when repeated) as a `T`:
+    /// a large field (a prompt) is read once, not once to be split off and
+    /// again to be read. Fails as `parse` does, and when that value is not
+    /// a `T`; `None` when there is no such field.
+    pub fn parse_reading<T: DeserializeOwned>(raw: Bytes, name: &str) -> Result<(JsonBody, Option<T>), ProxyError> {
+        JsonBody::split(raw, Some(name))
+    }
+
+    /// `parse`, and `parse_reading` when `name` is given.
+    fn split<T: DeserializeOwned>(raw: Bytes, name: Option<&str>) -> Result<(JsonBody, Option<T>), ProxyError> {
+        let seed = FieldsSeed { name, read: PhantomData::<T> };
+        let mut reader = serde_json::Deserializer::from_slice(&raw);
+        let found = seed.deserialize(&mut reader).and_then(|found| reader.end().map(|()| found));
+        let Fields { found, read } = found.map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
         // Every borrowed text is a slice of `raw`: its place is its
         // distance from the body's start.
         let base = raw.as_ptr().addr();
@@ -74,17 +109,34 @@ impl JsonBody {
             let start = text.as_ptr().addr() - base;
             start..start + text.len()
         };
-        let fields = found
+        // Fields whose value was read as a `T`: placed below.
+        let mut unplaced = Vec::new();
+        let mut fields: Vec<Field> = found
             .into_iter()
-            .map(|(name, value)| Field {
+            .enumerate()
+            .map(|(i, (name, value))| Field {
                 name: match name {
                     NameText::Borrowed(name) => Name::At(place(name)),
                     NameText::Unescaped(name) => Name::Unescaped(name.into_boxed_str()),
                 },
-                value: place(value.get()),
+                value: match value {
+                    Value::Raw(value) => place(value.get()),
+                    Value::Read => {
+                        unplaced.push(i);
+                        0..0
+                    }
+                },
             })
             .collect();
-        Ok(JsonBody { raw, fields })
+        for i in unplaced {
+            match value_between(&raw, &fields[i].name, fields.get(i + 1).map(|next| &next.name)) {
+                Some(value) => fields[i].value = value,
+                // A neighbouring name had escapes, so has no place to count
+                // from. Rare: the body is split again.
+                None => return Ok((JsonBody::parse(raw)?, read)),
+            }
+        }
+        Ok((JsonBody { raw, fields }, read))
     }
 
     /// Size of the client's body in bytes.
@@ -188,25 +240,71 @@ impl JsonBody {
     }
 }
 
-// === impl Fields ===
+/// Where the value of a field lies in the valid JSON object `raw`, from the
+/// text around it: after the colon that follows its name (`name`), up to the
+/// comma before the `next` field's name or the object's closing brace.
+/// `None` when a name has no place in the body (it had escapes).
+fn value_between(raw: &[u8], name: &Name, next: Option<&Name>) -> Option<Range<usize>> {
+    let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let Name::At(name) = name else { return None };
+    // Past the name's closing quote, spaces, the colon, spaces.
+    let mut start = name.end + 1;
+    while raw.get(start).is_some_and(space) {
+        start += 1;
+    }
+    (raw.get(start) == Some(&b':')).then_some(())?;
+    start += 1;
+    while raw.get(start).is_some_and(space) {
+        start += 1;
+    }
+    // Back from the next name's opening quote (or the body's end), over
+    // spaces, the comma (or brace), spaces.
+    let (mut end, stop) = match next {
+        Some(Name::At(next)) => (next.start.checked_sub(1)?, b','),
+        Some(Name::Unescaped(_)) => return None,
+        None => (raw.len(), b'}'),
+    };
+    while end > start && raw.get(end - 1).is_some_and(space) {
+        end -= 1;
+    }
+    (end > start && raw[end - 1] == stop).then_some(())?;
+    end -= 1;
+    while end > start && raw.get(end - 1).is_some_and(space) {
+        end -= 1;
+    }
+    (end > start).then_some(start..end)
+}
 
-impl<'de> Deserialize<'de> for Fields<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FieldsVisitor;
-        impl<'de> Visitor<'de> for FieldsVisitor {
-            type Value = Fields<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
-                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(entry) = map.next_entry::<NameText<'de>, &'de RawValue>()? {
-                    fields.push(entry);
-                }
-                Ok(Fields(fields))
-            }
+// === impl FieldsSeed ===
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for FieldsSeed<'_, T> {
+    type Value = Fields<'de, T>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for FieldsSeed<'_, T> {
+    type Value = Fields<'de, T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = Vec::with_capacity(map.size_hint().unwrap_or(8));
+        let mut read = None;
+        while let Some(name) = map.next_key::<NameText<'de>>()? {
+            let value = if self.name.is_some_and(|wanted| name.as_str() == wanted) {
+                read = Some(map.next_value::<T>()?);
+                Value::Read
+            } else {
+                Value::Raw(map.next_value::<&'de RawValue>()?)
+            };
+            found.push((name, value));
         }
-        deserializer.deserialize_map(FieldsVisitor)
+        Ok(Fields { found, read })
     }
 }
 
@@ -255,6 +353,15 @@ impl<'de> Deserialize<'de> for Kind {
 }
 
 // === impl NameText ===
+
+impl NameText<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            NameText::Borrowed(name) => name,
+            NameText::Unescaped(name) => name,
+        }
+    }
+}
 
 impl<'de> Deserialize<'de> for NameText<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -325,6 +432,42 @@ mod tests {
         assert_eq!(body.rewrite(Some("up"), false), r#"{"model":"up","prömpt":"é","stream":true}"#.as_bytes());
     }
 
+    /// Each field's name and the place of its value, as text.
+    fn places(body: &JsonBody) -> Vec<(String, String)> {
+        body.fields.iter().map(|f| (body.name(f).to_owned(), body.text(f.value.clone()).to_owned())).collect()
+    }
+
+    #[test]
+    fn a_value_read_in_the_same_pass_is_placed_where_a_split_finds_it() {
+        let bodies = [
+            "{\"messages\":[1,{\"a\":\"}\"}],\"model\":\"m\"}",
+            "{ \"model\" :\t\"m\" ,\r\n \"messages\" : [ \",\" ] \n}\n ",
+            "{\"messages\":null,\"messages\":\"x\" , \"b\":{}}",
+            "{\"messages\":\"\\\",\"}",
+        ];
+        for body in bodies {
+            let split = parse(body);
+            let (read, value) = JsonBody::parse_reading::<serde_json::Value>(Bytes::from(body), "messages").unwrap();
+            assert_eq!(places(&read), places(&split), "{body}");
+            assert_eq!(
+                value,
+                serde_json::from_str::<serde_json::Value>(split.field("messages").unwrap()).ok(),
+                "{body}"
+            );
+            // Placed from the text around it, not by splitting again.
+            let i = read.fields.iter().rposition(|f| read.name(f) == "messages").unwrap();
+            let around = value_between(read.raw(), &read.fields[i].name, read.fields.get(i + 1).map(|f| &f.name));
+            assert_eq!(around, Some(split.fields[i].value.clone()), "{body}");
+        }
+        // Beside a name written with escapes there is no place to count
+        // from: the body is split again, with the same result.
+        let body = r#"{"messages":[],"mod\u0065l":"m"}"#;
+        let (read, value) = JsonBody::parse_reading::<serde_json::Value>(Bytes::from(body), "messages").unwrap();
+        assert_eq!((places(&read), value), (places(&parse(body)), Some(serde_json::json!([]))));
+        let (_, absent) = JsonBody::parse_reading::<serde_json::Value>(Bytes::from(body), "other").unwrap();
+        assert_eq!(absent, None);
+    }
+
     proptest::proptest! {
         #![proptest_config(crate::fuzz::config())]
 
@@ -353,6 +496,22 @@ mod tests {
                     }
                 }
                 Err(error) => crate::fuzz::assert_client_error(&error)?,
+            }
+        }
+
+        #[test]
+        fn reading_a_field_in_the_same_pass_splits_the_body_alike(body in crate::fuzz::body(), pretty in proptest::bool::ANY) {
+            // Pretty-printed, a body has spaces and line breaks around its
+            // names, colons and commas.
+            let body = match serde_json::from_slice::<serde_json::Value>(&body) {
+                Ok(value) if pretty => serde_json::to_vec_pretty(&value).unwrap(),
+                _ => body,
+            };
+            let Ok(split) = JsonBody::parse(Bytes::from(body.clone())) else { return Ok(()) };
+            for name in split.fields.iter().map(|f| split.name(f)).chain(["absent"]) {
+                let (read, value) = JsonBody::parse_reading::<IgnoredAny>(Bytes::from(body.clone()), name).unwrap();
+                proptest::prop_assert_eq!(places(&read), places(&split));
+                proptest::prop_assert_eq!(value.is_some(), split.field(name).is_some());
             }
         }
     }

@@ -112,10 +112,10 @@ fn parse(
     query: Option<String>,
     needs_max_tokens: bool,
 ) -> Result<MessagesCall, ProxyError> {
-    let body = JsonBody::parse(raw.clone()).map_err(|error| match serde_json::from_slice::<IgnoredAny>(&raw) {
-        Ok(_) => ProxyError::InvalidJson("the body must be a JSON object".into()),
-        Err(_) => error,
-    })?;
+    // `messages` (most of a body) is read for its shape as the body is
+    // split into fields, in one pass.
+    let read = JsonBody::parse_reading::<Messages>(raw.clone(), "messages");
+    let (body, messages) = read.map_err(|error| object_required(&raw, error))?;
     let model = body.value::<String>("model").filter(|m| !m.is_empty()).ok_or(ProxyError::MissingField("model"))?;
     let max_tokens = body.field_bytes("max_tokens").map(serde_json::from_slice::<Value>).transpose();
     let max_tokens = match max_tokens.map_err(|e| ProxyError::InvalidJson(e.to_string()))? {
@@ -127,12 +127,10 @@ fn parse(
         }
         Some(v) => v.as_i64(),
     };
-    let messages = match body.field_bytes("messages") {
-        None | Some(b"null") => return Err(ProxyError::MissingField("messages")),
-        Some(messages) if messages.starts_with(b"[") => {
-            serde_json::from_slice::<Vec<MessageShape>>(messages).map_err(|e| ProxyError::InvalidJson(e.to_string()))?
-        }
-        Some(_) => {
+    let messages = match messages {
+        None | Some(Messages::Null) => return Err(ProxyError::MissingField("messages")),
+        Some(Messages::Entries(messages)) => messages,
+        Some(Messages::Other) => {
             let reason = "must be an array of messages".to_owned();
             return Err(ProxyError::InvalidField { field: "messages", reason });
         }
@@ -151,6 +149,25 @@ fn parse(
     Ok(MessagesCall { body, max_tokens, model, stream, headers, query })
 }
 
+/// Why a body could not be read: `error`, unless the body is well-formed
+/// JSON but not an object.
+fn object_required(raw: &[u8], error: ProxyError) -> ProxyError {
+    match serde_json::from_slice::<IgnoredAny>(raw) {
+        Ok(_) if !raw.trim_ascii_start().starts_with(b"{") => {
+            ProxyError::InvalidJson("the body must be a JSON object".into())
+        }
+        _ => error,
+    }
+}
+
+/// What validation reads of `messages`: `null`, an array of entries, or
+/// another kind of value.
+enum Messages {
+    Null,
+    Entries(Vec<MessageShape>),
+    Other,
+}
+
 /// What validation reads of one entry of `messages`: its `role` when that
 /// is a string, and the kind of its `content`; both `None` when the entry
 /// is not an object.
@@ -158,6 +175,50 @@ fn parse(
 struct MessageShape {
     role: Option<String>,
     content: Option<Kind>,
+}
+
+// === impl Messages ===
+
+impl<'de> Deserialize<'de> for Messages {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MessagesVisitor;
+        impl<'de> Visitor<'de> for MessagesVisitor {
+            type Value = Messages;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("messages")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Messages, A::Error> {
+                let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(16));
+                while let Some(entry) = seq.next_element::<MessageShape>()? {
+                    entries.push(entry);
+                }
+                Ok(Messages::Entries(entries))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Messages, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Messages::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Messages, E> {
+                Ok(Messages::Null)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Messages, E> {
+                Ok(Messages::Other)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Messages, E> {
+                Ok(Messages::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Messages, E> {
+                Ok(Messages::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Messages, E> {
+                Ok(Messages::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Messages, E> {
+                Ok(Messages::Other)
+            }
+        }
+        deserializer.deserialize_any(MessagesVisitor)
+    }
 }
 
 // === impl MessageShape ===
@@ -375,6 +436,20 @@ mod tests {
                     .map(|call| (call.model, call.max_tokens, call.stream));
                 assert_eq!(ours, reference(body.as_bytes(), needs), "{body}");
             }
+        }
+    }
+
+    #[test]
+    fn an_object_whose_messages_cannot_be_read_is_refused_with_why() {
+        // Well-formed JSON that no parsed value takes: a lone surrogate.
+        let body = r#"{"model":"m","max_tokens":1,"messages":[{"role":"\ud800","content":"x"}]}"#;
+        match parse(Bytes::from_static(body.as_bytes()), HeaderMap::new(), None, true) {
+            Err(ProxyError::InvalidJson(why)) => assert!(why.contains("escape"), "{why}"),
+            other => panic!("{:?}", other.map(|call| call.model)),
+        }
+        match parse(Bytes::from_static(b" [1]"), HeaderMap::new(), None, true) {
+            Err(ProxyError::InvalidJson(why)) => assert_eq!(why, "the body must be a JSON object"),
+            other => panic!("{:?}", other.map(|call| call.model)),
         }
     }
 
