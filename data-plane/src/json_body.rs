@@ -79,6 +79,56 @@ struct FieldsSeed<'n, T> {
     read: PhantomData<T>,
 }
 
+/// Writes the `visit_*` methods of a serde visitor for the kinds of value
+/// it does not read: each skips the value and gives `$value`. The kinds are
+/// `bool`, `numbers`, `unit` (null), `str`, `seq` and `map`; `$de` is the
+/// visitor's lifetime. For visitors that read one or two kinds of value
+/// and take any other as "something else".
+macro_rules! skip_kinds {
+    ($de:lifetime, $value:expr; $($kind:ident),+) => {
+        $( $crate::json_body::skip_kinds!(@ $de, $value; $kind); )+
+    };
+    (@ $de:lifetime, $value:expr; bool) => {
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+    (@ $de:lifetime, $value:expr; numbers) => {
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+    (@ $de:lifetime, $value:expr; unit) => {
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+    (@ $de:lifetime, $value:expr; str) => {
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+    (@ $de:lifetime, $value:expr; seq) => {
+        fn visit_seq<A: serde::de::SeqAccess<$de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok($value)
+        }
+    };
+    (@ $de:lifetime, $value:expr; map) => {
+        fn visit_map<A: serde::de::MapAccess<$de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+            Ok($value)
+        }
+    };
+}
+pub(crate) use skip_kinds;
+
 // === impl JsonBody ===
 
 impl JsonBody {
@@ -328,25 +378,7 @@ impl<'de> Deserialize<'de> for Kind {
                 }
                 Ok(Kind::Array(entries))
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Kind::Other)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
+            skip_kinds!('de, Kind::Other; map, bool, numbers, unit);
         }
         deserializer.deserialize_any(KindVisitor)
     }

@@ -20,7 +20,7 @@ use serde::{
 };
 use serde_json::{Value, json};
 
-use crate::json_body::{JsonBody, Kind};
+use crate::json_body::{JsonBody, Kind, skip_kinds};
 use crate::{
     error::ProxyError,
     pipeline::{self, Admitted, App},
@@ -194,28 +194,10 @@ impl<'de> Deserialize<'de> for Messages {
                 }
                 Ok(Messages::Entries(entries))
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Messages, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Messages::Other)
-            }
             fn visit_unit<E: de::Error>(self) -> Result<Messages, E> {
                 Ok(Messages::Null)
             }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Messages, E> {
-                Ok(Messages::Other)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Messages, E> {
-                Ok(Messages::Other)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Messages, E> {
-                Ok(Messages::Other)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Messages, E> {
-                Ok(Messages::Other)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Messages, E> {
-                Ok(Messages::Other)
-            }
+            skip_kinds!('de, Messages::Other; map, str, bool, numbers);
         }
         deserializer.deserialize_any(MessagesVisitor)
     }
@@ -243,28 +225,7 @@ impl<'de> Deserialize<'de> for MessageShape {
                 }
                 Ok(shape)
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageShape, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(MessageShape::default())
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<MessageShape, E> {
-                Ok(MessageShape::default())
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<MessageShape, E> {
-                Ok(MessageShape::default())
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<MessageShape, E> {
-                Ok(MessageShape::default())
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<MessageShape, E> {
-                Ok(MessageShape::default())
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<MessageShape, E> {
-                Ok(MessageShape::default())
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<MessageShape, E> {
-                Ok(MessageShape::default())
-            }
+            skip_kinds!('de, MessageShape::default(); seq, str, bool, numbers, unit);
         }
         deserializer.deserialize_any(ShapeVisitor)
     }

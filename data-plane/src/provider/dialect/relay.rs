@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use crate::{
-    meter::answer::MessagesStreamUsage,
+    meter::answer::{MessagesEvent, MessagesStreamUsage},
     meter::{Meter, answer::messages_event_text, pump::EventRelay},
     translate::{ChatToMessagesStream, MessagesToChatStream, SseEvent},
 };
@@ -53,10 +53,12 @@ fn ends_messages(events: &[SseEvent]) -> bool {
 
 impl EventRelay for PassMessages {
     fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
-        self.usage.observe_data(data);
+        // Read once, for its usage and its text.
+        let event = MessagesEvent::read(data);
+        self.usage.observe_event(&event);
         if let Some(meter) = meter {
             meter.read_event(data);
-            if let Some(text) = messages_event_text(data) {
+            if let Some(text) = event.text(data) {
                 meter.add_text(&text);
             }
             if let Some(usage) = self.usage.usage() {
