@@ -20,15 +20,11 @@
 //!   provider's default. `output_tokens` includes thinking, which the
 //!   dialect does not count apart, so reasoning is 0.
 
-use std::{borrow::Cow, fmt};
-
-use serde::{
-    Deserialize, Deserializer,
-    de::{self, IgnoredAny, MapAccess, Visitor},
-};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::{json_body::skip_kinds, pricing::Usage};
+use super::event::MessagesEvent;
+use crate::pricing::Usage;
 
 /// An OpenAI usage object in either naming: chat's (`prompt_tokens`,
 /// `completion_tokens`, `*_tokens_details`) or the responses API's
@@ -154,31 +150,6 @@ pub fn usage_of(usage: &Value) -> Option<Usage> {
     UsageJson::deserialize(usage).ok().filter(UsageJson::counts_tokens).map(|u| u.usage())
 }
 
-/// The answer text in one typed SSE event (`response.output_text.delta`,
-/// function-call argument deltas), for estimates.
-pub fn event_text(data: &[u8]) -> Option<String> {
-    if !data.windows(6).any(|w| w == b".delta") {
-        return None;
-    }
-    let event: Value = serde_json::from_slice(data).ok()?;
-    event.get("delta").and_then(Value::as_str).map(str::to_owned)
-}
-
-/// Whether a typed SSE event ends the answer (`response.completed`,
-/// `response.failed`, `response.incomplete`).
-pub fn is_terminal_event(data: &[u8]) -> bool {
-    let has = |needle: &[u8]| data.windows(needle.len()).any(|w| w == needle);
-    has(b"\"response.completed\"") || has(b"\"response.failed\"") || has(b"\"response.incomplete\"")
-}
-
-/// Usage in one typed SSE event's data: `response.usage` (the responses
-/// API's `response.completed`) or a top-level `usage`.
-pub fn event_usage(data: &[u8]) -> Option<Usage> {
-    let event: Value = serde_json::from_slice(data).ok()?;
-    let usage = event.get("response").and_then(|r| r.get("usage")).filter(|u| u.is_object());
-    usage.or_else(|| event.get("usage")).and_then(usage_of)
-}
-
 /// Accumulates usage over a messages event stream: `message_start` carries
 /// the prompt counts, each `message_delta` the cumulative output count (and,
 /// from newer upstreams, final prompt counts too).
@@ -202,12 +173,7 @@ pub struct MessagesStreamUsage {
 impl MessagesStreamUsage {
     /// Reads the usage of one event, if it has any.
     pub fn observe_event(&mut self, event: &MessagesEvent<'_>) {
-        let usage = match event.kind.as_deref() {
-            Some("message_start") => event.message.as_ref().and_then(|m| m.get("usage")),
-            Some("message_delta") => event.usage.as_ref(),
-            _ => None,
-        };
-        if let Some(usage) = usage {
+        if let Some(usage) = event.usage() {
             self.take(usage);
         }
     }
@@ -296,123 +262,6 @@ pub fn from_chat(usage: &Value) -> Option<Usage> {
     Some(UsageJson::deserialize(usage).map(|u| u.usage()).unwrap_or_default())
 }
 
-/// The answer text in one messages event (`text_delta`, tool arguments).
-pub fn messages_event_text(data: &[u8]) -> Option<String> {
-    MessagesEvent::read(data).text(data).map(Cow::into_owned)
-}
-
-/// What metering reads of one messages stream event, in one pass over its
-/// data and without building a value of the rest: its `type`, the usage it
-/// reports (`message.usage`, `usage`), and a content delta's text. A name
-/// given twice counts as its last, as in a parsed value; data that is not a
-/// JSON object reads as an event with none of them.
-#[derive(Debug, Default)]
-pub struct MessagesEvent<'a> {
-    kind: Option<Cow<'a, str>>,
-    message: Option<Value>,
-    usage: Option<Value>,
-    /// `delta.text`, or else `delta.partial_json`, when a string.
-    delta_text: Option<Cow<'a, str>>,
-}
-
-/// A value read only if it is a string; any other kind is skipped.
-struct MaybeStr<'a>(Option<Cow<'a, str>>);
-
-// === impl MessagesEvent ===
-
-impl<'a> MessagesEvent<'a> {
-    /// Reads an event's `data`.
-    pub fn read(data: &'a [u8]) -> MessagesEvent<'a> {
-        serde_json::from_slice(data).unwrap_or_default()
-    }
-
-    /// The answer text this event carries: a content block delta's text or
-    /// tool arguments. `data` is the event's, to tell a content delta.
-    pub fn text(self, data: &[u8]) -> Option<Cow<'a, str>> {
-        // As the parsed reading did: a delta of an event naming content.
-        data.windows(19).any(|w| w == b"content_block_delta").then_some(self.delta_text).flatten()
-    }
-}
-
-impl<'de> Deserialize<'de> for MessagesEvent<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct EventVisitor;
-        impl<'de> Visitor<'de> for EventVisitor {
-            type Value = MessagesEvent<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a messages event")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut event = MessagesEvent::default();
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    match name.as_ref() {
-                        "type" => event.kind = map.next_value::<MaybeStr<'de>>()?.0,
-                        "message" => event.message = Some(map.next_value()?),
-                        "usage" => event.usage = Some(map.next_value()?),
-                        "delta" => event.delta_text = map.next_value::<DeltaText<'de>>()?.0,
-                        _ => drop(map.next_value::<IgnoredAny>()?),
-                    }
-                }
-                Ok(event)
-            }
-        }
-        deserializer.deserialize_map(EventVisitor)
-    }
-}
-
-/// `delta.text`, or else `delta.partial_json`, when a string; `None` for a
-/// delta that is not an object.
-struct DeltaText<'a>(Option<Cow<'a, str>>);
-
-impl<'de> Deserialize<'de> for DeltaText<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct DeltaVisitor;
-        impl<'de> Visitor<'de> for DeltaVisitor {
-            type Value = DeltaText<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a delta")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let (mut text, mut partial) = (None, None);
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    match name.as_ref() {
-                        "text" => text = Some(map.next_value::<MaybeStr<'de>>()?.0),
-                        "partial_json" => partial = Some(map.next_value::<MaybeStr<'de>>()?.0),
-                        _ => drop(map.next_value::<IgnoredAny>()?),
-                    }
-                }
-                // A `text` that is there but not a string hides the
-                // arguments, as it did in a parsed value.
-                Ok(DeltaText(text.unwrap_or(partial.flatten())))
-            }
-            skip_kinds!('de, DeltaText(None); seq, str, bool, numbers, unit);
-        }
-        deserializer.deserialize_any(DeltaVisitor)
-    }
-}
-
-// === impl MaybeStr ===
-
-impl<'de> Deserialize<'de> for MaybeStr<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct StrVisitor;
-        impl<'de> Visitor<'de> for StrVisitor {
-            type Value = MaybeStr<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
-                Ok(MaybeStr(Some(Cow::Borrowed(text))))
-            }
-            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
-                Ok(MaybeStr(Some(Cow::Owned(text.to_owned()))))
-            }
-            skip_kinds!('de, MaybeStr(None); map, seq, bool, numbers, unit);
-        }
-        deserializer.deserialize_any(StrVisitor)
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
@@ -447,9 +296,6 @@ mod tests {
             Some(Usage { prompt_tokens: 9, completion_tokens: 4, cached_tokens: 3, ..Usage::default() })
         );
         assert_eq!(usage_of(&serde_json::json!({"type": "duration", "seconds": 3})), None);
-        let completed = br#"{"type":"response.completed","response":{"usage":{"input_tokens":1,"output_tokens":2}}}"#;
-        assert_eq!(event_usage(completed).map(|u| u.completion_tokens), Some(2));
-        assert_eq!(event_usage(br#"{"type":"response.output_text.delta","delta":"usage"}"#), None);
     }
 
     #[test]
@@ -502,7 +348,7 @@ mod tests {
         });
         let completed = json!({ "type": "response.completed", "response": { "usage": responses } }).to_string();
         let responses_usage = Usage { cache_write_5m_tokens: 0, ..expected };
-        assert_eq!(event_usage(completed.as_bytes()), Some(responses_usage));
+        assert_eq!(crate::meter::event::TypedEvent::read(completed.as_bytes()).usage(), Some(responses_usage));
         let body = json!({ "usage": responses }).to_string();
         assert_eq!(response_usage(body.as_bytes()), Some(responses_usage));
     }
@@ -546,81 +392,5 @@ mod tests {
             acc.usage(),
             Some(Usage { prompt_tokens: 14, completion_tokens: 8, cached_tokens: 4, ..Usage::default() })
         );
-    }
-
-    #[test]
-    fn a_content_delta_gives_its_text_or_its_arguments() {
-        let text = |data: &[u8]| MessagesEvent::read(data).text(data).map(Cow::into_owned);
-        let delta = br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"h\u00e9"}}"#;
-        assert_eq!(text(delta).as_deref(), Some("hé"));
-        let arguments = br#"{"type":"content_block_delta","delta":{"partial_json":"{\"a\""}}"#;
-        assert_eq!(text(arguments).as_deref(), Some(r#"{"a""#));
-        assert_eq!(text(br#"{"type":"content_block_delta","delta":{"text":1,"partial_json":"x"}}"#), None);
-        assert_eq!(text(br#"{"type":"message_delta","delta":{"text":"x"}}"#), None);
-        assert_eq!(text(b"content_block_delta"), None);
-    }
-
-    /// A JSON object written out by hand (names may repeat, in any order),
-    /// with names from `names` and values from `value`.
-    fn object(
-        names: &'static [&'static str],
-        value: impl proptest::strategy::Strategy<Value = String>,
-    ) -> impl proptest::strategy::Strategy<Value = String> {
-        use proptest::prelude::*;
-        prop::collection::vec((prop::sample::select(names), value), 0..6).prop_map(|fields| {
-            let fields: Vec<String> =
-                fields.iter().map(|(name, value)| format!("{}:{value}", Value::from(*name))).collect();
-            format!("{{{}}}", fields.join(","))
-        })
-    }
-
-    /// A messages stream event with the names metering reads, holding
-    /// counts, deltas (with text, arguments, both or neither) or anything.
-    fn event() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
-        use proptest::prelude::*;
-        const NAMES: &[&str] = &["type", "message", "usage", "delta", "text", "partial_json", "index"];
-        const KINDS: &[&str] = &["message_start", "message_delta", "content_block_delta", "ping"];
-        const COUNTS: &[&str] =
-            &["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"];
-        const DELTA: &[&str] = &["type", "text", "partial_json"];
-        let anything = || crate::fuzz::json().prop_map(|value| value.to_string());
-        let counts = || object(COUNTS, any::<i64>().prop_map(|n| n.to_string()));
-        let text = prop_oneof![".{0,12}".prop_map(|text| Value::from(text).to_string()), anything()];
-        let value = prop_oneof![
-            anything(),
-            prop::sample::select(KINDS).prop_map(|kind| Value::from(kind).to_string()),
-            counts(),
-            counts().prop_map(|usage| format!(r#"{{"usage":{usage}}}"#)),
-            object(DELTA, text),
-        ];
-        // And the two events that report usage, as upstreams send them.
-        let start =
-            counts().prop_map(|usage| format!(r#"{{"type":"message_start","message":{{"id":"m","usage":{usage}}}}}"#));
-        let end = counts().prop_map(|usage| format!(r#"{{"type":"message_delta","delta":{{}},"usage":{usage}}}"#));
-        prop_oneof![3 => object(NAMES, value), 1 => start, 1 => end].prop_map(String::into_bytes)
-    }
-
-    proptest::proptest! {
-        #![proptest_config(crate::fuzz::config())]
-
-        #[test]
-        fn an_event_read_in_one_pass_gives_what_the_parsed_event_gives(
-            data in proptest::prop_oneof![event(), crate::fuzz::body()],
-        ) {
-            // The reading it replaced: the event parsed into a value, once
-            // for its usage and once for its text.
-            if let Ok(parsed) = serde_json::from_slice::<Value>(&data) {
-                let mut expected = MessagesStreamUsage::default();
-                expected.observe(&parsed);
-                let text = data.windows(19).any(|w| w == b"content_block_delta").then(|| parsed.get("delta")).flatten();
-                let text = text.and_then(|d| d.get("text").or_else(|| d.get("partial_json"))).and_then(Value::as_str);
-                let mut usage = MessagesStreamUsage::default();
-                let event = MessagesEvent::read(&data);
-                usage.observe_event(&event);
-                proptest::prop_assert_eq!(usage.usage(), expected.usage());
-                let read = event.text(&data);
-                proptest::prop_assert_eq!(read.as_deref(), text);
-            }
-        }
     }
 }

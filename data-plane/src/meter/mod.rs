@@ -11,6 +11,7 @@
 //! its prompt part.
 
 pub mod answer;
+pub mod event;
 pub mod pump;
 pub mod sse;
 

@@ -9,7 +9,7 @@
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 
-use super::{Meter, answer, pump::EventRelay};
+use super::{Meter, answer, event::TypedEvent, pump::EventRelay};
 
 /// Passes an OpenAI-style stream through, reading usage and answer text.
 #[derive(Debug)]
@@ -99,14 +99,16 @@ impl EventRelay for SseFilter {
         }
         meter.read_event(data);
         if self.typed_events {
-            if let Some(usage) = answer::event_usage(data) {
+            // Read once, for its usage and its text.
+            let event = TypedEvent::read(data);
+            if let Some(usage) = event.usage() {
                 self.usage_seen = true;
                 meter.observe(usage);
             }
-            if let Some(text) = answer::event_text(data) {
+            if let Some(text) = event.text(data) {
                 meter.add_text(&text);
             }
-            if answer::is_terminal_event(data) {
+            if TypedEvent::is_terminal(data) {
                 self.done = true;
             }
             meter.add_chunks(1);

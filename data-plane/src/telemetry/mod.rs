@@ -323,7 +323,7 @@ pub fn read_stream_event(data: &[u8], answer: &mut Answer) {
         {
             answer.finish_reasons.push(reason.to_owned());
         }
-    } else if crate::meter::answer::is_terminal_event(data)
+    } else if crate::meter::event::TypedEvent::is_terminal(data)
         && let Ok(event) = serde_json::from_slice::<serde_json::Value>(data)
         && let Some(status) = event.pointer("/response/status").and_then(serde_json::Value::as_str)
     {

@@ -6,8 +6,9 @@
 use bytes::Bytes;
 
 use crate::{
-    meter::answer::{MessagesEvent, MessagesStreamUsage},
-    meter::{Meter, answer::messages_event_text, pump::EventRelay},
+    meter::answer::MessagesStreamUsage,
+    meter::event::{MessagesEvent, messages_event_text},
+    meter::{Meter, pump::EventRelay},
     translate::{ChatToMessagesStream, MessagesToChatStream, SseEvent},
 };
 
