@@ -240,10 +240,10 @@ impl MessagesStreamUsage {
     }
 }
 
-/// The usage of a non-streamed messages response body, if it reports any.
+/// The usage of a non-streamed messages response body, if it reports any;
+/// the rest of the body (the answer) is skipped, not parsed into a value.
 pub fn messages_body_usage(body: &[u8]) -> Option<Usage> {
-    let body = serde_json::from_slice::<Value>(body).ok()?;
-    from_messages(body.get("usage")?)
+    from_messages(&super::event::usage_field(body)?)
 }
 
 /// A messages `usage` object as the gateway's usage.

@@ -52,6 +52,11 @@ struct UsageField(Option<Value>);
 /// delta that is not an object.
 struct DeltaText<'a>(Option<Cow<'a, str>>);
 
+/// The `usage` of the JSON object `data`, if it is one and has one.
+pub fn usage_field(data: &[u8]) -> Option<Value> {
+    serde_json::from_slice::<UsageField>(data).ok()?.0
+}
+
 /// The answer text in one messages event (`text_delta`, tool arguments).
 pub fn messages_event_text(data: &[u8]) -> Option<String> {
     MessagesEvent::read(data).text(data).map(Cow::into_owned)
@@ -346,6 +351,8 @@ mod tests {
                 let text = holds(&data, b".delta").then(|| parsed.get("delta")).flatten().and_then(Value::as_str);
                 let event = TypedEvent::read(&data);
                 prop_assert_eq!(event.usage(), expected);
+                let usage = usage_field(&data);
+                prop_assert_eq!(usage.as_ref(), parsed.get("usage"));
                 let read = event.text(&data);
                 prop_assert_eq!(read.as_deref(), text);
             }

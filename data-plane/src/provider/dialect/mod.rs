@@ -155,7 +155,7 @@ pub async fn chat(
         return Err(not_json(meter, &channel));
     };
     meter.answered(&bytes);
-    match answer::messages_body_usage(&bytes) {
+    match answer.get("usage").and_then(answer::from_messages) {
         Some(usage) => meter.observe(usage),
         None => meter.add_text(&messages_text(&answer)),
     }
