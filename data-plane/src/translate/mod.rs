@@ -15,6 +15,7 @@ mod dropped;
 mod request;
 mod response;
 mod stream;
+mod text_chunk;
 mod usage;
 
 pub use dropped::Dropped;

@@ -16,8 +16,10 @@
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::{Dropped, answer_stop_reason, finish_reason, response::reasoning_text, str_field, usage};
-use crate::pricing::Usage;
+use super::{
+    Dropped, answer_stop_reason, finish_reason, response::reasoning_text, str_field, text_chunk::TextChunk, usage,
+};
+use crate::{openai::push_json_string, pricing::Usage};
 
 /// One SSE event for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,10 +144,23 @@ impl ChatToMessagesStream {
         if data.trim_ascii() == b"[DONE]" {
             return self.complete(true);
         }
-        let Ok(chunk) = serde_json::from_slice::<Value>(data) else {
-            return Vec::new();
-        };
         let mut out = Vec::new();
+        // Most chunks only add text: those are translated without being
+        // parsed into a value.
+        if self.started
+            && let Some(text) = TextChunk::read(data)
+        {
+            self.push_text(&text, &mut out);
+            return out;
+        }
+        let Ok(chunk) = serde_json::from_slice::<Value>(data) else {
+            return out;
+        };
+        self.push_chunk(&chunk, out)
+    }
+
+    /// `push` for a chunk parsed whole.
+    fn push_chunk(&mut self, chunk: &Value, mut out: Vec<SseEvent>) -> Vec<SseEvent> {
         if let Some(error) = chunk.get("error") {
             self.ended = true;
             let message = str_field(error, "message").unwrap_or("the upstream stream failed");
@@ -190,11 +205,7 @@ impl ChatToMessagesStream {
             out.push(block_delta(index, json!({ "type": "thinking_delta", "thinking": reasoning })));
         }
         if let Some(text) = delta.and_then(|d| str_field(d, "content")).filter(|t| !t.is_empty()) {
-            let index = match self.open {
-                Some((index, Block::Text)) => index,
-                _ => self.open_block(json!({ "type": "text", "text": "" }), Block::Text, &mut out),
-            };
-            out.push(block_delta(index, json!({ "type": "text_delta", "text": text })));
+            self.push_text(text, &mut out);
         }
         let calls = delta.and_then(|d| d.get("tool_calls")).and_then(Value::as_array);
         for (position, call) in calls.into_iter().flatten().enumerate() {
@@ -238,6 +249,16 @@ impl ChatToMessagesStream {
         self.usage
     }
 
+    /// Answer text: a text delta, in a text block opened for it unless one
+    /// is open.
+    fn push_text(&mut self, text: &str, out: &mut Vec<SseEvent>) {
+        let index = match self.open {
+            Some((index, Block::Text)) => index,
+            _ => self.open_block(json!({ "type": "text", "text": "" }), Block::Text, out),
+        };
+        out.push(SseEvent { event: Some("content_block_delta"), data: text_delta(index, text) });
+    }
+
     /// Closes the open block and opens `block`; returns its index.
     fn open_block(&mut self, block: Value, kind: Block, out: &mut Vec<SseEvent>) -> u64 {
         self.close_block(out);
@@ -277,6 +298,19 @@ impl ChatToMessagesStream {
         out.push(SseEvent::named("message_stop", &json!({ "type": "message_stop" })));
         out
     }
+}
+
+/// The data of a text delta, as `block_delta` serialises it (names in the
+/// order `serde_json` writes them), written out directly: most events of a
+/// translated stream are text deltas.
+fn text_delta(index: u64, text: &str) -> String {
+    let mut data = String::with_capacity(text.len() + 80);
+    data.push_str(r#"{"delta":{"text":"#);
+    push_json_string(&mut data, text);
+    data.push_str(r#","type":"text_delta"},"index":"#);
+    data.push_str(itoa::Buffer::new().format(index));
+    data.push_str(r#","type":"content_block_delta"}"#);
+    data
 }
 
 fn block_delta(index: u64, delta: Value) -> SseEvent {
@@ -485,6 +519,124 @@ mod tests {
         assert_eq!(named.to_bytes(), "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
         let chat = [SseEvent::data(&json!({ "a": 1 })), SseEvent::done()];
         assert_eq!(SseEvent::encode(&chat), "data: {\"a\":1}\n\ndata: [DONE]\n\n");
+    }
+
+    /// `push` as it was: every chunk parsed into a value.
+    fn push_parsed(stream: &mut ChatToMessagesStream, data: &[u8]) -> Vec<SseEvent> {
+        if stream.ended {
+            return Vec::new();
+        }
+        if data.trim_ascii() == b"[DONE]" {
+            return stream.complete(true);
+        }
+        match serde_json::from_slice::<Value>(data) {
+            Ok(chunk) => stream.push_chunk(&chunk, Vec::new()),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// A JSON object written out by hand (names may repeat, in any order).
+    fn object(
+        names: &'static [&'static str],
+        value: impl proptest::strategy::Strategy<Value = String>,
+    ) -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop::collection::vec((prop::sample::select(names), value), 0..5).prop_map(|fields| {
+            let fields: Vec<String> =
+                fields.iter().map(|(name, value)| format!("{}:{value}", Value::from(*name))).collect();
+            format!("{{{}}}", fields.join(","))
+        })
+    }
+
+    /// A chat stream as upstreams send it, with every kind of chunk the
+    /// translator acts on: text (most of them), reasoning, tool calls,
+    /// finish reasons, usage, errors, fields given twice, and anything.
+    fn chat_stream() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
+        use proptest::prelude::*;
+        let anything = || crate::fuzz::json().prop_map(|value| value.to_string());
+        let text = || ".{0,6}".prop_map(|text| Value::from(text).to_string());
+        let plain = text().prop_map(|text| {
+            format!(r#"{{"id":"c","model":"m","choices":[{{"index":0,"delta":{{"content":{text}}},"finish_reason":null}}]}}"#)
+        });
+        let calls = r#"[{"index":0,"id":"t","function":{"name":"f","arguments":"{}"}}]"#;
+        let scalars = || prop::sample::select(vec!["null", "\"\"", "\"stop\"", "0", "[]"]).prop_map(str::to_owned);
+        let delta = object(
+            &["content", "reasoning_content", "reasoning", "tool_calls", "role"],
+            prop_oneof![text(), scalars(), Just(calls.to_owned()), anything()],
+        );
+        let choice =
+            object(&["index", "delta", "finish_reason", "logprobs"], prop_oneof![delta, scalars(), anything()]);
+        let choices = prop::collection::vec(choice, 0..3).prop_map(|choices| format!("[{}]", choices.join(",")));
+        let usage = Just(r#"{"prompt_tokens":3,"completion_tokens":2}"#.to_owned());
+        let chunk =
+            object(&["id", "model", "choices", "usage", "error"], prop_oneof![choices, usage, scalars(), anything()]);
+        // A text chunk with one more field, at one of its three levels:
+        // each is one thing that takes a chunk off the lean path, or not.
+        let extra = |fields: &'static [&'static str]| {
+            prop::option::of(prop::sample::select(fields))
+                .prop_map(|field| field.map_or(String::new(), |f| format!(",{f}")))
+        };
+        let in_delta = extra(&[
+            r#""reasoning_content":"r""#,
+            r#""reasoning_content":null"#,
+            r#""reasoning":"""#,
+            r#""reasoning":"r""#,
+            r#""tool_calls":[{"index":0,"function":{"arguments":"{}"}}]"#,
+            r#""tool_calls":null"#,
+            r#""content":"again""#,
+            r#""role":"assistant""#,
+        ]);
+        let in_choice = extra(&[
+            r#""finish_reason":"stop""#,
+            r#""finish_reason":null"#,
+            r#""finish_reason":"length""#,
+            r#""delta":{"content":"again"}"#,
+            r#""logprobs":null"#,
+        ]);
+        let at_top = extra(&[
+            r#""usage":{"prompt_tokens":3,"completion_tokens":2}"#,
+            r#""usage":null"#,
+            r#""error":null"#,
+            r#""error":{"message":"m"}"#,
+            r#""choices":[{"delta":{"content":"again"}}]"#,
+            r#""choices":[]"#,
+        ]);
+        let near = (text(), in_delta, in_choice, at_top).prop_map(|(text, delta, choice, top)| {
+            format!(r#"{{"id":"c","choices":[{{"index":0,"delta":{{"content":{text}{delta}}}{choice}}}]{top}}}"#)
+        });
+        let any_body = crate::fuzz::body().prop_map(|body| String::from_utf8_lossy(&body).into_owned());
+        let event = prop_oneof![3 => plain, 3 => near, 3 => chunk, 1 => Just("[DONE]".to_owned()), 1 => any_body];
+        prop::collection::vec(event, 1..12)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn a_text_delta_is_written_as_its_value_serialises(index in proptest::num::u64::ANY, text in "(?s).{0,12}|[\\x00-\\x1f\"\\\\]{1,4}") {
+            let parsed = block_delta(index, json!({ "type": "text_delta", "text": text }));
+            proptest::prop_assert_eq!(text_delta(index, &text), parsed.data);
+        }
+
+        #[test]
+        fn text_chunks_read_lean_translate_as_parsed_ones_do(chunks in chat_stream()) {
+            // Chunks a parsed value refuses but a lenient reading takes (a
+            // lone surrogate in a skipped field) are translated by their
+            // text now; everything else must come out the same.
+            let refused = |c: &String| {
+                c != "[DONE]"
+                    && serde_json::from_slice::<Value>(c.as_bytes()).is_err()
+                    && serde_json::from_slice::<serde::de::IgnoredAny>(c.as_bytes()).is_ok()
+            };
+            if !chunks.iter().any(refused) {
+                let (mut lean, mut parsed) = (ChatToMessagesStream::new(), ChatToMessagesStream::new());
+                for chunk in &chunks {
+                    proptest::prop_assert_eq!(lean.push(chunk.as_bytes()), push_parsed(&mut parsed, chunk.as_bytes()));
+                }
+                proptest::prop_assert_eq!(lean.finish(), parsed.finish());
+                proptest::prop_assert_eq!(lean.usage(), parsed.usage());
+            }
+        }
     }
 
     #[test]
