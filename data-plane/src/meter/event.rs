@@ -27,7 +27,7 @@ pub struct MessagesEvent<'a> {
     /// `message.usage`.
     message_usage: Option<Value>,
     usage: Option<Value>,
-    delta_text: Option<Cow<'a, str>>,
+    delta: Delta<'a>,
 }
 
 /// One typed event (`response.output_text.delta`, `response.completed`…):
@@ -48,9 +48,16 @@ struct MaybeStr<'a>(Option<Cow<'a, str>>);
 /// that is not an object.
 struct UsageField(Option<Value>);
 
-/// `delta.text`, or else `delta.partial_json`, when a string; `None` for a
-/// delta that is not an object.
-struct DeltaText<'a>(Option<Cow<'a, str>>);
+/// What a messages event's `delta` says, when it is an object: its `type`,
+/// and `text`, `partial_json` and `thinking` (each `Some(None)` when there
+/// but not a string).
+#[derive(Debug, Default)]
+struct Delta<'a> {
+    kind: Option<Cow<'a, str>>,
+    text: Option<Option<Cow<'a, str>>>,
+    partial_json: Option<Option<Cow<'a, str>>>,
+    thinking: Option<Cow<'a, str>>,
+}
 
 /// The `usage` of the JSON object `data`, if it is one and has one.
 pub fn usage_field(data: &[u8]) -> Option<Value> {
@@ -87,8 +94,26 @@ impl<'a> MessagesEvent<'a> {
     /// The answer text this event carries: a content block delta's text or
     /// tool arguments. `data` is the event's, to tell a content delta.
     pub fn text(self, data: &[u8]) -> Option<Cow<'a, str>> {
-        // As the parsed reading did: the delta of an event naming content.
-        holds(data, b"content_block_delta").then_some(self.delta_text).flatten()
+        // As the parsed reading did: the delta of an event naming content:
+        // its `text` when there, else its `partial_json`, when a string.
+        let Delta { text, partial_json, .. } = self.delta;
+        holds(data, b"content_block_delta").then(|| text.unwrap_or(partial_json.flatten())).flatten()
+    }
+
+    /// A content block delta of text (`text_delta`) or of thinking
+    /// (`thinking_delta`): whether it is thinking, and its text, when that
+    /// is a non-empty string. `None` for any other event.
+    pub fn text_delta(&self) -> Option<(bool, &str)> {
+        if self.kind.as_deref() != Some("content_block_delta") {
+            return None;
+        }
+        let delta = &self.delta;
+        let (thinking, text) = match delta.kind.as_deref() {
+            Some("text_delta") => (false, delta.text.as_ref()?.as_deref()),
+            Some("thinking_delta") => (true, delta.thinking.as_deref()),
+            _ => return None,
+        };
+        text.filter(|t| !t.is_empty()).map(|t| (thinking, t))
     }
 }
 
@@ -107,7 +132,7 @@ impl<'de> Deserialize<'de> for MessagesEvent<'de> {
                         "type" => event.kind = map.next_value::<MaybeStr<'de>>()?.0,
                         "message" => event.message_usage = map.next_value::<UsageField>()?.0,
                         "usage" => event.usage = Some(map.next_value()?),
-                        "delta" => event.delta_text = map.next_value::<DeltaText<'de>>()?.0,
+                        "delta" => event.delta = map.next_value::<Delta<'de>>()?,
                         _ => drop(map.next_value::<IgnoredAny>()?),
                     }
                 }
@@ -199,30 +224,30 @@ impl<'de> Deserialize<'de> for UsageField {
     }
 }
 
-// === impl DeltaText ===
+// === impl Delta ===
 
-impl<'de> Deserialize<'de> for DeltaText<'de> {
+impl<'de> Deserialize<'de> for Delta<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct DeltaVisitor;
         impl<'de> Visitor<'de> for DeltaVisitor {
-            type Value = DeltaText<'de>;
+            type Value = Delta<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a delta")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let (mut text, mut partial) = (None, None);
+                let mut delta = Delta::default();
                 while let Some(name) = map.next_key::<Cow<'de, str>>()? {
                     match name.as_ref() {
-                        "text" => text = Some(map.next_value::<MaybeStr<'de>>()?.0),
-                        "partial_json" => partial = Some(map.next_value::<MaybeStr<'de>>()?.0),
+                        "type" => delta.kind = map.next_value::<MaybeStr<'de>>()?.0,
+                        "text" => delta.text = Some(map.next_value::<MaybeStr<'de>>()?.0),
+                        "partial_json" => delta.partial_json = Some(map.next_value::<MaybeStr<'de>>()?.0),
+                        "thinking" => delta.thinking = map.next_value::<MaybeStr<'de>>()?.0,
                         _ => drop(map.next_value::<IgnoredAny>()?),
                     }
                 }
-                // A `text` that is there but not a string hides the
-                // arguments, as it did in a parsed value.
-                Ok(DeltaText(text.unwrap_or(partial.flatten())))
+                Ok(delta)
             }
-            skip_kinds!('de, DeltaText(None); seq, str, bool, numbers, unit);
+            skip_kinds!('de, Delta::default(); seq, str, bool, numbers, unit);
         }
         deserializer.deserialize_any(DeltaVisitor)
     }

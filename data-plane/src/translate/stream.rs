@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::{
     Dropped, answer_stop_reason, finish_reason, response::reasoning_text, str_field, text_chunk::TextChunk, usage,
 };
-use crate::{openai::push_json_string, pricing::Usage};
+use crate::{meter::event::MessagesEvent, openai::push_json_string, pricing::Usage};
 
 /// One SSE event for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -344,13 +344,23 @@ impl MessagesToChatStream {
         if self.ended {
             return Vec::new();
         }
+        // Most events are text or thinking deltas: those are translated
+        // from a lean reading, without parsing them into a value.
+        if let Some((thinking, text)) = MessagesEvent::read(data).text_delta() {
+            return vec![self.text_chunk(thinking, text)];
+        }
         let Ok(event) = serde_json::from_slice::<Value>(data) else {
             return Vec::new();
         };
-        self.usage.observe(&event);
+        self.push_event(&event)
+    }
+
+    /// `push` for an event parsed whole.
+    fn push_event(&mut self, event: &Value) -> Vec<SseEvent> {
+        self.usage.observe(event);
         let index = event.get("index").and_then(Value::as_u64).unwrap_or(0);
         let mut out = Vec::new();
-        match str_field(&event, "type").unwrap_or_default() {
+        match str_field(event, "type").unwrap_or_default() {
             "message_start" => {
                 let message = event.get("message");
                 self.id = message.and_then(|m| m.get("id")).cloned().unwrap_or(Value::Null);
@@ -364,12 +374,12 @@ impl MessagesToChatStream {
                 match kind {
                     Some("text") => {
                         if let Some(text) = str_field(block, "text").filter(|t| !t.is_empty()) {
-                            out.push(self.chunk(json!({ "content": text }), None));
+                            out.push(self.text_chunk(false, text));
                         }
                     }
                     Some("thinking") => {
                         if let Some(thinking) = str_field(block, "thinking").filter(|t| !t.is_empty()) {
-                            out.push(self.chunk(json!({ "reasoning_content": thinking }), None));
+                            out.push(self.text_chunk(true, thinking));
                         }
                     }
                     Some("tool_use") => {
@@ -391,12 +401,12 @@ impl MessagesToChatStream {
                 match str_field(delta, "type") {
                     Some("text_delta") => {
                         if let Some(text) = str_field(delta, "text").filter(|t| !t.is_empty()) {
-                            out.push(self.chunk(json!({ "content": text }), None));
+                            out.push(self.text_chunk(false, text));
                         }
                     }
                     Some("thinking_delta") => {
                         if let Some(thinking) = str_field(delta, "thinking").filter(|t| !t.is_empty()) {
-                            out.push(self.chunk(json!({ "reasoning_content": thinking }), None));
+                            out.push(self.text_chunk(true, thinking));
                         }
                     }
                     Some("input_json_delta") => {
@@ -472,6 +482,26 @@ impl MessagesToChatStream {
     fn arguments_chunk(&self, call_index: u64, arguments: &str) -> SseEvent {
         let call = json!({ "index": call_index, "function": { "arguments": arguments } });
         self.chunk(json!({ "tool_calls": [call] }), None)
+    }
+
+    /// A chunk adding `text` to the answer (`content`) or, when `thinking`,
+    /// to its reasoning (`reasoning_content`): what `chunk` serialises,
+    /// written out directly, as most chunks of a translated stream are.
+    fn text_chunk(&self, thinking: bool, text: &str) -> SseEvent {
+        let mut data = String::with_capacity(text.len() + 160);
+        data.push_str(match thinking {
+            true => r#"{"choices":[{"delta":{"reasoning_content":"#,
+            false => r#"{"choices":[{"delta":{"content":"#,
+        });
+        push_json_string(&mut data, text);
+        data.push_str(r#"},"finish_reason":null,"index":0,"logprobs":null}],"created":"#);
+        data.push_str(itoa::Buffer::new().format(self.created));
+        data.push_str(r#","id":"#);
+        data.push_str(&self.id.to_string());
+        data.push_str(r#","model":"#);
+        data.push_str(&self.model.to_string());
+        data.push_str(r#","object":"chat.completion.chunk"}"#);
+        SseEvent { event: None, data }
     }
 
     fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> SseEvent {
@@ -619,6 +649,36 @@ mod tests {
         }
 
         #[test]
+        fn a_text_chunk_is_written_as_its_value_serialises(
+            id in crate::fuzz::json(),
+            model in crate::fuzz::json(),
+            created in proptest::num::i64::ANY,
+            thinking in proptest::bool::ANY,
+            text in "(?s).{0,12}|[\\x00-\\x1f\"\\\\]{1,4}",
+        ) {
+            let stream = MessagesToChatStream { id, model, created, ..MessagesToChatStream::new(false, 0) };
+            let key = if thinking { "reasoning_content" } else { "content" };
+            let parsed = stream.chunk(json!({ key: text }), None);
+            proptest::prop_assert_eq!(stream.text_chunk(thinking, &text), parsed);
+        }
+
+        #[test]
+        fn messages_deltas_read_lean_translate_as_parsed_ones_do(events in messages_stream()) {
+            let refused = |e: &String| {
+                serde_json::from_slice::<Value>(e.as_bytes()).is_err()
+                    && serde_json::from_slice::<serde::de::IgnoredAny>(e.as_bytes()).is_ok()
+            };
+            if !events.iter().any(refused) {
+                let (mut lean, mut parsed) = (MessagesToChatStream::new(true, 1), MessagesToChatStream::new(true, 1));
+                for event in &events {
+                    proptest::prop_assert_eq!(lean.push(event.as_bytes()), push_event_parsed(&mut parsed, event.as_bytes()));
+                }
+                proptest::prop_assert_eq!(lean.finish(), parsed.finish());
+                proptest::prop_assert_eq!(lean.usage(), parsed.usage());
+            }
+        }
+
+        #[test]
         fn text_chunks_read_lean_translate_as_parsed_ones_do(chunks in chat_stream()) {
             // Chunks a parsed value refuses but a lenient reading takes (a
             // lone surrogate in a skipped field) are translated by their
@@ -637,6 +697,70 @@ mod tests {
                 proptest::prop_assert_eq!(lean.usage(), parsed.usage());
             }
         }
+    }
+
+    /// `MessagesToChatStream::push` as it was: every event parsed.
+    fn push_event_parsed(stream: &mut MessagesToChatStream, data: &[u8]) -> Vec<SseEvent> {
+        if stream.ended {
+            return Vec::new();
+        }
+        match serde_json::from_slice::<Value>(data) {
+            Ok(event) => stream.push_event(&event),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// A messages stream as upstreams send it: text and thinking deltas
+    /// (most of them), each sometimes with one thing more or different,
+    /// every other event the translator acts on, and anything.
+    fn messages_stream() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
+        use proptest::prelude::*;
+        let text = || ".{0,6}".prop_map(|text| Value::from(text).to_string());
+        let delta = (prop::sample::select(vec!["text_delta", "thinking_delta"]), text()).prop_map(|(kind, text)| {
+            let key = if kind == "text_delta" { "text" } else { "thinking" };
+            format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"{kind}","{key}":{text}}}}}"#)
+        });
+        let extra = |fields: &'static [&'static str]| {
+            prop::option::of(prop::sample::select(fields))
+                .prop_map(|field| field.map_or(String::new(), |f| format!(",{f}")))
+        };
+        let in_delta = extra(&[
+            r#""type":"input_json_delta""#,
+            r#""type":"signature_delta""#,
+            r#""type":"thinking_delta""#,
+            r#""type":null"#,
+            r#""text":"again""#,
+            r#""text":1"#,
+            r#""thinking":"t""#,
+            r#""partial_json":"{}""#,
+        ]);
+        let at_top = extra(&[
+            r#""type":"ping""#,
+            r#""type":"message_delta""#,
+            r#""delta":{"type":"text_delta","text":"again"}"#,
+            r#""delta":null"#,
+            r#""usage":{"output_tokens":3}"#,
+            r#""index":2"#,
+        ]);
+        let near = (text(), in_delta.clone(), in_delta, at_top).prop_map(|(text, first, second, top)| {
+            format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":{text}{first}{second}}}{top}}}"#)
+        });
+        let others = prop::sample::select(vec![
+            r#"{"type":"message_start","message":{"id":"msg_1","model":"claude","usage":{"input_tokens":5}}}"#,
+            r#"{"type":"message_start","message":{"id":7,"model":null}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"Hi"}}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"thinking","thinking":"hm"}}"#,
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t","name":"f"}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}}"#,
+            r#"{"type":"content_block_stop","index":2}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#,
+            r#"{"type":"message_stop"}"#,
+            r#"{"type":"ping"}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ])
+        .prop_map(str::to_owned);
+        let any_body = crate::fuzz::body().prop_map(|body| String::from_utf8_lossy(&body).into_owned());
+        prop::collection::vec(prop_oneof![3 => delta, 3 => near, 3 => others, 1 => any_body], 1..12)
     }
 
     #[test]
