@@ -3,7 +3,7 @@
 //! byte for byte unless the gateway must rewrite `model` or ask a stream
 //! for usage; then only those fields change.
 
-use std::{fmt, marker::PhantomData, ops::Range};
+use std::{borrow::Cow, fmt, marker::PhantomData, ops::Range};
 
 use bytes::Bytes;
 use serde::{
@@ -57,6 +57,10 @@ pub enum Kind {
     Array(usize),
     Other,
 }
+
+/// A value read only if it is a string (borrowed from the body when it has
+/// no escapes); any other kind is skipped.
+pub(crate) struct MaybeStr<'a>(pub(crate) Option<Cow<'a, str>>);
 
 /// The top-level fields of a JSON object, borrowed from the body, and
 /// what was read of the value of the field `FieldsSeed` names (its last,
@@ -381,6 +385,28 @@ impl<'de> Deserialize<'de> for Kind {
             skip_kinds!('de, Kind::Other; map, bool, numbers, unit);
         }
         deserializer.deserialize_any(KindVisitor)
+    }
+}
+
+// === impl MaybeStr ===
+
+impl<'de> Deserialize<'de> for MaybeStr<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor;
+        impl<'de> Visitor<'de> for StrVisitor {
+            type Value = MaybeStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+                Ok(MaybeStr(Some(Cow::Borrowed(text))))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(MaybeStr(Some(Cow::Owned(text.to_owned()))))
+            }
+            skip_kinds!('de, MaybeStr(None); map, seq, bool, numbers, unit);
+        }
+        deserializer.deserialize_any(StrVisitor)
     }
 }
 

@@ -11,12 +11,15 @@ use std::{borrow::Cow, fmt};
 
 use serde::{
     Deserialize, Deserializer,
-    de::{self, IgnoredAny, MapAccess, Visitor},
+    de::{IgnoredAny, MapAccess, Visitor},
 };
 use serde_json::Value;
 
 use super::answer::usage_of;
-use crate::{json_body::skip_kinds, pricing::Usage};
+use crate::{
+    json_body::{MaybeStr, skip_kinds},
+    pricing::Usage,
+};
 
 /// One event of a messages stream: its `type`, the usage it reports
 /// (`message.usage` at the start, `usage` in a `message_delta`), and a
@@ -40,9 +43,6 @@ pub struct TypedEvent<'a> {
     usage: Option<Value>,
     delta: Option<Cow<'a, str>>,
 }
-
-/// A value read only if it is a string; any other kind is skipped.
-struct MaybeStr<'a>(Option<Cow<'a, str>>);
 
 /// The `usage` of an object; `None` for an object without one or a value
 /// that is not an object.
@@ -250,28 +250,6 @@ impl<'de> Deserialize<'de> for Delta<'de> {
             skip_kinds!('de, Delta::default(); seq, str, bool, numbers, unit);
         }
         deserializer.deserialize_any(DeltaVisitor)
-    }
-}
-
-// === impl MaybeStr ===
-
-impl<'de> Deserialize<'de> for MaybeStr<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct StrVisitor;
-        impl<'de> Visitor<'de> for StrVisitor {
-            type Value = MaybeStr<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
-                Ok(MaybeStr(Some(Cow::Borrowed(text))))
-            }
-            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
-                Ok(MaybeStr(Some(Cow::Owned(text.to_owned()))))
-            }
-            skip_kinds!('de, MaybeStr(None); map, seq, bool, numbers, unit);
-        }
-        deserializer.deserialize_any(StrVisitor)
     }
 }
 

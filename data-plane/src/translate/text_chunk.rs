@@ -13,7 +13,7 @@ use serde::{
     de::{IgnoredAny, MapAccess, SeqAccess, Visitor},
 };
 
-use crate::json_body::skip_kinds;
+use crate::json_body::{MaybeStr, skip_kinds};
 
 /// The text of a text-only chunk; `None` for any other.
 pub(super) struct TextChunk<'a>(pub(super) Option<Cow<'a, str>>);
@@ -26,9 +26,6 @@ struct Choice<'a>(Option<Cow<'a, str>>);
 
 /// A delta that only adds text.
 struct Delta<'a>(Option<Cow<'a, str>>);
-
-/// A string, or `None` for any other kind of value.
-struct Text<'a>(Option<Cow<'a, str>>);
 
 // === impl TextChunk ===
 
@@ -136,10 +133,10 @@ impl<'de> Deserialize<'de> for Delta<'de> {
                 let (mut text, mut other) = (None, false);
                 while let Some(name) = map.next_key::<Cow<'de, str>>()? {
                     match name.as_ref() {
-                        "content" => text = map.next_value::<Text<'de>>()?.0,
+                        "content" => text = map.next_value::<MaybeStr<'de>>()?.0,
                         // Reasoning counts when it is a non-empty string.
                         "reasoning_content" | "reasoning" => {
-                            other |= map.next_value::<Text<'de>>()?.0.is_some_and(|t| !t.is_empty());
+                            other |= map.next_value::<MaybeStr<'de>>()?.0.is_some_and(|t| !t.is_empty());
                         }
                         "tool_calls" => other |= given(map.next_value()?),
                         _ => drop(map.next_value::<IgnoredAny>()?),
@@ -150,28 +147,6 @@ impl<'de> Deserialize<'de> for Delta<'de> {
             skip_kinds!('de, Delta(None); seq, str, bool, numbers, unit);
         }
         deserializer.deserialize_any(DeltaVisitor)
-    }
-}
-
-// === impl Text ===
-
-impl<'de> Deserialize<'de> for Text<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TextVisitor;
-        impl<'de> Visitor<'de> for TextVisitor {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
-                Ok(Text(Some(Cow::Borrowed(text))))
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
-                Ok(Text(Some(Cow::Owned(text.to_owned()))))
-            }
-            skip_kinds!('de, Text(None); map, seq, bool, numbers, unit);
-        }
-        deserializer.deserialize_any(TextVisitor)
     }
 }
 
