@@ -17,7 +17,11 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::{
-    Dropped, answer_stop_reason, finish_reason, response::reasoning_text, str_field, text_chunk::TextChunk, usage,
+    Dropped, answer_stop_reason, finish_reason,
+    response::reasoning_text,
+    str_field,
+    text_chunk::{Lean, TextChunk},
+    usage,
 };
 use crate::{meter::event::MessagesEvent, openai::push_json_string, pricing::Usage};
 
@@ -147,11 +151,20 @@ impl ChatToMessagesStream {
         let mut out = Vec::new();
         // Most chunks only add text: those are translated without being
         // parsed into a value.
-        if self.started
-            && let Some(text) = TextChunk::read(data)
-        {
-            self.push_text(&text, &mut out);
-            return out;
+        match TextChunk::read(data).filter(|_| self.started) {
+            Some(Lean::Text(text)) => {
+                self.push_text(&text, &mut out);
+                return out;
+            }
+            // Arguments of a call whose block is open already; a new call
+            // is read whole, for its id and name.
+            Some(Lean::Arguments { call, arguments }) => {
+                if let Some(&(_, index)) = self.tools.iter().find(|(i, _)| *i == call) {
+                    out.push(content_delta(index, Content::Arguments, &arguments));
+                    return out;
+                }
+            }
+            None => {}
         }
         let Ok(chunk) = serde_json::from_slice::<Value>(data) else {
             return out;
@@ -227,7 +240,7 @@ impl ChatToMessagesStream {
             };
             let arguments = function.and_then(|f| str_field(f, "arguments")).filter(|a| !a.is_empty());
             if let Some(arguments) = arguments {
-                out.push(block_delta(index, json!({ "type": "input_json_delta", "partial_json": arguments })));
+                out.push(content_delta(index, Content::Arguments, arguments));
             }
         }
         if let Some(reason) = str_field(choice, "finish_reason") {
@@ -256,7 +269,7 @@ impl ChatToMessagesStream {
             Some((index, Block::Text)) => index,
             _ => self.open_block(json!({ "type": "text", "text": "" }), Block::Text, out),
         };
-        out.push(SseEvent { event: Some("content_block_delta"), data: text_delta(index, text) });
+        out.push(content_delta(index, Content::Text, text));
     }
 
     /// Closes the open block and opens `block`; returns its index.
@@ -300,17 +313,32 @@ impl ChatToMessagesStream {
     }
 }
 
-/// The data of a text delta, as `block_delta` serialises it (names in the
+/// What a content delta carries: answer text or tool arguments.
+#[derive(Debug, Clone, Copy)]
+enum Content {
+    Text,
+    Arguments,
+}
+
+/// A text or arguments delta, as `block_delta` serialises it (names in the
 /// order `serde_json` writes them), written out directly: most events of a
-/// translated stream are text deltas.
-fn text_delta(index: u64, text: &str) -> String {
-    let mut data = String::with_capacity(text.len() + 80);
-    data.push_str(r#"{"delta":{"text":"#);
+/// translated stream are these.
+fn content_delta(index: u64, content: Content, text: &str) -> SseEvent {
+    let (name, kind) = match content {
+        Content::Text => ("text", "text_delta"),
+        Content::Arguments => ("partial_json", "input_json_delta"),
+    };
+    let mut data = String::with_capacity(text.len() + 90);
+    data.push_str(r#"{"delta":{""#);
+    data.push_str(name);
+    data.push_str(r#"":"#);
     push_json_string(&mut data, text);
-    data.push_str(r#","type":"text_delta"},"index":"#);
+    data.push_str(r#","type":""#);
+    data.push_str(kind);
+    data.push_str(r#""},"index":"#);
     data.push_str(itoa::Buffer::new().format(index));
     data.push_str(r#","type":"content_block_delta"}"#);
-    data
+    SseEvent { event: Some("content_block_delta"), data }
 }
 
 fn block_delta(index: u64, delta: Value) -> SseEvent {
@@ -616,13 +644,16 @@ mod tests {
             r#""content":"again""#,
             r#""role":"assistant""#,
         ]);
-        let in_choice = extra(&[
-            r#""finish_reason":"stop""#,
-            r#""finish_reason":null"#,
-            r#""finish_reason":"length""#,
-            r#""delta":{"content":"again"}"#,
-            r#""logprobs":null"#,
-        ]);
+        let in_choice_extra = || {
+            extra(&[
+                r#""finish_reason":"stop""#,
+                r#""finish_reason":null"#,
+                r#""finish_reason":"tool_calls""#,
+                r#""delta":{"content":"again"}"#,
+                r#""logprobs":null"#,
+            ])
+        };
+        let in_choice = in_choice_extra();
         let at_top = extra(&[
             r#""usage":{"prompt_tokens":3,"completion_tokens":2}"#,
             r#""usage":null"#,
@@ -634,8 +665,34 @@ mod tests {
         let near = (text(), in_delta, in_choice, at_top).prop_map(|(text, delta, choice, top)| {
             format!(r#"{{"id":"c","choices":[{{"index":0,"delta":{{"content":{text}{delta}}}{choice}}}]{top}}}"#)
         });
+        // Tool calls: a call's first chunk (its id and name) and chunks of
+        // its arguments, numbered in every way a chunk numbers them, with
+        // another call or other fields beside them now and then.
+        let number = || prop::sample::select(vec!["0", "1", "\"x\"", "null"]);
+        let call_start = (number(), text()).prop_map(|(n, arguments)| {
+            format!(
+                r#"{{"id":"c","choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":{n},"id":"call_{n}","type":"function","function":{{"name":"f","arguments":{arguments}}}}}]}}}}]}}"#
+            )
+        });
+        let beside_call = extra(&[r#"{"index":1,"function":{"arguments":"y"}}"#, r#"{"function":{"name":"g"}}"#]);
+        let beside_calls = extra(&[r#""content":"a""#, r#""content":"""#, r#""reasoning_content":"r""#]);
+        let call_arguments = (number(), text(), beside_call, beside_calls, in_choice_extra()).prop_map(
+            |(n, arguments, call, delta, choice)| {
+                format!(
+                    r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":{n},"function":{{"arguments":{arguments}}}}}{call}]{delta}}}{choice}}}]}}"#
+                )
+            },
+        );
         let any_body = crate::fuzz::body().prop_map(|body| String::from_utf8_lossy(&body).into_owned());
-        let event = prop_oneof![3 => plain, 3 => near, 3 => chunk, 1 => Just("[DONE]".to_owned()), 1 => any_body];
+        let event = prop_oneof![
+            3 => plain,
+            3 => near,
+            3 => chunk,
+            2 => call_start,
+            3 => call_arguments,
+            1 => Just("[DONE]".to_owned()),
+            1 => any_body,
+        ];
         prop::collection::vec(event, 1..12)
     }
 
@@ -643,9 +700,16 @@ mod tests {
         #![proptest_config(crate::fuzz::config())]
 
         #[test]
-        fn a_text_delta_is_written_as_its_value_serialises(index in proptest::num::u64::ANY, text in "(?s).{0,12}|[\\x00-\\x1f\"\\\\]{1,4}") {
-            let parsed = block_delta(index, json!({ "type": "text_delta", "text": text }));
-            proptest::prop_assert_eq!(text_delta(index, &text), parsed.data);
+        fn a_content_delta_is_written_as_its_value_serialises(
+            index in proptest::num::u64::ANY,
+            arguments in proptest::bool::ANY,
+            text in "(?s).{0,12}|[\\x00-\\x1f\"\\\\]{1,4}",
+        ) {
+            let (content, delta) = match arguments {
+                false => (Content::Text, json!({ "type": "text_delta", "text": text })),
+                true => (Content::Arguments, json!({ "type": "input_json_delta", "partial_json": text })),
+            };
+            proptest::prop_assert_eq!(content_delta(index, content, &text), block_delta(index, delta));
         }
 
         #[test]

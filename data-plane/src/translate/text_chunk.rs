@@ -1,10 +1,10 @@
-//! The chat chunk most of a stream is made of, recognised without building
-//! a value of it: its first choice's delta adds non-empty `content` text,
-//! and nothing else in it is anything a translator acts on (no `error`, no
-//! `usage`, no reasoning, no tool calls, no finish reason). A name given
-//! twice counts as its last, as in a parsed value; a chunk naming any of
-//! those fields, even as null where null would not count, reads as not one,
-//! and the caller parses it whole.
+//! The chat chunks most of a stream is made of, recognised without building
+//! a value of them: its first choice's delta adds non-empty `content` text,
+//! or arguments to one tool call (its only `tool_calls` entry), and nothing
+//! else in it is anything a translator acts on (no `error`, no `usage`, no
+//! reasoning, no finish reason). A name given twice counts as its last, as
+//! in a parsed value; a chunk naming any of those fields, even as null where
+//! null would not count, reads as not one, and the caller parses it whole.
 
 use std::{borrow::Cow, fmt};
 
@@ -15,23 +15,48 @@ use serde::{
 
 use crate::json_body::{MaybeStr, skip_kinds};
 
-/// The text of a text-only chunk; `None` for any other.
-pub(super) struct TextChunk<'a>(pub(super) Option<Cow<'a, str>>);
+/// What a chunk read lean adds; `None` for any other chunk.
+pub(super) struct TextChunk<'a>(Option<Lean<'a>>);
 
-/// The first choice of `choices`, if it only adds text.
-struct Choices<'a>(Option<Cow<'a, str>>);
+/// What a lean chunk adds.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Lean<'a> {
+    /// Answer text (`content`).
+    Text(Cow<'a, str>),
+    /// Arguments of the tool call numbered `call` (its `index`).
+    Arguments { call: u64, arguments: Cow<'a, str> },
+}
 
-/// A choice that only adds text: its delta's, with no finish reason.
-struct Choice<'a>(Option<Cow<'a, str>>);
+/// The first choice of `choices`, if it is lean.
+struct Choices<'a>(Option<Lean<'a>>);
 
-/// A delta that only adds text.
-struct Delta<'a>(Option<Cow<'a, str>>);
+/// A lean choice: its delta's, with no finish reason.
+struct Choice<'a>(Option<Lean<'a>>);
+
+/// A lean delta.
+struct Delta<'a>(Option<Lean<'a>>);
+
+/// A delta's `tool_calls`.
+enum ToolCalls<'a> {
+    Null,
+    /// One call, with non-empty string arguments: its number and them.
+    One(u64, Cow<'a, str>),
+    /// None, several, or one without arguments to pass on.
+    Other,
+}
+
+/// One `tool_calls` entry's number and its arguments, when a non-empty
+/// string.
+struct Call<'a>(Option<(u64, Cow<'a, str>)>);
+
+/// A call's `function.arguments`, when a string.
+struct Function<'a>(Option<Cow<'a, str>>);
 
 // === impl TextChunk ===
 
 impl<'a> TextChunk<'a> {
     /// Reads one chunk's `data`.
-    pub(super) fn read(data: &'a [u8]) -> Option<Cow<'a, str>> {
+    pub(super) fn read(data: &'a [u8]) -> Option<Lean<'a>> {
         serde_json::from_slice::<TextChunk<'a>>(data).ok()?.0
     }
 }
@@ -130,7 +155,7 @@ impl<'de> Deserialize<'de> for Delta<'de> {
                 f.write_str("a delta")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let (mut text, mut other) = (None, false);
+                let (mut text, mut calls, mut other) = (None, ToolCalls::Null, false);
                 while let Some(name) = map.next_key::<Cow<'de, str>>()? {
                     match name.as_ref() {
                         "content" => text = map.next_value::<MaybeStr<'de>>()?.0,
@@ -138,15 +163,104 @@ impl<'de> Deserialize<'de> for Delta<'de> {
                         "reasoning_content" | "reasoning" => {
                             other |= map.next_value::<MaybeStr<'de>>()?.0.is_some_and(|t| !t.is_empty());
                         }
-                        "tool_calls" => other |= given(map.next_value()?),
+                        "tool_calls" => calls = map.next_value()?,
                         _ => drop(map.next_value::<IgnoredAny>()?),
                     }
                 }
-                Ok(Delta(text.filter(|t| !t.is_empty() && !other)))
+                let lean = match (text.filter(|t| !t.is_empty()), calls) {
+                    (Some(text), ToolCalls::Null) => Some(Lean::Text(text)),
+                    (None, ToolCalls::One(call, arguments)) => Some(Lean::Arguments { call, arguments }),
+                    _ => None,
+                };
+                Ok(Delta(lean.filter(|_| !other)))
             }
             skip_kinds!('de, Delta(None); seq, str, bool, numbers, unit);
         }
         deserializer.deserialize_any(DeltaVisitor)
+    }
+}
+
+// === impl ToolCalls ===
+
+impl<'de> Deserialize<'de> for ToolCalls<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CallsVisitor;
+        impl<'de> Visitor<'de> for CallsVisitor {
+            type Value = ToolCalls<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("tool calls")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let first = seq.next_element::<Call<'de>>()?.and_then(|c| c.0);
+                let more = seq.next_element::<IgnoredAny>()?.is_some();
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(match first {
+                    Some((call, arguments)) if !more => ToolCalls::One(call, arguments),
+                    _ => ToolCalls::Other,
+                })
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(ToolCalls::Null)
+            }
+            skip_kinds!('de, ToolCalls::Other; map, str, bool, numbers);
+        }
+        deserializer.deserialize_any(CallsVisitor)
+    }
+}
+
+// === impl Call ===
+
+impl<'de> Deserialize<'de> for Call<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CallVisitor;
+        impl<'de> Visitor<'de> for CallVisitor {
+            type Value = Call<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a tool call")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let (mut index, mut arguments) = (None, None);
+                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                    match name.as_ref() {
+                        "index" => index = Some(map.next_value::<serde_json::Value>()?),
+                        "function" => arguments = map.next_value::<Function<'de>>()?.0,
+                        _ => drop(map.next_value::<IgnoredAny>()?),
+                    }
+                }
+                // As a parsed value is read: an index that is not a count
+                // is the call's place, the first.
+                let call = index.as_ref().and_then(serde_json::Value::as_u64).unwrap_or(0);
+                Ok(Call(arguments.filter(|a| !a.is_empty()).map(|a| (call, a))))
+            }
+            skip_kinds!('de, Call(None); seq, str, bool, numbers, unit);
+        }
+        deserializer.deserialize_any(CallVisitor)
+    }
+}
+
+// === impl Function ===
+
+impl<'de> Deserialize<'de> for Function<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FunctionVisitor;
+        impl<'de> Visitor<'de> for FunctionVisitor {
+            type Value = Function<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a function")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut arguments = None;
+                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                    match name.as_ref() {
+                        "arguments" => arguments = map.next_value::<MaybeStr<'de>>()?.0,
+                        _ => drop(map.next_value::<IgnoredAny>()?),
+                    }
+                }
+                Ok(Function(arguments))
+            }
+            skip_kinds!('de, Function(None); seq, str, bool, numbers, unit);
+        }
+        deserializer.deserialize_any(FunctionVisitor)
     }
 }
 
@@ -155,7 +269,10 @@ mod tests {
     use super::*;
 
     fn text(data: &str) -> Option<String> {
-        TextChunk::read(data.as_bytes()).map(Cow::into_owned)
+        match TextChunk::read(data.as_bytes()) {
+            Some(Lean::Text(text)) => Some(text.into_owned()),
+            _ => None,
+        }
     }
 
     #[test]
@@ -182,6 +299,27 @@ mod tests {
         ];
         for data in not {
             assert_eq!(text(data), None, "{data}");
+        }
+    }
+
+    #[test]
+    fn a_chunk_of_one_tool_calls_arguments_is_one() {
+        fn arguments(data: &str) -> Option<Lean<'_>> {
+            TextChunk::read(data.as_bytes())
+        }
+        let one = r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"t","function":{"name":"f","arguments":"{\"a"}}]}}]}"#;
+        assert_eq!(arguments(one), Some(Lean::Arguments { call: 1, arguments: Cow::Borrowed(r#"{"a"#) }));
+        let unnumbered = r#"{"choices":[{"delta":{"content":"","tool_calls":[{"function":{"arguments":"x"}}]}}]}"#;
+        assert_eq!(arguments(unnumbered), Some(Lean::Arguments { call: 0, arguments: Cow::Borrowed("x") }));
+        let not = [
+            r#"{"choices":[{"delta":{"tool_calls":[]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"name":"f"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"x"}},{"function":{"arguments":"y"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a","tool_calls":[{"function":{"arguments":"x"}}]}}]}"#,
+        ];
+        for data in not {
+            assert_eq!(arguments(data), None, "{data}");
         }
     }
 }
