@@ -30,6 +30,8 @@ pub struct MessagesEvent<'a> {
     /// `message.usage`.
     message_usage: Option<Value>,
     usage: Option<Value>,
+    /// `index`, the content block's.
+    index: Option<Value>,
     delta: Delta<'a>,
 }
 
@@ -115,6 +117,18 @@ impl<'a> MessagesEvent<'a> {
         };
         text.filter(|t| !t.is_empty()).map(|t| (thinking, t))
     }
+
+    /// A content block delta of tool arguments (`input_json_delta`): the
+    /// block's index (0 when it names none) and the arguments, when they
+    /// are a non-empty string. `None` for any other event.
+    pub fn arguments_delta(&self) -> Option<(u64, &str)> {
+        if self.kind.as_deref() != Some("content_block_delta") || self.delta.kind.as_deref() != Some("input_json_delta")
+        {
+            return None;
+        }
+        let arguments = self.delta.partial_json.as_ref()?.as_deref().filter(|a| !a.is_empty())?;
+        Some((self.index.as_ref().and_then(Value::as_u64).unwrap_or(0), arguments))
+    }
 }
 
 impl<'de> Deserialize<'de> for MessagesEvent<'de> {
@@ -133,6 +147,7 @@ impl<'de> Deserialize<'de> for MessagesEvent<'de> {
                         "message" => event.message_usage = map.next_value::<UsageField>()?.0,
                         "usage" => event.usage = Some(map.next_value()?),
                         "delta" => event.delta = map.next_value::<Delta<'de>>()?,
+                        "index" => event.index = Some(map.next_value()?),
                         _ => drop(map.next_value::<IgnoredAny>()?),
                     }
                 }

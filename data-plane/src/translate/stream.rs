@@ -374,8 +374,12 @@ impl MessagesToChatStream {
         }
         // Most events are text or thinking deltas: those are translated
         // from a lean reading, without parsing them into a value.
-        if let Some((thinking, text)) = MessagesEvent::read(data).text_delta() {
+        let lean = MessagesEvent::read(data);
+        if let Some((thinking, text)) = lean.text_delta() {
             return vec![self.text_chunk(thinking, text)];
+        }
+        if let Some((block, arguments)) = lean.arguments_delta() {
+            return self.tool_arguments(block).map(|call| self.arguments_chunk(call, arguments)).into_iter().collect();
         }
         let Ok(event) = serde_json::from_slice::<Value>(data) else {
             return Vec::new();
@@ -507,22 +511,37 @@ impl MessagesToChatStream {
         Some(tool.1)
     }
 
+    /// A chunk of tool call `call_index`'s arguments, written out as
+    /// `text_chunk` is.
     fn arguments_chunk(&self, call_index: u64, arguments: &str) -> SseEvent {
-        let call = json!({ "index": call_index, "function": { "arguments": arguments } });
-        self.chunk(json!({ "tool_calls": [call] }), None)
+        self.written_chunk(|data| {
+            data.push_str(r#"{"tool_calls":[{"function":{"arguments":"#);
+            push_json_string(data, arguments);
+            data.push_str(r#"},"index":"#);
+            data.push_str(itoa::Buffer::new().format(call_index));
+            data.push_str("}]}");
+        })
     }
 
     /// A chunk adding `text` to the answer (`content`) or, when `thinking`,
-    /// to its reasoning (`reasoning_content`): what `chunk` serialises,
-    /// written out directly, as most chunks of a translated stream are.
+    /// to its reasoning (`reasoning_content`), written out as `chunk`
+    /// serialises it.
     fn text_chunk(&self, thinking: bool, text: &str) -> SseEvent {
-        let mut data = String::with_capacity(text.len() + 160);
-        data.push_str(match thinking {
-            true => r#"{"choices":[{"delta":{"reasoning_content":"#,
-            false => r#"{"choices":[{"delta":{"content":"#,
-        });
-        push_json_string(&mut data, text);
-        data.push_str(r#"},"finish_reason":null,"index":0,"logprobs":null}],"created":"#);
+        self.written_chunk(|data| {
+            data.push_str(if thinking { r#"{"reasoning_content":"# } else { r#"{"content":"# });
+            push_json_string(data, text);
+            data.push('}');
+        })
+    }
+
+    /// What `chunk` serialises for a delta `delta` writes and no finish
+    /// reason (names in the order `serde_json` writes them), written out
+    /// directly: most chunks of a translated stream are these.
+    fn written_chunk(&self, delta: impl FnOnce(&mut String)) -> SseEvent {
+        let mut data = String::with_capacity(256);
+        data.push_str(r#"{"choices":[{"delta":"#);
+        delta(&mut data);
+        data.push_str(r#","finish_reason":null,"index":0,"logprobs":null}],"created":"#);
         data.push_str(itoa::Buffer::new().format(self.created));
         data.push_str(r#","id":"#);
         data.push_str(&self.id.to_string());
@@ -724,6 +743,9 @@ mod tests {
             let key = if thinking { "reasoning_content" } else { "content" };
             let parsed = stream.chunk(json!({ key: text }), None);
             proptest::prop_assert_eq!(stream.text_chunk(thinking, &text), parsed);
+            let call = json!({ "index": created.unsigned_abs(), "function": { "arguments": text } });
+            let parsed = stream.chunk(json!({ "tool_calls": [call] }), None);
+            proptest::prop_assert_eq!(stream.arguments_chunk(created.unsigned_abs(), &text), parsed);
         }
 
         #[test]
@@ -823,8 +845,15 @@ mod tests {
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
         ])
         .prop_map(str::to_owned);
+        // Tool arguments for blocks that are tools, are not, or are not
+        // named, with arguments of every kind.
+        let block = prop::sample::select(vec![r#""index":2,"#, r#""index":0,"#, r#""index":"x","#, ""]);
+        let partial = prop_oneof![text(), Just("null".to_owned()), Just("1".to_owned())];
+        let arguments = (block, partial, extra(&[r#""text":"t""#, r#""type":"text_delta""#])).prop_map(|(block, partial, more)| {
+            format!(r#"{{"type":"content_block_delta",{block}"delta":{{"type":"input_json_delta","partial_json":{partial}{more}}}}}"#)
+        });
         let any_body = crate::fuzz::body().prop_map(|body| String::from_utf8_lossy(&body).into_owned());
-        prop::collection::vec(prop_oneof![3 => delta, 3 => near, 3 => others, 1 => any_body], 1..12)
+        prop::collection::vec(prop_oneof![3 => delta, 3 => near, 3 => others, 3 => arguments, 1 => any_body], 1..12)
     }
 
     #[test]
