@@ -372,8 +372,8 @@ impl MessagesToChatStream {
         if self.ended {
             return Vec::new();
         }
-        // Most events are text or thinking deltas: those are translated
-        // from a lean reading, without parsing them into a value.
+        // Most events are text, thinking or tool-argument deltas: those are
+        // translated from a lean reading, without parsing them into a value.
         let lean = MessagesEvent::read(data);
         if let Some((thinking, text)) = lean.text_delta() {
             return vec![self.text_chunk(thinking, text)];
