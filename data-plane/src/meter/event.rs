@@ -68,7 +68,7 @@ pub fn usage_field(data: &[u8]) -> Option<Value> {
 
 /// The answer text in one messages event (`text_delta`, tool arguments).
 pub fn messages_event_text(data: &[u8]) -> Option<String> {
-    MessagesEvent::read(data).text(data).map(Cow::into_owned)
+    MessagesEvent::read(data).text(data).map(str::to_owned)
 }
 
 /// Whether `data` holds `needle` anywhere.
@@ -95,11 +95,12 @@ impl<'a> MessagesEvent<'a> {
 
     /// The answer text this event carries: a content block delta's text or
     /// tool arguments. `data` is the event's, to tell a content delta.
-    pub fn text(self, data: &[u8]) -> Option<Cow<'a, str>> {
+    pub fn text(&self, data: &[u8]) -> Option<&str> {
         // As the parsed reading did: the delta of an event naming content:
         // its `text` when there, else its `partial_json`, when a string.
-        let Delta { text, partial_json, .. } = self.delta;
-        holds(data, b"content_block_delta").then(|| text.unwrap_or(partial_json.flatten())).flatten()
+        let Delta { text, partial_json, .. } = &self.delta;
+        let text = text.as_ref().map_or_else(|| partial_json.as_ref().and_then(|p| p.as_deref()), |t| t.as_deref());
+        text.filter(|_| holds(data, b"content_block_delta"))
     }
 
     /// A content block delta of text (`text_delta`) or of thinking
@@ -279,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_content_delta_gives_its_text_or_its_arguments() {
-        let text = |data: &[u8]| MessagesEvent::read(data).text(data).map(Cow::into_owned);
+        let text = |data: &[u8]| MessagesEvent::read(data).text(data).map(str::to_owned);
         let delta = br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"h\u00e9"}}"#;
         assert_eq!(text(delta).as_deref(), Some("hé"));
         let arguments = br#"{"type":"content_block_delta","delta":{"partial_json":"{\"a\""}}"#;
@@ -361,8 +362,7 @@ mod tests {
                 let event = MessagesEvent::read(&data);
                 usage.observe_event(&event);
                 prop_assert_eq!(usage.usage(), expected.usage());
-                let read = event.text(&data);
-                prop_assert_eq!(read.as_deref(), text);
+                prop_assert_eq!(event.text(&data), text);
 
                 let response = parsed.get("response").and_then(|r| r.get("usage")).filter(|u| u.is_object());
                 let expected = response.or_else(|| parsed.get("usage")).and_then(usage_of);
@@ -386,7 +386,7 @@ mod tests {
         let twice = br#"{"type":"message_start","message":{"usage":{"input_tokens":3},"usage":{"input_tokens":4}}}"#;
         assert_eq!(MessagesEvent::read(twice).usage(), Some(&json!({ "input_tokens": 4 })));
         let twice = br#"{"type":"content_block_delta","delta":{"text":"a","text":"b"},"delta":{"partial_json":"c"}}"#;
-        assert_eq!(MessagesEvent::read(twice).text(twice).as_deref(), Some("c"));
+        assert_eq!(MessagesEvent::read(twice).text(twice), Some("c"));
     }
 
     #[test]

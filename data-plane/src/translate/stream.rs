@@ -369,12 +369,17 @@ impl MessagesToChatStream {
     /// Data that is not JSON, `ping` and unknown events are skipped; an
     /// `error` event becomes a chat error object and ends the stream.
     pub fn push(&mut self, data: &[u8]) -> Vec<SseEvent> {
+        self.push_read(&MessagesEvent::read(data), data)
+    }
+
+    /// `push`, given the lean reading of the event's `data` already made
+    /// (the relay's, for the meter).
+    pub fn push_read(&mut self, lean: &MessagesEvent<'_>, data: &[u8]) -> Vec<SseEvent> {
         if self.ended {
             return Vec::new();
         }
         // Most events are text, thinking or tool-argument deltas: those are
-        // translated from a lean reading, without parsing them into a value.
-        let lean = MessagesEvent::read(data);
+        // translated from the lean reading, without parsing them into a value.
         if let Some((thinking, text)) = lean.text_delta() {
             return vec![self.text_chunk(thinking, text)];
         }

@@ -60,7 +60,7 @@ impl EventRelay for PassMessages {
         if let Some(meter) = meter {
             meter.read_event(data);
             if let Some(text) = event.text(data) {
-                meter.add_text(&text);
+                meter.add_text(text);
             }
             if let Some(usage) = self.usage.usage() {
                 meter.observe(usage);
@@ -142,10 +142,12 @@ impl EventRelay for MessagesAsChat {
         }
         if let Some(meter) = meter {
             meter.read_event(data);
-            if let Some(text) = messages_event_text(data) {
-                meter.add_text(&text);
+            // Read once, for the meter's text and the translation.
+            let event = MessagesEvent::read(data);
+            if let Some(text) = event.text(data) {
+                meter.add_text(text);
             }
-            let out = SseEvent::encode(&self.translator.push(data));
+            let out = SseEvent::encode(&self.translator.push_read(&event, data));
             if let Some(usage) = self.translator.usage() {
                 meter.observe(usage);
             }
