@@ -68,7 +68,7 @@ pub enum Command {
     /// The control plane's store: lineage, persistence, confirmation.
     #[command(subcommand)]
     Store(store::Command),
-    /// Diagnose a key against a data plane (SPEC 7.6): list its models, send
+    /// Diagnose a key against a data plane (docs/errors.md): list its models, send
     /// a minimal chat, tell configuration from link and name the remedy.
     #[command(after_help = "Examples:\n  \
         gwctl doctor --base-url http://127.0.0.1:8080 --key-file ~/.config/gw/client.key\n  \

@@ -1,9 +1,10 @@
-//! `gwctl doctor`: the minimal diagnosis of SPEC §7.6 for one key against a
+//! `gwctl doctor`: the minimal diagnosis of docs/errors.md for one key against a
 //! data plane. It lists the key's models (`GET /v1/models`), sends a minimal
 //! chat (`model` and `messages` only), reads the status and message of what
 //! failed, tells configuration (4xx) from link (5xx), narrows the failure to
 //! the key, its account or group, one model, or the address (trying a second
-//! model when that can tell), and ends with the remedy of SPEC §7's table.
+//! model when that can tell), and ends with the remedy of the error
+//! catalogue (docs/errors.md).
 //! The key is read from a file, standard input or `GW_API_KEY`, never from
 //! a flag, and never printed.
 
@@ -56,7 +57,7 @@ enum Scope {
     Gateway,
 }
 
-/// A cause and its remedy, from SPEC §7's table.
+/// A cause and its remedy, from the error catalogue (docs/errors.md).
 struct Remedy {
     cause: &'static str,
     remedy: String,
@@ -103,7 +104,7 @@ fn base_address(url: &str) -> String {
     url.strip_suffix("/v1").unwrap_or(url).to_owned()
 }
 
-/// Runs the steps of SPEC §7.6 and concludes.
+/// Runs the steps of the diagnosis (docs/errors.md) and concludes.
 async fn diagnose(client: &reqwest::Client, base: &str, key: &str, model: Option<&str>) -> Doctor {
     let mut checks = Vec::new();
     let listed = call(client, key, reqwest::Method::GET, &format!("{base}/v1/models"), None).await;
@@ -188,7 +189,7 @@ async fn diagnose(client: &reqwest::Client, base: &str, key: &str, model: Option
 }
 
 async fn minimal_chat(client: &reqwest::Client, base: &str, key: &str, model: &str) -> Result<Answer> {
-    // The minimal request of SPEC §1.6: `model` and `messages`, nothing else.
+    // The minimal chat request: `model` and `messages`, nothing else.
     let body = json!({"model": model, "messages": [{"role": "user", "content": "ping"}]});
     call(client, key, reqwest::Method::POST, &format!("{base}/v1/chat/completions"), Some(body)).await
 }
@@ -258,8 +259,9 @@ fn failed_check(request: &str, model: &str, status: u16, error: &anyhow::Error) 
     }
 }
 
-/// The cause, remedy and scope SPEC §7's table gives a failed answer; a 403
-/// is read by its message (quota first, then group, model and address).
+/// The cause, remedy and scope the error catalogue (docs/errors.md) gives a
+/// failed answer; a 403 is read by its message (quota first, then group,
+/// model and address).
 fn remedy_for(answer: &Answer) -> Remedy {
     let m = answer.message.as_str();
     let row = |cause, remedy: &str, retry, scope| Remedy { cause, remedy: remedy.to_owned(), retry, scope };
@@ -301,7 +303,7 @@ fn remedy_for(answer: &Answer) -> Remedy {
         }
         404 if m.contains("Invalid URL") => row(
             "wrong base address",
-            "Use the addressing of SPEC 4.1: SDKs take <base>/v1, clients that add /v1 themselves <base>",
+            "Use the right base address: SDKs take <base>/v1, clients that add /v1 themselves <base>",
             false,
             Scope::Address,
         ),

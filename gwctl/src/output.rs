@@ -22,7 +22,7 @@ pub enum Output {
     Table,
     /// The table with more columns.
     Wide,
-    /// The documented JSON contract (see the README).
+    /// The documented JSON contract (see docs/gwctl.md).
     Json,
     /// The same fields as YAML.
     Yaml,

@@ -2,8 +2,8 @@
 //! gwctl from the wire types, so a protobuf change never changes what
 //! scripts parse. Money is integer micro-USD (`*_micros`) beside an exact
 //! decimal string of US dollars with six decimals (`*_usd`); times are Unix
-//! seconds, 0 for "not set"; no secret or key hash ever appears. The README
-//! lists these fields; `tests` pins each shape with a golden file.
+//! seconds, 0 for "not set"; no secret or key hash ever appears.
+//! docs/gwctl.md lists these fields; `tests` pins each shape with a golden file.
 
 use std::collections::BTreeMap;
 
@@ -289,7 +289,7 @@ pub struct DoctorCheck {
     pub latency_ms: u64,
 }
 
-/// What `doctor` concluded, after SPEC §7.
+/// What `doctor` concluded, after the error catalogue of docs/errors.md.
 #[derive(Debug, Serialize)]
 pub struct Diagnosis {
     /// `ok`, `configuration` (a 4xx) or `link` (a 5xx, or no answer).
@@ -725,7 +725,7 @@ fn rate_limit(limit: Option<&pb::RateLimit>) -> Option<RateLimit> {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     //! Golden files: the JSON of each resource as scripts see it. A change
-    //! here is a change of gwctl's documented contract (README, "JSON
+    //! here is a change of gwctl's documented contract (docs/gwctl.md, "JSON
     //! output"); update both on purpose, never one by accident.
 
     use super::*;

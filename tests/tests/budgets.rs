@@ -3,7 +3,7 @@
 //! priced at exactly $0.001. The sum admitted never passes a token's quota,
 //! an account's balance or what a video may charge; without the control
 //! plane a data plane spends only what its leases hold. Each test prints its
-//! row of the README's "Spending caps across data planes" table.
+//! row of the "Spending caps across data planes" table in docs/budgets.md.
 
 use std::time::Duration;
 

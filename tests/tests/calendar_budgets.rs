@@ -1,6 +1,6 @@
 //! Calendar budgets across data planes: a token's daily budget and an
 //! account's rolling-hours budget cap what two data planes with four
-//! clients each admit, exactly as lifetime caps do, with the SPEC's 403
+//! clients each admit, exactly as lifetime caps do, with the catalogue's 403
 //! messages while the lifetime caps have room; moving the control plane's
 //! clock into the next window makes the budget available again; gwctl sets
 //! the budgets and shows what is left and when the window resets.

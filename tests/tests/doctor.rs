@@ -1,4 +1,4 @@
-//! `gwctl doctor` (SPEC §7.6) against a real cluster on Redis: a good key is
+//! `gwctl doctor` (docs/errors.md) against a real cluster on Redis: a good key is
 //! all green; a revoked or unknown key is a key problem with the 401 remedy;
 //! a model whose only channel's upstream fails is a link problem limited to
 //! that model, since a second model answers. The gwctl binary runs as an

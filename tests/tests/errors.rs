@@ -1,4 +1,4 @@
-//! The error catalogue (DESIGN §6) end to end: one case per row, sent
+//! The error catalogue (docs/errors.md) end to end: one case per row, sent
 //! through a real data plane, checking status, code, exact message, body
 //! shape and the `x-request-id` / `x-should-retry` headers.
 

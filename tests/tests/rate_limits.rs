@@ -2,7 +2,7 @@
 //! Redis leases permits, so the pair admits exactly the limit; a group's
 //! limit counts per account; without the control plane each data plane
 //! counts the full limit locally. Each test prints what it measured (the
-//! README's "Rate limits across data planes" quotes these numbers).
+//! "Rate limits across data planes" in docs/budgets.md quotes these numbers).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -3,8 +3,8 @@
 //! the pair never pass the tokens-per-minute limit, settling gives back what
 //! a request did not use and charges what it overran; a third concurrent
 //! stream under a limit of 2 is refused on either data plane until one ends
-//! or its client goes away. Each test prints what it measured (the README's
-//! "Token and concurrency limits" quotes these numbers).
+//! or its client goes away. Each test prints what it measured ("Token and
+//! concurrency limits" in docs/budgets.md quotes these numbers).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
