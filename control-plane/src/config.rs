@@ -11,8 +11,8 @@ use gw_telemetry::LogFormat;
 
 use crate::{
     Config, ServerTls,
-    keys::MIN_KEY_LEN,
-    secrets::{Keyring, MasterKey},
+    domain::secrets::{Keyring, MasterKey},
+    services::keys::MIN_KEY_LEN,
 };
 
 /// Every setting of `gw-control-plane`: file key, variable, default, help.
@@ -242,8 +242,8 @@ where
     {
         config.retention.usage_max_records = cap;
     }
-    if let Some(zone) =
-        layers.get("budget_time_zone", |t| crate::calendar::zone(t).map(|_| t.to_owned()).map_err(|e| e.to_string()))
+    if let Some(zone) = layers
+        .get("budget_time_zone", |t| crate::domain::calendar::zone(t).map(|_| t.to_owned()).map_err(|e| e.to_string()))
     {
         config.budget_time_zone = zone;
     }
@@ -493,7 +493,7 @@ mod tests {
         std::fs::write(&key_file, format!("{}\n", "7f".repeat(32))).unwrap();
         let key_file = key_file.to_string_lossy().into_owned();
         let loaded = load(["gw-control-plane", "--master-key-file", key_file.as_str()]).unwrap();
-        let expected = crate::secrets::MasterKey::parse(&"7f".repeat(32)).unwrap();
+        let expected = crate::domain::secrets::MasterKey::parse(&"7f".repeat(32)).unwrap();
         assert_eq!(loaded.config.master_keys.current_id(), Some(expected.id()));
     }
 }

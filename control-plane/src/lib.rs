@@ -3,33 +3,11 @@
 //! keeps state in a `Store`, and streams every change to connected data
 //! planes as deltas they acknowledge.
 
-pub mod access;
-pub mod admin;
-pub mod auth;
-pub mod budget;
-pub mod calendar;
-pub mod clock;
+pub mod api;
 pub mod config;
-pub mod continuity;
-pub mod convert;
 pub mod domain;
-pub mod error;
-pub mod fleet;
-pub mod health;
-pub mod import;
-pub mod keys;
-pub mod ledger;
-pub mod mirror;
-pub mod peer;
-pub mod policy;
-pub mod probe;
-pub mod retention;
-pub mod secrets;
+pub mod services;
 pub mod store;
-pub mod telemetry;
-pub mod usage_summary;
-pub mod validate;
-pub mod video;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -38,7 +16,9 @@ use gw_proto::pb;
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 
 use crate::{
-    domain::{Group, Kind, RateLimit, Resource},
+    api::{admin, credentials, guard, health, peer, policy},
+    domain::{Group, Kind, RateLimit, Resource, calendar, clock, secrets},
+    services::{continuity, fleet, keys, ledger, mirror, probe, retention, telemetry, video},
     store::Store,
 };
 
@@ -225,7 +205,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let continuity = continuity::Continuity::new(store.clone());
     let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone())
         .with_videos(videos.clone())
-        .with_credentials(access::rpc::Credentials::new(store.clone(), keys.reserved()))
+        .with_credentials(credentials::Credentials::new(store.clone(), keys.reserved()))
         .with_secrets(sealed)
         .with_clock(config.clock.clone())
         .with_time_zone(config.budget_time_zone.clone());
@@ -242,7 +222,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         .with_videos(videos)
         .with_clock(config.clock.clone())
         .with_snapshot_chunk(config.snapshot_chunk);
-    let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
+    let admin_auth = Arc::new(guard::Authenticator::new(&keys.admin, store.clone()));
     let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
     let node_auth = peer::NodeAuth::new(&keys.node, require_cert);
     // Without TCP_NODELAY a response's trailers wait for the peer's delayed
@@ -255,7 +235,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let server = builder
         .trace_fn(telemetry::rpc_span)
         .add_service(health)
-        .add_service(access::Guard::new(pb::admin_service_server::AdminServiceServer::new(admin), admin_auth))
+        .add_service(guard::Guard::new(pb::admin_service_server::AdminServiceServer::new(admin), admin_auth))
         .add_service(pb::policy_service_server::PolicyServiceServer::with_interceptor(policy, node_auth))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.await;

@@ -28,7 +28,7 @@ use tonic::{
     transport::{Channel, Endpoint},
 };
 
-pub use gw_control_plane::video::Config as VideoConfig;
+pub use gw_control_plane::services::video::Config as VideoConfig;
 
 /// How long a started control plane or data plane has to get ready.
 const READY_WITHIN: Duration = Duration::from_secs(20);
@@ -178,10 +178,10 @@ pub struct ControlPlane {
     /// CA bundle of a `rediss://` store (in-process only).
     pub store_ca_file: Option<PathBuf>,
     /// Master keys sealing upstream keys at rest (in-process only).
-    pub master_keys: gw_control_plane::secrets::Keyring,
+    pub master_keys: gw_control_plane::domain::secrets::Keyring,
     /// What its leases and window budget answers take as now (in-process
     /// only); `advance` it to step into the next budget window.
-    pub clock: gw_control_plane::clock::Clock,
+    pub clock: gw_control_plane::domain::clock::Clock,
     /// Resources per full-snapshot message (in-process only); `None` keeps
     /// the default.
     pub snapshot_chunk: Option<usize>,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use gw_control_plane::calendar::{WindowBudget, WindowPeriod, rfc3339_in};
+use gw_control_plane::domain::calendar::{WindowBudget, WindowPeriod, rfc3339_in};
 use gw_control_plane::domain::now_unix;
 use gw_proto::pb;
 use gw_tests::{

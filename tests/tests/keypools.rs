@@ -11,7 +11,7 @@ mod support;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use gw_control_plane::secrets::{Keyring, MasterKey, sealed_with};
+use gw_control_plane::domain::secrets::{Keyring, MasterKey, sealed_with};
 use gw_proto::pb;
 use gw_tests::{
     harness::{Cluster, Mode, eventually},

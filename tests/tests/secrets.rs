@@ -6,7 +6,7 @@
 
 use std::{path::Path, time::Duration};
 
-use gw_control_plane::secrets::{Keyring, MasterKey, SEALED_PREFIX, sealed_with};
+use gw_control_plane::domain::secrets::{Keyring, MasterKey, SEALED_PREFIX, sealed_with};
 use gw_proto::pb;
 use gw_tests::{
     harness::{Cluster, Mode, eventually},

@@ -90,7 +90,7 @@ pub enum StoreError {
     Sealed {
         id: String,
         #[source]
-        source: crate::secrets::SealError,
+        source: crate::domain::secrets::SealError,
     },
     /// Another token (`owner`) has the same key hash.
     #[error("the key is already in use by token {owner:?}")]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::access::{AuditEntry, AuditFilter, Credential, Role};
+use crate::services::access::{AuditEntry, AuditFilter, Credential, Role};
 use crate::store::{Store, StoreError};
 
 /// Runs every check against `store`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 
 use super::{Budget, Charged, LeaseAsk};
-use crate::calendar::{WindowBudget, WindowPeriod, zone};
+use crate::domain::calendar::{WindowBudget, WindowPeriod, zone};
 use crate::domain::{Resource, now_unix};
 use crate::store::Store;
 use crate::store::conformance::{account, token, usage};

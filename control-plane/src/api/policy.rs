@@ -14,16 +14,16 @@ use tokio_stream::{StreamExt as _, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::{
-    budget::Authority,
-    continuity::Continuity,
-    convert,
+    api::convert,
+    api::error::error_chain,
     domain::{AUTO_DISABLED, Change, ENABLED, UsageRecord, now_unix},
-    error::error_chain,
-    fleet::Fleet,
-    ledger::Ledger,
-    mirror::{Frozen, Mirror, touched},
+    services::budget::Authority,
+    services::continuity::Continuity,
+    services::fleet::Fleet,
+    services::ledger::Ledger,
+    services::mirror::{Frozen, Mirror, touched},
+    services::video::Videos,
     store::{self, Lineage, PageCursor, Store, StoreError},
-    video::{self, Videos},
 };
 
 /// Records accepted in one `ReportUsage` call.
@@ -94,7 +94,7 @@ impl PolicyApi {
     }
 
     /// Leases budgets by `clock` (the system clock by default).
-    pub fn with_clock(mut self, clock: crate::clock::Clock) -> PolicyApi {
+    pub fn with_clock(mut self, clock: crate::domain::clock::Clock) -> PolicyApi {
         self.budgets = self.budgets.with_clock(clock);
         self
     }
@@ -116,14 +116,14 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
     type WatchStream = WatchStream;
 
     async fn watch(&self, request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<WatchStream>, Status> {
-        let identity = request.extensions().get::<crate::peer::NodeIdentity>().cloned();
+        let identity = request.extensions().get::<crate::api::peer::NodeIdentity>().cloned();
         let mut incoming = request.into_inner();
         let mut hello = match incoming.next().await {
             Some(Ok(pb::WatchRequest { kind: Some(pb::watch_request::Kind::Hello(hello)) })) => hello,
             Some(Err(status)) => return Err(status),
             _ => return Err(Status::invalid_argument("the first message of a watch must be a hello")),
         };
-        if let Some(crate::peer::NodeIdentity(name)) = identity {
+        if let Some(crate::api::peer::NodeIdentity(name)) = identity {
             hello.node_id = name;
         }
         if hello.node_id.is_empty() {
@@ -158,10 +158,10 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::ReportUsageRequest>,
     ) -> Result<Response<pb::ReportUsageResponse>, Status> {
-        let identity = request.extensions().get::<crate::peer::NodeIdentity>().cloned();
-        let mut request = crate::peer::with_node(request, |r| &mut r.node_id);
+        let identity = request.extensions().get::<crate::api::peer::NodeIdentity>().cloned();
+        let mut request = crate::api::peer::with_node(request, |r| &mut r.node_id);
         // Usage is booked against the leases of the node the certificate names.
-        if let Some(crate::peer::NodeIdentity(name)) = identity {
+        if let Some(crate::api::peer::NodeIdentity(name)) = identity {
             for record in &mut request.records {
                 record.node_id.clone_from(&name);
             }
@@ -192,7 +192,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::AcquirePermitsRequest>,
     ) -> Result<Response<pb::AcquirePermitsResponse>, Status> {
-        let request = crate::peer::with_node(request, |r| &mut r.node_id);
+        let request = crate::api::peer::with_node(request, |r| &mut r.node_id);
         let grants = self.budgets.permits(request.asks).await?;
         self.seen(&request.node_id);
         Ok(Response::new(pb::AcquirePermitsResponse { grants }))
@@ -202,7 +202,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::LeaseSlotsRequest>,
     ) -> Result<Response<pb::LeaseSlotsResponse>, Status> {
-        let request = crate::peer::with_node(request, |r| &mut r.node_id);
+        let request = crate::api::peer::with_node(request, |r| &mut r.node_id);
         let keys: Vec<String> = request.asks.iter().map(|a| a.key.clone()).collect();
         let (leases, ttl_secs) = self.budgets.slots(&request.node_id, request.asks, request.ttl_secs).await?;
         self.seen(&request.node_id);
@@ -218,7 +218,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::AcquireSpendRequest>,
     ) -> Result<Response<pb::AcquireSpendResponse>, Status> {
-        let request = crate::peer::with_node(request, |r| &mut r.node_id);
+        let request = crate::api::peer::with_node(request, |r| &mut r.node_id);
         self.continuity.trusted()?;
         let asks = request.asks.into_iter().map(convert::spend_ask).collect::<Result<Vec<_>, _>>()?;
         let budgets: Vec<String> = asks.iter().map(|a| a.budget.to_string()).collect();
@@ -234,7 +234,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::ReturnSpendRequest>,
     ) -> Result<Response<pb::ReturnSpendResponse>, Status> {
-        let request = crate::peer::with_node(request, |r| &mut r.node_id);
+        let request = crate::api::peer::with_node(request, |r| &mut r.node_id);
         if request.node_id.is_empty() {
             return Err(Status::invalid_argument("returns need a node_id"));
         }
@@ -252,28 +252,28 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::CreateVideoTaskRequest>,
     ) -> Result<Response<pb::CreateVideoTaskResponse>, Status> {
-        video::rpc::create(self.videos()?, request.into_inner()).await.map(Response::new)
+        crate::api::video::create(self.videos()?, request.into_inner()).await.map(Response::new)
     }
 
     async fn record_video_upstream(
         &self,
         request: Request<pb::RecordVideoUpstreamRequest>,
     ) -> Result<Response<pb::VideoTask>, Status> {
-        video::rpc::record(self.videos()?, request.into_inner()).await.map(Response::new)
+        crate::api::video::record(self.videos()?, request.into_inner()).await.map(Response::new)
     }
 
     async fn get_video_task(
         &self,
         request: Request<pb::GetVideoTaskRequest>,
     ) -> Result<Response<pb::VideoTask>, Status> {
-        video::rpc::get(self.videos()?, request.into_inner()).await.map(Response::new)
+        crate::api::video::get(self.videos()?, request.into_inner()).await.map(Response::new)
     }
 
     async fn report_channel_health(
         &self,
         request: Request<pb::ChannelHealthRequest>,
     ) -> Result<Response<pb::ChannelHealthResponse>, Status> {
-        let request = crate::peer::with_node(request, |r| &mut r.node_id);
+        let request = crate::api::peer::with_node(request, |r| &mut r.node_id);
         let mut disabled = Vec::new();
         for failure in request.failures {
             if !failure.key_id.is_empty() {

@@ -87,7 +87,7 @@ impl Ledger {
         }
         let mut outcome = if good.is_empty() { UsageOutcome::default() } else { self.store.apply_usage(&good).await? };
         outcome.refused = refused;
-        crate::telemetry::ledger_applied(&outcome, good.iter().map(|r| r.created_at), now);
+        crate::services::telemetry::ledger_applied(&outcome, good.iter().map(|r| r.created_at), now);
         Ok(outcome)
     }
 

@@ -3,12 +3,12 @@
 
 use gw_proto::pb;
 
-use crate::access::{AuditEntry, Credential};
-use crate::calendar::CalendarError;
+use crate::domain::calendar::CalendarError;
 use crate::domain::{
     Account, Channel, ChannelKey, Group, Model, RateLimit, Resource, Token, UsageRecord, WindowBudget, WindowPeriod,
 };
-use crate::usage_summary;
+use crate::services::access::{AuditEntry, Credential};
+use crate::services::usage_summary;
 
 impl From<pb::RateLimit> for RateLimit {
     fn from(r: pb::RateLimit) -> RateLimit {
@@ -378,8 +378,8 @@ pub fn budget(text: &str) -> Result<crate::store::Budget, tonic::Status> {
 }
 
 /// A data plane's ask for spending budget.
-pub fn spend_ask(ask: pb::SpendAsk) -> Result<crate::budget::SpendAsk, tonic::Status> {
-    Ok(crate::budget::SpendAsk { budget: budget(&ask.budget)?, need: ask.need_micros, want: ask.want_micros })
+pub fn spend_ask(ask: pb::SpendAsk) -> Result<crate::services::budget::SpendAsk, tonic::Status> {
+    Ok(crate::services::budget::SpendAsk { budget: budget(&ask.budget)?, need: ask.need_micros, want: ask.want_micros })
 }
 
 /// The answer to one spend ask for `budget`.
@@ -396,7 +396,7 @@ pub fn spend_grant(budget: String, lease: crate::store::Lease) -> pb::SpendGrant
 }
 
 /// What `gwctl store status` shows.
-pub fn store_status(status: crate::continuity::StoreStatus) -> pb::StoreStatus {
+pub fn store_status(status: crate::services::continuity::StoreStatus) -> pb::StoreStatus {
     pb::StoreStatus {
         store_id: status.lineage.id,
         confirmed: status.lineage.confirmed,
@@ -408,7 +408,7 @@ pub fn store_status(status: crate::continuity::StoreStatus) -> pb::StoreStatus {
 
 /// A fleet record as `ListDataPlanes` answers it; `connected` only while
 /// it is live.
-pub fn data_plane(n: crate::domain::DataPlane, liveness: crate::fleet::Liveness) -> pb::DataPlane {
+pub fn data_plane(n: crate::domain::DataPlane, liveness: crate::services::fleet::Liveness) -> pb::DataPlane {
     pb::DataPlane {
         node_id: n.node_id,
         address: n.address,
@@ -417,7 +417,7 @@ pub fn data_plane(n: crate::domain::DataPlane, liveness: crate::fleet::Liveness)
         sent_revision: n.sent_revision,
         connected_at: n.connected_at,
         last_seen: n.last_seen,
-        connected: liveness == crate::fleet::Liveness::Connected,
+        connected: liveness == crate::services::fleet::Liveness::Connected,
         last_error: n.last_error,
         replica: n.replica,
         spool_backlog: n.spool_backlog,

@@ -5,11 +5,16 @@
 //! through the store's balance and usage operations, never through `modify`,
 //! so an admin edit can never undo a concurrent charge.
 
+pub mod calendar;
+pub mod clock;
+pub mod secrets;
+pub mod validate;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::calendar::{WindowBudget, WindowPeriod};
+pub use crate::domain::calendar::{WindowBudget, WindowPeriod};
 
 /// Status of accounts, tokens and channels.
 pub const ENABLED: &str = "enabled";

@@ -5,14 +5,11 @@
 //! a `Caller` that narrows account-scoped queries, and writes the audit log.
 
 pub mod caller;
-pub mod guard;
-pub mod rpc;
 pub mod rules;
 
 use serde::{Deserialize, Serialize};
 
 pub use self::caller::Caller;
-pub use self::guard::{Authenticator, Guard, code_name};
 
 /// The id the audit log gives the bootstrap admin key.
 pub const ROOT_ID: &str = "root";
@@ -177,7 +174,7 @@ mod tests {
 
     #[test]
     fn prefixes_show_little_of_the_secret() {
-        let minted = crate::keys::generate(KEY_PREFIX);
+        let minted = crate::services::keys::generate(KEY_PREFIX);
         let shown = display_prefix(&minted);
         assert!(shown.starts_with("gwcred-…") && shown.ends_with(&minted[minted.len() - 4..]), "{shown}");
         assert_eq!(display_prefix("0123456789abcdefghijklmnopqrstuvwxyz"), "0123…wxyz");

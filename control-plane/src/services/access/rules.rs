@@ -111,7 +111,7 @@ pub fn authorize(caller: &Caller, method: &str) -> Result<(), Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access::Credential;
+    use crate::services::access::Credential;
 
     fn caller(role: Role) -> Caller {
         Caller::of(&Credential {
@@ -130,7 +130,7 @@ mod tests {
     /// The table names every RPC of the service, and nothing else.
     #[test]
     fn every_admin_rpc_has_a_rule() {
-        let proto = include_str!("../../../proto/gateway/v1/gateway.proto");
+        let proto = include_str!("../../../../proto/gateway/v1/gateway.proto");
         let service = proto.split("service AdminService {").nth(1).and_then(|s| s.split("\n}").next());
         let methods: Vec<&str> = service
             .expect("AdminService in the proto")

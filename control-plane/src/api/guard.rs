@@ -16,11 +16,11 @@ use tonic::codegen::{BoxFuture, Service};
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
-use super::rules::{self, Access};
-use super::{AuditEntry, Caller};
-use crate::admin::hash_key;
-use crate::auth::KeyCheck;
+use crate::api::admin::hash_key;
+use crate::api::auth::KeyCheck;
 use crate::domain::{DISABLED, Kind, Resource, now_unix};
+use crate::services::access::rules::{self, Access};
+use crate::services::access::{AuditEntry, Caller};
 use crate::store::Store;
 
 /// How often a credential's last use is written back, at most.

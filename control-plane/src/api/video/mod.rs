@@ -2,11 +2,13 @@
 //! (operators): request validation, the domain call, the answer. The service
 //! impls delegate here so that their files stay about their own resources.
 
+mod convert;
+
 use gw_proto::pb;
 use tonic::Status;
 
-use super::{NewTask, Submission, VideoError, Videos};
-use crate::{domain::VideoStatus, error::error_chain, store::VideoFilter};
+use crate::services::video::{NewTask, Submission, VideoError, Videos};
+use crate::{api::error::error_chain, domain::VideoStatus, store::VideoFilter};
 
 /// `PolicyService.CreateVideoTask`: a refusal to pay is an answer, not an error.
 pub async fn create(videos: &Videos, r: pb::CreateVideoTaskRequest) -> Result<pb::CreateVideoTaskResponse, Status> {

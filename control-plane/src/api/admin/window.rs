@@ -6,9 +6,9 @@ use tonic::Status;
 
 use super::AdminApi;
 use crate::{
-    calendar::rfc3339_in,
-    clock::Clock,
-    convert,
+    api::convert,
+    domain::calendar::rfc3339_in,
+    domain::clock::Clock,
     domain::{Account, Token, WindowBudget},
     store::Budget,
 };

@@ -60,7 +60,11 @@ async fn service(config: Config) -> (Videos, Arc<dyn Store>, tempfile::TempDir) 
         .unwrap();
     let Resource::Channel(channel) = conformance::sample(Kind::Channel, "ch") else { unreachable!() };
     store.create(Resource::Channel(Channel { status: ENABLED.into(), ..channel })).await.unwrap();
-    (Videos::new(store.clone(), Arc::new(crate::ledger::Ledger::new(store.clone())), config).unwrap(), store, dir)
+    (
+        Videos::new(store.clone(), Arc::new(crate::services::ledger::Ledger::new(store.clone())), config).unwrap(),
+        store,
+        dir,
+    )
 }
 
 fn new_task(seconds: u32) -> NewTask {
@@ -121,7 +125,7 @@ async fn a_task_is_charged_once_at_creation() {
     let records = store.list_usage(&crate::domain::UsageFilter::default()).await.unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].request_id, format!("video:{}", task.id));
-    assert_eq!(records[0].endpoint, crate::ledger::VIDEO_ENDPOINT);
+    assert_eq!(records[0].endpoint, crate::services::ledger::VIDEO_ENDPOINT);
 }
 
 #[tokio::test]

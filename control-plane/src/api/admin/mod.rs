@@ -22,21 +22,22 @@ use sha2::{Digest as _, Sha256};
 use tonic::{Request, Response, Status};
 
 use crate::{
-    access::{Caller, rpc::Credentials},
-    continuity::Continuity,
-    convert,
+    api::convert,
+    api::credentials::Credentials,
+    domain::validate::{
+        check_base_url, check_channel_type, check_ip_list, check_model, check_rate_limit, check_ratio, clean_list,
+        required, status_value,
+    },
     domain::{
         AUTO_DISABLED, Account, Channel, DISABLED, ENABLED, Group, Kind, Model, RateLimit, Resource, Token,
         UsageFilter, now_unix,
     },
-    fleet::Fleet,
+    services::access::Caller,
+    services::continuity::Continuity,
+    services::fleet::Fleet,
+    services::usage_summary,
+    services::video::Videos,
     store::{Patch, Store, StoreError},
-    usage_summary,
-    validate::{
-        check_base_url, check_channel_type, check_ip_list, check_model, check_rate_limit, check_ratio, clean_list,
-        required, status_value,
-    },
-    video::{self, Videos},
 };
 
 /// Model categories the catalogue accepts.
@@ -54,7 +55,7 @@ pub struct AdminApi {
     credentials: Option<Credentials>,
     secrets: Option<Arc<crate::store::SealedStore>>,
     /// Now for window budget answers.
-    clock: crate::clock::Clock,
+    clock: crate::domain::clock::Clock,
     /// The zone of window budgets written without one.
     time_zone: String,
 }
@@ -110,8 +111,8 @@ impl AdminApi {
             videos: None,
             credentials: None,
             secrets: None,
-            clock: crate::clock::Clock::system(),
-            time_zone: crate::calendar::DEFAULT_TIME_ZONE.to_owned(),
+            clock: crate::domain::clock::Clock::system(),
+            time_zone: crate::domain::calendar::DEFAULT_TIME_ZONE.to_owned(),
         }
     }
 
@@ -534,7 +535,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         caller.target("import");
         // A batch or two ahead of the client's reader, no more.
         let (answers, rx) = tokio::sync::mpsc::channel(2);
-        let import = crate::import::Import::new(self.store.clone(), self.time_zone.clone());
+        let import = crate::services::import::Import::new(self.store.clone(), self.time_zone.clone());
         tokio::spawn(import.serve(caller, request.into_inner(), answers));
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
@@ -774,11 +775,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
         &self,
         request: Request<pb::ListVideoTasksRequest>,
     ) -> Answer<pb::ListVideoTasksResponse> {
-        video::rpc::admin_list(self.videos()?, request.into_inner()).await.map(Response::new)
+        crate::api::video::admin_list(self.videos()?, request.into_inner()).await.map(Response::new)
     }
 
     async fn get_video_task(&self, request: Request<pb::GetRequest>) -> Answer<pb::VideoTask> {
-        video::rpc::admin_get(self.videos()?, request.into_inner()).await.map(Response::new)
+        crate::api::video::admin_get(self.videos()?, request.into_inner()).await.map(Response::new)
     }
 
     async fn rotate_secrets(&self, request: Request<pb::RotateSecretsRequest>) -> Answer<pb::RotateSecretsResponse> {
@@ -787,7 +788,8 @@ impl pb::admin_service_server::AdminService for AdminApi {
         let keys = match new.trim() {
             "" => (*store.keys()).clone(),
             new => {
-                let key = crate::secrets::MasterKey::parse(new).map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let key = crate::domain::secrets::MasterKey::parse(new)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
                 store.keys().rotated(key)
             }
         };
@@ -856,7 +858,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
 
 /// A new client key: `sk-` and 48 random alphanumeric characters.
 pub fn new_key() -> String {
-    crate::keys::generate("sk-")
+    crate::services::keys::generate("sk-")
 }
 
 /// Lowercase hex SHA-256 of a key, as stored and matched by data planes.

@@ -12,8 +12,8 @@ use reqwest::header::{AUTHORIZATION, HeaderValue};
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
+    api::error::error_chain,
     domain::{AUTO_DISABLED, Channel, ENABLED, Kind, Resource},
-    error::error_chain,
     store::{self, Store},
 };
 

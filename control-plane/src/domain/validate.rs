@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use tonic::Status;
 
-use crate::admin::{CATEGORIES, CHANNEL_TYPES};
+use crate::api::admin::{CATEGORIES, CHANNEL_TYPES};
 use crate::domain::{Model, RateLimit};
 
 /// `value` trimmed; InvalidArgument when that leaves nothing.

@@ -13,7 +13,7 @@ use opentelemetry::{
 
 use crate::{
     domain::{UsageOutcome, VideoStatus},
-    fleet::Fleet,
+    services::fleet::Fleet,
 };
 
 struct Instruments {

@@ -11,16 +11,14 @@
 //! finds it older than `Config::refresh_after`; the poller does the same for
 //! tasks nobody asks about and fails those past `Config::timeout`.
 
-mod convert;
 pub mod poller;
-pub mod rpc;
 mod upstream;
 
 use std::{sync::Arc, time::Duration};
 
 use crate::{
     domain::{Kind, Resource, VideoStatus, VideoTask, now_unix},
-    ledger::Ledger,
+    services::ledger::Ledger,
     store::{Charged, Store, StoreError, VideoFilter, VideoWrite},
 };
 
@@ -180,7 +178,7 @@ impl Videos {
             }
         }
         tracing::info!(video = %task.id, account = %task.account_id, model = %task.model, seconds = task.seconds, cost, "video task created");
-        crate::telemetry::video_status(task.status);
+        crate::services::telemetry::video_status(task.status);
         Ok(task)
     }
 
@@ -332,7 +330,7 @@ impl Videos {
             match self.store.update_video(&next).await? {
                 VideoWrite::Written(written) => {
                     if written.status != current.status {
-                        crate::telemetry::video_status(written.status);
+                        crate::services::telemetry::video_status(written.status);
                     }
                     return Ok(written);
                 }

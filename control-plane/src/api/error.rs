@@ -3,8 +3,8 @@
 
 use tonic::Status;
 
+use crate::services::usage_summary::SummaryError;
 use crate::store::StoreError;
-use crate::usage_summary::SummaryError;
 
 impl From<StoreError> for Status {
     fn from(error: StoreError) -> Status {

@@ -23,9 +23,9 @@ use prost::Message as _;
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
-    convert,
+    api::convert,
+    api::error::error_chain,
     domain::{Change, Kind, Resource},
-    error::error_chain,
     store::{PageCursor, Store, StoreError},
 };
 

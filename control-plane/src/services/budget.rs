@@ -14,7 +14,7 @@ use gw_proto::pb;
 use tonic::Status;
 
 use crate::{
-    clock::Clock,
+    domain::clock::Clock,
     domain::now_unix,
     store::{Budget, Lease, LeaseAsk, SlotAsk, SlotLease, Store, StoreError},
 };

@@ -10,11 +10,11 @@ use tonic::{Request, Response, Status};
 
 use super::{AdminApi, Answer};
 use crate::{
-    access::Caller,
-    convert,
+    api::convert,
+    domain::validate::status_value,
     domain::{Channel, ChannelKey, DISABLED, ENABLED, now_unix},
+    services::access::Caller,
     store::StoreError,
-    validate::status_value,
 };
 
 /// Most keys one channel may hold.

@@ -7,7 +7,7 @@
 
 use tonic::{Request, Status, service::Interceptor};
 
-use crate::auth::KeyCheck;
+use crate::api::auth::KeyCheck;
 
 /// The node name a verified client certificate gave a call.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -70,7 +70,7 @@ impl Keys {
     /// The hashes (`admin::hash_key`) of the keys no stored credential may
     /// reuse, each with its role.
     pub fn reserved(&self) -> Vec<(&'static str, String)> {
-        vec![("admin", crate::admin::hash_key(&self.admin)), ("node", crate::admin::hash_key(&self.node))]
+        vec![("admin", crate::api::admin::hash_key(&self.admin)), ("node", crate::api::admin::hash_key(&self.node))]
     }
 }
 

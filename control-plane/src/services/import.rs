@@ -12,11 +12,11 @@ use gw_proto::pb;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use crate::access::{AuditEntry, Caller};
-use crate::admin::{display_prefix, hash_key, new_id, new_key};
+use crate::api::admin::{display_prefix, hash_key, new_id, new_key};
+use crate::domain::validate::{check_ip_list, check_rate_limit, clean_list, status_value};
 use crate::domain::{Account, DISABLED, ENABLED, Kind, RateLimit, Resource, Token, now_unix};
+use crate::services::access::{AuditEntry, Caller};
 use crate::store::Store;
-use crate::validate::{check_ip_list, check_rate_limit, clean_list, status_value};
 
 /// Rows one request may carry.
 pub const MAX_BATCH: usize = 5_000;
@@ -70,7 +70,7 @@ impl Import {
             let answer = self.batch(request.tokens).await;
             let failed = answer.is_err();
             if let Err(status) = &answer {
-                outcome = crate::access::code_name(status.code());
+                outcome = crate::api::guard::code_name(status.code());
             }
             if answers.send(answer).await.is_err() || failed {
                 break;
@@ -166,7 +166,7 @@ impl Import {
         if let Err(refused) = check_ip_list(&allow_ips).and_then(|()| check_rate_limit(&rate_limit)) {
             return Ok(Err(refused.message().to_owned()));
         }
-        let window = match row.window.map(|w| crate::convert::window_budget(w, &self.time_zone)).transpose() {
+        let window = match row.window.map(|w| crate::api::convert::window_budget(w, &self.time_zone)).transpose() {
             Ok(window) => window.flatten(),
             Err(refused) => return Ok(Err(refused.to_string())),
         };

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use gw_proto::pb;
 use tonic::Status;
 
-use super::{AuditFilter, Credential, KEY_PREFIX, Role, display_prefix};
-use crate::admin::{hash_key, is, new_id, page};
+use crate::api::admin::{hash_key, is, new_id, page};
 use crate::domain::{Kind, Resource, now_unix};
-use crate::keys::{self, KeyError};
+use crate::services::access::{AuditFilter, Credential, KEY_PREFIX, Role, display_prefix};
+use crate::services::keys::{self, KeyError};
 use crate::store::Store;
 
 /// The credential and audit calls of one replica.
