@@ -62,21 +62,6 @@ impl ChatRequest {
     }
 }
 
-pub(crate) fn push_json_string(out: &mut String, s: &str) {
-    // Serialising a str cannot fail.
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
-}
-
-/// `options` (raw JSON) with `include_usage: true`, other fields kept.
-pub(crate) fn with_include_usage(options: &str) -> String {
-    let mut map = match serde_json::from_str::<serde_json::Value>(options) {
-        Ok(serde_json::Value::Object(map)) => map,
-        _ => serde_json::Map::new(),
-    };
-    map.insert("include_usage".into(), serde_json::Value::Bool(true));
-    serde_json::Value::Object(map).to_string()
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {

@@ -23,7 +23,7 @@ use super::{
     text_chunk::{Lean, TextChunk},
     usage,
 };
-use crate::{meter::event::MessagesEvent, openai::push_json_string, pricing::Usage};
+use crate::{json_body::push_json_string, meter::event::MessagesEvent, pricing::Usage};
 
 /// One SSE event for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
