@@ -28,6 +28,7 @@ mod reporter;
 mod spool;
 mod telemetry;
 mod tokens;
+mod trail;
 mod translate;
 mod videos;
 mod vitals;

@@ -32,9 +32,10 @@ pub use serve::{Limits, serve, slots};
 use crate::{
     endpoints,
     error::{self, ProxyError, Refused, Shape},
-    pipeline::{self, App, RequestId, Trail},
+    pipeline::{self, App, RequestId},
     policy::auth::Access,
     telemetry,
+    trail::Trail,
 };
 
 /// `created` of every model in `/v1/models`; the catalogue has no dates.

@@ -13,6 +13,7 @@
 pub mod answer;
 pub mod event;
 pub mod pump;
+mod reasons;
 pub mod sse;
 
 use std::{
@@ -364,13 +365,13 @@ impl Meter {
     /// Notes the finish reasons one streamed event's `data` (as the upstream
     /// sent it) states, for the request's span.
     pub fn read_event(&mut self, data: &[u8]) {
-        crate::telemetry::read_stream_event(data, &mut self.answer);
+        reasons::read_stream_event(data, &mut self.answer);
     }
 
     /// Notes what a whole (not streamed) answer `body` says of itself: its
     /// model and finish reasons, for its span. Reads it only while tracing.
     pub fn answered(&mut self, body: &[u8]) {
-        crate::telemetry::read_answer(body, &mut self.answer);
+        reasons::read_answer(body, &mut self.answer);
     }
 
     /// Usage reported by the upstream; the last report wins.

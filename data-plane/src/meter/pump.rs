@@ -22,8 +22,8 @@ use super::{
     sse::{event_data, find_event_end},
 };
 
-/// A byte stream from the upstream.
-pub type Upstream = Pin<Box<dyn Stream<Item = Result<Bytes, crate::provider::client::ClientError>> + Send>>;
+/// A byte stream from the upstream, failing with the transport's error `E`.
+pub type Upstream<E> = Pin<Box<dyn Stream<Item = Result<Bytes, E>> + Send>>;
 
 /// What to send the client for the upstream's bytes.
 pub trait Relay: Send + 'static {
@@ -64,15 +64,15 @@ pub struct Raw {
 /// The client-facing body for `upstream` through `relay`, metered by
 /// `meter` (recorded with `status` at the natural end), failing if no chunk
 /// arrives within `idle`. Log lines carry the span current when it is made.
-pub fn pump<R: Relay>(
-    upstream: Upstream,
+pub fn pump<R: Relay, E: std::error::Error + Send + 'static>(
+    upstream: Upstream<E>,
     relay: R,
     meter: Option<Meter>,
     idle: Duration,
     status: u16,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
-    struct State<R> {
-        upstream: Upstream,
+    struct State<R, E> {
+        upstream: Upstream<E>,
         relay: R,
         meter: Option<Meter>,
         idle: Duration,
@@ -81,7 +81,7 @@ pub fn pump<R: Relay>(
         done: bool,
     }
 
-    impl<R: Relay> State<R> {
+    impl<R: Relay, E> State<R, E> {
         /// Records with `status`; waits until the record is spooled when
         /// `wait` (the natural end), otherwise lets the writer take it.
         async fn end(&mut self, status: u16, wait: bool) {
@@ -208,10 +208,13 @@ impl Relay for Raw {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
-    use crate::meter::{Charge, sse::SseFilter, tests::recording_sink};
+    use crate::{
+        meter::{Charge, sse::SseFilter, tests::recording_sink},
+        provider::client::ClientError,
+    };
 
-    fn upstream(chunks: &[&'static str]) -> Upstream {
-        let chunks: Vec<Result<Bytes, crate::provider::client::ClientError>> =
+    fn upstream(chunks: &[&'static str]) -> Upstream<ClientError> {
+        let chunks: Vec<Result<Bytes, ClientError>> =
             chunks.iter().map(|c| Ok(Bytes::from_static(c.as_bytes()))).collect();
         Box::pin(futures_util::stream::iter(chunks))
     }

@@ -15,7 +15,7 @@ use axum::{
     http::request::Parts,
 };
 
-use super::{App, RequestId, Trail};
+use super::{App, RequestId};
 use crate::{
     error::ProxyError,
     meter::Charge,
@@ -25,6 +25,7 @@ use crate::{
     policy::domain::Model,
     policy::inflight::SlotGuard,
     policy::snapshot::Snapshot,
+    trail::Trail,
 };
 
 /// A request that passed admission.

@@ -17,10 +17,9 @@ use std::{future::Future, sync::Arc, time::Instant};
 
 use tracing::Instrument as _;
 
-use super::Trail;
 use crate::{
     affinity::Session, backoff::Backoff, error::ProxyError, policy::domain::Channel, policy::snapshot::pick_channel,
-    provider::Upstreams, telemetry,
+    provider::Upstreams, telemetry, trail::Trail,
 };
 
 /// The request a run of attempts is for.
@@ -278,7 +277,7 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::*;
-    use crate::{pipeline::Trail, policy::snapshot::tests::channel, provider::Config};
+    use crate::{policy::snapshot::tests::channel, provider::Config, trail::Trail};
 
     fn upstreams(max_attempts: u32) -> Upstreams {
         Config { max_attempts, backoff_base: Duration::from_millis(40), ..Config::default() }

@@ -21,13 +21,14 @@ pub use self::{
     route::route,
 };
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
 
 use crate::{
-    meter::UsageSink, policy::budget::Budgets, policy::limits::Limiter, policy::snapshot::Snapshot, provider::Upstreams,
+    meter::UsageSink, policy::budget::Budgets, policy::limits::Limiter, policy::snapshot::Snapshot,
+    provider::Upstreams, telemetry::metrics::Observed,
 };
 
 /// Everything a request needs, shared by all requests.
@@ -54,33 +55,6 @@ pub struct App {
 #[derive(Debug, Clone, Default)]
 pub struct RequestId(pub Arc<str>);
 
-/// What the pipeline learned about one request, for its access log line:
-/// filled in by the steps as they run, read once the response is ready.
-#[derive(Debug, Default)]
-pub struct Trail {
-    inner: Mutex<TrailFields>,
-}
-
-/// The fields of a `Trail`.
-#[derive(Debug, Default, Clone)]
-pub struct TrailFields {
-    pub token: Option<String>,
-    /// Shared with the caller's token (the same values as its account's
-    /// id and group's name): noting them copies nothing.
-    pub account: Option<Arc<str>>,
-    pub group: Option<Arc<str>>,
-    pub model: Option<String>,
-    pub channel: Option<String>,
-    /// The channel's provider (`gen_ai.provider.name`).
-    pub provider: Option<&'static str>,
-    /// The model name the channel was asked for, after its mapping.
-    pub upstream_model: Option<String>,
-    pub attempts: u32,
-    /// What the request cost, once its usage was recorded (before the
-    /// response for whole answers, at the end for streams).
-    pub cost_micros: Option<i64>,
-}
-
 // === impl App ===
 
 impl App {
@@ -90,21 +64,21 @@ impl App {
     }
 }
 
-// === impl Trail ===
-
-impl Trail {
-    /// Changes the fields with `f`.
-    pub fn update(&self, f: impl FnOnce(&mut TrailFields)) {
-        f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner));
+impl Observed for App {
+    fn revision(&self) -> u64 {
+        let snapshot = self.snapshot.load();
+        if snapshot.held { snapshot.revision } else { 0 }
     }
 
-    /// What `f` makes of the fields, read in place.
-    pub fn read<R>(&self, f: impl FnOnce(&TrailFields) -> R) -> R {
-        f(&self.inner.lock().unwrap_or_else(PoisonError::into_inner))
+    fn channel_failures(&self, each: &mut dyn FnMut(&str, u32)) {
+        for channel in self.snapshot.load().all_channels() {
+            each(&channel.id, self.upstreams.health.failures(&channel.id));
+        }
     }
 
-    /// A copy of the fields.
-    pub fn fields(&self) -> TrailFields {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    fn channel_cooling(&self, each: &mut dyn FnMut(&str, bool)) {
+        for channel in self.snapshot.load().all_channels() {
+            each(&channel.id, self.upstreams.health.cooling(&channel.id));
+        }
     }
 }

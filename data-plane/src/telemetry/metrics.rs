@@ -26,7 +26,6 @@ use super::{
     Seen, labels,
     sums::{self, Attr, Sums},
 };
-use crate::pipeline::App;
 
 /// Seconds: from a millisecond to ten minutes, for durations of calls that
 /// may be long generations.
@@ -55,6 +54,17 @@ struct Counters {
     cost: Sums,
     attempts: Sums,
     failovers: Sums,
+}
+
+/// What the gauges `observe` registers read at collection time; the
+/// pipeline's shared state gives it, so metrics never reach into it.
+pub trait Observed: Send + Sync + 'static {
+    /// Revision of the policy snapshot in use (0: none yet).
+    fn revision(&self) -> u64;
+    /// Calls `each` with every channel's id and its upstream failures in a row.
+    fn channel_failures(&self, each: &mut dyn FnMut(&str, u32));
+    /// Calls `each` with every channel's id and whether it is cooling down.
+    fn channel_cooling(&self, each: &mut dyn FnMut(&str, bool));
 }
 
 static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
@@ -253,21 +263,20 @@ pub fn spool_backlog(records: usize, segments: usize) {
     INSTRUMENTS.spool_segments.record(u64::try_from(segments).unwrap_or(u64::MAX), &[]);
 }
 
-/// Registers the gauges read from `app` at collection time: the snapshot's
-/// revision and each channel's health. They stop reporting once
+/// Registers the gauges read from `observed` at collection time: the
+/// snapshot's revision and each channel's health. They stop reporting once
 /// the data plane is gone.
-pub fn observe(app: &Arc<App>) {
+pub fn observe<O: Observed>(observed: &Arc<O>) {
     let meter = gw_telemetry::meter("gw-data-plane");
-    let weak: Weak<App> = Arc::downgrade(app);
+    let weak: Weak<O> = Arc::downgrade(observed);
     let _revision = meter
         .u64_observable_gauge("gw.snapshot.revision")
         .with_description("Revision of the policy snapshot in use (0: none yet)")
         .with_callback({
             let weak = weak.clone();
             move |observer| {
-                if let Some(app) = weak.upgrade() {
-                    let snapshot = app.snapshot.load();
-                    observer.observe(if snapshot.held { snapshot.revision } else { 0 }, &[]);
+                if let Some(observed) = weak.upgrade() {
+                    observer.observe(observed.revision(), &[]);
                 }
             }
         })
@@ -278,11 +287,10 @@ pub fn observe(app: &Arc<App>) {
         .with_callback({
             let weak = weak.clone();
             move |observer| {
-                if let Some(app) = weak.upgrade() {
-                    for channel in app.snapshot.load().all_channels() {
-                        let failures = app.upstreams.health.failures(&channel.id);
-                        observer.observe(u64::from(failures), &[KeyValue::new("gw.channel", channel.id.clone())]);
-                    }
+                if let Some(observed) = weak.upgrade() {
+                    observed.channel_failures(&mut |channel, failures| {
+                        observer.observe(u64::from(failures), &[KeyValue::new("gw.channel", channel.to_owned())]);
+                    });
                 }
             }
         })
@@ -291,11 +299,10 @@ pub fn observe(app: &Arc<App>) {
         .u64_observable_gauge("gw.channel.cooling")
         .with_description("1 while a channel cools down after an upstream 429 or repeated failures")
         .with_callback(move |observer| {
-            if let Some(app) = weak.upgrade() {
-                for channel in app.snapshot.load().all_channels() {
-                    let cooling = u64::from(app.upstreams.health.cooling(&channel.id));
-                    observer.observe(cooling, &[KeyValue::new("gw.channel", channel.id.clone())]);
-                }
+            if let Some(observed) = weak.upgrade() {
+                observed.channel_cooling(&mut |channel, cooling| {
+                    observer.observe(u64::from(cooling), &[KeyValue::new("gw.channel", channel.to_owned())]);
+                });
             }
         })
         .build();
