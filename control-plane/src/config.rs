@@ -11,8 +11,8 @@ use gw_telemetry::LogFormat;
 
 use crate::{
     Config, ServerTls,
+    domain::keys::MIN_KEY_LEN,
     domain::secrets::{Keyring, MasterKey},
-    services::keys::MIN_KEY_LEN,
 };
 
 /// Every setting of `gw-control-plane`: file key, variable, default, help.

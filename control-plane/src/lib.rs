@@ -356,7 +356,7 @@ fn store_name(url: &str) -> &str {
 async fn refuse_reused_keys(store: &dyn Store, keys: &keys::Keys) -> anyhow::Result<()> {
     for (role, hash) in keys.reserved() {
         if let Some(credential) = store.credential_by_key(&hash).await.context("reading credentials")? {
-            return Err(keys::KeyError::Reused { role, other: "credential" })
+            return Err(domain::keys::KeyError::Reused { role, other: "credential" })
                 .with_context(|| format!("credential {} has the {role} key as its secret", credential.id));
         }
     }

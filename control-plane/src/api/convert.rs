@@ -3,11 +3,11 @@
 
 use gw_proto::pb;
 
+use crate::domain::access::{AuditEntry, Credential};
 use crate::domain::calendar::CalendarError;
 use crate::domain::{
     Account, Channel, ChannelKey, Group, Model, RateLimit, Resource, Token, UsageRecord, WindowBudget, WindowPeriod,
 };
-use crate::services::access::{AuditEntry, Credential};
 use crate::services::usage_summary;
 
 impl From<pb::RateLimit> for RateLimit {

@@ -10,11 +10,14 @@ use std::sync::Arc;
 use gw_proto::pb;
 use tonic::Status;
 
-use crate::api::admin::{hash_key, is, new_id, page};
+use crate::domain::access::{AuditFilter, Credential, KEY_PREFIX, Role, display_prefix};
+use crate::domain::keys::{self, KeyError};
 use crate::domain::{Kind, Resource, now_unix};
-use crate::services::access::{AuditFilter, Credential, KEY_PREFIX, Role, display_prefix};
-use crate::services::keys::{self, KeyError};
 use crate::store::Store;
+use crate::{
+    api::admin::{is, page},
+    domain::keys::{hash_key, new_id},
+};
 
 /// The credential and audit calls of one replica.
 pub struct Credentials {

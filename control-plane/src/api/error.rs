@@ -4,7 +4,7 @@
 use tonic::Status;
 
 use crate::services::usage_summary::SummaryError;
-use crate::store::StoreError;
+use crate::{domain::error_chain, store::StoreError};
 
 impl From<StoreError> for Status {
     fn from(error: StoreError) -> Status {
@@ -43,16 +43,4 @@ impl From<SummaryError> for Status {
             SummaryError::Store(error) => error.into(),
         }
     }
-}
-
-/// An error followed by its sources, for logs.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -16,12 +16,12 @@ use tonic::codegen::{BoxFuture, Service};
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
-use crate::api::admin::hash_key;
 use crate::api::auth::KeyCheck;
+use crate::domain::keys::hash_key;
 use crate::domain::{DISABLED, Kind, Resource, now_unix};
 use crate::services::access::rules::{self, Access};
-use crate::services::access::{AuditEntry, Caller};
 use crate::store::Store;
+use crate::{domain::access::AuditEntry, services::access::Caller};
 
 /// How often a credential's last use is written back, at most.
 const TOUCH_EVERY_SECS: i64 = 60;

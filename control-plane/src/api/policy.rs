@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::{
     api::convert,
-    api::error::error_chain,
+    domain::error_chain,
     domain::{AUTO_DISABLED, Change, ENABLED, UsageRecord, now_unix},
     services::budget::Authority,
     services::continuity::Continuity,

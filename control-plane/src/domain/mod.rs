@@ -5,8 +5,10 @@
 //! through the store's balance and usage operations, never through `modify`,
 //! so an admin edit can never undo a concurrent charge.
 
+pub mod access;
 pub mod calendar;
 pub mod clock;
+pub mod keys;
 pub mod secrets;
 pub mod validate;
 
@@ -553,6 +555,25 @@ impl VideoTask {
     pub fn is_open(&self) -> bool {
         !self.status.is_terminal() || !self.charged || (self.status == VideoStatus::Failed && !self.refunded)
     }
+}
+
+/// A page cursor that no listing gave out, or one that has expired.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cursor {cursor:?} is invalid or expired; list again from the start")]
+pub struct BadCursor {
+    pub cursor: String,
+}
+
+/// An error followed by its sources, for logs.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -6,8 +6,13 @@ use std::net::IpAddr;
 
 use tonic::Status;
 
-use crate::api::admin::{CATEGORIES, CHANNEL_TYPES};
 use crate::domain::{Model, RateLimit};
+
+/// Model categories the catalogue accepts.
+pub const CATEGORIES: [&str; 9] =
+    ["chat", "completion", "embedding", "image", "audio", "speech", "moderation", "video", "responses"];
+/// Channel provider types the data planes can speak.
+pub const CHANNEL_TYPES: [&str; 2] = ["openai", "anthropic"];
 
 /// `value` trimmed; InvalidArgument when that leaves nothing.
 pub(crate) fn required(field: &str, value: String) -> Result<String, Status> {

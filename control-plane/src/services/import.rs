@@ -12,11 +12,11 @@ use gw_proto::pb;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use crate::api::admin::{display_prefix, hash_key, new_id, new_key};
+use crate::domain::keys::{display_prefix, hash_key, new_id, new_key};
 use crate::domain::validate::{check_ip_list, check_rate_limit, clean_list, status_value};
 use crate::domain::{Account, DISABLED, ENABLED, Kind, RateLimit, Resource, Token, now_unix};
-use crate::services::access::{AuditEntry, Caller};
 use crate::store::Store;
+use crate::{domain::access::AuditEntry, services::access::Caller};
 
 /// Rows one request may carry.
 pub const MAX_BATCH: usize = 5_000;

@@ -4,29 +4,16 @@
 //! keys of its own: it must be given the fleet's keys. A key must have at
 //! least `MIN_KEY_LEN` characters and no key may serve two roles (the admin
 //! and node keys differ, and no stored credential reuses either), so a
-//! node's credential never opens the admin API. `check_length` and
-//! `KeyError` are the rules stored credentials follow too.
+//! node's credential never opens the admin API (`domain::keys` holds the
+//! rules, which stored credentials follow too).
 
 use std::{
     io::Write as _,
     path::{Path, PathBuf},
 };
 
+use crate::domain::keys::{KeyError, check_length, generate};
 use anyhow::Context as _;
-use rand::{RngExt as _, distr::Alphanumeric};
-
-/// Shortest admin, node or credential key accepted.
-pub const MIN_KEY_LEN: usize = 32;
-
-/// Why a key is refused.
-#[derive(Debug, thiserror::Error)]
-pub enum KeyError {
-    #[error("the {role} key must have at least {MIN_KEY_LEN} characters (it has {len})")]
-    TooShort { role: &'static str, len: usize },
-    /// The key is already another role's.
-    #[error("the {role} key and the {other} key must differ")]
-    Reused { role: &'static str, other: &'static str },
-}
 
 /// Credentials of one control plane.
 #[derive(Debug, Clone)]
@@ -67,23 +54,11 @@ impl Keys {
         Ok(Keys { admin, node, admin_file })
     }
 
-    /// The hashes (`admin::hash_key`) of the keys no stored credential may
+    /// The hashes (`domain::keys::hash_key`) of the keys no stored credential may
     /// reuse, each with its role.
     pub fn reserved(&self) -> Vec<(&'static str, String)> {
-        vec![("admin", crate::api::admin::hash_key(&self.admin)), ("node", crate::api::admin::hash_key(&self.node))]
+        vec![("admin", crate::domain::keys::hash_key(&self.admin)), ("node", crate::domain::keys::hash_key(&self.node))]
     }
-}
-
-/// Refuses a `role` key that is too short to resist guessing.
-pub fn check_length(key: &str, role: &'static str) -> Result<(), KeyError> {
-    let len = key.chars().count();
-    if len < MIN_KEY_LEN { Err(KeyError::TooShort { role, len }) } else { Ok(()) }
-}
-
-/// A random credential: `prefix` + 48 alphanumeric characters.
-pub fn generate(prefix: &str) -> String {
-    let body: String = rand::rng().sample_iter(&Alphanumeric).take(48).map(char::from).collect();
-    format!("{prefix}{body}")
 }
 
 fn read_or_create(path: &Path, prefix: &str, create: bool, flag: &str) -> anyhow::Result<String> {
@@ -116,6 +91,7 @@ fn read_or_create(path: &Path, prefix: &str, create: bool, flag: &str) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::keys::MIN_KEY_LEN;
 
     #[test]
     fn generated_keys_are_written_once_and_read_back() {

@@ -24,7 +24,7 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
     api::convert,
-    api::error::error_chain,
+    domain::error_chain,
     domain::{Change, Kind, Resource},
     store::{PageCursor, Store, StoreError},
 };

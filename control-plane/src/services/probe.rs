@@ -12,7 +12,7 @@ use reqwest::header::{AUTHORIZATION, HeaderValue};
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
-    api::error::error_chain,
+    domain::error_chain,
     domain::{AUTO_DISABLED, Channel, ENABLED, Kind, Resource},
     store::{self, Store},
 };

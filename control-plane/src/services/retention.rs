@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::{sync::watch, task::JoinHandle};
 
-use crate::{api::error::error_chain, domain::now_unix, store::Store};
+use crate::{domain::error_chain, domain::now_unix, store::Store};
 
 /// Time between two prune rounds.
 const EVERY: Duration = Duration::from_secs(600);

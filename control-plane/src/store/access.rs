@@ -8,7 +8,7 @@ pub mod conformance;
 use async_trait::async_trait;
 
 use super::Result;
-use crate::services::access::{AuditEntry, AuditFilter, AuditPage, Credential};
+use crate::domain::access::{AuditEntry, AuditFilter, AuditPage, Credential};
 
 /// Audit entries kept; older ones are dropped as new ones come.
 pub const AUDIT_RETAIN: u64 = 100_000;

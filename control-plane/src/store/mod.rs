@@ -105,6 +105,12 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+impl From<crate::domain::BadCursor> for StoreError {
+    fn from(bad: crate::domain::BadCursor) -> StoreError {
+        StoreError::BadCursor { cursor: bad.cursor }
+    }
+}
+
 /// A change to one stored resource, for `Store::modify`. It gets the
 /// resource as currently stored (counters included) and edits it in place,
 /// or fails to refuse the change (`StoreError::Rejected` by convention). It

@@ -355,19 +355,19 @@ impl super::RollupStore for SealedStore {
 
 #[async_trait]
 impl super::AccessStore for SealedStore {
-    async fn create_credential(&self, credential: &crate::services::access::Credential) -> Result<()> {
+    async fn create_credential(&self, credential: &crate::domain::access::Credential) -> Result<()> {
         self.inner.create_credential(credential).await
     }
 
-    async fn get_credential(&self, id: &str) -> Result<Option<crate::services::access::Credential>> {
+    async fn get_credential(&self, id: &str) -> Result<Option<crate::domain::access::Credential>> {
         self.inner.get_credential(id).await
     }
 
-    async fn credential_by_key(&self, key_hash: &str) -> Result<Option<crate::services::access::Credential>> {
+    async fn credential_by_key(&self, key_hash: &str) -> Result<Option<crate::domain::access::Credential>> {
         self.inner.credential_by_key(key_hash).await
     }
 
-    async fn list_credentials(&self) -> Result<Vec<crate::services::access::Credential>> {
+    async fn list_credentials(&self) -> Result<Vec<crate::domain::access::Credential>> {
         self.inner.list_credentials().await
     }
 
@@ -377,7 +377,7 @@ impl super::AccessStore for SealedStore {
         key_hash: &str,
         key_prefix: &str,
         at: i64,
-    ) -> Result<crate::services::access::Credential> {
+    ) -> Result<crate::domain::access::Credential> {
         self.inner.rekey_credential(id, key_hash, key_prefix, at).await
     }
 
@@ -389,14 +389,14 @@ impl super::AccessStore for SealedStore {
         self.inner.touch_credential(id, at).await
     }
 
-    async fn append_audit(&self, entry: &crate::services::access::AuditEntry) -> Result<u64> {
+    async fn append_audit(&self, entry: &crate::domain::access::AuditEntry) -> Result<u64> {
         self.inner.append_audit(entry).await
     }
 
     async fn list_audit(
         &self,
-        filter: &crate::services::access::AuditFilter,
-    ) -> Result<crate::services::access::AuditPage> {
+        filter: &crate::domain::access::AuditFilter,
+    ) -> Result<crate::domain::access::AuditPage> {
         self.inner.list_audit(filter).await
     }
 }

@@ -17,13 +17,12 @@ mod keys;
 use std::{collections::BTreeMap, sync::Arc};
 
 use gw_proto::pb;
-use rand::{RngExt as _, distr::Alphanumeric};
-use sha2::{Digest as _, Sha256};
 use tonic::{Request, Response, Status};
 
 use crate::{
     api::convert,
     api::credentials::Credentials,
+    domain::keys::{display_prefix, hash_key, new_id, new_key},
     domain::validate::{
         check_base_url, check_channel_type, check_ip_list, check_model, check_rate_limit, check_ratio, clean_list,
         required, status_value,
@@ -39,12 +38,6 @@ use crate::{
     services::video::Videos,
     store::{Patch, Store, StoreError},
 };
-
-/// Model categories the catalogue accepts.
-pub const CATEGORIES: [&str; 9] =
-    ["chat", "completion", "embedding", "image", "audio", "speech", "moderation", "video", "responses"];
-/// Channel provider types the data planes can speak.
-pub const CHANNEL_TYPES: [&str; 2] = ["openai", "anthropic"];
 
 /// The admin service of one replica.
 pub struct AdminApi {
@@ -856,33 +849,6 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 }
 
-/// A new client key: `sk-` and 48 random alphanumeric characters.
-pub fn new_key() -> String {
-    crate::services::keys::generate("sk-")
-}
-
-/// Lowercase hex SHA-256 of a key, as stored and matched by data planes.
-pub fn hash_key(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
-}
-
-/// `sk-abcd…wxyz`: enough to recognise a key, too little to use it.
-pub fn display_prefix(key: &str) -> String {
-    let chars: Vec<char> = key.chars().collect();
-    if chars.len() < 12 {
-        return "sk-…".into();
-    }
-    let head: String = chars[..7].iter().collect();
-    let tail: String = chars[chars.len() - 4..].iter().collect();
-    format!("{head}…{tail}")
-}
-
-pub(crate) fn new_id(prefix: &str) -> String {
-    let body: String =
-        rand::rng().sample_iter(&Alphanumeric).map(|b| char::from(b).to_ascii_lowercase()).take(12).collect();
-    format!("{prefix}_{body}")
-}
-
 /// Whether `have` passes the filter `want`; an empty filter passes anything.
 pub(crate) fn is(want: &str, have: &str) -> bool {
     want.is_empty() || want == have
@@ -915,20 +881,5 @@ pub(crate) fn page<T>(
 fn set<T: Clone>(field: &mut T, value: &Option<T>) {
     if let Some(value) = value {
         field.clone_from(value);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_are_long_and_shown_only_as_a_prefix() {
-        let key = new_key();
-        assert!(key.starts_with("sk-") && key.len() >= 43, "{key}");
-        let shown = display_prefix(&key);
-        assert!(shown.starts_with(&key[..7]) && shown.ends_with(&key[key.len() - 4..]));
-        assert!(shown.chars().count() < 16);
-        assert_eq!(hash_key("sk-a").len(), 64);
     }
 }

@@ -8,7 +8,7 @@ use gw_proto::pb;
 use tonic::Status;
 
 use crate::services::video::{NewTask, Submission, VideoError, Videos};
-use crate::{api::error::error_chain, domain::VideoStatus, store::VideoFilter};
+use crate::{domain::VideoStatus, domain::error_chain, store::VideoFilter};
 
 /// `PolicyService.CreateVideoTask`: a refusal to pay is an answer, not an error.
 pub async fn create(videos: &Videos, r: pb::CreateVideoTaskRequest) -> Result<pb::CreateVideoTaskResponse, Status> {

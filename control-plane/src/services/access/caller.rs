@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tonic::{Request, Status};
 
-use super::{Credential, ROOT_ID, Role};
+use crate::domain::access::{Credential, ROOT_ID, Role};
 
 /// Who is calling. `guard` puts one in the extensions of every admitted
 /// request.

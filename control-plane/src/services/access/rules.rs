@@ -6,7 +6,8 @@
 
 use tonic::Status;
 
-use super::{Caller, Role};
+use super::Caller;
+use crate::domain::access::Role;
 
 /// Whether an RPC changes state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +112,7 @@ pub fn authorize(caller: &Caller, method: &str) -> Result<(), Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::services::access::Credential;
+    use crate::domain::access::Credential;
 
     fn caller(role: Role) -> Caller {
         Caller::of(&Credential {

@@ -40,7 +40,7 @@ pub fn spawn(videos: Arc<Videos>, mut shutdown: watch::Receiver<bool>) -> JoinHa
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(error = %crate::api::error::error_chain(&error), "video poller cannot reach the store")
+                    tracing::warn!(error = %crate::domain::error_chain(&error), "video poller cannot reach the store")
                 }
             }
             tokio::select! {
@@ -49,7 +49,7 @@ pub fn spawn(videos: Arc<Videos>, mut shutdown: watch::Receiver<bool>) -> JoinHa
             }
         }
         if leading && let Err(error) = videos.store.unlock(LOCK, &holder).await {
-            tracing::warn!(error = %crate::api::error::error_chain(&error), "video poller could not release its lock");
+            tracing::warn!(error = %crate::domain::error_chain(&error), "video poller could not release its lock");
         }
     })
 }
@@ -59,7 +59,7 @@ async fn sweep(videos: &Videos) {
     let open = match videos.store.open_videos(BATCH).await {
         Ok(open) => open,
         Err(error) => {
-            tracing::warn!(error = %crate::api::error::error_chain(&error), "video poller cannot list open tasks");
+            tracing::warn!(error = %crate::domain::error_chain(&error), "video poller cannot list open tasks");
             return;
         }
     };
@@ -67,7 +67,7 @@ async fn sweep(videos: &Videos) {
         .for_each_concurrent(CONCURRENCY, |task| async move {
             let id = task.id.clone();
             if let Err(error) = videos.tend(task).await {
-                tracing::warn!(video = %id, error = %crate::api::error::error_chain(&error), "video poller could not tend a task");
+                tracing::warn!(video = %id, error = %crate::domain::error_chain(&error), "video poller could not tend a task");
             }
         })
         .await;

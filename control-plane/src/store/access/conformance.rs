@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::services::access::{AuditEntry, AuditFilter, Credential, Role};
+use crate::domain::access::{AuditEntry, AuditFilter, Credential, Role};
 use crate::store::{Store, StoreError};
 
 /// Runs every check against `store`.

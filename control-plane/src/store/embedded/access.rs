@@ -9,7 +9,7 @@ use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::video::open_read;
 use super::{EmbeddedStore, db_err, decode, encode};
-use crate::services::access::{AuditEntry, AuditFilter, AuditPage, Credential};
+use crate::domain::access::{AuditEntry, AuditFilter, AuditPage, Credential};
 use crate::store::access::{AUDIT_RETAIN, AUDIT_SCAN, AccessStore, audit_page};
 use crate::store::{Result, StoreError};
 

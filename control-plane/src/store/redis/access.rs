@@ -16,7 +16,7 @@ use redis::{AsyncCommands as _, Script};
 
 use super::layout::{AUDIT, AUDIT_SEQ, CREDENTIAL_KEYS as KEYS, CREDENTIALS, CREDENTIALS_USED as USED};
 use super::{RedisStore, decode};
-use crate::services::access::{AuditEntry, AuditFilter, AuditPage, Credential};
+use crate::domain::access::{AuditEntry, AuditFilter, AuditPage, Credential};
 use crate::store::access::{AUDIT_RETAIN, AUDIT_SCAN, AccessStore, audit_page};
 use crate::store::{Result, StoreError};
 
