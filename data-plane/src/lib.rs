@@ -30,6 +30,7 @@ mod telemetry;
 mod tokens;
 mod trail;
 mod translate;
+mod usage;
 mod videos;
 mod vitals;
 mod workers;

@@ -32,6 +32,7 @@ use crate::{
     pricing::{Units, Usage, cost_micros, units_cost_micros},
     spool::{self, Kind, Written},
     telemetry::Answer,
+    usage::UsageRecord,
 };
 
 /// Who pays for one request and at what price.
@@ -59,42 +60,6 @@ pub struct Charge {
     /// The request's span and trail: the usage lands on the span when the
     /// answer ends.
     pub traced: crate::telemetry::Traced,
-}
-
-/// What one request used and cost, as the reporter sends it (it turns it
-/// into the protocol's record at its edge).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UsageRecord {
-    /// The idempotency key: the control plane applies a record once per id.
-    pub request_id: Arc<str>,
-    pub token_id: Arc<str>,
-    pub account_id: Arc<str>,
-    pub group: Arc<str>,
-    pub model: Arc<str>,
-    pub channel_id: Arc<str>,
-    pub endpoint: Arc<str>,
-    pub prompt_tokens: i64,
-    pub completion_tokens: i64,
-    pub cached_tokens: i64,
-    /// Part of `prompt_tokens` written to the cache for five minutes.
-    pub cache_write_5m_tokens: i64,
-    /// Part of `prompt_tokens` written to the cache for one hour.
-    pub cache_write_1h_tokens: i64,
-    /// Part of `completion_tokens` spent reasoning.
-    pub reasoning_tokens: i64,
-    /// The price tier the record was billed at (0 base, 1 long context).
-    pub tier: u32,
-    pub cost_micros: i64,
-    pub latency_ms: u32,
-    /// The HTTP status the request ended with (499: the client went away).
-    pub status: u16,
-    /// Unix seconds.
-    pub created_at: i64,
-    pub node_id: Arc<str>,
-    /// Whether the gateway counted the tokens itself.
-    pub estimated: bool,
-    /// Units priced besides tokens.
-    pub units: Units,
 }
 
 /// Settles reservations and appends usage records to the spool (the

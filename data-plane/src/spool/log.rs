@@ -15,7 +15,7 @@ use gw_proto::pb;
 use prost::Message as _;
 
 use super::{Kind, SpoolError};
-use crate::meter::UsageRecord;
+use crate::usage::{self, UsageRecord};
 
 /// Length (4 bytes) and checksum (4 bytes) before each entry's kind byte.
 const HEADER: usize = 8;
@@ -63,7 +63,7 @@ impl Encoder {
     /// Appends one entry for `record` to `out`; returns where in `out` the
     /// record's protocol encoding is.
     pub fn encode(&mut self, kind: Kind, record: &UsageRecord, out: &mut Vec<u8>) -> Range<usize> {
-        crate::reporter::fill(&mut self.0, record);
+        usage::fill(&mut self.0, record);
         write(kind, &self.0, out)
     }
 }

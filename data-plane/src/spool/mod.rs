@@ -36,7 +36,7 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::log::Replay;
-use crate::meter::UsageRecord;
+use crate::usage::UsageRecord;
 
 /// When the writer calls fsync. Either way an entry is written (write(2))
 /// before its waiters are woken, so a process crash loses nothing; they
