@@ -1,8 +1,9 @@
 //! Every way a request can be refused or fail, and the one function that
 //! turns it into a client response. Status codes, messages (the exact texts
-//! of DESIGN §6), error types, codes, the body shape (OpenAI or messages, by
-//! request path), `x-should-retry` and whether the gateway itself may retry
-//! are chosen here and nowhere else; internal causes never reach the body.
+//! of the error catalogue, `docs/errors.md`), error types, codes, the body
+//! shape (OpenAI or messages, by request path), `x-should-retry` and whether
+//! the gateway itself may retry are chosen here and nowhere else; internal
+//! causes never reach the body.
 
 use axum::{
     http::{HeaderValue, StatusCode, header},

@@ -1,6 +1,6 @@
 //! Who is calling and whether they may: the key, the token's state, quota and
 //! source address, the account and the group, checked against one snapshot
-//! in the order of SPEC §7 so each refusal has exactly one message.
+//! in one fixed order so each refusal has exactly one message.
 
 use std::{net::IpAddr, sync::Arc};
 

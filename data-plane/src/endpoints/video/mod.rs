@@ -39,7 +39,7 @@ use crate::{
     videos::{NewTask, Task},
 };
 
-/// What `openai-poll-after-ms` tells SDK pollers (SPEC §8: 5 to 10 s).
+/// What `openai-poll-after-ms` tells SDK pollers: pollers wait 5 to 10 s.
 const POLL_AFTER_MS: &str = "5000";
 /// Duration asked for when a submission names none (the OpenAI default).
 const DEFAULT_SECONDS: u32 = 4;
