@@ -3,7 +3,8 @@
 
 use tonic::Status;
 
-use crate::services::usage_summary::SummaryError;
+use crate::domain::validate::Invalid;
+use crate::services::{access::Denied, usage_summary::SummaryError};
 use crate::{domain::error_chain, store::StoreError};
 
 impl From<StoreError> for Status {
@@ -42,5 +43,17 @@ impl From<SummaryError> for Status {
             SummaryError::Invalid(reason) => Status::invalid_argument(reason),
             SummaryError::Store(error) => error.into(),
         }
+    }
+}
+
+impl From<Invalid> for Status {
+    fn from(invalid: Invalid) -> Status {
+        Status::invalid_argument(invalid.0)
+    }
+}
+
+impl From<Denied> for Status {
+    fn from(denied: Denied) -> Status {
+        Status::permission_denied(denied.0)
     }
 }

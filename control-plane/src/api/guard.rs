@@ -40,6 +40,12 @@ pub struct Guard<S> {
     auth: Arc<Authenticator>,
 }
 
+/// The caller the guard admitted for `request`. Unauthenticated when there
+/// is none, which happens only if the service runs without its guard.
+pub fn caller_of<T>(request: &tonic::Request<T>) -> Result<Caller, Status> {
+    request.extensions().get::<Caller>().cloned().ok_or_else(|| Status::unauthenticated("missing credential"))
+}
+
 // === impl Authenticator ===
 
 impl Authenticator {
@@ -147,7 +153,8 @@ where
             let rule = rules::find(&method);
             let write = rule.is_none_or(|rule| rule.access == Access::Write);
             let kind = rule.map_or("unknown", |rule| rule.kind);
-            if let Err(status) = rules::authorize(&caller, &method) {
+            if let Err(denied) = rules::authorize(&caller, &method) {
+                let status = Status::from(denied);
                 if write {
                     auth.audit(&caller, &method, kind, code_name(status.code())).await;
                 }

@@ -1,12 +1,16 @@
 //! The admin API's input rules: what a name, a list, a status, a price, a
 //! rate limit, a channel type, a base URL or an IP allowlist must look like.
-//! Each check answers InvalidArgument naming the field, never a store error.
+//! Each check fails with an `Invalid` naming the field (the API answers
+//! it as InvalidArgument), never a store error.
 
 use std::net::IpAddr;
 
-use tonic::Status;
-
 use crate::domain::{Model, RateLimit};
+
+/// Input that breaks one of the rules; the text names the field and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
 
 /// Model categories the catalogue accepts.
 pub const CATEGORIES: [&str; 9] =
@@ -14,14 +18,14 @@ pub const CATEGORIES: [&str; 9] =
 /// Channel provider types the data planes can speak.
 pub const CHANNEL_TYPES: [&str; 2] = ["openai", "anthropic"];
 
-/// `value` trimmed; InvalidArgument when that leaves nothing.
-pub(crate) fn required(field: &str, value: String) -> Result<String, Status> {
+/// `value` trimmed; `Invalid` when that leaves nothing.
+pub fn required(field: &str, value: String) -> Result<String, Invalid> {
     let value = value.trim().to_owned();
-    if value.is_empty() { Err(Status::invalid_argument(format!("{field} is required"))) } else { Ok(value) }
+    if value.is_empty() { Err(Invalid(format!("{field} is required"))) } else { Ok(value) }
 }
 
 /// Trims, drops empty entries and duplicates, keeps order.
-pub(crate) fn clean_list(items: Vec<String>) -> Vec<String> {
+pub fn clean_list(items: Vec<String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(items.len());
     for item in items {
         let item = item.trim().to_owned();
@@ -33,53 +37,49 @@ pub(crate) fn clean_list(items: Vec<String>) -> Vec<String> {
 }
 
 /// `status` when it is one of `allowed`.
-pub(crate) fn status_value(status: &str, allowed: &[&str]) -> Result<String, Status> {
+pub fn status_value(status: &str, allowed: &[&str]) -> Result<String, Invalid> {
     if allowed.contains(&status) {
         Ok(status.to_owned())
     } else {
-        Err(Status::invalid_argument(format!("status must be one of {}", allowed.join(", "))))
+        Err(Invalid(format!("status must be one of {}", allowed.join(", "))))
     }
 }
 
 /// A group's price ratio: 0 to 1000.
-pub(crate) fn check_ratio(ratio: f64) -> Result<(), Status> {
-    if (0.0..=1000.0).contains(&ratio) {
-        Ok(())
-    } else {
-        Err(Status::invalid_argument("ratio must be between 0 and 1000"))
-    }
+pub fn check_ratio(ratio: f64) -> Result<(), Invalid> {
+    if (0.0..=1000.0).contains(&ratio) { Ok(()) } else { Err(Invalid("ratio must be between 0 and 1000".into())) }
 }
 
 /// A limit with a window allows at least one request in it.
-pub(crate) fn check_rate_limit(limit: &RateLimit) -> Result<(), Status> {
+pub fn check_rate_limit(limit: &RateLimit) -> Result<(), Invalid> {
     if limit.window_minutes > 0 && limit.max_requests == 0 {
-        return Err(Status::invalid_argument("a rate limit needs at least one request per window"));
+        return Err(Invalid("a rate limit needs at least one request per window".into()));
     }
     Ok(())
 }
 
 /// One of `CHANNEL_TYPES`.
-pub(crate) fn check_channel_type(kind: &str) -> Result<(), Status> {
+pub fn check_channel_type(kind: &str) -> Result<(), Invalid> {
     if CHANNEL_TYPES.contains(&kind) {
         Ok(())
     } else {
-        Err(Status::invalid_argument(format!("channel type must be one of {}", CHANNEL_TYPES.join(", "))))
+        Err(Invalid(format!("channel type must be one of {}", CHANNEL_TYPES.join(", "))))
     }
 }
 
 /// `http://` or `https://` and a host.
-pub(crate) fn check_base_url(url: &str) -> Result<(), Status> {
+pub fn check_base_url(url: &str) -> Result<(), Invalid> {
     let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
     match rest {
         Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(()),
-        _ => Err(Status::invalid_argument("base URL must start with http:// or https:// and name a host")),
+        _ => Err(Invalid("base URL must start with http:// or https:// and name a host".into())),
     }
 }
 
 /// A known category and no negative price.
-pub(crate) fn check_model(model: &Model) -> Result<(), Status> {
+pub fn check_model(model: &Model) -> Result<(), Invalid> {
     if !CATEGORIES.contains(&model.category.as_str()) {
-        return Err(Status::invalid_argument(format!("category must be one of {}", CATEGORIES.join(", "))));
+        return Err(Invalid(format!("category must be one of {}", CATEGORIES.join(", "))));
     }
     let prices = [
         model.input_price_micros,
@@ -96,16 +96,16 @@ pub(crate) fn check_model(model: &Model) -> Result<(), Status> {
         model.reasoning_price_micros,
     ];
     if prices.iter().any(|p| *p < 0) {
-        return Err(Status::invalid_argument("prices must not be negative"));
+        return Err(Invalid("prices must not be negative".into()));
     }
     if model.tier_threshold_tokens < 0 {
-        return Err(Status::invalid_argument("tier threshold must not be negative"));
+        return Err(Invalid("tier threshold must not be negative".into()));
     }
     Ok(())
 }
 
 /// Each entry is an IPv4/IPv6 address or CIDR.
-pub(crate) fn check_ip_list(entries: &[String]) -> Result<(), Status> {
+pub fn check_ip_list(entries: &[String]) -> Result<(), Invalid> {
     for entry in entries {
         let (addr, bits) = match entry.split_once('/') {
             Some((addr, bits)) => (addr, Some(bits)),
@@ -118,7 +118,7 @@ pub(crate) fn check_ip_list(entries: &[String]) -> Result<(), Status> {
             _ => false,
         };
         if !valid {
-            return Err(Status::invalid_argument(format!("{entry:?} is not an IP address or CIDR")));
+            return Err(Invalid(format!("{entry:?} is not an IP address or CIDR")));
         }
     }
     Ok(())

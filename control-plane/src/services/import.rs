@@ -158,13 +158,13 @@ impl Import {
             "" => ENABLED.to_owned(),
             status => match status_value(status, &[ENABLED, DISABLED]) {
                 Ok(status) => status,
-                Err(refused) => return Ok(Err(refused.message().to_owned())),
+                Err(refused) => return Ok(Err(refused.0)),
             },
         };
         let allow_ips = clean_list(row.allow_ips);
         let rate_limit: RateLimit = row.rate_limit.map(Into::into).unwrap_or_default();
         if let Err(refused) = check_ip_list(&allow_ips).and_then(|()| check_rate_limit(&rate_limit)) {
-            return Ok(Err(refused.message().to_owned()));
+            return Ok(Err(refused.0));
         }
         let window = match row.window.map(|w| crate::api::convert::window_budget(w, &self.time_zone)).transpose() {
             Ok(window) => window.flatten(),

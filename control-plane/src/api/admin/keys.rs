@@ -13,7 +13,6 @@ use crate::{
     api::convert,
     domain::validate::status_value,
     domain::{Channel, ChannelKey, DISABLED, ENABLED, now_unix},
-    services::access::Caller,
     store::StoreError,
 };
 
@@ -22,7 +21,7 @@ pub const MAX_KEYS: usize = 256;
 
 /// Adds the key of `request` to its channel's pool, enabled.
 pub(super) async fn add(api: &AdminApi, request: Request<pb::AddChannelKeyRequest>) -> Answer<pb::ChannelKey> {
-    let caller = Caller::of_request(&request)?;
+    let caller = crate::api::guard::caller_of(&request)?;
     let r = request.into_inner();
     caller.target(&r.channel_id);
     let key = r.key.trim().to_owned();
@@ -61,7 +60,7 @@ pub(super) async fn list(api: &AdminApi, request: Request<pb::GetRequest>) -> An
 
 /// Enables or disables one key. Enabling clears why it was disabled.
 pub(super) async fn update(api: &AdminApi, request: Request<pb::UpdateChannelKeyRequest>) -> Answer<pb::ChannelKey> {
-    let caller = Caller::of_request(&request)?;
+    let caller = crate::api::guard::caller_of(&request)?;
     let r = request.into_inner();
     caller.target(&r.channel_id);
     let status = status_value(&r.status, &[ENABLED, DISABLED])?;
@@ -90,7 +89,7 @@ pub(super) async fn update(api: &AdminApi, request: Request<pb::UpdateChannelKey
 
 /// Removes one key from its channel's pool.
 pub(super) async fn remove(api: &AdminApi, request: Request<pb::ChannelKeyRef>) -> Answer<pb::Empty> {
-    let caller = Caller::of_request(&request)?;
+    let caller = crate::api::guard::caller_of(&request)?;
     let r = request.into_inner();
     caller.target(&r.channel_id);
     api.edit(&r.channel_id, move |channel: &mut Channel| {

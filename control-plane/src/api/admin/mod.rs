@@ -197,7 +197,7 @@ impl AdminApi {
 #[tonic::async_trait]
 impl pb::admin_service_server::AdminService for AdminApi {
     async fn create_account(&self, request: Request<pb::CreateAccountRequest>) -> Answer<pb::Account> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         let name = required("name", r.name)?;
         let groups = clean_list(r.groups);
@@ -220,7 +220,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn list_accounts(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListAccountsResponse> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         let accounts = self.list::<Account>().await?;
         let keep = |a: &Account| {
@@ -238,7 +238,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn get_account(&self, request: Request<pb::GetRequest>) -> Answer<pb::Account> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let mut id = request.into_inner().id;
         // An account credential reads its own account, also when it names none.
         caller.narrow(&mut id)?;
@@ -247,7 +247,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn update_account(&self, request: Request<pb::UpdateAccountRequest>) -> Answer<pb::Account> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         caller.target(&r.id);
         let name = r.name.map(|name| required("name", name)).transpose()?;
@@ -275,7 +275,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn top_up_account(&self, request: Request<pb::TopUpRequest>) -> Answer<pb::Account> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         caller.target(&r.id);
         if r.amount_micros == 0 {
@@ -288,7 +288,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn delete_account(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let id = request.into_inner().id;
         caller.target(&id);
         let tokens = self.tokens_where(|t| t.account_id == id).await?;
@@ -308,7 +308,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn create_group(&self, request: Request<pb::Group>) -> Answer<pb::Group> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let mut group: Group = request.into_inner().into();
         group.name = required("name", group.name)?;
         caller.target(&group.name);
@@ -333,7 +333,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn update_group(&self, request: Request<pb::UpdateGroupRequest>) -> Answer<pb::Group> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         caller.target(&r.name);
         if let Some(ratio) = r.ratio {
@@ -360,7 +360,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn delete_group(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let name = request.into_inner().id;
         caller.target(&name);
         let tokens = self.tokens_where(|t| t.group == name).await?;
@@ -372,7 +372,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn create_token(&self, request: Request<pb::CreateTokenRequest>) -> Answer<pb::CreatedToken> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let mut r = request.into_inner();
         caller.narrow(&mut r.account_id)?;
         r.account_id = required("account", r.account_id)?;
@@ -419,7 +419,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn list_tokens(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListTokensResponse> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let mut r = request.into_inner();
         caller.narrow(&mut r.account_id)?;
         let tokens = self.list::<Token>().await?;
@@ -439,7 +439,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn get_token(&self, request: Request<pb::GetRequest>) -> Answer<pb::Token> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let id = request.into_inner().id;
         let token = self.fetch::<Token>(&id).await?;
         caller.check_owner("token", &id, &token.account_id)?;
@@ -447,7 +447,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn update_token(&self, request: Request<pb::UpdateTokenRequest>) -> Answer<pb::Token> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         caller.target(&r.id);
         self.check_token_owner(&caller, &r.id).await?;
@@ -510,7 +510,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn delete_token(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let id = request.into_inner().id;
         caller.target(&id);
         self.check_token_owner(&caller, &id).await?;
@@ -524,7 +524,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         &self,
         request: Request<tonic::Streaming<pb::ImportTokensRequest>>,
     ) -> Answer<Self::ImportTokensStream> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         caller.target("import");
         // A batch or two ahead of the client's reader, no more.
         let (answers, rx) = tokio::sync::mpsc::channel(2);
@@ -534,7 +534,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn create_channel(&self, request: Request<pb::Channel>) -> Answer<pb::Channel> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let request = request.into_inner();
         // `has_key` says a key was meant: an empty one is an unset variable.
         if request.has_key && request.api_key.trim().is_empty() {
@@ -592,7 +592,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn update_channel(&self, request: Request<pb::UpdateChannelRequest>) -> Answer<pb::Channel> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         caller.target(&r.id);
         let name = r.name.map(|name| required("name", name)).transpose()?;
@@ -642,7 +642,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn delete_channel(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let id = request.into_inner().id;
         caller.target(&id);
         self.store.delete(Kind::Channel, &id).await?;
@@ -666,7 +666,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn create_model(&self, request: Request<pb::Model>) -> Answer<pb::Model> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let mut model: Model = request.into_inner().into();
         model.id = required("id", model.id)?;
         caller.target(&model.id);
@@ -694,7 +694,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn update_model(&self, request: Request<pb::UpdateModelRequest>) -> Answer<pb::Model> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         caller.target(&r.id);
         let (category, owned_by) = (r.category, r.owned_by);
@@ -716,14 +716,14 @@ impl pb::admin_service_server::AdminService for AdminApi {
                 set(&mut model.category, &category);
                 set(&mut model.owned_by, &owned_by);
                 // Checked on the result, which includes the stored fields.
-                check_model(model).map_err(|status| StoreError::Rejected { reason: status.message().to_owned() })
+                check_model(model).map_err(|invalid| StoreError::Rejected { reason: invalid.0 })
             })
             .await?;
         Ok(Response::new(model.into()))
     }
 
     async fn delete_model(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let id = request.into_inner().id;
         caller.target(&id);
         self.store.delete(Kind::Model, &id).await?;
@@ -731,7 +731,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn list_usage(&self, request: Request<pb::ListUsageRequest>) -> Answer<pb::ListUsageResponse> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let mut r = request.into_inner();
         caller.narrow(&mut r.account_id)?;
         if r.from > 0 && r.to > 0 && r.from >= r.to {
@@ -756,7 +756,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn summarize_usage(&self, request: Request<pb::SummarizeUsageRequest>) -> Answer<pb::SummarizeUsageResponse> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let mut r = request.into_inner();
         caller.narrow(&mut r.account_id)?;
         let query = usage_summary::Query::try_from(r).map_err(Status::invalid_argument)?;
@@ -819,7 +819,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn create_credential(&self, request: Request<pb::CreateCredentialRequest>) -> Answer<pb::CreatedCredential> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let created = self.credentials()?.create(request.into_inner()).await?;
         caller.target(created.credential.as_ref().map_or("", |c| c.id.as_str()));
         Ok(Response::new(created))
@@ -830,7 +830,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn revoke_credential(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let id = request.into_inner().id;
         caller.target(&id);
         self.credentials()?.revoke(&id).await?;
@@ -838,7 +838,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
     }
 
     async fn rotate_credential(&self, request: Request<pb::GetRequest>) -> Answer<pb::CreatedCredential> {
-        let caller = Caller::of_request(&request)?;
+        let caller = crate::api::guard::caller_of(&request)?;
         let id = request.into_inner().id;
         caller.target(&id);
         Ok(Response::new(self.credentials()?.rotate(&id).await?))

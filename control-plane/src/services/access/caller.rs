@@ -5,8 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use tonic::{Request, Status};
-
+use super::Denied;
 use crate::domain::access::{Credential, ROOT_ID, Role};
 
 /// Who is calling. `guard` puts one in the extensions of every admitted
@@ -36,12 +35,6 @@ impl Caller {
         Caller { id: credential.id.clone(), role: credential.role, account_id, target: Arc::default() }
     }
 
-    /// The caller of `request`. Unauthenticated when there is none, which
-    /// happens only if the service runs without its guard.
-    pub fn of_request<T>(request: &Request<T>) -> Result<Caller, Status> {
-        request.extensions().get::<Caller>().cloned().ok_or_else(|| Status::unauthenticated("missing credential"))
-    }
-
     /// The one account the caller may see; `None` when it sees every account.
     pub fn account(&self) -> Option<&str> {
         (self.role == Role::Account).then_some(self.account_id.as_str())
@@ -49,8 +42,8 @@ impl Caller {
 
     /// Narrows an account filter to what the caller may see: an account
     /// caller's empty filter becomes its account, and another account is
-    /// PermissionDenied. Other callers' filters stay as they are.
-    pub fn narrow(&self, account_id: &mut String) -> Result<(), Status> {
+    /// `Denied`. Other callers' filters stay as they are.
+    pub fn narrow(&self, account_id: &mut String) -> Result<(), Denied> {
         match self.account() {
             None => Ok(()),
             Some(own) if account_id.is_empty() || account_id == own => {
@@ -62,8 +55,8 @@ impl Caller {
     }
 
     /// Admits a resource (`kind` `id`) of account `owner` when the caller
-    /// may see that account; PermissionDenied otherwise.
-    pub fn check_owner(&self, kind: &str, id: &str, owner: &str) -> Result<(), Status> {
+    /// may see that account; `Denied` otherwise.
+    pub fn check_owner(&self, kind: &str, id: &str, owner: &str) -> Result<(), Denied> {
         match self.account() {
             Some(own) if own != owner => Err(self.denied(kind, id)),
             _ => Ok(()),
@@ -87,8 +80,8 @@ impl Caller {
         self.target.lock().map(|target| target.clone()).unwrap_or_default()
     }
 
-    fn denied(&self, kind: &str, id: &str) -> Status {
-        Status::permission_denied(format!(
+    fn denied(&self, kind: &str, id: &str) -> Denied {
+        Denied(format!(
             "credential {} is bound to account {:?} and may not use {kind} {id:?} of another account",
             self.id, self.account_id
         ))
@@ -111,8 +104,7 @@ mod tests {
         assert_eq!(filter, "acc_a");
         let mut other = "acc_b".to_owned();
         let denied = caller.narrow(&mut other).expect_err("other account");
-        assert_eq!(denied.code(), tonic::Code::PermissionDenied);
-        assert!(denied.message().contains("acc_b"), "{}", denied.message());
+        assert!(denied.0.contains("acc_b"), "{denied}");
         assert!(caller.check_owner("token", "tok_1", "acc_b").is_err());
         assert!(caller.check_owner("token", "tok_1", "acc_a").is_ok());
         assert!(caller.sees_account("acc_a") && !caller.sees_account("acc_b"));

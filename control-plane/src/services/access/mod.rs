@@ -7,3 +7,9 @@ pub mod caller;
 pub mod rules;
 
 pub use self::caller::Caller;
+
+/// A call or a resource the caller's role or account does not allow; the
+/// text names the credential and what it may not do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Denied(pub String);
