@@ -4,7 +4,7 @@
 use tonic::Status;
 
 use crate::domain::validate::Invalid;
-use crate::services::{access::Denied, usage_summary::SummaryError};
+use crate::services::{access::Denied, continuity::ContinuityError, usage_summary::SummaryError};
 use crate::{domain::error_chain, store::StoreError};
 
 impl From<StoreError> for Status {
@@ -55,5 +55,15 @@ impl From<Invalid> for Status {
 impl From<Denied> for Status {
     fn from(denied: Denied) -> Status {
         Status::permission_denied(denied.0)
+    }
+}
+
+impl From<ContinuityError> for Status {
+    fn from(error: ContinuityError) -> Status {
+        match error {
+            ContinuityError::Lost(_) => Status::failed_precondition(error.to_string()),
+            ContinuityError::Moved | ContinuityError::Suspect(_) => Status::unavailable(error.to_string()),
+            ContinuityError::Store(error) => error.into(),
+        }
     }
 }

@@ -361,7 +361,7 @@ impl Session {
                         if newest != self.sent {
                             // Lower (or a new lineage) means the store lost data: that
                             // ends the session, and the data plane keeps what it has.
-                            self.continuity.still(&self.node_id, &self.lineage, self.sent).await.map_err(SessionEnd::Refused)?;
+                            self.continuity.still(&self.node_id, &self.lineage, self.sent).await.map_err(|refused| SessionEnd::Refused(refused.into()))?;
                             self.send_since().await?;
                         }
                     }

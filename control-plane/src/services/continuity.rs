@@ -13,9 +13,25 @@
 
 use std::sync::{Arc, Mutex};
 
-use tonic::Status;
-
 use crate::store::{Lineage, Persistence, Store, StoreError};
+
+/// Why a data plane, a session or a write is refused the store.
+#[derive(Debug, thiserror::Error)]
+pub enum ContinuityError {
+    /// The store lost what a data plane holds (or went back in time); it is
+    /// now held suspect.
+    #[error("{0}; the data plane keeps its last snapshot until an operator runs `gwctl store confirm`")]
+    Lost(String),
+    /// An operator confirmed the store as a new lineage during a session:
+    /// the data plane reconnects and is admitted to it.
+    #[error("the store was confirmed as a new lineage; reconnect")]
+    Moved,
+    /// The store is held suspect, for the reason given.
+    #[error("the control plane distrusts its store ({0}); an operator must check it and run `gwctl store confirm`")]
+    Suspect(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// One replica's view of whether its store can be trusted.
 #[derive(Clone)]
@@ -43,9 +59,9 @@ impl Continuity {
 
     /// The lineage to serve data plane `node`, which holds revision `held`
     /// of lineage `held_id` (empty when it holds nothing or came before
-    /// lineages). `FailedPrecondition` when the store lost what the data
-    /// plane holds; the store is then held suspect.
-    pub async fn admit(&self, node: &str, held_id: &str, held: u64) -> Result<Lineage, Status> {
+    /// lineages). `Lost` when the store lost what the data plane holds; the
+    /// store is then held suspect.
+    pub async fn admit(&self, node: &str, held_id: &str, held: u64) -> Result<Lineage, ContinuityError> {
         let lineage = self.store.lineage().await?;
         let revision = self.store.revision().await?;
         let same = held_id.is_empty() || held_id == lineage.id;
@@ -70,7 +86,7 @@ impl Continuity {
 
     /// Checks, before a session sends more, that the store still has the
     /// session's `lineage` and has not gone below the revision `sent`.
-    pub async fn still(&self, node: &str, lineage: &Lineage, sent: u64) -> Result<(), Status> {
+    pub async fn still(&self, node: &str, lineage: &Lineage, sent: u64) -> Result<(), ContinuityError> {
         let now = self.store.lineage().await?;
         let revision = self.store.revision().await?;
         if now.id == lineage.id && revision >= sent {
@@ -79,7 +95,7 @@ impl Continuity {
         if now.confirmed && now.id != lineage.id {
             // An operator confirmed the store meanwhile: the data plane
             // reconnects and is admitted to the new lineage.
-            return Err(Status::unavailable("the store was confirmed as a new lineage; reconnect"));
+            return Err(ContinuityError::Moved);
         }
         Err(self.distrust(format!(
             "the store changed under data plane {node:?}: it was {} at revision {sent}, it is {} at revision {revision}",
@@ -87,14 +103,12 @@ impl Continuity {
         )))
     }
 
-    /// `Unavailable` while the store is suspect, for calls that would write
-    /// to it.
-    pub fn trusted(&self) -> Result<(), Status> {
+    /// `Suspect` while the store is held suspect, for calls that would
+    /// write to it.
+    pub fn trusted(&self) -> Result<(), ContinuityError> {
         match self.reason() {
             None => Ok(()),
-            Some(why) => Err(Status::unavailable(format!(
-                "the control plane distrusts its store ({why}); an operator must check it and run `gwctl store confirm`"
-            ))),
+            Some(why) => Err(ContinuityError::Suspect(why)),
         }
     }
 
@@ -121,15 +135,13 @@ impl Continuity {
     }
 
     /// Holds the store suspect for `why` and returns the refusal.
-    fn distrust(&self, why: String) -> Status {
+    fn distrust(&self, why: String) -> ContinuityError {
         let mut suspect = self.suspect.lock().unwrap_or_else(|e| e.into_inner());
         if suspect.is_none() {
             tracing::error!(reason = %why, "refusing to serve a store that lost data; run `gwctl store confirm` once it is right");
             *suspect = Some(why.clone());
         }
-        Status::failed_precondition(format!(
-            "{why}; the data plane keeps its last snapshot until an operator runs `gwctl store confirm`"
-        ))
+        ContinuityError::Lost(why)
     }
 }
 
@@ -178,11 +190,10 @@ mod tests {
         let lineage = continuity.admit("dp", "", 0).await.unwrap();
 
         let refused = continuity.admit("dp", &lineage.id, 9).await.unwrap_err();
-        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
-        assert!(refused.message().contains("went back in time"), "{}", refused.message());
+        assert!(matches!(&refused, ContinuityError::Lost(why) if why.contains("went back in time")), "{refused}");
         let refused = continuity.admit("dp", "another-store", 1).await.unwrap_err();
-        assert!(refused.message().contains("lost its data"), "{}", refused.message());
-        assert_eq!(continuity.trusted().unwrap_err().code(), tonic::Code::Unavailable);
+        assert!(matches!(&refused, ContinuityError::Lost(why) if why.contains("lost its data")), "{refused}");
+        assert!(matches!(continuity.trusted(), Err(ContinuityError::Suspect(_))));
 
         let status = continuity.confirm().await.unwrap();
         assert!(status.lineage.confirmed && status.lineage.id != lineage.id && status.suspect.is_none());
@@ -208,7 +219,7 @@ mod tests {
 
         let status = continuity.confirm().await.unwrap();
         let moved = continuity.still("dp", &lineage, 1).await.unwrap_err();
-        assert_eq!(moved.code(), tonic::Code::Unavailable, "a confirm ends sessions of the old lineage");
+        assert!(matches!(moved, ContinuityError::Moved), "a confirm ends sessions of the old lineage: {moved}");
         assert!(continuity.trusted().is_ok(), "without holding the store suspect again");
         assert!(continuity.still("dp", &status.lineage, 1).await.is_ok());
     }
