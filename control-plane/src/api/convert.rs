@@ -8,6 +8,7 @@ use crate::domain::calendar::CalendarError;
 use crate::domain::{
     Account, Channel, ChannelKey, Group, Model, RateLimit, Resource, Token, UsageRecord, WindowBudget, WindowPeriod,
 };
+use crate::services::budget::{PermitAsk, PermitGrant, SlotsAsk};
 use crate::services::usage_summary;
 
 impl From<pb::RateLimit> for RateLimit {
@@ -455,6 +456,28 @@ impl From<AuditEntry> for pb::AuditEntry {
             outcome: e.outcome,
         }
     }
+}
+
+/// A data plane's permit ask.
+pub fn permit_ask(ask: pb::PermitAsk) -> PermitAsk {
+    PermitAsk {
+        key: ask.key,
+        window_minutes: ask.window_minutes,
+        max_requests: ask.max_requests,
+        want: ask.want,
+        charge: ask.charge,
+    }
+}
+
+impl From<PermitGrant> for pb::PermitGrant {
+    fn from(g: PermitGrant) -> pb::PermitGrant {
+        pb::PermitGrant { key: g.key, granted: g.granted, window_start: g.window_start, window_end: g.window_end }
+    }
+}
+
+/// A data plane's ask for in-flight slots.
+pub fn slots_ask(ask: pb::SlotAsk) -> SlotsAsk {
+    SlotsAsk { key: ask.key, max_in_flight: ask.max_in_flight, give_back: ask.give_back, want: ask.want }
 }
 
 #[cfg(test)]

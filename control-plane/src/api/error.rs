@@ -4,7 +4,7 @@
 use tonic::Status;
 
 use crate::domain::validate::Invalid;
-use crate::services::{access::Denied, continuity::ContinuityError, usage_summary::SummaryError};
+use crate::services::{access::Denied, budget::BudgetError, continuity::ContinuityError, usage_summary::SummaryError};
 use crate::{domain::error_chain, store::StoreError};
 
 impl From<StoreError> for Status {
@@ -64,6 +64,15 @@ impl From<ContinuityError> for Status {
             ContinuityError::Lost(_) => Status::failed_precondition(error.to_string()),
             ContinuityError::Moved | ContinuityError::Suspect(_) => Status::unavailable(error.to_string()),
             ContinuityError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<BudgetError> for Status {
+    fn from(error: BudgetError) -> Status {
+        match error {
+            BudgetError::Invalid(why) => Status::invalid_argument(why),
+            BudgetError::Store(error) => error.into(),
         }
     }
 }

@@ -193,7 +193,8 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         request: Request<pb::AcquirePermitsRequest>,
     ) -> Result<Response<pb::AcquirePermitsResponse>, Status> {
         let request = crate::api::peer::with_node(request, |r| &mut r.node_id);
-        let grants = self.budgets.permits(request.asks).await?;
+        let asks = request.asks.into_iter().map(convert::permit_ask).collect();
+        let grants = self.budgets.permits(asks).await?.into_iter().map(pb::PermitGrant::from).collect();
         self.seen(&request.node_id);
         Ok(Response::new(pb::AcquirePermitsResponse { grants }))
     }
@@ -204,7 +205,8 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
     ) -> Result<Response<pb::LeaseSlotsResponse>, Status> {
         let request = crate::api::peer::with_node(request, |r| &mut r.node_id);
         let keys: Vec<String> = request.asks.iter().map(|a| a.key.clone()).collect();
-        let (leases, ttl_secs) = self.budgets.slots(&request.node_id, request.asks, request.ttl_secs).await?;
+        let asks = request.asks.into_iter().map(convert::slots_ask).collect();
+        let (leases, ttl_secs) = self.budgets.slots(&request.node_id, asks, request.ttl_secs).await?;
         self.seen(&request.node_id);
         let grants = keys
             .into_iter()

@@ -10,9 +10,6 @@
 
 use std::sync::Arc;
 
-use gw_proto::pb;
-use tonic::Status;
-
 use crate::{
     domain::clock::Clock,
     domain::now_unix,
@@ -28,6 +25,47 @@ pub const MIN_LEASE_TTL_SECS: u32 = 5;
 pub const MAX_LEASE_TTL_SECS: u32 = 3_600;
 /// Largest amount one ask may name: a billion dollars.
 const MAX_AMOUNT: i64 = 1_000_000_000_000_000;
+
+/// Why an ask is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    /// The ask is malformed; the text says how.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One ask for rate-limit permits: up to `want` of `max_requests` per
+/// window of `window_minutes` on `key`, and `charge` units used already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitAsk {
+    pub key: String,
+    pub window_minutes: u32,
+    pub max_requests: u32,
+    pub want: u32,
+    pub charge: u32,
+}
+
+/// What one `PermitAsk` got, for the window `[window_start, window_end)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitGrant {
+    pub key: String,
+    pub granted: u32,
+    pub window_start: i64,
+    pub window_end: i64,
+}
+
+/// One ask for in-flight slots on `key` (`token:<id>` or
+/// `group:<group>:<account>`), limited to `max_in_flight` across holders:
+/// `give_back` slots returned, then `want` more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotsAsk {
+    pub key: String,
+    pub max_in_flight: u32,
+    pub give_back: u32,
+    pub want: u32,
+}
 
 /// The authority of one replica; cheap to share.
 #[derive(Clone)]
@@ -60,9 +98,9 @@ impl Authority {
 
     /// Grants rate-limit permits: one grant per ask, in order, each for the
     /// fixed window that holds this instant. Refuses malformed asks.
-    pub async fn permits(&self, asks: Vec<pb::PermitAsk>) -> Result<Vec<pb::PermitGrant>, Status> {
+    pub async fn permits(&self, asks: Vec<PermitAsk>) -> Result<Vec<PermitGrant>, BudgetError> {
         if asks.len() > MAX_ASKS {
-            return Err(Status::invalid_argument(format!("at most {MAX_ASKS} asks per call")));
+            return Err(BudgetError::Invalid(format!("at most {MAX_ASKS} asks per call")));
         }
         for ask in &asks {
             validate_permit_ask(ask)?;
@@ -85,7 +123,7 @@ impl Authority {
                     .take_permits(&ask.key, window_start, window_end - window_start, u32::MAX, ask.charge)
                     .await?;
             }
-            grants.push(pb::PermitGrant { key: ask.key, granted, window_start, window_end });
+            grants.push(PermitGrant { key: ask.key, granted, window_start, window_end });
         }
         Ok(grants)
     }
@@ -93,16 +131,21 @@ impl Authority {
     /// Leases spending budget to data plane `holder` for `ttl_secs`
     /// (clamped to the allowed range, returned beside the grants): one
     /// lease per ask, in order.
-    pub async fn lease(&self, holder: &str, asks: Vec<SpendAsk>, ttl_secs: u32) -> Result<(Vec<Lease>, u32), Status> {
+    pub async fn lease(
+        &self,
+        holder: &str,
+        asks: Vec<SpendAsk>,
+        ttl_secs: u32,
+    ) -> Result<(Vec<Lease>, u32), BudgetError> {
         if asks.len() > MAX_ASKS {
-            return Err(Status::invalid_argument(format!("at most {MAX_ASKS} asks per call")));
+            return Err(BudgetError::Invalid(format!("at most {MAX_ASKS} asks per call")));
         }
         if holder.is_empty() {
-            return Err(Status::invalid_argument("spend asks need a node_id"));
+            return Err(BudgetError::Invalid("spend asks need a node_id".into()));
         }
         for ask in &asks {
             if !(0..=MAX_AMOUNT).contains(&ask.need) || !(ask.need..=MAX_AMOUNT).contains(&ask.want) {
-                return Err(Status::invalid_argument(format!(
+                return Err(BudgetError::Invalid(format!(
                     "spend ask for {} needs 0 <= need <= want <= {MAX_AMOUNT}, got need {} want {}",
                     ask.budget, ask.need, ask.want
                 )));
@@ -131,18 +174,18 @@ impl Authority {
     pub async fn slots(
         &self,
         holder: &str,
-        asks: Vec<pb::SlotAsk>,
+        asks: Vec<SlotsAsk>,
         ttl_secs: u32,
-    ) -> Result<(Vec<SlotLease>, u32), Status> {
+    ) -> Result<(Vec<SlotLease>, u32), BudgetError> {
         if asks.len() > MAX_ASKS {
-            return Err(Status::invalid_argument(format!("at most {MAX_ASKS} asks per call")));
+            return Err(BudgetError::Invalid(format!("at most {MAX_ASKS} asks per call")));
         }
         if holder.is_empty() {
-            return Err(Status::invalid_argument("slot asks need a node_id"));
+            return Err(BudgetError::Invalid("slot asks need a node_id".into()));
         }
         for ask in &asks {
             if !is_limit_key(&ask.key) || ask.max_in_flight == 0 {
-                return Err(Status::invalid_argument(format!(
+                return Err(BudgetError::Invalid(format!(
                     "slot ask for {:?} needs a key token:<id> or group:<group>:<account> of at most \
                      {MAX_KEY_LEN} bytes and a limit of at least 1",
                     ask.key
@@ -179,17 +222,17 @@ impl Authority {
 }
 
 /// Refuses a permit ask that names no limit or an unknown kind of key.
-fn validate_permit_ask(ask: &pb::PermitAsk) -> Result<(), Status> {
+fn validate_permit_ask(ask: &PermitAsk) -> Result<(), BudgetError> {
     let known = is_limit_key(ask.key.strip_prefix("tpm:").unwrap_or(&ask.key));
     if !known {
-        return Err(Status::invalid_argument(format!(
+        return Err(BudgetError::Invalid(format!(
             "permit key {:?} is not [tpm:]token:<id> or [tpm:]group:<group>:<account> of at most {MAX_KEY_LEN} bytes",
             ask.key
         )));
     }
     // Any window length is fine: u32 minutes in seconds fit an i64.
     if ask.window_minutes == 0 || ask.max_requests == 0 {
-        return Err(Status::invalid_argument(format!(
+        return Err(BudgetError::Invalid(format!(
             "permit ask for {:?} needs a window of at least 1 minute and at least 1 request, got {}/{}",
             ask.key, ask.max_requests, ask.window_minutes
         )));
@@ -221,11 +264,11 @@ mod tests {
         Authority::new(Arc::new(EmbeddedStore::open(&dir.path().join("store.redb")).unwrap()))
     }
 
-    fn ask(key: &str, window_minutes: u32, max_requests: u32, want: u32) -> pb::PermitAsk {
-        pb::PermitAsk { key: key.into(), window_minutes, max_requests, want, charge: 0 }
+    fn ask(key: &str, window_minutes: u32, max_requests: u32, want: u32) -> PermitAsk {
+        PermitAsk { key: key.into(), window_minutes, max_requests, want, charge: 0 }
     }
 
-    async fn acquire(api: &Authority, asks: Vec<pb::PermitAsk>) -> Result<Vec<pb::PermitGrant>, Status> {
+    async fn acquire(api: &Authority, asks: Vec<PermitAsk>) -> Result<Vec<PermitGrant>, BudgetError> {
         api.permits(asks).await
     }
 
@@ -259,7 +302,7 @@ mod tests {
         let api = api(&dir);
         let granted = acquire(&api, vec![ask("tpm:token:t1", 1, 1_000, 600)]).await.unwrap();
         assert_eq!(granted[0].granted, 600);
-        let charged = pb::PermitAsk { charge: 300, ..ask("tpm:token:t1", 1, 1_000, 0) };
+        let charged = PermitAsk { charge: 300, ..ask("tpm:token:t1", 1, 1_000, 0) };
         assert_eq!(acquire(&api, vec![charged]).await.unwrap()[0].granted, 0);
         let later = acquire(&api, vec![ask("tpm:token:t1", 1, 1_000, 500)]).await.unwrap();
         assert_eq!(later[0].granted, 100, "600 granted and 300 charged of 1,000");
@@ -269,16 +312,16 @@ mod tests {
     async fn slots_are_granted_up_to_the_limit_across_holders() {
         let dir = tempfile::tempdir().unwrap();
         let api = api(&dir);
-        let slot = |want, give_back| pb::SlotAsk { key: "token:t1".into(), max_in_flight: 2, give_back, want };
+        let slot = |want, give_back| SlotsAsk { key: "token:t1".into(), max_in_flight: 2, give_back, want };
         let (leases, ttl) = api.slots("dp-1", vec![slot(1, 0)], 1).await.unwrap();
         assert_eq!((leases[0].granted, ttl), (1, MIN_LEASE_TTL_SECS));
         assert_eq!(api.slots("dp-2", vec![slot(2, 0)], 30).await.unwrap().0[0].granted, 1);
         assert_eq!(api.slots("dp-2", vec![slot(1, 0)], 30).await.unwrap().0[0].granted, 0);
         assert_eq!(api.slots("dp-1", vec![slot(0, 1)], 30).await.unwrap().0[0].held, 0);
         assert_eq!(api.slots("dp-2", vec![slot(1, 0)], 30).await.unwrap().0[0].granted, 1);
-        let bad = pb::SlotAsk { key: "other:x".into(), ..slot(1, 0) };
-        assert_eq!(api.slots("dp-1", vec![bad], 30).await.unwrap_err().code(), tonic::Code::InvalidArgument);
-        assert_eq!(api.slots("", vec![slot(1, 0)], 30).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+        let bad = SlotsAsk { key: "other:x".into(), ..slot(1, 0) };
+        assert!(matches!(api.slots("dp-1", vec![bad], 30).await, Err(BudgetError::Invalid(_))));
+        assert!(matches!(api.slots("", vec![slot(1, 0)], 30).await, Err(BudgetError::Invalid(_))));
     }
 
     #[tokio::test]
@@ -286,8 +329,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let api = api(&dir);
         for bad in [ask("token:t1", 0, 5, 1), ask("token:t1", 1, 0, 1), ask("other:t1", 1, 5, 1), ask("", 1, 5, 1)] {
-            let status = acquire(&api, vec![bad.clone()]).await.unwrap_err();
-            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad:?}");
+            let refused = acquire(&api, vec![bad.clone()]).await;
+            assert!(matches!(refused, Err(BudgetError::Invalid(_))), "{bad:?}");
         }
     }
 }
