@@ -4,7 +4,9 @@
 use tonic::Status;
 
 use crate::domain::validate::Invalid;
-use crate::services::{access::Denied, budget::BudgetError, continuity::ContinuityError, usage_summary::SummaryError};
+use crate::services::{
+    access::Denied, budget::BudgetError, continuity::ContinuityError, import::ImportError, usage_summary::SummaryError,
+};
 use crate::{domain::error_chain, store::StoreError};
 
 impl From<StoreError> for Status {
@@ -73,6 +75,15 @@ impl From<BudgetError> for Status {
         match error {
             BudgetError::Invalid(why) => Status::invalid_argument(why),
             BudgetError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<ImportError> for Status {
+    fn from(error: ImportError) -> Status {
+        match error {
+            ImportError::TooLarge(_) => Status::invalid_argument(error.to_string()),
+            ImportError::Store(error) => error.into(),
         }
     }
 }

@@ -8,14 +8,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gw_proto::pb;
-use tokio::sync::mpsc;
-use tonic::{Status, Streaming};
-
 use crate::domain::keys::{display_prefix, hash_key, new_id, new_key};
 use crate::domain::validate::{check_ip_list, check_rate_limit, clean_list, status_value};
-use crate::domain::{Account, DISABLED, ENABLED, Kind, RateLimit, Resource, Token, now_unix};
-use crate::store::Store;
+use crate::domain::{Account, DISABLED, ENABLED, Kind, RateLimit, Resource, Token, calendar::WindowBudget, now_unix};
+use crate::store::{Store, StoreError};
 use crate::{domain::access::AuditEntry, services::access::Caller};
 
 /// Rows one request may carry.
@@ -23,11 +19,52 @@ pub const MAX_BATCH: usize = 5_000;
 /// Shortest and longest key an import accepts.
 const KEY_LEN: std::ops::RangeInclusive<usize> = 16..=256;
 
+/// Why a batch fails as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("a batch holds at most {MAX_BATCH} tokens, this one {0}")]
+    TooLarge(usize),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One row of an import, as the client described the token.
+#[derive(Debug, Clone)]
+pub struct ImportRow {
+    pub account_id: String,
+    /// Empty for `default`.
+    pub group: String,
+    pub name: String,
+    /// Empty to mint one.
+    pub key: String,
+    /// Empty for enabled.
+    pub status: String,
+    pub expires_at: i64,
+    pub unlimited: bool,
+    pub quota_micros: i64,
+    pub models: Vec<String>,
+    pub allow_ips: Vec<String>,
+    pub rate_limit: RateLimit,
+    /// The window budget, or why the one given could not be read.
+    pub window: Result<Option<WindowBudget>, String>,
+    pub tokens_per_minute: u32,
+    pub max_in_flight: u32,
+}
+
+/// What became of one row: its id, minted key (empty when the row gave
+/// one) and prefix when written, otherwise `error`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportedRow {
+    pub index: u32,
+    pub id: String,
+    pub key: String,
+    pub key_prefix: String,
+    pub error: String,
+}
+
 /// One import stream's state: accounts and groups looked up once each.
 pub struct Import {
     store: Arc<dyn Store>,
-    /// The zone of a window budget that names none.
-    time_zone: String,
     accounts: HashMap<String, Option<Account>>,
     groups: HashMap<String, bool>,
     imported: u64,
@@ -43,39 +80,13 @@ struct Valid {
 // === impl Import ===
 
 impl Import {
-    pub fn new(store: Arc<dyn Store>, time_zone: String) -> Import {
-        Import { store, time_zone, accounts: HashMap::new(), groups: HashMap::new(), imported: 0, refused: 0 }
+    pub fn new(store: Arc<dyn Store>) -> Import {
+        Import { store, accounts: HashMap::new(), groups: HashMap::new(), imported: 0, refused: 0 }
     }
 
-    /// Serves one import stream: answers each request in order until the
-    /// client closes its side or the answers' receiver goes away, then
-    /// records one audit entry with the totals for `caller`.
-    pub async fn serve(
-        mut self,
-        caller: Caller,
-        mut requests: Streaming<pb::ImportTokensRequest>,
-        answers: mpsc::Sender<Result<pb::ImportTokensResponse, Status>>,
-    ) {
-        let mut outcome = "ok".to_owned();
-        loop {
-            let request = match requests.message().await {
-                Ok(Some(request)) => request,
-                Ok(None) => break,
-                Err(status) => {
-                    outcome = "cancelled".into();
-                    tracing::debug!(%status, "token import stream ended early");
-                    break;
-                }
-            };
-            let answer = self.batch(request.tokens).await;
-            let failed = answer.is_err();
-            if let Err(status) = &answer {
-                outcome = crate::api::guard::code_name(status.code());
-            }
-            if answers.send(answer).await.is_err() || failed {
-                break;
-            }
-        }
+    /// Records one audit entry for `caller` with the stream's totals and
+    /// `outcome` (how the stream ended).
+    pub async fn record(&self, caller: &Caller, outcome: String) {
         let entry = AuditEntry {
             seq: 0,
             at: now_unix(),
@@ -93,12 +104,11 @@ impl Import {
 
     /// Validates and writes one batch; the answer has a result per row.
     /// Fails as a whole only for a batch over `MAX_BATCH` or a store error.
-    pub async fn batch(&mut self, rows: Vec<pb::ImportToken>) -> Result<pb::ImportTokensResponse, Status> {
+    /// Returns the rows' results in order and the revision of the write
+    /// (0 when nothing was written).
+    pub async fn batch(&mut self, rows: Vec<ImportRow>) -> Result<(Vec<ImportedRow>, u64), ImportError> {
         if rows.len() > MAX_BATCH {
-            return Err(Status::invalid_argument(format!(
-                "a batch holds at most {MAX_BATCH} tokens, this one {}",
-                rows.len()
-            )));
+            return Err(ImportError::TooLarge(rows.len()));
         }
         let mut results = Vec::with_capacity(rows.len());
         let mut valid = Vec::with_capacity(rows.len());
@@ -106,10 +116,10 @@ impl Import {
             let index = u32::try_from(index).unwrap_or(u32::MAX);
             match self.validate(row).await? {
                 Ok(row) => {
-                    results.push(pb::ImportedToken { index, ..Default::default() });
+                    results.push(ImportedRow { index, ..Default::default() });
                     valid.push((results.len() - 1, row));
                 }
-                Err(error) => results.push(pb::ImportedToken { index, error, ..Default::default() }),
+                Err(error) => results.push(ImportedRow { index, error, ..Default::default() }),
             }
         }
         let tokens = valid.iter().map(|(_, row)| row.token.clone()).collect();
@@ -128,12 +138,12 @@ impl Import {
         let written = results.iter().filter(|r| r.error.is_empty()).count() as u64;
         self.imported += written;
         self.refused += results.len() as u64 - written;
-        Ok(pb::ImportTokensResponse { results, revision: imported.revision.unwrap_or(0) })
+        Ok((results, imported.revision.unwrap_or(0)))
     }
 
     /// The token a row describes, or why it is refused (the outer error is
     /// the store's, failing the batch).
-    async fn validate(&mut self, row: pb::ImportToken) -> Result<Result<Valid, String>, Status> {
+    async fn validate(&mut self, row: ImportRow) -> Result<Result<Valid, String>, StoreError> {
         let account_id = row.account_id.trim().to_owned();
         if account_id.is_empty() {
             return Ok(Err("account is required".into()));
@@ -162,13 +172,13 @@ impl Import {
             },
         };
         let allow_ips = clean_list(row.allow_ips);
-        let rate_limit: RateLimit = row.rate_limit.map(Into::into).unwrap_or_default();
+        let rate_limit = row.rate_limit;
         if let Err(refused) = check_ip_list(&allow_ips).and_then(|()| check_rate_limit(&rate_limit)) {
             return Ok(Err(refused.0));
         }
-        let window = match row.window.map(|w| crate::api::convert::window_budget(w, &self.time_zone)).transpose() {
-            Ok(window) => window.flatten(),
-            Err(refused) => return Ok(Err(refused.to_string())),
+        let window = match row.window {
+            Ok(window) => window,
+            Err(refused) => return Ok(Err(refused)),
         };
         let (key, minted) = match row.key.trim() {
             "" => {
@@ -205,7 +215,7 @@ impl Import {
         Ok(Ok(Valid { token, minted }))
     }
 
-    async fn account(&mut self, id: &str) -> Result<Option<Account>, Status> {
+    async fn account(&mut self, id: &str) -> Result<Option<Account>, StoreError> {
         if let Some(known) = self.accounts.get(id) {
             return Ok(known.clone());
         }
@@ -217,7 +227,7 @@ impl Import {
         Ok(account)
     }
 
-    async fn group_exists(&mut self, name: &str) -> Result<bool, Status> {
+    async fn group_exists(&mut self, name: &str) -> Result<bool, StoreError> {
         if let Some(known) = self.groups.get(name) {
             return Ok(*known);
         }

@@ -12,6 +12,7 @@
 //! what they read and write with the request's `Caller`, and writes note the
 //! resource they are about for the audit log.
 
+mod import;
 mod keys;
 
 use std::{collections::BTreeMap, sync::Arc};
@@ -528,8 +529,8 @@ impl pb::admin_service_server::AdminService for AdminApi {
         caller.target("import");
         // A batch or two ahead of the client's reader, no more.
         let (answers, rx) = tokio::sync::mpsc::channel(2);
-        let import = crate::services::import::Import::new(self.store.clone(), self.time_zone.clone());
-        tokio::spawn(import.serve(caller, request.into_inner(), answers));
+        let import = crate::services::import::Import::new(self.store.clone());
+        tokio::spawn(import::serve(import, caller, self.time_zone.clone(), request.into_inner(), answers));
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
