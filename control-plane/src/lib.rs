@@ -212,7 +212,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let (health, health_task) = health::spawn(store.clone(), shutdown_rx.clone());
     let admin_stopped = shutdown_rx.clone();
     let (mirror, mirror_task) = if config.snapshot_in_memory {
-        let (mirror, task) = mirror::Mirror::start(store.clone(), shutdown_rx.clone());
+        let (mirror, task) = mirror::Mirror::start(store.clone(), policy::encode_resource, shutdown_rx.clone());
         (mirror, Some(task))
     } else {
         (mirror::Mirror::default(), None)

@@ -9,6 +9,7 @@ use std::{pin::Pin, sync::Arc};
 
 use futures_util::Stream;
 use gw_proto::pb;
+use prost::Message as _;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::{StreamExt as _, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
@@ -16,7 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::{
     api::convert,
     domain::error_chain,
-    domain::{AUTO_DISABLED, Change, ENABLED, UsageRecord, now_unix},
+    domain::{AUTO_DISABLED, Change, ENABLED, Resource, UsageRecord, now_unix},
     services::budget::Authority,
     services::continuity::Continuity,
     services::fleet::Fleet,
@@ -479,9 +480,12 @@ impl Session {
             return self.send(self.full_chunk(frozen.revision, Vec::new(), false)).await;
         }
         while let Some(upserts) = chunks.next() {
-            let upserts = upserts.map_err(|error| {
-                SessionEnd::Refused(Status::internal(format!("reading the held snapshot failed: {error}")))
-            })?;
+            // Decoding fails only if memory was corrupted: the mirror holds
+            // what `encode_resource` made.
+            let upserts =
+                upserts.iter().map(|bytes| pb::Resource::decode(&bytes[..])).collect::<Result<Vec<_>, _>>().map_err(
+                    |error| SessionEnd::Refused(Status::internal(format!("reading the held snapshot failed: {error}"))),
+                )?;
             let more = chunks.peek().is_some();
             let message = pb::WatchResponse { expected, ..self.full_chunk(frozen.revision, upserts, more) };
             expected = 0;
@@ -558,4 +562,10 @@ impl From<StoreError> for SessionEnd {
     fn from(error: StoreError) -> SessionEnd {
         SessionEnd::Store(error)
     }
+}
+
+/// A resource as the mirror holds it for sessions: the encoded message a
+/// data plane is sent.
+pub fn encode_resource(resource: Resource) -> Arc<[u8]> {
+    convert::resource_for_data_plane(resource).encode_to_vec().into()
 }

@@ -18,12 +18,9 @@ use std::{
     time::Duration,
 };
 
-use gw_proto::pb;
-use prost::Message as _;
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
-    api::convert,
     domain::error_chain,
     domain::{Change, Kind, Resource},
     store::{PageCursor, Store, StoreError},
@@ -40,16 +37,20 @@ const RECHECK: Duration = Duration::from_secs(2);
 /// Wait before loading again after a store error.
 const RETRY: Duration = Duration::from_secs(1);
 
+/// How the copy holds a resource: as the bytes sessions send, so that a
+/// snapshot costs no encoding (the API layer supplies it).
+pub type Encode = fn(Resource) -> Arc<[u8]>;
+
 /// The shared copy; cheap to clone.
 #[derive(Clone)]
 pub struct Mirror {
     state: Arc<RwLock<Option<Held>>>,
+    encode: Encode,
     /// True while a load is under way.
     loading: Arc<watch::Sender<bool>>,
 }
 
-/// The loaded copy: per kind (in `Kind::ALL` order), id → encoded
-/// `pb::Resource`.
+/// The loaded copy: per kind (in `Kind::ALL` order), id → encoded resource.
 struct Held {
     lineage: String,
     revision: u64,
@@ -67,15 +68,16 @@ pub struct Frozen {
 impl Default for Mirror {
     /// A copy that is never loaded.
     fn default() -> Mirror {
-        Mirror { state: Arc::default(), loading: Arc::new(watch::channel(false).0) }
+        Mirror { state: Arc::default(), encode: |_| Arc::from([]), loading: Arc::new(watch::channel(false).0) }
     }
 }
 
 impl Mirror {
-    /// Spawns the task that loads and follows `store`; it ends when
-    /// `shutdown` turns true.
-    pub fn start(store: Arc<dyn Store>, shutdown: watch::Receiver<bool>) -> (Mirror, JoinHandle<()>) {
-        let mirror = Mirror::default();
+    /// Spawns the task that loads and follows `store`, holding each
+    /// resource as `encode` makes it; the task ends when `shutdown` turns
+    /// true.
+    pub fn start(store: Arc<dyn Store>, encode: Encode, shutdown: watch::Receiver<bool>) -> (Mirror, JoinHandle<()>) {
+        let mirror = Mirror { encode, ..Mirror::default() };
         mirror.loading.send_replace(true);
         let task = tokio::spawn(mirror.clone().follow(store, shutdown));
         (mirror, task)
@@ -178,7 +180,7 @@ impl Mirror {
             let slot = &mut copy.kinds[index(kind)];
             match resource {
                 Some(resource) => {
-                    slot.insert(id, encode(resource));
+                    slot.insert(id, (self.encode)(resource));
                 }
                 None => {
                     slot.remove(&id);
@@ -201,7 +203,7 @@ async fn load(store: &dyn Store, mirror: &Mirror) -> Result<(String, u64), Store
     while let Some(at) = cursor {
         let page = store.snapshot_page(&at, PAGE).await?;
         for resource in page.resources {
-            kinds[index(resource.kind())].insert(resource.id().to_owned(), encode(resource));
+            kinds[index(resource.kind())].insert(resource.id().to_owned(), (mirror.encode)(resource));
         }
         cursor = page.next;
     }
@@ -219,10 +221,6 @@ fn index(kind: Kind) -> usize {
     Kind::ALL.iter().position(|k| *k == kind).unwrap_or_default()
 }
 
-fn encode(resource: Resource) -> Arc<[u8]> {
-    convert::resource_for_data_plane(resource).encode_to_vec().into()
-}
-
 // === impl Frozen ===
 
 impl Frozen {
@@ -234,12 +232,9 @@ impl Frozen {
         self.resources.is_empty()
     }
 
-    /// The resources in messages of at most `chunk` (decoding fails only
-    /// if memory was corrupted: the mirror holds what it encoded).
-    pub fn chunks(&self, chunk: usize) -> impl Iterator<Item = Result<Vec<pb::Resource>, prost::DecodeError>> + '_ {
-        self.resources
-            .chunks(chunk.max(1))
-            .map(|part| part.iter().map(|bytes| pb::Resource::decode(&bytes[..])).collect())
+    /// The encoded resources in parts of at most `chunk`.
+    pub fn chunks(&self, chunk: usize) -> impl Iterator<Item = &[Arc<[u8]>]> + '_ {
+        self.resources.chunks(chunk.max(1))
     }
 }
 
@@ -262,16 +257,14 @@ mod tests {
         }
     }
 
+    /// The tests' encoding: a resource's id.
+    fn id_of(resource: Resource) -> Arc<[u8]> {
+        resource.id().as_bytes().into()
+    }
+
     fn ids(frozen: &Frozen) -> Vec<String> {
-        let mut ids: Vec<String> = frozen
-            .chunks(2)
-            .flat_map(Result::unwrap)
-            .map(|resource| match resource.kind.unwrap() {
-                pb::resource::Kind::Account(a) => a.id,
-                pb::resource::Kind::Token(t) => t.id,
-                other => panic!("unexpected {other:?}"),
-            })
-            .collect();
+        let mut ids: Vec<String> =
+            frozen.chunks(2).flatten().map(|bytes| String::from_utf8(bytes.to_vec()).unwrap()).collect();
         ids.sort();
         ids
     }
@@ -283,7 +276,7 @@ mod tests {
         store.create(conformance::account("acc-1", 1_000)).await.unwrap();
         store.create(conformance::token("tok-1", "acc-1")).await.unwrap();
         let (stop, stopped) = watch::channel(false);
-        let (mirror, task) = Mirror::start(store.clone(), stopped);
+        let (mirror, task) = Mirror::start(store.clone(), id_of, stopped);
         let lineage = store.lineage().await.unwrap();
 
         let loaded = until("the load", || mirror.freeze(&lineage.id, 2)).await;
