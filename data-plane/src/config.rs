@@ -55,7 +55,7 @@ pub struct Config {
     /// TLS of the client-facing listener; `None` serves plain HTTP.
     pub tls: Option<ListenerTls>,
     /// TLS to an `https://` control plane: CA file, client certificate.
-    pub control_plane_tls: crate::grpc::ClientTls,
+    pub control_plane_tls: crate::control::ClientTls,
 }
 
 /// The certificate the `/v1` listener presents, read again when its files
@@ -104,7 +104,7 @@ impl Config {
             workers: crate::workers::default_count(),
             budget: crate::policy::budget::Config::default(),
             tls: None,
-            control_plane_tls: crate::grpc::ClientTls::default(),
+            control_plane_tls: crate::control::ClientTls::default(),
         }
     }
 
@@ -201,7 +201,7 @@ pub fn parse_trusted_proxies(list: &str) -> Result<Vec<IpNet>, String> {
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| crate::policy::convert::parse_allow_ip(s).map_err(|_| format!("{s:?} is not an IP address or CIDR")))
+        .map(|s| crate::policy::client_ip::parse_allow_ip(s).map_err(|_| format!("{s:?} is not an IP address or CIDR")))
         .collect()
 }
 

@@ -10,12 +10,12 @@
 mod affinity;
 mod backoff;
 mod config;
+mod control;
 mod durable;
 mod endpoints;
 mod error;
 #[cfg(test)]
 mod fuzz;
-mod grpc;
 mod http;
 mod json_body;
 mod meter;
@@ -36,7 +36,7 @@ mod vitals;
 mod workers;
 
 pub use config::{Config, ListenerTls, Loaded, load as load_config, parse_trusted_proxies, read_node_key};
-pub use grpc::ClientTls;
+pub use control::ClientTls;
 pub use http::Limits;
 pub use provider::Config as UpstreamConfig;
 pub use spool::SyncPolicy as SpoolSync;
@@ -45,7 +45,7 @@ pub use spool::SyncPolicy as SpoolSync;
 /// (sealed under `node_key`); `None` when none is saved. Fails on a file
 /// sealed under another key, or altered.
 pub fn saved_snapshot(data_dir: &std::path::Path, node_key: &str) -> anyhow::Result<Option<(u64, String)>> {
-    Ok(policy::persist::load(data_dir, node_key)?.map(|snapshot| (snapshot.revision, snapshot.store_id)))
+    Ok(control::persist::load(data_dir, node_key)?.map(|snapshot| (snapshot.revision, snapshot.store_id)))
 }
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
@@ -55,7 +55,7 @@ use arc_swap::ArcSwap;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
-    grpc::ControlPlane, meter::UsageSink, pipeline::App, policy::discovery::Discovery, policy::snapshot::Snapshot,
+    control::ControlPlane, control::Discovery, meter::UsageSink, pipeline::App, policy::snapshot::Snapshot,
     reporter::Reporter,
 };
 
@@ -147,7 +147,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         }
         None => None,
     };
-    let initial = match policy::persist::load(&data_dir, &snapshot_secret) {
+    let initial = match control::persist::load(&data_dir, &snapshot_secret) {
         Ok(Some(snapshot)) => {
             tracing::info!(
                 revision = snapshot.revision,
@@ -178,7 +178,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let (persist_tx, persist_rx) = tokio::sync::mpsc::unbounded_channel();
 
     let persister =
-        tokio::spawn(policy::persist::run(data_dir.clone(), snapshot_secret, persist_rx, tasks_stopped.clone()));
+        tokio::spawn(control::persist::run(data_dir.clone(), snapshot_secret, persist_rx, tasks_stopped.clone()));
     let vitals = Arc::new(vitals::Vitals::default());
     let discovery = Discovery {
         control: control.clone(),
@@ -190,11 +190,11 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         shutdown: tasks_stopped,
     };
     let discovery = tokio::spawn(discovery.run());
-    let videos = videos::Videos::new(control.clone(), &node_id);
-    let permits = policy::limits::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
-    let spend = policy::budget::ControlPlaneBudgets { control: control.clone(), node_id: node_id.clone() };
-    let slots = policy::inflight::ControlPlaneSlots { control: control.clone(), node_id: node_id.clone() };
-    let health = provider::Health::new(control.clone(), &node_id);
+    let videos = control::Videos::new(control.clone(), &node_id);
+    let permits = control::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
+    let spend = control::ControlPlaneBudgets { control: control.clone(), node_id: node_id.clone() };
+    let slots = control::ControlPlaneSlots { control: control.clone(), node_id: node_id.clone() };
+    let health = provider::Health::new(control::HealthReports::new(control.clone(), &node_id));
     let usage_tx = spool.sender();
     let worker_spool = spool.clone();
     let reporter = Reporter {

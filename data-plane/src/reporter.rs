@@ -28,7 +28,7 @@ use tokio::{
 
 use crate::{
     backoff::Backoff,
-    grpc,
+    control,
     spool::{Encoded, Kind, Replay, Sealed, Spool},
     usage::UsageRecord,
 };
@@ -53,7 +53,7 @@ pub struct Reporter {
     /// What a previous run left.
     pub replay: Replay,
     pub spool: Spool,
-    pub control: grpc::ControlPlane,
+    pub control: control::ControlPlane,
     pub node_id: String,
     pub interval: Duration,
     pub vitals: std::sync::Arc<crate::vitals::Vitals>,
@@ -188,7 +188,7 @@ impl Reporter {
                     );
                     backlog.acked(&parts);
                 }
-                Ok(Err(status)) if !grpc::is_retryable(&status) => {
+                Ok(Err(status)) if !control::is_retryable(&status) => {
                     tracing::error!(%status, records = count, "control plane refused a usage batch");
                     let (seq, _) = parts[0];
                     let name = format!("{seq:020}-{}", backlog.segments.get(&seq).map_or(0, |p| p.sent));

@@ -1,7 +1,6 @@
-//! The data plane's gRPC link to the control plane: a lazily connected
-//! tonic channel to one replica, shared by discovery, the reporter and the
-//! budget calls; the node-key metadata every call carries; which failures are
-//! worth retrying.
+//! The channel to the control plane: a lazily connected tonic channel to
+//! one replica, shared by every call the data plane makes; the node-key
+//! metadata every call carries; which failures are worth retrying.
 //!
 //! The control plane may be several addresses (a comma-separated list, each
 //! name resolved to all its IPs): the link uses one replica at a time and

@@ -3,11 +3,11 @@
 //! resource that does not convert is rejected by name (`kind/id`) and the rest
 //! of its snapshot or delta still applies.
 
-use std::{net::IpAddr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use gw_proto::pb;
-use ipnet::IpNet;
 
+use crate::policy::client_ip::{BadAllowIp, parse_allow_ip};
 use crate::policy::domain::{
     Account, Channel, ChannelKind, ChannelStatus, Group, Kind, Model, RateLimit, Resource, Restrictions, Timeouts,
     Token, UpstreamKey,
@@ -128,7 +128,8 @@ fn token(t: pb::Token) -> Result<Token, ConvertError> {
     non_empty(&t.id)?;
     let mut key_hash = [0u8; 32];
     hex::decode_to_slice(t.key_hash.trim(), &mut key_hash).map_err(|_| ConvertError::BadKeyHash)?;
-    let allow_ips = t.allow_ips.iter().map(|e| parse_allow_ip(e)).collect::<Result<Vec<_>, _>>()?;
+    let allow_ips = t.allow_ips.iter().map(|e| parse_allow_ip(e).map_err(|BadAllowIp(e)| ConvertError::BadAllowIp(e)));
+    let allow_ips = allow_ips.collect::<Result<Vec<_>, _>>()?;
     let windowed = t.unlimited.then(|| window_quota(t.window.as_ref())).flatten();
     let restrictions = Restrictions {
         expires_at: t.expires_at,
@@ -149,18 +150,6 @@ fn token(t: pb::Token) -> Result<Token, ConvertError> {
         used_micros: t.used_micros,
         restrictions: restrictions.boxed(),
     })
-}
-
-/// Parses an allowlist entry: a bare IP (v4 or v6) or a CIDR.
-pub fn parse_allow_ip(entry: &str) -> Result<IpNet, ConvertError> {
-    let entry = entry.trim();
-    if let Ok(net) = entry.parse::<IpNet>() {
-        return Ok(net.trunc());
-    }
-    entry
-        .parse::<IpAddr>()
-        .map(|ip| IpNet::from(ip.to_canonical()))
-        .map_err(|_| ConvertError::BadAllowIp(entry.to_owned()))
 }
 
 fn millis(ms: u32) -> Option<Duration> {

@@ -16,12 +16,10 @@ use gw_proto::pb::{self, policy_service_client::PolicyServiceClient, watch_reque
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::{ControlPlane, convert, persist};
 use crate::{
     backoff::Backoff,
-    grpc::ControlPlane,
-    policy::convert,
     policy::domain::{Kind, Resource},
-    policy::persist,
     policy::snapshot::Snapshot,
     vitals::Vitals,
 };

@@ -32,10 +32,10 @@ use prost::Message as _;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::{mpsc, watch};
 
+use super::{convert, discovery};
 use crate::{
     durable::{private_file, write_durably_with},
     policy::{
-        convert, discovery,
         domain::{Kind, Resource},
         snapshot::Snapshot,
     },

@@ -199,8 +199,8 @@ pub(crate) mod tests {
                 crate::policy::budget::Config::default(),
                 None,
             ),
-            videos: crate::videos::Videos::new(
-                crate::grpc::ControlPlane::new("http://127.0.0.1:1", "test-node-key", &Default::default()).unwrap(),
+            videos: crate::control::Videos::new(
+                crate::control::ControlPlane::new("http://127.0.0.1:1", "test-node-key", &Default::default()).unwrap(),
                 "test-node",
             ),
             vitals: Arc::default(),

@@ -46,7 +46,7 @@ pub struct App {
     /// Spending budgets leased from the control plane.
     pub budgets: Budgets,
     /// Video tasks: the control plane's answers and the upstreams' files.
-    pub videos: crate::videos::Videos,
+    pub videos: crate::control::Videos,
     /// Counters the heartbeats report.
     pub vitals: Arc<crate::vitals::Vitals>,
 }

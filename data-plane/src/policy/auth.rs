@@ -108,7 +108,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        policy::convert::parse_allow_ip,
+        policy::client_ip::parse_allow_ip,
         policy::domain::{RateLimit, Resource, Restrictions},
         policy::snapshot::tests as fx,
     };

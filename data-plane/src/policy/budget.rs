@@ -23,10 +23,9 @@ use std::{
     time::Duration,
 };
 
-use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
 use tokio::{sync::watch, time::Instant};
 
-use crate::{backoff::Backoff, error::ProxyError, grpc::ControlPlane, policy::auth::Caller};
+use crate::{backoff::Backoff, error::ProxyError, policy::auth::Caller};
 
 /// How long a request waits for a lease before it is refused with 503.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -56,7 +55,7 @@ pub struct Config {
     pub default_max_output_tokens: i64,
 }
 
-/// One ask for budget, `pb::SpendAsk` in domain terms.
+/// One ask for budget, the protocol's `SpendAsk` in domain terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ask {
     /// `token:<id>` or `account:<id>`.
@@ -80,8 +79,9 @@ pub struct Grant {
 /// Why budget could not be asked for.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// The call failed (its cause: the transport's or the control plane's).
     #[error("spend request failed")]
-    Call(#[source] tonic::Status),
+    Call(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     #[error("{got} grants answered {asked} asks")]
@@ -100,12 +100,6 @@ pub trait SpendSource: Send + Sync + 'static {
     fn acquire(&self, asks: Vec<Ask>, ttl: Duration) -> Grants;
     /// Gives budget back; best effort.
     fn give_back(&self, returns: Vec<(String, i64)>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
-}
-
-/// Leases from the control plane.
-pub struct ControlPlaneBudgets {
-    pub control: ControlPlane,
-    pub node_id: String,
 }
 
 /// The budget step of one data plane; cheap to clone.
@@ -586,55 +580,6 @@ impl std::fmt::Debug for Reservation {
     }
 }
 
-// === impl ControlPlaneBudgets ===
-
-impl SpendSource for ControlPlaneBudgets {
-    fn acquire(&self, asks: Vec<Ask>, ttl: Duration) -> Grants {
-        let asked = asks.len();
-        let asks = asks
-            .into_iter()
-            .map(|a| pb::SpendAsk { budget: a.budget, need_micros: a.need, want_micros: a.want })
-            .collect();
-        let ttl_secs = u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX);
-        let message = pb::AcquireSpendRequest { node_id: self.node_id.clone(), asks, ttl_secs };
-        let mut request = self.control.request(message);
-        request.set_timeout(ACQUIRE_TIMEOUT);
-        let mut client = PolicyServiceClient::new(self.control.channel());
-        Box::pin(async move {
-            let answer = client.acquire_spend(request).await.map_err(SourceError::Call)?.into_inner();
-            if answer.grants.len() != asked {
-                return Err(SourceError::Malformed { asked, got: answer.grants.len() });
-            }
-            let grants = answer
-                .grants
-                .into_iter()
-                .map(|g| Grant {
-                    granted: g.granted_micros.max(0),
-                    remaining: g.remaining_micros,
-                    available: g.available_micros,
-                    unlimited: g.unlimited,
-                    missing: g.missing,
-                })
-                .collect();
-            Ok((grants, Duration::from_secs(answer.ttl_secs.into()), answer.data_planes))
-        })
-    }
-
-    fn give_back(&self, returns: Vec<(String, i64)>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        let returns = returns.into_iter().map(|(budget, amount_micros)| pb::SpendReturn { budget, amount_micros });
-        let message = pb::ReturnSpendRequest { node_id: self.node_id.clone(), returns: returns.collect() };
-        let mut request = self.control.request(message);
-        request.set_timeout(ACQUIRE_TIMEOUT);
-        let mut client = PolicyServiceClient::new(self.control.channel());
-        Box::pin(async move {
-            if let Err(status) = client.return_spend(request).await {
-                // The leases lapse on the control plane by themselves.
-                tracing::debug!(%status, "giving back idle budget failed");
-            }
-        })
-    }
-}
-
 /// The 403 for a budget the control plane would not lease enough of.
 fn refusal(budget: &str, remaining: i64) -> ProxyError {
     if budget.starts_with("token:") {
@@ -685,7 +630,7 @@ pub mod tests {
         fn acquire(&self, asks: Vec<Ask>, ttl: Duration) -> Grants {
             self.calls.fetch_add(1, Ordering::SeqCst);
             if self.down.load(Ordering::SeqCst) {
-                return Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("down"))) });
+                return Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("down").into())) });
             }
             let mut state = self.state.lock().unwrap();
             let grants = asks

@@ -1,4 +1,5 @@
-//! Which address a request came from, and whether a token admits it.
+//! Which address a request came from, and whether a token admits it (its
+//! `allow_ips` entries, parsed by `parse_allow_ip`).
 //!
 //! The socket peer is the truth unless it is one of the configured trusted
 //! proxies; only then are `X-Forwarded-For` and `X-Real-IP` believed.
@@ -12,6 +13,11 @@ use std::net::{IpAddr, SocketAddr};
 
 use axum::http::HeaderMap;
 use ipnet::IpNet;
+
+/// An `allow_ips` entry that is neither an IP address nor a CIDR.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("allow_ips entry {0:?} is neither an IP address nor a CIDR")]
+pub struct BadAllowIp(pub String);
 
 /// The client's address: the peer's, or the forwarded one when the peer is
 /// a trusted proxy. `None` when there is no peer (in-process tests).
@@ -61,11 +67,19 @@ pub fn allowed(ip: Option<IpAddr>, allow: &[IpNet]) -> bool {
     ip.is_some_and(|ip| allow.iter().any(|net| net.contains(&ip)))
 }
 
+/// Parses an allowlist entry: a bare IP (v4 or v6) or a CIDR.
+pub fn parse_allow_ip(entry: &str) -> Result<IpNet, BadAllowIp> {
+    let entry = entry.trim();
+    if let Ok(net) = entry.parse::<IpNet>() {
+        return Ok(net.trunc());
+    }
+    entry.parse::<IpAddr>().map(|ip| IpNet::from(ip.to_canonical())).map_err(|_| BadAllowIp(entry.to_owned()))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
-    use crate::policy::convert::parse_allow_ip;
 
     fn nets(entries: &[&str]) -> Vec<IpNet> {
         entries.iter().map(|e| parse_allow_ip(e).unwrap()).collect()

@@ -20,12 +20,10 @@ use std::{
     time::Duration,
 };
 
-use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
 use tokio::time::Instant;
 
 use crate::{
     error::{ProxyError, error_chain},
-    grpc::ControlPlane,
     policy::auth::Caller,
     policy::limits::{ACQUIRE_TIMEOUT, SourceError},
 };
@@ -37,7 +35,7 @@ const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// How long keys are counted locally after the control plane failed to answer.
 const LOCAL_FOR: Duration = Duration::from_secs(5);
 
-/// One ask for slots of `key`, a `pb::SlotAsk` in domain terms.
+/// One ask for slots of `key`, the protocol's `SlotAsk` in domain terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotAsk {
     pub key: String,
@@ -60,12 +58,6 @@ pub type SlotGrants = Pin<Box<dyn Future<Output = Result<Vec<SlotGrant>, SourceE
 pub trait SlotSource: Send + Sync + 'static {
     /// Gives back, asks for and renews slots: one grant per ask, in order.
     fn lease(&self, asks: Vec<SlotAsk>) -> SlotGrants;
-}
-
-/// Slots from the control plane's `LeaseSlots`.
-pub struct ControlPlaneSlots {
-    pub control: ControlPlane,
-    pub node_id: String,
 }
 
 /// The concurrency limiter of one data plane; cheap to clone.
@@ -269,29 +261,6 @@ impl Inner {
     }
 }
 
-// === impl ControlPlaneSlots ===
-
-impl SlotSource for ControlPlaneSlots {
-    fn lease(&self, asks: Vec<SlotAsk>) -> SlotGrants {
-        let asked = asks.len();
-        let asks = asks
-            .into_iter()
-            .map(|a| pb::SlotAsk { key: a.key, max_in_flight: a.limit, give_back: a.give_back, want: a.want })
-            .collect();
-        let ttl_secs = u32::try_from(SLOT_TTL.as_secs()).unwrap_or(u32::MAX);
-        let mut request = self.control.request(pb::LeaseSlotsRequest { node_id: self.node_id.clone(), asks, ttl_secs });
-        request.set_timeout(ACQUIRE_TIMEOUT);
-        let mut client = PolicyServiceClient::new(self.control.channel());
-        Box::pin(async move {
-            let grants = client.lease_slots(request).await.map_err(SourceError::Call)?.into_inner().grants;
-            if grants.len() != asked {
-                return Err(SourceError::Malformed { asked, got: grants.len() });
-            }
-            Ok(grants.into_iter().map(|g| SlotGrant { granted: g.granted, held: g.held }).collect())
-        })
-    }
-}
-
 /// Renews the leases of held slots every `RENEW_EVERY` until the limiter
 /// is dropped.
 async fn renew(inner: Weak<Inner>) {
@@ -353,7 +322,7 @@ mod tests {
     impl SlotSource for Node {
         fn lease(&self, asks: Vec<SlotAsk>) -> SlotGrants {
             if self.0.down.load(Ordering::SeqCst) {
-                return Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("down"))) });
+                return Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("down").into())) });
             }
             let mut held = self.0.held.lock().unwrap();
             let grants = asks

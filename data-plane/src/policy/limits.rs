@@ -24,13 +24,11 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
     backoff::Backoff,
     error::{ProxyError, error_chain},
-    grpc::ControlPlane,
     policy::auth::Caller,
     policy::domain::RateLimit,
 };
@@ -75,7 +73,7 @@ pub(crate) enum Counted {
     Tokens,
 }
 
-/// One ask for permits of `key`, a `pb::PermitAsk` in domain terms.
+/// One ask for permits of `key`, the protocol's `PermitAsk` in domain terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ask {
     pub key: String,
@@ -97,8 +95,9 @@ pub struct Grant {
 /// Why permits could not be asked for.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// The call failed (its cause: the transport's or the control plane's).
     #[error("permit request failed")]
-    Call(#[source] tonic::Status),
+    Call(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     #[error("{got} grants answered {asked} asks")]
@@ -112,12 +111,6 @@ pub type Grants = Pin<Box<dyn Future<Output = Result<Vec<Grant>, SourceError>> +
 pub trait PermitSource: Send + Sync + 'static {
     /// Asks for permits: one grant per ask, in the same order.
     fn acquire(&self, asks: Vec<Ask>) -> Grants;
-}
-
-/// Leases from the control plane's `AcquirePermits`.
-pub struct ControlPlanePermits {
-    pub control: ControlPlane,
-    pub node_id: String,
 }
 
 /// A source that is never reachable, so every key is counted locally: for
@@ -624,51 +617,19 @@ impl Pool {
     }
 }
 
-// === impl ControlPlanePermits ===
-
-impl PermitSource for ControlPlanePermits {
-    fn acquire(&self, asks: Vec<Ask>) -> Grants {
-        let asked = asks.len();
-        let asks = asks
-            .into_iter()
-            .map(|ask| pb::PermitAsk {
-                key: ask.key,
-                window_minutes: ask.limit.window_minutes,
-                max_requests: ask.limit.max_requests,
-                want: ask.want,
-                charge: ask.charge,
-            })
-            .collect();
-        let mut request = self.control.request(pb::AcquirePermitsRequest { node_id: self.node_id.clone(), asks });
-        request.set_timeout(ACQUIRE_TIMEOUT);
-        let mut client = PolicyServiceClient::new(self.control.channel());
-        Box::pin(async move {
-            let grants = client.acquire_permits(request).await.map_err(SourceError::Call)?.into_inner().grants;
-            if grants.len() != asked {
-                return Err(SourceError::Malformed { asked, got: grants.len() });
-            }
-            let grants = grants
-                .into_iter()
-                .map(|g| Grant { granted: g.granted, window_start: g.window_start, window_end: g.window_end })
-                .collect();
-            Ok(grants)
-        })
-    }
-}
-
 // === impl LocalOnly ===
 
 #[cfg(test)]
 impl PermitSource for LocalOnly {
     fn acquire(&self, _asks: Vec<Ask>) -> Grants {
-        Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("no control plane in this test"))) })
+        Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("no control plane in this test").into())) })
     }
 }
 
 #[cfg(test)]
 impl crate::policy::inflight::SlotSource for LocalOnly {
     fn lease(&self, _asks: Vec<crate::policy::inflight::SlotAsk>) -> crate::policy::inflight::SlotGrants {
-        Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("no control plane in this test"))) })
+        Box::pin(async { Err(SourceError::Call(tonic::Status::unavailable("no control plane in this test").into())) })
     }
 }
 

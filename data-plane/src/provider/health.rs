@@ -19,10 +19,9 @@ use std::{
 };
 
 use axum::http::StatusCode;
-use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
 
 use super::keys::KeyHealth;
-use crate::{error::ProxyError, grpc::ControlPlane, policy::domain::Channel};
+use crate::{error::ProxyError, policy::domain::Channel};
 
 /// Requests in a row failing for the channel's own reasons that get it
 /// reported. Mirrors the control plane's `policy::AUTO_DISABLE_AFTER`, below
@@ -35,13 +34,34 @@ pub const DISTINCT_CLIENTS_FOR_5XX: usize = 2;
 const COOL_DOWN_BASE: Duration = Duration::from_secs(1);
 /// Longest cool-down, `Retry-After` included.
 const COOL_DOWN_CAP: Duration = Duration::from_secs(60);
-/// Longest a health report may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A channel that keeps failing for its own reasons (or one of its keys
+/// refused), as reported to the control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelFailure {
+    pub channel_id: String,
+    /// Requests in a row that failed on it.
+    pub consecutive_failures: u32,
+    /// The last failed request's upstream status (0: none).
+    pub last_status: u32,
+    /// Why (`ProxyError::reason`, or `key refused`).
+    pub reason: String,
+    /// The refused key, when the report is about one key.
+    pub key_id: String,
+}
+
+/// Where channel failures are reported: the control plane
+/// (`control::HealthReports`).
+pub trait FailureReports: Send + Sync + 'static {
+    /// Sends `failure` from a spawned task; never waits for it (needs a
+    /// runtime, which every caller runs inside).
+    fn report(&self, failure: ChannelFailure);
+}
 
 /// Failure streaks and cool-downs per channel id, and where to report.
 pub struct Health {
     channels: Mutex<HashMap<String, ChannelHealth>>,
-    report_to: Option<(ControlPlane, String)>,
+    report_to: Option<Box<dyn FailureReports>>,
     /// The keys of pooled channels.
     pub keys: KeyHealth,
 }
@@ -65,13 +85,9 @@ struct ChannelHealth {
 // === impl Health ===
 
 impl Health {
-    /// Counts failures and reports to `control` as node `node_id`.
-    pub fn new(control: ControlPlane, node_id: &str) -> Health {
-        Health {
-            channels: Mutex::default(),
-            report_to: Some((control, node_id.to_owned())),
-            keys: KeyHealth::default(),
-        }
+    /// Counts failures and reports them to `reports`.
+    pub fn new(reports: impl FailureReports) -> Health {
+        Health { channels: Mutex::default(), report_to: Some(Box::new(reports)), keys: KeyHealth::default() }
     }
 
     /// Counts failures but reports to no one (tests, tools).
@@ -116,18 +132,16 @@ impl Health {
     pub fn key_refused(&self, channel: &Channel, status: u16) {
         self.keys.refused(&channel.id, &channel.key_id);
         tracing::warn!(channel = %channel.id, key = %channel.key_id, status, "upstream refused a channel key");
-        let Some((control, node_id)) = &self.report_to else {
+        let Some(reports) = &self.report_to else {
             return;
         };
-        let failure = pb::ChannelFailure {
+        reports.report(ChannelFailure {
             channel_id: channel.id.clone(),
             consecutive_failures: 1,
             last_status: u32::from(status),
             reason: "key refused".into(),
             key_id: channel.key_id.clone(),
-        };
-        // Needs a runtime; every caller runs inside one.
-        tokio::spawn(report(control.clone(), node_id.clone(), failure));
+        });
     }
 
     /// Request `request_id` of `client` failed on `channel` with `error`.
@@ -144,17 +158,15 @@ impl Health {
             reason = %failure.reason,
             "channel keeps failing; asking the control plane to take it out of rotation"
         );
-        let Some((control, node_id)) = &self.report_to else {
+        let Some(reports) = &self.report_to else {
             return;
         };
-        let (control, node_id) = (control.clone(), node_id.clone());
-        // Needs a runtime; every caller runs inside one.
-        tokio::spawn(report(control, node_id, failure));
+        reports.report(failure);
     }
 
     /// Adds one failed request; the report to send when the threshold is
     /// reached.
-    fn count(&self, channel: &str, error: &ProxyError, request_id: &str, client: &str) -> Option<pb::ChannelFailure> {
+    fn count(&self, channel: &str, error: &ProxyError, request_id: &str, client: &str) -> Option<ChannelFailure> {
         if !error.is_channel_fault() {
             return None;
         }
@@ -186,7 +198,7 @@ impl Health {
         let consecutive_failures = health.failures;
         let cool_until = health.cool_until;
         *health = ChannelHealth { cool_until, ..ChannelHealth::default() };
-        Some(pb::ChannelFailure {
+        Some(ChannelFailure {
             channel_id: channel.to_owned(),
             consecutive_failures,
             last_status: u32::from(status.map_or(0, |s: StatusCode| s.as_u16())),
@@ -198,21 +210,6 @@ impl Health {
     /// The current streak of `channel` (0: its last request succeeded).
     pub(crate) fn failures(&self, channel: &str) -> u32 {
         self.lock().get(channel).map_or(0, |h| h.failures)
-    }
-}
-
-async fn report(control: ControlPlane, node_id: String, failure: pb::ChannelFailure) {
-    let channel = failure.channel_id.clone();
-    let mut client = PolicyServiceClient::new(control.channel());
-    let mut request = control.request(pb::ChannelHealthRequest { node_id, failures: vec![failure] });
-    request.set_timeout(CALL_TIMEOUT);
-    match tokio::time::timeout(CALL_TIMEOUT, client.report_channel_health(request)).await {
-        Ok(Ok(response)) => {
-            let disabled = response.into_inner().disabled;
-            tracing::info!(channel, disabled = disabled.contains(&channel), "channel health reported");
-        }
-        Ok(Err(status)) => tracing::warn!(channel, %status, "channel health report refused"),
-        Err(_) => tracing::warn!(channel, "channel health report timed out"),
     }
 }
 

@@ -18,7 +18,7 @@ mod transport;
 pub mod video;
 
 pub use self::{
-    health::Health,
+    health::{ChannelFailure, FailureReports, Health},
     transport::{Config, Upstreams, mask_channel},
 };
 

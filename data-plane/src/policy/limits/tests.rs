@@ -56,7 +56,7 @@ impl PermitSource for Authority {
         if self.down.load(Ordering::SeqCst) {
             return Box::pin(async move {
                 tokio::time::sleep(latency).await;
-                Err(SourceError::Call(tonic::Status::unavailable("control plane down")))
+                Err(SourceError::Call(tonic::Status::unavailable("control plane down").into()))
             });
         }
         let now = (self.clock)();

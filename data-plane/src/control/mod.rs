@@ -1,0 +1,21 @@
+//! The data plane's link to the control plane: the channel (`client`) and
+//! every call made over it except the policy watch and the usage reports,
+//! each taking and returning domain types. Protobuf and tonic stop here:
+//! policy, provider and the video handlers see only the traits and types
+//! they define, implemented in this module.
+
+mod client;
+pub mod convert;
+mod discovery;
+mod health;
+mod leases;
+pub mod persist;
+mod videos;
+
+pub use self::{
+    client::{ClientTls, ControlPlane, is_retryable},
+    discovery::Discovery,
+    health::HealthReports,
+    leases::{ControlPlaneBudgets, ControlPlanePermits, ControlPlaneSlots},
+    videos::Videos,
+};
