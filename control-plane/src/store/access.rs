@@ -3,6 +3,7 @@
 //! newest `AUDIT_RETAIN` entries. Neither bumps the policy revision: data
 //! planes never see them.
 
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
 use async_trait::async_trait;

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use super::Result;
 use crate::domain::UsageRecord;
 
+#[cfg(any(test, feature = "conformance"))]
 pub mod window_conformance;
 
 /// A budget the control plane leases out.
@@ -155,6 +156,7 @@ impl fmt::Display for Budget {
 }
 
 /// Checks every backend passes (run from `store::conformance::run`).
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance {
     use std::sync::Arc;
 

@@ -22,6 +22,7 @@ pub trait FleetStore: Send + Sync {
 }
 
 /// Checks every backend passes (run from `store::conformance`).
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance {
     use std::sync::Arc;
 

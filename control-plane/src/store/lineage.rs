@@ -104,6 +104,7 @@ mod tests {
 }
 
 /// Checks every backend passes (run from `store::conformance`).
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance {
     use std::sync::Arc;
 

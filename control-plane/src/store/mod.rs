@@ -18,6 +18,7 @@
 
 pub mod access;
 pub mod budget;
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod embedded;
 pub mod fleet;

@@ -10,6 +10,7 @@
 //! `usage_days` (and at most `usage_max_records`); rollups `rollup_days`,
 //! which is meant to be longer, so summaries outlive the records.
 
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
 use async_trait::async_trait;

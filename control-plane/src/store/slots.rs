@@ -51,6 +51,7 @@ pub fn grant_slots(limit: u32, held_by_all: u64, want: u32) -> u32 {
 }
 
 /// Checks every backend passes (run from `store::conformance::run`).
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance {
     use std::sync::Arc;
 

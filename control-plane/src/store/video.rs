@@ -6,6 +6,7 @@
 //! status is terminal (`completed`, `failed`) keeps it forever; the store
 //! refuses any write that would change it.
 
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
 use std::time::Duration;
