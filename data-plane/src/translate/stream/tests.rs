@@ -43,7 +43,9 @@ fn chat_stream() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
     let anything = || crate::fuzz::json().prop_map(|value| value.to_string());
     let text = || ".{0,6}".prop_map(|text| Value::from(text).to_string());
     let plain = text().prop_map(|text| {
-        format!(r#"{{"id":"c","model":"m","choices":[{{"index":0,"delta":{{"content":{text}}},"finish_reason":null}}]}}"#)
+        format!(
+            r#"{{"id":"c","model":"m","choices":[{{"index":0,"delta":{{"content":{text}}},"finish_reason":null}}]}}"#
+        )
     });
     let calls = r#"[{"index":0,"id":"t","function":{"name":"f","arguments":"{}"}}]"#;
     let scalars = || prop::sample::select(vec!["null", "\"\"", "\"stop\"", "0", "[]"]).prop_map(str::to_owned);
@@ -51,8 +53,7 @@ fn chat_stream() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
         &["content", "reasoning_content", "reasoning", "tool_calls", "role"],
         prop_oneof![text(), scalars(), Just(calls.to_owned()), anything()],
     );
-    let choice =
-        object(&["index", "delta", "finish_reason", "logprobs"], prop_oneof![delta, scalars(), anything()]);
+    let choice = object(&["index", "delta", "finish_reason", "logprobs"], prop_oneof![delta, scalars(), anything()]);
     let choices = prop::collection::vec(choice, 0..3).prop_map(|choices| format!("[{}]", choices.join(",")));
     let usage = Just(r#"{"prompt_tokens":3,"completion_tokens":2}"#.to_owned());
     let chunk =
