@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{invalid, joined_text, meaningful, note_fields};
-use crate::translate::{Dropped, TranslateError, arguments_to_input, parse_data_url, pass_through, str_field};
+use crate::translate::{Dropped, TranslateError, pass_through, str_field};
 
 /// Messages-request fields this module maps or drops; any other passes
 /// through. Dropped: `thinking`, `top_k`, `service_tier` (its values differ

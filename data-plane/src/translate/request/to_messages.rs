@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{DEFAULT_MAX_TOKENS, invalid, joined_text, meaningful, note_fields};
+use super::{DEFAULT_MAX_TOKENS, invalid, meaningful, note_fields};
 use crate::translate::{Dropped, TranslateError, arguments_to_input, parse_data_url, pass_through, str_field};
 
 /// Chat-request fields this module maps or drops; any other passes through.
