@@ -11,10 +11,11 @@ use async_trait::async_trait;
 use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata as _, TableDefinition, WriteTransaction};
 use tokio::sync::watch;
 
+use super::codec::{decode, encode, parse_resource, resource_json};
 use super::rollup::Retention;
 use super::{
-    Imported, Modified, PageCursor, Patch, Result, SnapshotPage, Store, StoreError, USAGE_SCAN, token_key, unique_name,
-    usage_matches, usage_older_than_wanted,
+    Imported, Modified, PageCursor, Patch, Result, SnapshotPage, Store, StoreError, USAGE_SCAN, check_same_id,
+    token_key, unique_name, usage_matches, usage_older_than_wanted,
 };
 use crate::domain::{
     Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord, now_unix,
@@ -613,15 +614,6 @@ fn keep_counters(resource: &mut Resource, stored: &Resource) {
     }
 }
 
-/// `Rejected` when a patch turned `kind/id` into another resource.
-pub(super) fn check_same_id(patched: &Resource, kind: Kind, id: &str) -> Result<()> {
-    if patched.kind() == kind && patched.id() == id {
-        Ok(())
-    } else {
-        Err(StoreError::Rejected { reason: format!("a patch may not change the id of {kind} {id:?}") })
-    }
-}
-
 /// `NameTaken` when a resource of `table` other than `id` is named `name`.
 /// Reads the whole table: it runs inside the write transaction, so no
 /// other write can come between the check and the write.
@@ -693,39 +685,6 @@ fn index_token_keys(txn: &WriteTransaction) -> Result<()> {
 
 fn meta_get(meta: &impl ReadableTable<&'static str, u64>, key: &str) -> Result<u64> {
     Ok(meta.get(key).map_err(db_err)?.map(|v| v.value()).unwrap_or(0))
-}
-
-/// JSON of the resource itself, without `Resource`'s `kind` tag (which
-/// would clash with `Channel::kind`); the table or hash it is kept in says
-/// its kind. Shared by both backends.
-pub(super) fn resource_json(resource: &Resource) -> Result<Vec<u8>> {
-    match resource {
-        Resource::Account(a) => serde_json::to_vec(a),
-        Resource::Group(g) => serde_json::to_vec(g),
-        Resource::Token(t) => serde_json::to_vec(t),
-        Resource::Channel(c) => serde_json::to_vec(c),
-        Resource::Model(m) => serde_json::to_vec(m),
-    }
-    .map_err(StoreError::Corrupt)
-}
-
-/// The resource of `kind` whose `resource_json` is `json`.
-pub(super) fn parse_resource(kind: Kind, json: &[u8]) -> Result<Resource> {
-    Ok(match kind {
-        Kind::Account => Resource::Account(decode(json)?),
-        Kind::Group => Resource::Group(decode(json)?),
-        Kind::Token => Resource::Token(decode(json)?),
-        Kind::Channel => Resource::Channel(decode(json)?),
-        Kind::Model => Resource::Model(decode(json)?),
-    })
-}
-
-fn encode<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(StoreError::Corrupt)
-}
-
-fn decode<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T> {
-    serde_json::from_slice(json).map_err(StoreError::Corrupt)
 }
 
 fn db_err(error: impl Into<redb::Error>) -> StoreError {

@@ -18,6 +18,7 @@
 
 pub mod access;
 pub mod budget;
+pub mod codec;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod embedded;
@@ -290,6 +291,15 @@ pub fn token_key(resource: &Resource) -> Option<&str> {
     match resource {
         Resource::Token(token) if !token.key_hash.is_empty() => Some(token.key_hash.as_str()),
         _ => None,
+    }
+}
+
+/// `Rejected` when a patch turned `kind/id` into another resource.
+pub fn check_same_id(patched: &Resource, kind: Kind, id: &str) -> Result<()> {
+    if patched.kind() == kind && patched.id() == id {
+        Ok(())
+    } else {
+        Err(StoreError::Rejected { reason: format!("a patch may not change the id of {kind} {id:?}") })
     }
 }
 

@@ -27,7 +27,8 @@ use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
 use redis::{AsyncCommands, ErrorKind, RedisError, Script, Value};
 use tokio::sync::watch;
 
-use super::embedded::{check_same_id, parse_resource, resource_json};
+use super::check_same_id;
+use super::codec::{parse_resource, resource_json};
 use super::rollup::Retention;
 use super::{
     Imported, Modified, PageCursor, Patch, Result, SnapshotPage, Store, StoreError, USAGE_SCAN, names_are_unique,
@@ -913,7 +914,7 @@ fn stored_json(mut resource: Resource) -> Result<Vec<u8>> {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(json: &str) -> Result<T> {
-    serde_json::from_str(json).map_err(StoreError::Corrupt)
+    super::codec::decode(json.as_bytes())
 }
 
 /// The next value of a pipeline or script reply, converted.
