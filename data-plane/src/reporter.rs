@@ -19,8 +19,6 @@ use std::{
 };
 
 use bytes::Bytes;
-use gw_proto::pb;
-use prost::Message as _;
 use tokio::{
     sync::{mpsc, watch},
     time::{Instant, MissedTickBehavior},
@@ -167,19 +165,15 @@ impl Reporter {
 
     /// Sends unacknowledged records oldest first; stops at the first failure.
     async fn send_all(&self, backlog: &mut Backlog) -> Result<(), ()> {
-        let channel = self.control.channel();
         while let Some(batch) = backlog.next_batch() {
             let count = batch.len();
             let parts = batch.counts();
             // The records as the spool encoded them, not encoded again.
             let records = batch.parts.iter().flat_map(|(_, records)| records.iter().cloned()).collect();
-            let mut request = self.control.request(pb::EncodedUsageReport { node_id: self.node_id.clone(), records });
-            request.set_timeout(CALL_TIMEOUT);
-            let call = gw_proto::report_encoded_usage(channel.clone(), request);
+            let call = control::report_usage(&self.control, &self.node_id, records, CALL_TIMEOUT);
             let result = tokio::time::timeout(CALL_TIMEOUT, call).await;
             match result {
                 Ok(Ok(response)) => {
-                    let response = response.into_inner();
                     tracing::debug!(
                         applied = response.applied,
                         duplicates = response.duplicates,
@@ -188,7 +182,7 @@ impl Reporter {
                     );
                     backlog.acked(&parts);
                 }
-                Ok(Err(status)) if !control::is_retryable(&status) => {
+                Ok(Err(control::ReportError::Refused(status))) => {
                     tracing::error!(%status, records = count, "control plane refused a usage batch");
                     let (seq, _) = parts[0];
                     let name = format!("{seq:020}-{}", backlog.segments.get(&seq).map_or(0, |p| p.sent));
@@ -196,7 +190,7 @@ impl Reporter {
                     self.spool.reject(&name, refused);
                     backlog.acked(&parts);
                 }
-                Ok(Err(status)) => {
+                Ok(Err(control::ReportError::Failed(status))) => {
                     tracing::warn!(%status, pending = backlog.segments.len(), "usage report failed; will retry");
                     return Err(());
                 }
@@ -367,7 +361,7 @@ impl Batch<'_> {
     /// The batch's records, decoded again (to set aside refused ones).
     fn records(&self) -> impl Iterator<Item = UsageRecord> {
         let bytes = self.parts.iter().flat_map(|(_, records)| records.iter());
-        bytes.filter_map(|bytes| pb::UsageRecord::decode(bytes.as_ref()).ok()).map(UsageRecord::from)
+        bytes.filter_map(|bytes| UsageRecord::decode(bytes))
     }
 
     /// Each segment's number and how many of its records the batch holds.

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use gw_proto::pb;
+use prost::Message as _;
 
 use crate::pricing::Units;
 
@@ -46,6 +47,14 @@ pub struct UsageRecord {
 }
 
 // === impl UsageRecord ===
+
+impl UsageRecord {
+    /// A record from its protocol encoding (as the spool wrote it); `None`
+    /// when the bytes do not decode.
+    pub fn decode(bytes: &[u8]) -> Option<UsageRecord> {
+        pb::UsageRecord::decode(bytes).ok().map(UsageRecord::from)
+    }
+}
 
 impl From<pb::UsageRecord> for UsageRecord {
     fn from(r: pb::UsageRecord) -> UsageRecord {

@@ -1,6 +1,6 @@
 //! The data plane's link to the control plane: the channel (`client`) and
-//! every call made over it except the policy watch and the usage reports,
-//! each taking and returning domain types. Protobuf and tonic stop here:
+//! every call made over it (the policy watch, leases, health and usage
+//! reports, video tasks), each taking and returning domain types. Protobuf and tonic stop here:
 //! policy, provider and the video handlers see only the traits and types
 //! they define, implemented in this module.
 
@@ -10,6 +10,7 @@ mod discovery;
 mod health;
 mod leases;
 pub mod persist;
+mod usage;
 mod videos;
 
 pub use self::{
@@ -17,5 +18,6 @@ pub use self::{
     discovery::Discovery,
     health::HealthReports,
     leases::{ControlPlaneBudgets, ControlPlanePermits, ControlPlaneSlots},
+    usage::{ReportError, report_usage},
     videos::Videos,
 };
