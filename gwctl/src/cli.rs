@@ -7,8 +7,8 @@ use clap::CommandFactory as _;
 
 use crate::config::Global;
 use crate::{
-    account, audit, channel, client, contexts, credentials, dataplanes, doctor, group, model, secrets, store, token,
-    up, usage, video,
+    account, audit, channel, client, config::contexts, credentials, dataplanes, doctor, group, model, secrets, store,
+    token, up, usage, video,
 };
 
 /// Operate the LLM API gateway.

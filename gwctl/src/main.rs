@@ -5,12 +5,10 @@
 mod account;
 mod audit;
 mod channel;
-mod channel_key;
 mod cli;
 mod client;
 mod config;
 mod confirm;
-mod contexts;
 mod credentials;
 mod dataplanes;
 mod doctor;

@@ -3,11 +3,12 @@
 //! the config file (`contexts`), then a default. The admin key falls back
 //! to `<data-dir>/admin.key`, the file `gwctl up` writes.
 
+pub mod contexts;
+
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::contexts;
 use crate::output::Output;
 
 /// Admin key file name inside the data directory.

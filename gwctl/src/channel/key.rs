@@ -7,7 +7,7 @@
 use anyhow::Result;
 use gw_proto::pb;
 
-use crate::channel::KeyArgs;
+use super::KeyArgs;
 use crate::client::{Admin, RpcResult};
 use crate::confirm;
 use crate::output::{self, Output, Render};

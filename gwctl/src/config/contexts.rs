@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::config::Global;
+use super::Global;
 use crate::output::{self, Output};
 
 /// The config file.

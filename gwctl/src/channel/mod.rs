@@ -5,6 +5,8 @@
 //! so it need not appear in the process list; an empty key (an unset
 //! variable) is refused unless `--no-key` says the upstream needs none.
 
+mod key;
+
 use std::collections::HashMap;
 
 use anyhow::{Context as _, Result, bail};
@@ -69,7 +71,7 @@ pub enum Command {
     Delete(DeleteArgs),
     /// The channel's pool of upstream keys.
     #[command(subcommand)]
-    Key(crate::channel_key::Command),
+    Key(key::Command),
 }
 
 #[derive(Debug, clap::Args)]
@@ -249,7 +251,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
         }
         Command::Disable { channel } => set_status(admin, out, channel, Status::Disabled).await,
         Command::Enable { channel } => set_status(admin, out, channel, Status::Enabled).await,
-        Command::Key(command) => crate::channel_key::run(command, admin, out).await,
+        Command::Key(command) => key::run(command, admin, out).await,
         Command::Delete(args) => {
             let id = resolve::channel(admin, &args.target).await?;
             if !args.dry_run {
