@@ -6,10 +6,7 @@
 pub mod certs;
 pub mod forwarder;
 pub mod harness;
-pub mod mock_endpoints;
-pub mod mock_messages;
-pub mod mock_upstream;
-pub mod mock_video;
+pub mod mock;
 pub mod otlp;
 pub mod redis;
 pub mod schema;

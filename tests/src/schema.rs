@@ -285,7 +285,7 @@ fn collect_refs(value: &Value, out: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock_upstream::MockUpstream;
+    use crate::mock::upstream::MockUpstream;
 
     const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../data-plane/tests/golden/translate");
 

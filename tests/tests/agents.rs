@@ -27,8 +27,10 @@ use axum::{
 };
 use gw_tests::{
     harness::eventually,
-    mock_endpoints,
-    mock_upstream::{MockUpstream, Script},
+    mock::{
+        self,
+        upstream::{MockUpstream, Script},
+    },
 };
 use serde_json::Value;
 use support::{Gateway, MODEL, UPSTREAM_KEY};
@@ -506,10 +508,10 @@ async fn codex_answers_over_the_responses_api_through_an_openai_channel_and_is_b
     let tap = Tap::start(gw.cluster.data_planes[0].addr).await;
 
     let run = codex(&tap, &gw.key, "responses", "Count the pebbles.").await;
-    assert_answered(&run, mock_endpoints::REPLY, &tap);
-    let seen = mock_endpoints::MockEndpoints::of(&upstream).received();
+    assert_answered(&run, mock::endpoints::REPLY, &tap);
+    let seen = mock::endpoints::MockEndpoints::of(&upstream).received();
     assert!(seen.iter().any(|r| r.path == "/v1/responses" && r.json["stream"] == true), "{seen:?}");
-    let tokens = (mock_endpoints::RESPONSE_INPUT_TOKENS, mock_endpoints::RESPONSE_OUTPUT_TOKENS);
+    let tokens = (mock::endpoints::RESPONSE_INPUT_TOKENS, mock::endpoints::RESPONSE_OUTPUT_TOKENS);
     assert_billed(&gw, &tap, MODEL, "/v1/responses", tokens).await;
 }
 

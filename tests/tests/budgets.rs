@@ -11,8 +11,8 @@ use futures_util::future::join_all;
 use gw_proto::pb;
 use gw_tests::{
     harness::{Cluster, eventually},
-    mock_upstream::MockUpstream,
-    mock_video::MockVideo,
+    mock::upstream::MockUpstream,
+    mock::video::MockVideo,
     redis::RedisServer,
 };
 use serde_json::json;

@@ -14,7 +14,7 @@ use gw_control_plane::domain::now_unix;
 use gw_proto::pb;
 use gw_tests::{
     harness::{Cluster, eventually},
-    mock_upstream::MockUpstream,
+    mock::upstream::MockUpstream,
     redis::RedisServer,
 };
 use serde_json::{Value, json};

@@ -4,8 +4,8 @@
 //! effect at once across replicas, the key rules, the audit log, and gwctl
 //! working with whatever credential its context gives.
 
-use gw_control_plane::services::access::rules::{Access, RULES};
 use gw_control_plane::domain::UsageRecord;
+use gw_control_plane::services::access::rules::{Access, RULES};
 use gw_control_plane::store::{RedisStore, Store as _};
 use gw_proto::pb;
 use gw_tests::{

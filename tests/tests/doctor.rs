@@ -10,7 +10,7 @@ mod support;
 use std::process::Stdio;
 
 use gw_proto::pb;
-use gw_tests::{harness::binary, mock_upstream::MockUpstream};
+use gw_tests::{harness::binary, mock::upstream::MockUpstream};
 use serde_json::Value;
 use support::{Gateway, UPSTREAM_KEY};
 use tokio::io::AsyncWriteExt as _;

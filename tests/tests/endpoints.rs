@@ -1,7 +1,7 @@
 //! The OpenAI endpoints besides chat, end to end: real Redis, the real
 //! control plane and a data plane in-process, the official OpenAI Python
 //! SDK as the client (`tests/sdk/openai_endpoints.py`), the mock upstream's
-//! endpoints (`gw_tests::mock_endpoints`). Checks what came back (content,
+//! endpoints (`gw_tests::mock::endpoints`). Checks what came back (content,
 //! schema), what reached the upstream (mapped models, usage options, files
 //! byte for byte), and what was billed (usage records and the balance).
 
@@ -10,8 +10,8 @@ use std::time::Duration;
 use gw_proto::pb;
 use gw_tests::{
     harness::{self, Cluster, eventually},
-    mock_endpoints::{self as mock, MockEndpoints, speech_bytes},
-    mock_upstream::MockUpstream,
+    mock::endpoints::{self as mock, MockEndpoints, speech_bytes},
+    mock::upstream::MockUpstream,
     redis::RedisServer,
     schema,
 };

@@ -5,7 +5,7 @@
 mod support;
 
 use gw_proto::pb;
-use gw_tests::mock_upstream::MockUpstream;
+use gw_tests::mock::upstream::MockUpstream;
 use serde_json::{Value, json};
 use support::{Gateway, MODEL, Reply, UPSTREAM_KEY};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

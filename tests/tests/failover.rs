@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use gw_proto::pb;
 use gw_tests::{
     harness::{eventually, free_port},
-    mock_upstream::{MockUpstream, Script},
+    mock::upstream::{MockUpstream, Script},
 };
 use support::{Gateway, UPSTREAM_KEY, streamed_text};
 

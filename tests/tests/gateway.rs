@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use gw_proto::pb;
 use gw_tests::{
     harness::{self, Cluster, Mode, eventually},
-    mock_upstream::{MockUpstream, Script},
+    mock::upstream::{MockUpstream, Script},
     redis::RedisServer,
 };
 use serde_json::{Value, json};

@@ -15,7 +15,7 @@ use gw_control_plane::domain::secrets::{Keyring, MasterKey, sealed_with};
 use gw_proto::pb;
 use gw_tests::{
     harness::{Cluster, Mode, eventually},
-    mock_upstream::{MockUpstream, Recorded, Script},
+    mock::upstream::{MockUpstream, Recorded, Script},
     redis::RedisServer,
 };
 use serde_json::{Value, json};

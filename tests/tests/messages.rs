@@ -12,8 +12,8 @@ use std::time::Duration;
 use gw_proto::pb;
 use gw_tests::{
     harness::{self, eventually},
-    mock_messages::ToolUse,
-    mock_upstream::{MockUpstream, Recorded, Script},
+    mock::messages::ToolUse,
+    mock::upstream::{MockUpstream, Recorded, Script},
 };
 use serde_json::{Value, json};
 use support::{Gateway, MODEL, UPSTREAM_KEY};

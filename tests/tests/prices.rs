@@ -7,7 +7,7 @@
 mod support;
 
 use gw_proto::pb;
-use gw_tests::mock_upstream::{MockUpstream, Script};
+use gw_tests::mock::upstream::{MockUpstream, Script};
 use serde_json::{Value, json};
 use support::{Gateway, MODEL};
 

@@ -10,7 +10,7 @@ use futures_util::future::join_all;
 use gw_proto::pb;
 use gw_tests::{
     harness::{self, Cluster},
-    mock_upstream::MockUpstream,
+    mock::upstream::MockUpstream,
     redis::RedisServer,
 };
 use serde_json::{Value, json};

@@ -14,7 +14,7 @@ use gw_proto::pb;
 use gw_tests::{
     certs::TestCa,
     harness::{Cluster, eventually, try_eventually},
-    mock_upstream::MockUpstream,
+    mock::upstream::MockUpstream,
     redis::{RedisCluster, TlsFiles},
     seed,
 };

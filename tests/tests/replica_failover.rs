@@ -9,7 +9,7 @@ use gw_proto::pb;
 use gw_tests::{
     forwarder::Forwarder,
     harness::{self, Cluster, eventually},
-    mock_upstream::MockUpstream,
+    mock::upstream::MockUpstream,
     redis::RedisServer,
     seed,
 };

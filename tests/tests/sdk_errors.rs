@@ -10,7 +10,7 @@ mod support;
 use gw_proto::pb;
 use gw_tests::{
     harness,
-    mock_upstream::{MockUpstream, Script},
+    mock::upstream::{MockUpstream, Script},
 };
 use serde_json::Value;
 use support::Gateway;

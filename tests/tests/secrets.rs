@@ -10,7 +10,7 @@ use gw_control_plane::domain::secrets::{Keyring, MasterKey, SEALED_PREFIX, seale
 use gw_proto::pb;
 use gw_tests::{
     harness::{Cluster, Mode, eventually},
-    mock_upstream::MockUpstream,
+    mock::upstream::MockUpstream,
     redis::RedisServer,
     seed::{self, UPSTREAM_KEY},
 };

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gw_control_plane::domain::{DISABLED, Kind, Resource};
 use gw_control_plane::domain::secrets::{Keyring, MasterKey};
+use gw_control_plane::domain::{DISABLED, Kind, Resource};
 use gw_control_plane::store::{EmbeddedStore, Patch, RedisStore, SealedStore, Store, conformance, rollup};
 use gw_tests::{harness::try_eventually, redis::RedisServer};
 

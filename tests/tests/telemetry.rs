@@ -16,7 +16,7 @@ use std::{
 use gw_telemetry::{LogFormat, OtelConfig};
 use gw_tests::{
     harness::{binary, eventually, free_port},
-    mock_upstream::{MockUpstream, Script},
+    mock::upstream::{MockUpstream, Script},
     otlp::{OtlpReceiver, ReceivedSpan},
 };
 use serde_json::{Value, json};

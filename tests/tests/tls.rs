@@ -11,7 +11,7 @@ use gw_proto::pb;
 use gw_tests::{
     certs::{Issued, TestCa},
     harness::{Cluster, Mode, eventually},
-    mock_upstream::MockUpstream,
+    mock::upstream::MockUpstream,
     redis::{RedisServer, TlsFiles},
     seed::{self, UPSTREAM_KEY},
 };

@@ -9,7 +9,7 @@ use std::time::Duration;
 use gw_proto::pb;
 use gw_tests::{
     harness::{Cluster, Mode, eventually},
-    mock_upstream::MockUpstream,
+    mock::upstream::MockUpstream,
     redis::RedisServer,
     seed,
 };

@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use gw_proto::pb;
 use gw_tests::{
     harness::{Cluster, eventually},
-    mock_upstream::{MockUpstream, Script},
+    mock::upstream::{MockUpstream, Script},
     redis::RedisServer,
     seed,
 };

@@ -17,7 +17,7 @@ use std::{
 use gw_proto::pb;
 use gw_tests::{
     harness::{Cluster, Mode, eventually},
-    mock_upstream::{MockUpstream, Script},
+    mock::upstream::{MockUpstream, Script},
     redis::RedisServer,
 };
 use serde_json::{Value, json};

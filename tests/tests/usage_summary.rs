@@ -5,7 +5,7 @@
 
 mod support;
 
-use gw_tests::mock_upstream::MockUpstream;
+use gw_tests::mock::upstream::MockUpstream;
 use serde_json::Value;
 use support::Gateway;
 

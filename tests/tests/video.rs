@@ -8,8 +8,8 @@ use std::time::Duration;
 use gw_proto::pb;
 use gw_tests::{
     harness::{self, Cluster, Mode, eventually},
-    mock_upstream::MockUpstream,
-    mock_video::{MockVideo, VideoScript, mp4_bytes, thumbnail_bytes},
+    mock::upstream::MockUpstream,
+    mock::video::{MockVideo, VideoScript, mp4_bytes, thumbnail_bytes},
     redis::RedisServer,
 };
 use serde_json::{Value, json};

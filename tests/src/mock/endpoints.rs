@@ -1,5 +1,5 @@
 //! The mock upstream's other OpenAI endpoints, served on the same address as
-//! [`crate::mock_upstream::MockUpstream`]: completions (plain and SSE, with
+//! [`crate::mock::upstream::MockUpstream`]: completions (plain and SSE, with
 //! the usage chunk only when `stream_options.include_usage` asks),
 //! responses (plain and SSE with `response.completed` carrying usage),
 //! `responses/compact`, embeddings, moderations, image generations and
@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
-use crate::mock_upstream::MockUpstream;
+use crate::mock::upstream::MockUpstream;
 
 /// The text every completion and response answers.
 pub const REPLY: &str = "Hello from the mock endpoints";

@@ -1,5 +1,5 @@
 //! The mock upstream's video API (OpenAI-compatible), served on the same
-//! address as [`crate::mock_upstream::MockUpstream`]:
+//! address as [`crate::mock::upstream::MockUpstream`]:
 //!
 //! - `POST /v1/videos`, multipart: records the submission (fields, key, the
 //!   reference file byte for byte) and answers a queued task object;
@@ -26,7 +26,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use crate::mock_upstream::MockUpstream;
+use crate::mock::upstream::MockUpstream;
 
 /// How the mock's video tasks behave from now on.
 #[derive(Debug, Clone)]

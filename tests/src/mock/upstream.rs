@@ -2,7 +2,7 @@
 //!
 //! Serves `POST /v1/chat/completions` (plain and SSE), `GET /v1/models` and
 //! the messages API (`POST /v1/messages` and `/v1/messages/count_tokens`, see
-//! [`crate::mock_messages`]) on
+//! [`crate::mock::messages`]) on
 //! 127.0.0.1 at a free port, records every request it receives, and replays
 //! the current [`Script`]: reply text, token counts, latency, a cut stream, a
 //! required key, or a number of scripted failures. The server task stops when
@@ -63,8 +63,8 @@ pub struct Script {
     /// When set, any other `Authorization` than `Bearer <key>` gets a 401.
     pub expected_key: Option<String>,
     /// A tool call the messages API makes when the request offers tools
-    /// (see [`crate::mock_messages`]).
-    pub tool_use: Option<crate::mock_messages::ToolUse>,
+    /// (see [`crate::mock::messages`]).
+    pub tool_use: Option<crate::mock::messages::ToolUse>,
     /// Keys (sent as `Bearer <key>` or `x-api-key`) refused with a 401.
     pub refused_keys: Vec<String>,
     /// Keys answered with a 429 carrying the given `Retry-After` value.
@@ -116,8 +116,8 @@ impl MockUpstream {
             abandoned: std::sync::atomic::AtomicUsize::new(0),
         });
         let app = Router::new()
-            .merge(crate::mock_video::routes(addr))
-            .merge(crate::mock_endpoints::routes(addr))
+            .merge(crate::mock::video::routes(addr))
+            .merge(crate::mock::endpoints::routes(addr))
             .fallback(handle)
             .layer(DefaultBodyLimit::disable())
             .with_state(shared.clone());
@@ -328,9 +328,9 @@ async fn handle(
             let on_abandon = move || {
                 shared.abandoned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             };
-            crate::mock_messages::messages(script, id, &headers, &body, on_abandon).await
+            crate::mock::messages::messages(script, id, &headers, &body, on_abandon).await
         }
-        (&Method::POST, "/v1/messages/count_tokens") => crate::mock_messages::count_tokens(&script, &headers, &body),
+        (&Method::POST, "/v1/messages/count_tokens") => crate::mock::messages::count_tokens(&script, &headers, &body),
         _ => error(StatusCode::NOT_FOUND, &format!("Invalid URL ({method} {})", uri.path())),
     }
 }
@@ -470,7 +470,7 @@ fn models() -> Response {
 /// `/v1/messages` and below it, else OpenAI's.
 fn error_at(path: &str, status: StatusCode, message: &str) -> Response {
     if path == "/v1/messages" || path.starts_with("/v1/messages/") {
-        crate::mock_messages::error(status, message)
+        crate::mock::messages::error(status, message)
     } else {
         error(status, message)
     }

@@ -1,7 +1,7 @@
 //! The mock upstream's messages API: `POST /v1/messages`, plain and SSE,
 //! answering from the same [`Script`] as chat completions, and
 //! `POST /v1/messages/count_tokens`, which counts the script's prompt. The
-//! shared handler in `mock_upstream` records each request (headers included:
+//! shared handler in `upstream` records each request (headers included:
 //! `x-api-key`, `anthropic-version`, `anthropic-beta`) and applies scripted
 //! failures and the expected key before a request gets here.
 //!
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::mock_upstream::Script;
+use crate::mock::upstream::Script;
 
 /// A tool call the mock makes when a messages request offers tools.
 #[derive(Debug, Clone)]
@@ -287,7 +287,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::mock_upstream::MockUpstream;
+    use crate::mock::upstream::MockUpstream;
 
     fn request(stream: bool) -> Value {
         json!({
