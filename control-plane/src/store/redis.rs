@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
+use redis::streams::{StreamId, StreamRangeReply};
 use redis::{AsyncCommands, ErrorKind, RedisError, Script, Value};
 use tokio::sync::watch;
 
@@ -39,180 +39,33 @@ use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageO
 mod access;
 mod conn;
 mod fleet;
+mod follow;
 mod layout;
 mod ledger;
 mod lineage;
 mod rollup;
+mod scripts;
 mod slots;
 mod usage_batch;
 mod video;
 
 use self::conn::{Conn, Dialer};
 pub use self::conn::{check_url, is_redis_url};
+use self::follow::{AbortOnDrop, entry_revision, follow, raise};
 use self::layout::{ACCOUNT_USED, BALANCE, CHANGES, REV, TOKEN_USED, USAGE, kind_key, names_key};
+use self::scripts::{
+    ADJUST, ADJUST_RETURN, BUMP, CHANGES_SINCE, CREATE, DELETE, IMPORT, INDEX_NAMES, MODIFY, NAME_TAKEN, TAKE_PERMITS,
+};
 
 /// Changes kept in `{gw}:changes` (approximate trimming keeps at least this).
 const FEED_RETAIN: u64 = 100_000;
 /// Usage records fetched per `LRANGE` while filtering.
 const USAGE_PAGE: usize = 1_000;
-/// How long the follower's `XREAD` blocks before it re-reads `{gw}:rev`.
-const FOLLOW_BLOCK: Duration = Duration::from_secs(1);
-/// The follower's pauses between reconnects.
-const RECONNECT_MIN: Duration = Duration::from_millis(50);
-const RECONNECT_MAX: Duration = Duration::from_secs(1);
 /// Compare-and-set attempts of one `modify` before it gives up; each lost
 /// attempt means another write of the same resource succeeded.
 const MODIFY_ATTEMPTS: u32 = 64;
 /// The longest pause between two attempts of one `modify`.
 const MODIFY_BACKOFF_MAX: Duration = Duration::from_millis(20);
-
-/// Bumps the revision and appends `ARGV[3]/ARGV[1]` to the feed; for the
-/// single-resource scripts, whose keys are 1 kind hash, 2 `{gw}:rev`,
-/// 3 `{gw}:changes`, 4 the kind's name index, 5… counter hashes, and args 1 id,
-/// 2 JSON, 3 kind, 4 feed length, 5 the script's own, 6… counter values
-/// (`ARGV[i + 1]` goes with `KEYS[i]`).
-const BUMP: &str = r"
-local rev = redis.call('INCR', KEYS[2])
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], string.format('%d-0', rev), 'kind', ARGV[3], 'id', ARGV[1])
-";
-
-/// True when `name` belongs to a resource other than `id` that still exists.
-const NAME_TAKEN: &str = r"
-local function name_taken(name, id)
-  if name == '' then return false end
-  local owner = redis.call('HGET', KEYS[4], name)
-  return owner and owner ~= id and redis.call('HEXISTS', KEYS[1], owner) == 1
-end
-";
-
-/// ARGV[5] is the resource's unique name ('' for none). Returns nil when
-/// the id is taken, -1 when the name is, else the new revision.
-const CREATE: &str = r"
-if name_taken(ARGV[5], ARGV[1]) then return -1 end
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[4], ARGV[5], ARGV[1]) end
-for i = 5, #KEYS do redis.call('HSET', KEYS[i], ARGV[1], ARGV[i + 1]) end
-";
-
-/// ARGV[5] is the JSON the patch was applied to, ARGV[6] and ARGV[7] the
-/// unique names before and after ('' for none). Returns nil for a missing
-/// resource, 0 when the JSON changed meanwhile (nothing written; a revision
-/// is never 0), -1 when the new name is taken, else the new revision.
-const MODIFY: &str = r"
-local stored = redis.call('HGET', KEYS[1], ARGV[1])
-if not stored then return false end
-if stored ~= ARGV[5] then return 0 end
-if ARGV[6] ~= ARGV[7] then
-  if name_taken(ARGV[7], ARGV[1]) then return -1 end
-  if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], ARGV[7], ARGV[1]) end
-  if ARGV[6] ~= '' and redis.call('HGET', KEYS[4], ARGV[6]) == ARGV[1] then redis.call('HDEL', KEYS[4], ARGV[6]) end
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-";
-
-/// ARGV[5] is the indexed field of the kind ('' for none).
-const DELETE: &str = r"
-local stored = redis.call('HGET', KEYS[1], ARGV[1])
-if not stored then return false end
-redis.call('HDEL', KEYS[1], ARGV[1])
-if ARGV[5] ~= '' then
-  local name = cjson.decode(stored)[ARGV[5]]
-  if type(name) == 'string' and redis.call('HGET', KEYS[4], name) == ARGV[1] then redis.call('HDEL', KEYS[4], name) end
-end
-for i = 5, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
-";
-
-/// Keys 1 kind hash, 2 its name index, 3 the index's "built" marker; ARGV[1]
-/// the indexed field. Builds the index from the stored resources once (the
-/// first of duplicates written before the rule wins); a no-op once the
-/// marker is set.
-const INDEX_NAMES: &str = r"
-if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local name = cjson.decode(all[i + 1])[ARGV[1]]
-  if type(name) == 'string' and name ~= '' then redis.call('HSETNX', KEYS[2], name, all[i]) end
-end
-redis.call('SET', KEYS[3], '1')
-return 1
-";
-
-/// Keys 4 `{gw}:balance`, 5 `{gw}:account_used`; ARGV[2] is the delta. Returns
-/// `{rev, json, balance, used}` or nil for a missing account.
-const ADJUST: &str = r"
-local json = redis.call('HGET', KEYS[1], ARGV[1])
-if not json then return false end
-local balance = redis.call('HINCRBY', KEYS[4], ARGV[1], ARGV[2])
-";
-const ADJUST_RETURN: &str = r"
-return {rev, json, balance, redis.call('HGET', KEYS[5], ARGV[1]) or '0'}
-";
-
-/// Keys 1 `{gw}:token`, 2 `{gw}:rev`, 3 `{gw}:changes`, 4
-/// `{gw}:names:token`; ARGV[1]
-/// the feed length, then `id, key hash, JSON` per row. Writes every row whose
-/// id is free and whose key hash no stored token or earlier row has, at one
-/// revision with a feed entry `<rev>-<n>` each. Returns `{rev or 0, codes}`,
-/// a code per row: '' written, 'id' id taken, 'repeat' key of an earlier
-/// row, else the id of the token holding the key.
-const IMPORT: &str = r"
-local codes, written, seen = {}, {}, {}
-for i = 2, #ARGV, 3 do
-  local id, hash = ARGV[i], ARGV[i + 1]
-  local code = ''
-  if redis.call('HEXISTS', KEYS[1], id) == 1 then
-    code = 'id'
-  elseif hash ~= '' and seen[hash] then
-    code = 'repeat'
-  elseif hash ~= '' then
-    local owner = redis.call('HGET', KEYS[4], hash)
-    if owner and redis.call('HEXISTS', KEYS[1], owner) == 1 then code = owner end
-  end
-  if code == '' then
-    redis.call('HSET', KEYS[1], id, ARGV[i + 2])
-    if hash ~= '' then
-      redis.call('HSET', KEYS[4], hash, id)
-      seen[hash] = true
-    end
-    written[#written + 1] = id
-  end
-  codes[#codes + 1] = code
-end
-local rev = 0
-if #written > 0 then
-  rev = redis.call('INCR', KEYS[2])
-  for n, id in ipairs(written) do
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[1], string.format('%d-%d', rev, n - 1), 'kind', 'token', 'id', id)
-  end
-end
-return {rev, codes}
-";
-
-/// Keys: 1 `{gw}:rev`, 2 `{gw}:changes`; ARGV[1] the revision asked about.
-/// Returns `{0}` when the feed cannot answer, else `{1, entries after it}`.
-const CHANGES_SINCE: &str = r"
-local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
-local since = tonumber(ARGV[1])
-if since > rev then return {0} end
-if since == rev then return {1, {}} end
-local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
-if not first then return {0} end
-local dash = string.find(first[1], '-', 1, true)
-local r, n = tonumber(string.sub(first[1], 1, dash - 1)), tonumber(string.sub(first[1], dash + 1))
-if r > since + 1 or (r == since + 1 and n > 0) then return {0} end
-return {1, redis.call('XRANGE', KEYS[2], string.format('%d-0', since + 1), '+')}
-";
-
-/// Key: 1 the permits of one key and window. Args: 1 limit, 2 want, 3 TTL.
-/// Grants what is left of the limit, up to `want`; returns the grant.
-const TAKE_PERMITS: &str = r"
-local granted = tonumber(redis.call('GET', KEYS[1]) or '0')
-local grant = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - granted)
-if grant <= 0 then return 0 end
-redis.call('INCRBY', KEYS[1], grant)
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return grant
-";
 
 /// The store on a Redis server or cluster shared by every control-plane
 /// replica. Spawns one task that follows `{gw}:changes` for `subscribe`; it
@@ -236,9 +89,6 @@ struct Scripts {
     index_names: Script,
     import: Script,
 }
-
-/// Aborts the task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 // === impl RedisStore ===
 
@@ -761,87 +611,6 @@ async fn usage_range(conn: &mut Conn, start: usize, count: usize) -> Result<Vec<
     conn.lrange(USAGE, first, last).await.map_err(StoreError::Redis)
 }
 
-// === impl AbortOnDrop ===
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Publishes the newest revision of the Redis `dialer` reaches into
-/// `revision`, until aborted: tails `{gw}:changes` with a blocking `XREAD` on
-/// a connection of its own, and re-reads `{gw}:rev` whenever the feed is quiet, which also
-/// catches a server that lost its data and went back to a lower revision.
-async fn follow(dialer: Dialer, revision: Arc<watch::Sender<u64>>, mut seen: u64) {
-    let mut backoff = RECONNECT_MIN;
-    loop {
-        if let Err(error) = follow_connected(&dialer, &revision, &mut seen, &mut backoff).await {
-            tracing::warn!(%error, retry_in = ?backoff, "following the redis change feed failed");
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(RECONNECT_MAX);
-    }
-}
-
-/// One connection's worth of `follow`; returns only on an error.
-async fn follow_connected(
-    dialer: &Dialer,
-    revision: &watch::Sender<u64>,
-    seen: &mut u64,
-    backoff: &mut Duration,
-) -> Result<(), RedisError> {
-    let mut conn = dialer.own(FOLLOW_BLOCK + Duration::from_secs(5)).await?;
-    *backoff = RECONNECT_MIN;
-    resync(&mut conn, revision, seen).await?;
-    loop {
-        let reply: Option<StreamReadReply> = redis::cmd("XREAD")
-            .arg("COUNT")
-            .arg(1_000)
-            .arg("BLOCK")
-            .arg(FOLLOW_BLOCK.as_millis() as u64)
-            .arg("STREAMS")
-            .arg(CHANGES)
-            .arg(format!("{seen}-{}", u64::MAX))
-            .query_async(&mut conn)
-            .await?;
-        let newest =
-            reply.iter().flat_map(|r| &r.keys).flat_map(|k| &k.ids).filter_map(|entry| entry_revision(&entry.id)).max();
-        match newest {
-            Some(newest) => {
-                *seen = (*seen).max(newest);
-                revision.send_if_modified(|current| raise(current, newest));
-            }
-            None => resync(&mut conn, revision, seen).await?,
-        }
-    }
-}
-
-/// Reads `{gw}:rev` and publishes it. A value below what subscribers were
-/// told means the server lost data, and they are told the lower value.
-async fn resync(conn: &mut Conn, revision: &watch::Sender<u64>, seen: &mut u64) -> Result<(), RedisError> {
-    // Read before the GET: every revision published so far (by the follower
-    // or by a write of this instance) was committed before the GET was sent,
-    // so a lower answer is a lost one, not a race with a local write.
-    let told = *revision.borrow();
-    let now: u64 = conn.get::<_, Option<u64>>(REV).await?.unwrap_or(0);
-    if now < told {
-        tracing::warn!(revision = now, previous = told, "redis revision went back; was its data lost?");
-        // Unless a local write published a newer revision meanwhile.
-        revision.send_if_modified(|current| {
-            let lower = *current == told;
-            if lower {
-                *current = now;
-            }
-            lower
-        });
-    } else {
-        revision.send_if_modified(|current| raise(current, now));
-    }
-    *seen = now;
-    Ok(())
-}
-
 /// How long `modify` waits after losing attempt `attempt` (from 0): random,
 /// so that writers that collided spread out, and growing up to
 /// `MODIFY_BACKOFF_MAX`.
@@ -850,15 +619,6 @@ fn modify_backoff(attempt: u32) -> Duration {
     let ceiling = Duration::from_micros(250u64 << attempt.min(8)).min(MODIFY_BACKOFF_MAX);
     let micros = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
     Duration::from_micros(rand::rng().random_range(0..=micros))
-}
-
-/// Sets `current` to `revision` if that is newer; whether it was.
-fn raise(current: &mut u64, revision: u64) -> bool {
-    let newer = revision > *current;
-    if newer {
-        *current = revision;
-    }
-    newer
 }
 
 /// The value `kind`'s index maps to ids: the unique name, or a token's key
@@ -921,11 +681,6 @@ fn decode<T: serde::de::DeserializeOwned>(json: &str) -> Result<T> {
 fn take<T: redis::FromRedisValue>(values: &mut impl Iterator<Item = Value>) -> Result<T> {
     let value = values.next().ok_or_else(|| malformed("reply shorter than expected"))?;
     redis::from_redis_value(value).map_err(|error| StoreError::Redis(error.into()))
-}
-
-/// The revision of a feed entry id `<rev>-<n>`.
-fn entry_revision(id: &str) -> Option<u64> {
-    id.split_once('-')?.0.parse().ok()
 }
 
 fn change(entry: &StreamId) -> Result<Change> {
