@@ -170,12 +170,17 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
             .with_context(|| format!("making {} private", config.data_dir.display()))?;
     }
     gw_tls::install_provider();
-    let raw = store::open(&config.store, &config.data_dir, config.store_ca_file.as_deref(), config.retention)
-        .await
-        .context("opening the store")?;
-    let sealed = Arc::new(store::SealedStore::new(raw, config.master_keys.clone()));
-    check_sealed(&sealed).await?;
-    let store: Arc<dyn Store> = sealed.clone();
+    let sealing = store::Sealing::new(config.master_keys.clone());
+    let store = store::open(
+        &config.store,
+        &config.data_dir,
+        config.store_ca_file.as_deref(),
+        config.retention,
+        sealing.clone(),
+    )
+    .await
+    .context("opening the store")?;
+    check_sealed(store.as_ref(), &sealing).await?;
     let first_start = store.revision().await.context("reading the store's revision")? == 0;
     let keys = keys::Keys::load(&config.data_dir, config.admin_key.clone(), config.node_key.clone(), first_start)
         .context("loading credentials")?;
@@ -206,7 +211,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone())
         .with_videos(videos.clone())
         .with_credentials(credentials::Credentials::new(store.clone(), keys.reserved()))
-        .with_secrets(sealed)
+        .with_secrets(sealing)
         .with_clock(config.clock.clone())
         .with_time_zone(config.budget_time_zone.clone());
     let (health, health_task) = health::spawn(store.clone(), shutdown_rx.clone());
@@ -323,9 +328,11 @@ fn server_tls(tls: &ServerTls) -> anyhow::Result<tonic::transport::ServerTlsConf
 
 /// Refuses to start when a stored upstream key does not open with the
 /// configured master keys; warns when keys are kept in plain text.
-async fn check_sealed(store: &store::SealedStore) -> anyhow::Result<()> {
-    let inventory = store.inspect().await.context("checking the stored upstream keys against the master keys")?;
-    match store.keys().current_id() {
+async fn check_sealed(store: &dyn Store, sealing: &store::Sealing) -> anyhow::Result<()> {
+    let inventory = store::seal::inspect(store, sealing)
+        .await
+        .context("checking the stored upstream keys against the master keys")?;
+    match sealing.keys().current_id() {
         None => tracing::warn!(
             plain = inventory.plain,
             "no master key is configured: upstream keys are stored in plain text (set master_key_file)"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use gw_control_plane::domain::secrets::{Keyring, MasterKey};
 use gw_control_plane::domain::{DISABLED, Kind, Resource};
-use gw_control_plane::store::{EmbeddedStore, Patch, RedisStore, SealedStore, Store, conformance, rollup};
+use gw_control_plane::store::{EmbeddedStore, Patch, RedisStore, Sealing, Store, conformance, rollup};
 use gw_tests::{harness::try_eventually, redis::RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -25,7 +25,7 @@ async fn embedded_store_passes_the_conformance_suite() {
     conformance::run(Arc::new(store)).await;
 }
 
-/// Both backends behind the sealing view, with a master key: upstream keys
+/// Both backends sealing with a master key: upstream keys
 /// are sealed on the way in and opened on the way out, and nothing else
 /// changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,10 +36,10 @@ async fn sealed_stores_pass_the_conformance_suite() {
     };
     let server = RedisServer::start().await.expect("start redis-server");
     let redis = RedisStore::connect(&server.url()).await.expect("connect");
-    conformance::run(Arc::new(SealedStore::new(Arc::new(redis), keys()))).await;
+    conformance::run(Arc::new(redis.with_sealing(Sealing::new(keys())))).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let embedded = EmbeddedStore::open(&dir.path().join("store.redb")).expect("open");
-    conformance::run(Arc::new(SealedStore::new(Arc::new(embedded), keys()))).await;
+    conformance::run(Arc::new(embedded.with_sealing(Sealing::new(keys())))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,8 +37,6 @@ pub enum SealError {
     UnknownKey { key_id: String },
     #[error("sealed value is malformed or was tampered with")]
     Corrupt,
-    #[error("no master key is configured")]
-    NoMasterKey,
 }
 
 /// One master key.
@@ -158,18 +156,6 @@ impl Keyring {
             .ok_or_else(|| SealError::UnknownKey { key_id: key_id.to_owned() })?;
         key.open(channel_id, body)
     }
-
-    /// `stored` sealed under the current key: `None` when it already is
-    /// (or is empty), else the new value. Fails when it cannot be opened or
-    /// there is no current key.
-    pub fn reseal(&self, channel_id: &str, stored: &str) -> Result<Option<String>, SealError> {
-        let current = self.current.as_ref().ok_or(SealError::NoMasterKey)?;
-        if stored.is_empty() || sealed_with(stored) == Some(current.id()) {
-            return Ok(None);
-        }
-        let plain = self.open(channel_id, stored)?;
-        Ok(Some(current.seal(channel_id, &plain)))
-    }
 }
 
 /// The id of the master key `stored` was sealed under; `None` for plain text.
@@ -203,17 +189,14 @@ mod tests {
     }
 
     #[test]
-    fn a_rotated_ring_opens_old_values_and_reseals_them_under_the_new_key() {
+    fn a_rotated_ring_opens_old_values_and_seals_new_ones_under_the_new_key() {
         let old = Keyring::new(Some(key(1)), vec![]);
         let sealed = old.seal("ch_a", "sk-1");
         let new = old.rotated(key(2));
         assert_eq!(new.open("ch_a", &sealed).unwrap(), "sk-1");
-        let resealed = new.reseal("ch_a", &sealed).unwrap().unwrap();
+        let resealed = new.seal("ch_a", &new.open("ch_a", &sealed).unwrap());
         assert_eq!(sealed_with(&resealed), Some(key(2).id()));
-        assert_eq!(new.reseal("ch_a", &resealed).unwrap(), None);
         assert!(old.open("ch_a", &resealed).is_err());
-        // Plain text from before a master key was set gets sealed too.
-        assert_eq!(sealed_with(&new.reseal("ch_a", "sk-plain").unwrap().unwrap()), Some(key(2).id()));
     }
 
     #[test]
@@ -221,7 +204,6 @@ mod tests {
         let ring = Keyring::default();
         assert_eq!(ring.seal("ch_a", "sk-1"), "sk-1");
         assert_eq!(ring.open("ch_a", "sk-1").unwrap(), "sk-1");
-        assert_eq!(ring.reseal("ch_a", "sk-1"), Err(SealError::NoMasterKey));
         assert_eq!(MasterKey::parse("abc").unwrap_err(), SealError::BadMasterKey);
         assert_eq!(MasterKey::parse(&"zz".repeat(32)).unwrap_err(), SealError::BadMasterKey);
         assert!(format!("{:?}", key(1)).contains(key(1).id()));

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::codec::{decode, encode, parse_resource, resource_json};
 use super::rollup::Retention;
 use super::{
-    Imported, Modified, PageCursor, Patch, Result, SnapshotPage, Store, StoreError, USAGE_SCAN, check_same_id,
+    Imported, Modified, PageCursor, Patch, Result, Sealing, SnapshotPage, Store, StoreError, USAGE_SCAN, check_same_id,
     token_key, unique_name, usage_matches, usage_older_than_wanted,
 };
 use crate::domain::{
@@ -71,6 +71,7 @@ pub struct EmbeddedStore {
     db: Arc<Database>,
     revision: Arc<watch::Sender<u64>>,
     retention: Retention,
+    sealing: Sealing,
 }
 
 // === impl EmbeddedStore ===
@@ -112,12 +113,24 @@ impl EmbeddedStore {
             let meta = txn.open_table(META).map_err(db_err)?;
             meta_get(&meta, REVISION)?
         };
-        Ok(Self { db: Arc::new(db), revision: Arc::new(watch::channel(revision).0), retention: Retention::default() })
+        Ok(Self {
+            db: Arc::new(db),
+            revision: Arc::new(watch::channel(revision).0),
+            retention: Retention::default(),
+            sealing: Sealing::default(),
+        })
     }
 
     /// The store with `retention` instead of the default.
     pub fn with_retention(mut self, retention: Retention) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// The store sealing upstream keys with `sealing`'s ring (by default
+    /// they are kept as they come).
+    pub fn with_sealing(mut self, sealing: Sealing) -> Self {
+        self.sealing = sealing;
         self
     }
 
@@ -182,8 +195,9 @@ impl Store for EmbeddedStore {
         meta_get(&meta, REVISION)
     }
 
-    async fn create(&self, resource: Resource) -> Result<u64> {
+    async fn create(&self, mut resource: Resource) -> Result<u64> {
         let (kind, id) = (resource.kind(), resource.id().to_owned());
+        self.sealing.seal(&mut resource);
         let json = resource_json(&resource)?;
         let ((), revision) = self
             .write(move |txn| {
@@ -243,6 +257,7 @@ impl Store for EmbeddedStore {
 
     async fn modify(&self, kind: Kind, id: &str, mut patch: Patch) -> Result<Modified> {
         let id = id.to_owned();
+        let sealing = self.sealing.clone();
         // Read, patch and write in one write transaction: redb runs write
         // transactions one at a time, so nothing can come in between.
         let ((resource, changed), revision) = self
@@ -253,11 +268,14 @@ impl Store for EmbeddedStore {
                     None => return Err(StoreError::NotFound { kind, id }),
                 };
                 let mut next = stored.clone();
+                sealing.open(&mut next)?;
                 patch(&mut next)?;
                 check_same_id(&next, kind, &id)?;
                 keep_counters(&mut next, &stored);
+                let plain = next.clone();
+                sealing.seal_over(&mut next, &stored);
                 if next == stored {
-                    return Ok(((stored, false), Vec::new()));
+                    return Ok(((plain, false), Vec::new()));
                 }
                 if let Some(name) = unique_name(&next).filter(|name| unique_name(&stored) != Some(name)) {
                     check_name_free(&table, kind, name, &id)?;
@@ -272,7 +290,7 @@ impl Store for EmbeddedStore {
                 }
                 table.insert(id.as_str(), resource_json(&next)?.as_slice()).map_err(db_err)?;
                 drop(table);
-                Ok(((next, true), vec![(kind, id)]))
+                Ok(((plain, true), vec![(kind, id)]))
             })
             .await?;
         Ok(Modified { revision: changed.then_some(revision), resource })
@@ -302,23 +320,36 @@ impl Store for EmbeddedStore {
         let txn = self.db.begin_read().map_err(db_err)?;
         let table = txn.open_table(resources(kind)).map_err(db_err)?;
         let json = table.get(id).map_err(db_err)?;
-        json.map(|json| parse_resource(kind, json.value())).transpose()
+        let mut resource = json.map(|json| parse_resource(kind, json.value())).transpose()?;
+        if let Some(resource) = resource.as_mut() {
+            self.sealing.open(resource)?;
+        }
+        Ok(resource)
     }
 
     async fn list(&self, kind: Kind) -> Result<Vec<Resource>> {
+        let mut resources = self.list_stored(kind).await?;
+        self.sealing.open_all(&mut resources)?;
+        Ok(resources)
+    }
+
+    async fn list_stored(&self, kind: Kind) -> Result<Vec<Resource>> {
         self.read(move |txn| list_kind(txn, kind)).await
     }
 
     async fn snapshot(&self) -> Result<Snapshot> {
-        self.read(|txn| {
-            let meta = txn.open_table(META).map_err(db_err)?;
-            let mut snapshot = Snapshot { revision: meta_get(&meta, REVISION)?, resources: Vec::new() };
-            for kind in Kind::ALL {
-                snapshot.resources.extend(list_kind(txn, kind)?);
-            }
-            Ok(snapshot)
-        })
-        .await
+        let mut snapshot = self
+            .read(|txn| {
+                let meta = txn.open_table(META).map_err(db_err)?;
+                let mut snapshot = Snapshot { revision: meta_get(&meta, REVISION)?, resources: Vec::new() };
+                for kind in Kind::ALL {
+                    snapshot.resources.extend(list_kind(txn, kind)?);
+                }
+                Ok(snapshot)
+            })
+            .await?;
+        self.sealing.open_all(&mut snapshot.resources)?;
+        Ok(snapshot)
     }
 
     async fn count(&self) -> Result<u64> {
@@ -337,24 +368,27 @@ impl Store for EmbeddedStore {
             return Ok(SnapshotPage::default());
         };
         let (index, after, size) = (cursor.kind, cursor.position.clone(), size.max(1));
-        self.read(move |txn| {
-            let table = txn.open_table(resources(kind)).map_err(db_err)?;
-            // The position is the last id read; ids are never empty.
-            let from = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.as_str()) };
-            let mut page = SnapshotPage::default();
-            let mut last = None;
-            for entry in table.range::<&str>((from, Bound::Unbounded)).map_err(db_err)?.take(size) {
-                let (id, json) = entry.map_err(db_err)?;
-                page.resources.push(parse_resource(kind, json.value())?);
-                last = Some(id.value().to_owned());
-            }
-            page.next = match last {
-                Some(position) if page.resources.len() == size => Some(PageCursor { kind: index, position }),
-                _ => (index + 1 < Kind::ALL.len()).then(|| PageCursor { kind: index + 1, position: String::new() }),
-            };
-            Ok(page)
-        })
-        .await
+        let mut page = self
+            .read(move |txn| {
+                let table = txn.open_table(resources(kind)).map_err(db_err)?;
+                // The position is the last id read; ids are never empty.
+                let from = if after.is_empty() { Bound::Unbounded } else { Bound::Excluded(after.as_str()) };
+                let mut page = SnapshotPage::default();
+                let mut last = None;
+                for entry in table.range::<&str>((from, Bound::Unbounded)).map_err(db_err)?.take(size) {
+                    let (id, json) = entry.map_err(db_err)?;
+                    page.resources.push(parse_resource(kind, json.value())?);
+                    last = Some(id.value().to_owned());
+                }
+                page.next = match last {
+                    Some(position) if page.resources.len() == size => Some(PageCursor { kind: index, position }),
+                    _ => (index + 1 < Kind::ALL.len()).then(|| PageCursor { kind: index + 1, position: String::new() }),
+                };
+                Ok(page)
+            })
+            .await?;
+        self.sealing.open_all(&mut page.resources)?;
+        Ok(page)
     }
 
     async fn changes_since(&self, since: u64) -> Result<Option<Vec<Change>>> {

@@ -26,7 +26,7 @@ pub mod fleet;
 pub mod lineage;
 pub mod redis;
 pub mod rollup;
-pub mod sealed;
+pub mod seal;
 pub mod slots;
 pub mod video;
 
@@ -44,7 +44,7 @@ pub use self::fleet::FleetStore;
 pub use self::lineage::{Lineage, LineageStore, Persistence};
 pub use self::redis::RedisStore;
 pub use self::rollup::{Retention, RollupStore};
-pub use self::sealed::SealedStore;
+pub use self::seal::Sealing;
 pub use self::slots::{SlotAsk, SlotLease, SlotStore};
 pub use self::video::{VideoFilter, VideoStore, VideoWrite};
 
@@ -199,6 +199,10 @@ pub trait Store:
 
     /// Every resource of a kind, ordered by id.
     async fn list(&self, kind: Kind) -> Result<Vec<Resource>>;
+
+    /// `list` as the backend holds it: upstream keys as stored, sealed
+    /// (`seal`), for checking and rotating the seal; `list` opens them.
+    async fn list_stored(&self, kind: Kind) -> Result<Vec<Resource>>;
 
     /// Every resource and the revision they are at, read consistently.
     async fn snapshot(&self) -> Result<Snapshot>;
@@ -382,13 +386,15 @@ pub async fn switch_key_status(
 /// Opens the store named by `url`: `redis://…` (or `rediss://…`) for Redis,
 /// `redis+cluster://host:port,…` (or `rediss+cluster://…`) for a cluster,
 /// anything else (or empty) is the embedded store in `data_dir`; either
-/// keeps usage as `retention` says. A `rediss://` server's certificate is
-/// checked against `ca_file` when given, else against the system's roots.
+/// keeps usage as `retention` says and upstream keys as `sealing` does. A
+/// `rediss://` server's certificate is checked against `ca_file` when given,
+/// else against the system's roots.
 pub async fn open(
     url: &str,
     data_dir: &std::path::Path,
     ca_file: Option<&std::path::Path>,
     retention: Retention,
+    sealing: Sealing,
 ) -> anyhow::Result<Arc<dyn Store>> {
     use anyhow::Context as _;
     if redis::is_redis_url(url) {
@@ -396,8 +402,11 @@ pub async fn open(
             Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
             None => None,
         };
-        let store =
-            RedisStore::connect_with_ca(url, ca).await.context("connecting to redis")?.with_retention(retention);
+        let store = RedisStore::connect_with_ca(url, ca)
+            .await
+            .context("connecting to redis")?
+            .with_retention(retention)
+            .with_sealing(sealing);
         Ok(Arc::new(store))
     } else {
         let path = if url.is_empty() || url == "embedded" {
@@ -406,6 +415,6 @@ pub async fn open(
             std::path::PathBuf::from(url.strip_prefix("file://").unwrap_or(url))
         };
         let store = EmbeddedStore::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        Ok(Arc::new(store.with_retention(retention)))
+        Ok(Arc::new(store.with_retention(retention).with_sealing(sealing)))
     }
 }

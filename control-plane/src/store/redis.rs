@@ -31,8 +31,8 @@ use super::check_same_id;
 use super::codec::{parse_resource, resource_json};
 use super::rollup::Retention;
 use super::{
-    Imported, Modified, PageCursor, Patch, Result, SnapshotPage, Store, StoreError, USAGE_SCAN, names_are_unique,
-    token_key, unique_name, usage_matches, usage_older_than_wanted,
+    Imported, Modified, PageCursor, Patch, Result, Sealing, SnapshotPage, Store, StoreError, USAGE_SCAN,
+    names_are_unique, token_key, unique_name, usage_matches, usage_older_than_wanted,
 };
 use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
@@ -75,6 +75,7 @@ pub struct RedisStore {
     scripts: Scripts,
     revision: Arc<watch::Sender<u64>>,
     retention: Retention,
+    sealing: Sealing,
     _follower: AbortOnDrop,
 }
 
@@ -125,8 +126,8 @@ impl RedisStore {
             index_names: Script::new(INDEX_NAMES),
             import: Script::new(IMPORT),
         };
-        let retention = Retention::default();
-        let store = Self { conn, scripts, revision, retention, _follower: AbortOnDrop(follower) };
+        let (retention, sealing) = (Retention::default(), Sealing::default());
+        let store = Self { conn, scripts, revision, retention, sealing, _follower: AbortOnDrop(follower) };
         store.index_names().await?;
         Ok(store)
     }
@@ -134,6 +135,13 @@ impl RedisStore {
     /// The store with `retention` instead of the default.
     pub fn with_retention(mut self, retention: Retention) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// The store sealing upstream keys with `sealing`'s ring (by default
+    /// they are kept as they come).
+    pub fn with_sealing(mut self, sealing: Sealing) -> Self {
+        self.sealing = sealing;
         self
     }
 
@@ -283,8 +291,9 @@ impl Store for RedisStore {
         Ok(revision.unwrap_or(0))
     }
 
-    async fn create(&self, resource: Resource) -> Result<u64> {
+    async fn create(&self, mut resource: Resource) -> Result<u64> {
         let (kind, id) = (resource.kind(), resource.id().to_owned());
+        self.sealing.seal(&mut resource);
         let counters = counter_values(&resource);
         let name = indexed(&resource).unwrap_or_default().to_owned();
         let json = stored_json(resource)?;
@@ -334,15 +343,19 @@ impl Store for RedisStore {
             let Some((stored, counters)) = self.get_stored(kind, id).await? else {
                 return Err(StoreError::NotFound { kind, id: id.to_owned() });
             };
-            let mut resource = parse_resource(kind, stored.as_bytes())?;
-            let old_name = indexed(&resource).unwrap_or_default().to_owned();
+            let before = parse_resource(kind, stored.as_bytes())?;
+            let old_name = indexed(&before).unwrap_or_default().to_owned();
+            let mut resource = before.clone();
+            self.sealing.open(&mut resource)?;
             set_counters(&mut resource, &counters);
             patch(&mut resource)?;
             check_same_id(&resource, kind, id)?;
             // The counters the patch saw may be stale by now, and the script
             // leaves the counter hashes alone: report what was read.
             set_counters(&mut resource, &counters);
-            let json = stored_json(resource.clone())?;
+            let mut sealed = resource.clone();
+            self.sealing.seal_over(&mut sealed, &before);
+            let json = stored_json(sealed)?;
             if json == stored.as_bytes() {
                 return Ok(Modified { revision: None, resource });
             }
@@ -380,15 +393,23 @@ impl Store for RedisStore {
         };
         let mut resource = parse_resource(kind, json.as_bytes())?;
         set_counters(&mut resource, &counters);
+        self.sealing.open(&mut resource)?;
         Ok(Some(resource))
     }
 
     async fn list(&self, kind: Kind) -> Result<Vec<Resource>> {
+        let mut resources = self.list_stored(kind).await?;
+        self.sealing.open_all(&mut resources)?;
+        Ok(resources)
+    }
+
+    async fn list_stored(&self, kind: Kind) -> Result<Vec<Resource>> {
         Ok(self.read_kinds(&[kind]).await?.1)
     }
 
     async fn snapshot(&self) -> Result<Snapshot> {
-        let (revision, resources) = self.read_kinds(&Kind::ALL).await?;
+        let (revision, mut resources) = self.read_kinds(&Kind::ALL).await?;
+        self.sealing.open_all(&mut resources)?;
         Ok(Snapshot { revision, resources })
     }
 
@@ -412,6 +433,7 @@ impl Store for RedisStore {
             let mut resource = parse_resource(kind, json.as_bytes())?;
             let values: Vec<i64> = counters.iter().map(|c| c.get(i).copied().unwrap_or(0)).collect();
             set_counters(&mut resource, &values);
+            self.sealing.open(&mut resource)?;
             resources.push(resource);
         }
         let next = if next != "0" {
@@ -457,6 +479,7 @@ impl Store for RedisStore {
                 Some(json) => {
                     let mut resource = parse_resource(*kind, json.as_bytes())?;
                     set_counters(&mut resource, &counters);
+                    self.sealing.open(&mut resource)?;
                     Some(resource)
                 }
                 None => None,

@@ -10,18 +10,18 @@ impl AdminApi {
         &self,
         request: Request<pb::RotateSecretsRequest>,
     ) -> Answer<pb::RotateSecretsResponse> {
-        let store = self.secrets.as_ref().ok_or_else(|| Status::unavailable("secrets are not managed here"))?;
+        let sealing = self.secrets.as_ref().ok_or_else(|| Status::unavailable("secrets are not managed here"))?;
         let new = request.into_inner().new_master_key;
         let keys = match new.trim() {
-            "" => (*store.keys()).clone(),
+            "" => (*sealing.keys()).clone(),
             new => {
                 let key = crate::domain::secrets::MasterKey::parse(new)
                     .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                store.keys().rotated(key)
+                sealing.keys().rotated(key)
             }
         };
-        let resealed = store.reseal_all(keys).await?;
-        let key_id = store.keys().current_id().unwrap_or_default().to_owned();
+        let resealed = crate::store::seal::reseal_all(self.store.as_ref(), sealing, keys).await?;
+        let key_id = sealing.keys().current_id().unwrap_or_default().to_owned();
         tracing::info!(key_id, resealed, "upstream keys sealed under the current master key");
         Ok(Response::new(pb::RotateSecretsResponse { resealed: u32::try_from(resealed).unwrap_or(u32::MAX), key_id }))
     }

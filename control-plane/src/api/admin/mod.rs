@@ -58,7 +58,7 @@ pub struct AdminApi {
     continuity: Continuity,
     videos: Option<Arc<Videos>>,
     credentials: Option<Credentials>,
-    secrets: Option<Arc<crate::store::SealedStore>>,
+    secrets: Option<crate::store::Sealing>,
     /// Now for window budget answers.
     clock: crate::domain::clock::Clock,
     /// The zone of window budgets written without one.
@@ -148,9 +148,10 @@ impl AdminApi {
         self
     }
 
-    /// Serves `RotateSecrets` on `store`, the sealing view of the store.
-    pub fn with_secrets(mut self, store: Arc<crate::store::SealedStore>) -> AdminApi {
-        self.secrets = Some(store);
+    /// Serves `RotateSecrets` with `sealing`, the ring the store seals
+    /// upstream keys with.
+    pub fn with_secrets(mut self, sealing: crate::store::Sealing) -> AdminApi {
+        self.secrets = Some(sealing);
         self
     }
 
