@@ -1,11 +1,13 @@
-//! How store failures leave the control plane: the one mapping of
-//! `StoreError` (and a summary's refusal) to a gRPC status. Internal causes are logged, never sent.
+//! How failures leave the control plane: the one mapping of every service's
+//! and the store's error to a gRPC status. Internal causes are logged, never
+//! sent.
 
 use tonic::Status;
 
 use crate::domain::validate::Invalid;
 use crate::services::{
-    access::Denied, budget::BudgetError, continuity::ContinuityError, import::ImportError, usage_summary::SummaryError,
+    access::Denied, budget::BudgetError, continuity::ContinuityError, fleet::FleetError, import::ImportError,
+    ledger::LedgerError, usage_summary::SummaryError, video::VideoError,
 };
 use crate::{domain::error_chain, store::StoreError};
 
@@ -84,6 +86,38 @@ impl From<ImportError> for Status {
         match error {
             ImportError::TooLarge(_) => Status::invalid_argument(error.to_string()),
             ImportError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<LedgerError> for Status {
+    fn from(error: LedgerError) -> Status {
+        match error {
+            LedgerError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<FleetError> for Status {
+    fn from(error: FleetError) -> Status {
+        match error {
+            FleetError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<VideoError> for Status {
+    fn from(error: VideoError) -> Status {
+        match error {
+            VideoError::NotFound(_) => Status::not_found(error.to_string()),
+            VideoError::Invalid(_) => Status::invalid_argument(error.to_string()),
+            VideoError::TokenQuota | VideoError::UserQuota { .. } => Status::failed_precondition(error.to_string()),
+            VideoError::Busy(_) => Status::aborted(error.to_string()),
+            VideoError::Store(store) => {
+                tracing::debug!(error = %error_chain(&store), "video store operation failed");
+                Status::from(store)
+            }
+            VideoError::Ledger(ledger) => Status::from(ledger),
         }
     }
 }

@@ -24,6 +24,13 @@ use tokio::sync::{mpsc, watch};
 use crate::domain::{DataPlane, now_unix};
 use crate::store::{Store, StoreError};
 
+/// Why the fleet registry could not be read or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// A data plane silent this long (no heartbeat, ACK or call) is gone: three
 /// missed heartbeats.
 pub const GONE_AFTER_SECS: i64 = 15;
@@ -156,7 +163,7 @@ impl Fleet {
     }
 
     /// Every data plane of the fleet, by node id, with how it is doing.
-    pub async fn registry(&self) -> Result<Vec<(DataPlane, Liveness)>, StoreError> {
+    pub async fn registry(&self) -> Result<Vec<(DataPlane, Liveness)>, FleetError> {
         let now = now_unix();
         let records = self.inner.store.list_data_planes().await?;
         Ok(records
@@ -169,9 +176,9 @@ impl Fleet {
     }
 
     /// Forgets `node_id`; false when the registry has no such data plane.
-    pub async fn remove(&self, node_id: &str) -> Result<bool, StoreError> {
+    pub async fn remove(&self, node_id: &str) -> Result<bool, FleetError> {
         self.local().remove(node_id);
-        self.inner.store.remove_data_plane(node_id).await
+        Ok(self.inner.store.remove_data_plane(node_id).await?)
     }
 
     fn local(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, DataPlane>> {

@@ -19,6 +19,13 @@ use crate::{
     store::{Charged, IDEMPOTENCY_WINDOW_SECS, Store, StoreError},
 };
 
+/// Why the ledger could not apply or charge.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// Most tokens (or images, or audio milliseconds) one record may count.
 const MAX_COUNT: i64 = 1_000_000_000;
 /// How far ahead of our clock a record's time may be.
@@ -63,7 +70,7 @@ impl Ledger {
 
     /// Checks and prices records a data plane reported, then applies the
     /// good ones once per request id. Refused records are logged and counted.
-    pub async fn apply_reported(&self, records: Vec<UsageRecord>) -> Result<UsageOutcome, StoreError> {
+    pub async fn apply_reported(&self, records: Vec<UsageRecord>) -> Result<UsageOutcome, LedgerError> {
         let catalogue = self.catalogue().await?;
         let now = now_unix();
         let mut good = Vec::with_capacity(records.len());
@@ -93,19 +100,21 @@ impl Ledger {
 
     /// Charges a video task when its token's quota and its account's balance
     /// (net of what data planes hold) cover its cost, in one step.
-    pub async fn charge_video(&self, task: &VideoTask) -> Result<Charged, StoreError> {
-        self.store.charge(&video_record(task, false), now_unix()).await
+    pub async fn charge_video(&self, task: &VideoTask) -> Result<Charged, LedgerError> {
+        Ok(self.store.charge(&video_record(task, false), now_unix()).await?)
     }
 
     /// Charges a video task whatever its budgets hold (a task an older
     /// control plane created before charging it), once.
-    pub async fn record_video_charge(&self, task: &VideoTask) -> Result<(), StoreError> {
-        self.store.apply_usage(&[video_record(task, false)]).await.map(drop)
+    pub async fn record_video_charge(&self, task: &VideoTask) -> Result<(), LedgerError> {
+        self.store.apply_usage(&[video_record(task, false)]).await?;
+        Ok(())
     }
 
     /// Refunds a failed video task's charge, once.
-    pub async fn refund_video(&self, task: &VideoTask) -> Result<(), StoreError> {
-        self.store.apply_usage(&[video_record(task, true)]).await.map(drop)
+    pub async fn refund_video(&self, task: &VideoTask) -> Result<(), LedgerError> {
+        self.store.apply_usage(&[video_record(task, true)]).await?;
+        Ok(())
     }
 
     /// The catalogue at the store's current revision, reloaded when a

@@ -8,7 +8,7 @@ use gw_proto::pb;
 use tonic::Status;
 
 use crate::services::video::{NewTask, Submission, VideoError, Videos};
-use crate::{domain::VideoStatus, domain::error_chain, store::VideoFilter};
+use crate::{domain::VideoStatus, store::VideoFilter};
 
 /// `PolicyService.CreateVideoTask`: a refusal to pay is an answer, not an error.
 pub async fn create(videos: &Videos, r: pb::CreateVideoTaskRequest) -> Result<pb::CreateVideoTaskResponse, Status> {
@@ -94,19 +94,4 @@ pub async fn admin_list(videos: &Videos, r: pb::ListVideoTasksRequest) -> Result
 
 fn bad_page_token() -> Status {
     Status::invalid_argument("invalid page token; list again from the start")
-}
-
-impl From<VideoError> for Status {
-    fn from(error: VideoError) -> Status {
-        match error {
-            VideoError::NotFound(_) => Status::not_found(error.to_string()),
-            VideoError::Invalid(_) => Status::invalid_argument(error.to_string()),
-            VideoError::TokenQuota | VideoError::UserQuota { .. } => Status::failed_precondition(error.to_string()),
-            VideoError::Busy(_) => Status::aborted(error.to_string()),
-            VideoError::Store(store) => {
-                tracing::debug!(error = %error_chain(&store), "video store operation failed");
-                Status::from(store)
-            }
-        }
-    }
 }

@@ -18,7 +18,7 @@ use std::{sync::Arc, time::Duration};
 
 use crate::{
     domain::{Kind, Resource, VideoStatus, VideoTask, now_unix},
-    services::ledger::Ledger,
+    services::ledger::{Ledger, LedgerError},
     store::{Charged, Store, StoreError, VideoFilter, VideoWrite},
 };
 
@@ -87,6 +87,8 @@ pub enum VideoError {
     Busy(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
 }
 
 // === impl Config ===

@@ -29,7 +29,7 @@ use crate::store::{APPLIED_TTL_SECS, Result, StoreError};
 /// 50 keep a call near half a millisecond, so leases and other
 /// callers never wait long behind a report. Against 500, a data plane on
 /// the same two cores saw its p99 fall by about a quarter; the ledger's
-/// records/s did not change (see README, "Benchmark").
+/// records/s did not change (`bench/run`, docs/benchmark.md).
 const USAGE_BATCH: usize = 50;
 /// How long a hold hash outlives its newest lease.
 const HOLD_KEY_GRACE_SECS: i64 = 60;
