@@ -12,11 +12,10 @@ pub mod store;
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use anyhow::Context as _;
-use gw_proto::pb;
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 
 use crate::{
-    api::{admin, credentials, guard, health, peer, policy},
+    api::{admin, credentials, guard, health, peer, policy, server},
     domain::{Group, Kind, RateLimit, Resource, calendar, clock, secrets},
     services::{continuity, fleet, keys, ledger, mirror, probe, retention, telemetry, video},
     store::Store,
@@ -92,7 +91,7 @@ pub struct Handle {
     pub admin_key_file: Option<PathBuf>,
     pub store: Arc<dyn Store>,
     stop: oneshot::Sender<()>,
-    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    server: JoinHandle<anyhow::Result<()>>,
     video_poller: JoinHandle<()>,
     prober: JoinHandle<()>,
     pruner: JoinHandle<()>,
@@ -135,7 +134,7 @@ impl Handle {
     pub async fn shutdown(self) {
         let _ = self.stop.send(());
         match self.server.await {
-            Ok(Err(error)) => tracing::warn!(%error, "control plane server ended with an error"),
+            Ok(Err(error)) => tracing::warn!(error = format!("{error:#}"), "control plane server ended with an error"),
             Err(error) => tracing::warn!(%error, "control plane server task failed"),
             Ok(Ok(())) => {}
         }
@@ -230,24 +229,12 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let admin_auth = Arc::new(guard::Authenticator::new(&keys.admin, store.clone()));
     let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
     let node_auth = peer::NodeAuth::new(&keys.node, require_cert);
-    // Without TCP_NODELAY a response's trailers wait for the peer's delayed
-    // ACK (40 ms), and so does every request waiting on a lease or permit.
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &config.tls {
-        builder = builder.tls_config(server_tls(tls)?).context("configuring TLS")?;
-    }
-    let server = builder
-        .trace_fn(telemetry::rpc_span)
-        .add_service(health)
-        .add_service(guard::Guard::new(pb::admin_service_server::AdminServiceServer::new(admin), admin_auth))
-        .add_service(pb::policy_service_server::PolicyServiceServer::with_interceptor(policy, node_auth))
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = stopped.await;
-            // Watch streams never end by themselves; tell them to close.
-            let _ = shutdown_tx.send(true);
-        });
-    let server = tokio::spawn(server);
+    let services = server::Services { health, admin, admin_auth, policy, node_auth };
+    let server = server::spawn(listener, config.tls.as_ref(), services, async move {
+        let _ = stopped.await;
+        // Watch streams never end by themselves; tell them to close.
+        let _ = shutdown_tx.send(true);
+    })?;
     let admin_server = admin_listener.map(|admin| {
         let mut stopped = admin_stopped;
         tokio::spawn(async move {
@@ -302,28 +289,6 @@ async fn check_persistence(store: &dyn Store, require: bool) -> anyhow::Result<(
     }
     tracing::warn!(persistence = persistence.as_str(), "{problem}; set appendonly yes on the redis server");
     Ok(())
-}
-
-/// How long a client has to finish the TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// tonic's TLS settings from the files `tls` names.
-fn server_tls(tls: &ServerTls) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
-    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-    let read = |path: &PathBuf| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
-    // Parsed here too so that a bad file is named in the error.
-    gw_tls::load_certs(&tls.cert_file)?;
-    gw_tls::load_key(&tls.key_file)?;
-    let mut config = ServerTlsConfig::new()
-        .identity(Identity::from_pem(read(&tls.cert_file)?, read(&tls.key_file)?))
-        .timeout(TLS_HANDSHAKE_TIMEOUT);
-    if let Some(ca) = &tls.client_ca_file {
-        gw_tls::load_roots(ca)?;
-        // Optional at the handshake: gwctl calls the admin service with the
-        // admin key and no certificate; the policy service decides (`peer`).
-        config = config.client_ca_root(Certificate::from_pem(read(ca)?)).client_auth_optional(true);
-    }
-    Ok(config)
 }
 
 /// Refuses to start when a stored upstream key does not open with the

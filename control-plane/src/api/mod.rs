@@ -12,4 +12,5 @@ pub mod guard;
 pub mod health;
 pub mod peer;
 pub mod policy;
+pub mod server;
 pub mod video;
