@@ -15,9 +15,9 @@ use anyhow::Context as _;
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 
 use crate::{
-    api::{admin, credentials, guard, health, peer, policy, server},
+    api::{admin, health, peer, policy, server},
     domain::{Group, Kind, RateLimit, Resource, calendar, clock, secrets},
-    services::{continuity, fleet, keys, ledger, mirror, probe, retention, telemetry, video},
+    services::{access, continuity, fleet, keys, ledger, mirror, probe, retention, telemetry, video},
     store::Store,
 };
 
@@ -209,7 +209,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let continuity = continuity::Continuity::new(store.clone());
     let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone())
         .with_videos(videos.clone())
-        .with_credentials(credentials::Credentials::new(store.clone(), keys.reserved()))
+        .with_credentials(access::Credentials::new(store.clone(), keys.reserved()))
         .with_secrets(sealing)
         .with_clock(config.clock.clone())
         .with_time_zone(config.budget_time_zone.clone());
@@ -226,7 +226,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         .with_videos(videos)
         .with_clock(config.clock.clone())
         .with_snapshot_chunk(config.snapshot_chunk);
-    let admin_auth = Arc::new(guard::Authenticator::new(&keys.admin, store.clone()));
+    let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
     let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
     let node_auth = peer::NodeAuth::new(&keys.node, require_cert);
     let services = server::Services { health, admin, admin_auth, policy, node_auth };

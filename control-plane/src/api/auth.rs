@@ -1,31 +1,10 @@
 //! Checks the `authorization: Bearer <key>` metadata of every gRPC call
-//! against one expected key, comparing in constant time: the policy
-//! service's node key. The admin service's guard (`access`) uses the same
-//! comparison for the bootstrap admin key.
+//! against one expected key (`domain::keys::KeyCheck`, compared in constant
+//! time): the policy service's node key.
 
-use sha2::{Digest as _, Sha256};
 use tonic::{Request, Status, service::Interceptor};
 
-/// Interceptor that admits calls carrying one key.
-#[derive(Clone)]
-pub struct KeyCheck {
-    /// SHA-256 of the key, so comparisons take the same time for any input.
-    expected: [u8; 32],
-}
-
-// === impl KeyCheck ===
-
-impl KeyCheck {
-    pub fn new(key: &str) -> KeyCheck {
-        KeyCheck { expected: Sha256::digest(key.as_bytes()).into() }
-    }
-
-    /// Whether `presented` is the key, compared in constant time.
-    pub fn matches(&self, presented: &str) -> bool {
-        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        digest.iter().zip(self.expected.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-    }
-}
+use crate::domain::keys::KeyCheck;
 
 impl Interceptor for KeyCheck {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {

@@ -6,7 +6,7 @@ use tonic::Status;
 
 use crate::domain::validate::Invalid;
 use crate::services::{
-    access::Denied, budget::BudgetError, continuity::ContinuityError, fleet::FleetError, import::ImportError,
+    access::{AuthError, CredentialError, Denied}, budget::BudgetError, continuity::ContinuityError, fleet::FleetError, import::ImportError,
     ledger::LedgerError, usage_summary::SummaryError, video::VideoError,
 };
 use crate::{domain::error_chain, store::StoreError};
@@ -118,6 +118,26 @@ impl From<VideoError> for Status {
                 Status::from(store)
             }
             VideoError::Ledger(ledger) => Status::from(ledger),
+        }
+    }
+}
+
+impl From<AuthError> for Status {
+    fn from(error: AuthError) -> Status {
+        match error {
+            AuthError::Missing | AuthError::Invalid => Status::unauthenticated(error.to_string()),
+            AuthError::AccountDisabled { .. } => Status::permission_denied(error.to_string()),
+            AuthError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<CredentialError> for Status {
+    fn from(error: CredentialError) -> Status {
+        match error {
+            CredentialError::Invalid(why) => Status::invalid_argument(why),
+            CredentialError::NoAccount(_) => Status::failed_precondition(error.to_string()),
+            CredentialError::Store(error) => error.into(),
         }
     }
 }

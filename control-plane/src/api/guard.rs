@@ -16,21 +16,8 @@ use tonic::codegen::{BoxFuture, Service};
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
-use crate::api::auth::KeyCheck;
-use crate::domain::keys::hash_key;
-use crate::domain::{DISABLED, Kind, Resource, now_unix};
 use crate::services::access::rules::{self, Access};
-use crate::store::Store;
-use crate::{domain::access::AuditEntry, services::access::Caller};
-
-/// How often a credential's last use is written back, at most.
-const TOUCH_EVERY_SECS: i64 = 60;
-
-/// Turns a presented key into a `Caller`.
-pub struct Authenticator {
-    root: KeyCheck,
-    store: Arc<dyn Store>,
-}
+use crate::services::access::{Authenticator, Caller};
 
 /// The admin service `S` behind authentication, the role table and the
 /// audit log.
@@ -44,65 +31,6 @@ pub struct Guard<S> {
 /// is none, which happens only if the service runs without its guard.
 pub fn caller_of<T>(request: &tonic::Request<T>) -> Result<Caller, Status> {
     request.extensions().get::<Caller>().cloned().ok_or_else(|| Status::unauthenticated("missing credential"))
-}
-
-// === impl Authenticator ===
-
-impl Authenticator {
-    /// Admits `root_key` (the bootstrap admin key) and the credentials in
-    /// `store`.
-    pub fn new(root_key: &str, store: Arc<dyn Store>) -> Authenticator {
-        Authenticator { root: KeyCheck::new(root_key), store }
-    }
-
-    /// The caller holding `key`; Unauthenticated for an unknown key,
-    /// PermissionDenied for an account credential whose account is disabled
-    /// or gone, Unavailable when the store cannot be read. Notes the
-    /// credential's use, at most once a minute.
-    pub async fn authenticate(&self, key: Option<&str>) -> Result<Caller, Status> {
-        let key = key.ok_or_else(|| Status::unauthenticated("missing credential"))?;
-        if self.root.matches(key) {
-            return Ok(Caller::root());
-        }
-        let credential = self
-            .store
-            .credential_by_key(&hash_key(key))
-            .await?
-            .ok_or_else(|| Status::unauthenticated("invalid credential"))?;
-        if !credential.account_id.is_empty() {
-            let account = self.store.get(Kind::Account, &credential.account_id).await?;
-            if !matches!(&account, Some(Resource::Account(a)) if a.status != DISABLED) {
-                return Err(Status::permission_denied(format!(
-                    "credential {} belongs to account {:?}, which is disabled or gone",
-                    credential.id, credential.account_id
-                )));
-            }
-        }
-        let now = now_unix();
-        if now - credential.last_used_at >= TOUCH_EVERY_SECS
-            && let Err(error) = self.store.touch_credential(&credential.id, now).await
-        {
-            tracing::warn!(%error, credential = %credential.id, "could not record a credential's use");
-        }
-        Ok(Caller::of(&credential))
-    }
-
-    /// Appends one audit entry; a failure is logged, never the caller's.
-    async fn audit(&self, caller: &Caller, method: &str, kind: &str, outcome: String) {
-        let entry = AuditEntry {
-            seq: 0,
-            at: now_unix(),
-            actor_id: caller.id.clone(),
-            actor_role: caller.role,
-            method: method.to_owned(),
-            kind: kind.to_owned(),
-            target: caller.noted_target(),
-            outcome,
-        };
-        if let Err(error) = self.store.append_audit(&entry).await {
-            tracing::error!(%error, method, actor = %caller.id, "could not write the audit log");
-        }
-    }
 }
 
 // === impl Guard ===
@@ -148,7 +76,7 @@ where
                 .and_then(|value| value.strip_prefix("Bearer "));
             let caller = match auth.authenticate(key).await {
                 Ok(caller) => caller,
-                Err(status) => return Ok(status.into_http()),
+                Err(refused) => return Ok(Status::from(refused).into_http()),
             };
             let rule = rules::find(&method);
             let write = rule.is_none_or(|rule| rule.access == Access::Write);

@@ -13,11 +13,11 @@ use crate::{
     ServerTls,
     api::{
         admin::AdminApi,
-        guard::{Authenticator, Guard},
+        guard::Guard,
         peer::NodeAuth,
         policy::PolicyApi,
     },
-    services::telemetry,
+    services::{access::Authenticator, telemetry},
 };
 
 /// What the listener serves.

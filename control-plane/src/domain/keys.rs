@@ -59,6 +59,28 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{body}")
 }
 
+/// One expected key, compared in constant time: the node key at the policy
+/// service, the bootstrap admin key at the admin service.
+#[derive(Clone)]
+pub struct KeyCheck {
+    /// SHA-256 of the key, so comparisons take the same time for any input.
+    expected: [u8; 32],
+}
+
+// === impl KeyCheck ===
+
+impl KeyCheck {
+    pub fn new(key: &str) -> KeyCheck {
+        KeyCheck { expected: Sha256::digest(key.as_bytes()).into() }
+    }
+
+    /// Whether `presented` is the key, compared in constant time.
+    pub fn matches(&self, presented: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        digest.iter().zip(self.expected.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,7 +33,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     api::convert,
-    api::credentials::Credentials,
+    api::credentials,
     domain::keys::{display_prefix, hash_key, new_id, new_key},
     domain::validate::{
         check_base_url, check_channel_type, check_ip_list, check_model, check_rate_limit, check_ratio, clean_list,
@@ -43,7 +43,7 @@ use crate::{
         AUTO_DISABLED, Account, Channel, DISABLED, ENABLED, Group, Kind, Model, RateLimit, Resource, Token,
         UsageFilter, now_unix,
     },
-    services::access::Caller,
+    services::access::{Caller, Credentials},
     services::continuity::Continuity,
     services::fleet::Fleet,
     services::usage_summary,
@@ -383,13 +383,13 @@ impl pb::admin_service_server::AdminService for AdminApi {
 
     async fn create_credential(&self, request: Request<pb::CreateCredentialRequest>) -> Answer<pb::CreatedCredential> {
         let caller = crate::api::guard::caller_of(&request)?;
-        let created = self.credentials()?.create(request.into_inner()).await?;
+        let created = credentials::create(self.credentials()?, request.into_inner()).await?;
         caller.target(created.credential.as_ref().map_or("", |c| c.id.as_str()));
         Ok(Response::new(created))
     }
 
     async fn list_credentials(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListCredentialsResponse> {
-        Ok(Response::new(self.credentials()?.list(request.into_inner()).await?))
+        Ok(Response::new(credentials::list(self.credentials()?, request.into_inner()).await?))
     }
 
     async fn revoke_credential(&self, request: Request<pb::GetRequest>) -> Answer<pb::Empty> {
@@ -404,11 +404,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
         let caller = crate::api::guard::caller_of(&request)?;
         let id = request.into_inner().id;
         caller.target(&id);
-        Ok(Response::new(self.credentials()?.rotate(&id).await?))
+        Ok(Response::new(credentials::rotate(self.credentials()?, &id).await?))
     }
 
     async fn list_audit(&self, request: Request<pb::ListAuditRequest>) -> Answer<pb::ListAuditResponse> {
-        Ok(Response::new(self.credentials()?.audit(request.into_inner()).await?))
+        Ok(Response::new(credentials::audit(self.credentials()?, request.into_inner()).await?))
     }
 }
 

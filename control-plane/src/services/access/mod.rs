@@ -1,12 +1,18 @@
 //! Who may do what on the admin API. A caller presents a credential: the
 //! bootstrap admin key (the root `admin`) or one stored in the store, hashed,
-//! with a role (`domain::access`). One table (`rules`) says which role may
-//! call which RPC; a `Caller` narrows account-scoped queries to its account.
+//! with a role (`domain::access`). The `Authenticator` turns a key into a
+//! `Caller` and writes the audit log; one table (`rules`) says which role
+//! may call which RPC; a `Caller` narrows account-scoped queries to its
+//! account; `Credentials` mints, rotates and revokes stored credentials.
 
+pub mod authenticator;
 pub mod caller;
+pub mod credentials;
 pub mod rules;
 
+pub use self::authenticator::{AuthError, Authenticator};
 pub use self::caller::Caller;
+pub use self::credentials::{CredentialError, Credentials};
 
 /// A call or a resource the caller's role or account does not allow; the
 /// text names the credential and what it may not do.
