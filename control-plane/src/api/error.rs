@@ -6,8 +6,14 @@ use tonic::Status;
 
 use crate::domain::validate::Invalid;
 use crate::services::{
-    access::{AuthError, CredentialError, Denied}, budget::BudgetError, continuity::ContinuityError, fleet::FleetError, import::ImportError,
-    ledger::LedgerError, usage_summary::SummaryError, video::VideoError,
+    access::{AuthError, CredentialError, Denied},
+    budget::BudgetError,
+    continuity::ContinuityError,
+    fleet::FleetError,
+    import::ImportError,
+    ledger::LedgerError,
+    usage_summary::SummaryError,
+    video::VideoError,
 };
 use crate::{domain::error_chain, store::StoreError};
 

@@ -1,5 +1,5 @@
 //! Who may call the policy service. A data plane proves itself with the node
-//! key (`auth::KeyCheck`) or, when the listener trusts a client CA, with a
+//! key (`domain::keys::KeyCheck`) or, when the listener trusts a client CA, with a
 //! client certificate signed by it: then its node name is the certificate's
 //! (common name, else first DNS name), recorded as a `NodeIdentity`
 //! extension that the service uses in place of the name the data plane
@@ -7,7 +7,7 @@
 
 use tonic::{Request, Status, service::Interceptor};
 
-use crate::api::auth::KeyCheck;
+use crate::domain::keys::KeyCheck;
 
 /// The node name a verified client certificate gave a call.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,12 +11,7 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::{
     ServerTls,
-    api::{
-        admin::AdminApi,
-        guard::Guard,
-        peer::NodeAuth,
-        policy::PolicyApi,
-    },
+    api::{admin::AdminApi, guard::Guard, peer::NodeAuth, policy::PolicyApi},
     services::{access::Authenticator, telemetry},
 };
 
