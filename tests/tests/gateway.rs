@@ -442,5 +442,8 @@ async fn the_openai_python_sdk_chats_and_streams() {
     assert_eq!(result["text"], Script::default().reply);
     assert_eq!(result["streamed"], Script::default().reply);
     assert_eq!(result["prompt_tokens"], 11);
+    assert_eq!(result["retrieved"]["id"], "gpt-4o");
+    assert_eq!(result["retrieved"]["object"], "model");
+    assert_eq!(result["missing"], 404, "models.retrieve of an unknown model is the SDK's NotFoundError");
     wait_for_charges(&f, 2).await;
 }

@@ -13,7 +13,7 @@ use std::{
 
 use axum::{
     Json, Router,
-    extract::{MatchedPath, Request, State},
+    extract::{MatchedPath, Path, Request, State},
     http::{HeaderValue, Method, StatusCode, Uri, header},
     middleware::{self, Next},
     response::{IntoResponse as _, Response},
@@ -34,6 +34,7 @@ use crate::{
     error::{self, ProxyError, Refused, Shape},
     pipeline::{self, App, RequestId},
     policy::auth::Access,
+    policy::domain::Model,
     telemetry,
     trail::Trail,
 };
@@ -48,6 +49,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(healthz))
         .route("/ready", get(ready))
         .route("/v1/models", get(list_models))
+        .route("/v1/models/{*id}", get(get_model))
         .route("/v1/chat/completions", post(endpoints::chat::handle))
         .route("/v1/messages", post(endpoints::messages::handle))
         .route("/v1/messages/count_tokens", post(endpoints::messages::count_tokens))
@@ -161,12 +163,35 @@ async fn list_models(State(app): State<Arc<App>>, request: Request) -> Result<Re
         .group_models(&caller.group.name)
         .into_iter()
         .filter(|m| allowlist.is_empty() || allowlist.contains(&m.id))
-        .map(|m| {
-            let owned_by = if m.owned_by.is_empty() { "system" } else { m.owned_by.as_str() };
-            json!({ "id": m.id, "object": "model", "created": MODEL_CREATED, "owned_by": owned_by })
-        })
+        .map(|m| model_object(m))
         .collect();
     Ok(Json(json!({ "object": "list", "data": data })).into_response())
+}
+
+/// `GET /v1/models/{id}`: the model as `list_models` shows it, when the
+/// token may use it; the catalogue's refusals otherwise (403 outside the
+/// token's allowlist, 404 for a model its group is not served).
+async fn get_model(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Response, ProxyError> {
+    let (admitted, _) = pipeline::admit(&app, request, Access::Read).await?;
+    admitted.trail.update(|t| t.model = Some(id.clone()));
+    let caller = &admitted.caller;
+    let allowlist = &caller.token.restrictions().models;
+    if !allowlist.is_empty() && !allowlist.contains(&id) {
+        return Err(ProxyError::ModelForbidden { model: id });
+    }
+    let models = admitted.snapshot.group_models(&caller.group.name);
+    let model = models.into_iter().find(|m| m.id == id).ok_or(ProxyError::ModelNotFound { model: id })?;
+    Ok(Json(model_object(model)).into_response())
+}
+
+/// One model as the OpenAI models API shows it.
+fn model_object(model: &Model) -> serde_json::Value {
+    let owned_by = if model.owned_by.is_empty() { "system" } else { model.owned_by.as_str() };
+    json!({ "id": model.id, "object": "model", "created": MODEL_CREATED, "owned_by": owned_by })
 }
 
 #[cfg(test)]
@@ -285,6 +310,46 @@ pub(crate) mod tests {
         let token = fx::token("t1", KEY).restricted(Restrictions { models, ..Restrictions::default() });
         let (_, response) = call(app(policy(token, 0)), "GET", "/v1/models", Some(KEY)).await;
         assert_eq!(model_ids(&json_body(response).await), ["gpt-b"]);
+    }
+
+    #[tokio::test]
+    async fn a_model_the_token_may_use_is_answered_as_the_list_shows_it() {
+        let app = app(policy(fx::token("t1", KEY), 0));
+        let (_, listed) = call(app.clone(), "GET", "/v1/models", Some(KEY)).await;
+        let listed = json_body(listed).await;
+        let (status, response) = call(app, "GET", "/v1/models/gpt-b", Some(KEY)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(json_body(response).await, listed["data"][1]);
+    }
+
+    #[tokio::test]
+    async fn a_model_outside_the_allowlist_is_forbidden_and_one_not_served_is_not_found() {
+        let models = vec!["gpt-b".into(), "gpt-vip".into()];
+        let token = fx::token("t1", KEY).restricted(Restrictions { models, ..Restrictions::default() });
+        let app = app(policy(token, 0));
+        let (status, response) = call(app.clone(), "GET", "/v1/models/gpt-a", Some(KEY)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let forbidden = ProxyError::ModelForbidden { model: "gpt-a".into() };
+        let message = json_body(response).await["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.starts_with(&forbidden.message()), "{message}");
+        // In the allowlist, but the group is not served it (another group's model).
+        let (status, response) = call(app.clone(), "GET", "/v1/models/gpt-vip", Some(KEY)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(json_body(response).await["error"]["code"], "model_not_found");
+        let (status, _) = call(app, "GET", "/v1/models/gpt-b", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn a_model_id_may_hold_slashes() {
+        let served = [
+            Resource::Channel(fx::channel("c3", 0, 1, &["default"], &["org/model-1"])),
+            Resource::Model(fx::model("org/model-1")),
+        ];
+        let snapshot = policy(fx::token("t1", KEY), 0).apply(4, served, []);
+        let (status, response) = call(app(snapshot), "GET", "/v1/models/org/model-1", Some(KEY)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(json_body(response).await["id"], "org/model-1");
     }
 
     #[tokio::test]
