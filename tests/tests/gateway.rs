@@ -447,3 +447,30 @@ async fn the_openai_python_sdk_chats_and_streams() {
     assert_eq!(result["missing"], 404, "models.retrieve of an unknown model is the SDK's NotFoundError");
     wait_for_charges(&f, 2).await;
 }
+
+/// What a chat front-end shows for a key: its quota as the limit and, once
+/// the control plane applied the usage, what it spent, from either data
+/// plane and with or without `/v1`.
+#[tokio::test]
+async fn chat_front_ends_read_the_keys_limit_and_spending() {
+    let f = setup().await;
+    let (status, _, body) = chat(&f, 0, &f.key, false).await;
+    assert_eq!(status, 200, "{body}");
+    wait_for_charges(&f, 1).await;
+    let get = |path: String| {
+        let request = f.cluster.http().get(path).bearer_auth(&f.key);
+        async move { request.send().await.expect("billing request").json::<Value>().await.expect("billing json") }
+    };
+    let root = f.cluster.base_url(1).trim_end_matches("/v1").to_owned();
+    let subscription = get(format!("{root}/dashboard/billing/subscription")).await;
+    assert_eq!(subscription["hard_limit_usd"], 5.0, "{subscription}");
+    let cents = eventually("the data plane to see the spending", Duration::from_secs(15), || {
+        let usage = get(format!("{}/dashboard/billing/usage", f.cluster.base_url(1)));
+        async move {
+            let cents = usage.await["total_usage"].as_f64().unwrap_or_default();
+            (cents > 0.0).then_some(cents)
+        }
+    })
+    .await;
+    assert!((cents - COST as f64 / 10_000.0).abs() < 1e-9, "{cents} cents for {COST} micro-USD");
+}

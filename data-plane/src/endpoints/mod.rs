@@ -3,6 +3,7 @@
 //! on a provider, meter. Handlers never import one another.
 
 mod api;
+pub mod billing;
 pub mod chat;
 pub mod messages;
 mod multipart;

@@ -54,6 +54,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/messages", post(endpoints::messages::handle))
         .route("/v1/messages/count_tokens", post(endpoints::messages::count_tokens))
         .merge(endpoints::video::routes())
+        .merge(endpoints::billing::routes())
         .merge(endpoints::routes())
         .fallback(invalid_url)
         .method_not_allowed_fallback(invalid_url)

@@ -223,6 +223,21 @@ impl Budgets {
         &self.inner.config
     }
 
+    /// What is left of each of `budgets` (`token:<id>`: quota less used;
+    /// `account:<id>`: the balance) as the control plane says now, leasing
+    /// nothing; `None` when it cannot be asked within `ACQUIRE_TIMEOUT`, or
+    /// says a budget is unlimited or gone (news the snapshot will bring).
+    pub async fn remaining(&self, budgets: &[String]) -> Option<Vec<i64>> {
+        let asks: Vec<Ask> = budgets.iter().map(|budget| Ask { budget: budget.clone(), need: 0, want: 0 }).collect();
+        let acquire = self.inner.source.acquire(asks, self.inner.config.lease_ttl);
+        match tokio::time::timeout(ACQUIRE_TIMEOUT, acquire).await {
+            Ok(Ok((grants, _, _))) if grants.len() == budgets.len() => {
+                grants.iter().map(|grant| (!grant.unlimited && !grant.missing).then_some(grant.remaining)).collect()
+            }
+            _ => None,
+        }
+    }
+
     /// Reserves `amount` micro-USD of `caller`'s token quota and account
     /// balance (those that are capped). Refuses with the catalogue's 403 when
     /// the control plane cannot lease that much, or with 503 when it cannot
