@@ -14,11 +14,31 @@ mod control;
 mod durable;
 mod endpoints;
 mod error;
+/// `limits` with `max_connections` lowered to what the open-file limit
+/// holds, after raising that to its hard limit; logs what it chose.
+fn fit_open_files(mut limits: http::Limits) -> http::Limits {
+    let open_files = open_files::raise();
+    let wanted = limits.max_connections;
+    limits.max_connections = open_files::fit(wanted, open_files);
+    if limits.max_connections < wanted {
+        tracing::warn!(
+            open_files,
+            wanted,
+            max_connections = limits.max_connections,
+            "max_connections lowered to fit the open-file limit (two descriptors a connection); raise `ulimit -n` (LimitNOFILE) to serve more"
+        );
+    } else {
+        tracing::info!(open_files, max_connections = limits.max_connections, "open-file limit");
+    }
+    limits
+}
+
 #[cfg(test)]
 mod fuzz;
 mod http;
 mod json_body;
 mod meter;
+mod open_files;
 mod openai;
 mod pipeline;
 mod policy;
@@ -165,6 +185,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let (spool, replay, sealed) =
         spool::Spool::start(data_dir.join("spool"), config.spool_sync, config.report_interval)
             .context("opening the usage spool")?;
+    let limits = fit_open_files(config.limits);
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
     let admin = match config.admin_listen {
@@ -240,7 +261,6 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     // One accept loop, on this runtime, deals connections to the workers.
     let (dealer, queues) = http::Dealer::new(config.workers);
     telemetry::metrics::connections(&dealer.open());
-    let limits = config.limits;
     tokio::spawn(http::accept(listener, dealer, http::slots(&limits), stopped(server_stopped.clone())));
     let server = workers::spawn(queues, move |_, queue| {
         let (router, acceptor, spool) = (router.clone(), acceptor.clone(), worker_spool.clone());

@@ -106,3 +106,42 @@ async fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
     assert!(access.contains(&format!("request_id={request_id}")), "{access}");
     assert!(access.contains("status=401") && access.contains("refusal=\"missing_token\""), "{access}");
 }
+
+/// Started under a soft open-file limit of 256 and a hard one of 1,024, the
+/// data plane raises the soft limit to 1,024 and lowers its 10,000 client
+/// connections to what 1,024 descriptors serve, and says so.
+#[tokio::test]
+async fn the_data_plane_raises_its_open_file_limit_and_fits_its_connections_under_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new("sh")
+        .args(["-c", r#"ulimit -n 1024 && ulimit -Sn 256 && exec "$0" "$@""#])
+        .arg(binary("gw-data-plane"))
+        .args(["--listen", &addr, "--control-plane", &format!("http://127.0.0.1:{}", free_port())])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--node-key", "node-key-for-the-limits-test", "--max-connections", "10000"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("gw-data-plane starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    let lines = lines_until(&mut rx, "max_connections lowered").await;
+    let line = lines.last().expect("the line");
+    assert!(line.contains("open_files=1024") && line.contains("max_connections=384"), "{line}");
+    let pid = child.id().expect("pid");
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("its limits");
+    let open_files = limits.lines().find(|l| l.starts_with("Max open files")).expect("the open-file line");
+    let fields: Vec<&str> = open_files.split_whitespace().collect();
+    assert_eq!(&fields[3..5], ["1024", "1024"], "soft raised to the hard limit: {open_files}");
+}
