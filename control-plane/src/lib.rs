@@ -186,6 +186,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     refuse_reused_keys(store.as_ref(), &keys).await?;
     bootstrap(store.as_ref()).await.context("creating the default group")?;
     check_persistence(store.as_ref(), config.require_store_persistence).await?;
+    refuse_eviction(store.as_ref()).await?;
     let lineage = store.lineage().await.context("reading the store's lineage")?;
 
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
@@ -289,6 +290,24 @@ async fn check_persistence(store: &dyn Store, require: bool) -> anyhow::Result<(
     }
     tracing::warn!(persistence = persistence.as_str(), "{problem}; set appendonly yes on the redis server");
     Ok(())
+}
+
+/// Refuses a store that may evict keys when it fills up: the markers that
+/// apply each usage record once, the balances and the leases would go
+/// without a word. Warns when the store does not say.
+async fn refuse_eviction(store: &dyn Store) -> anyhow::Result<()> {
+    match store.eviction().await.context("asking the store whether it evicts keys")? {
+        store::Eviction::Never => Ok(()),
+        store::Eviction::Evicts(policy) => anyhow::bail!(
+            "the redis maxmemory-policy is {policy}: when memory runs out it evicts keys that keep usage applied exactly once, balances and leases; set maxmemory-policy noeviction (writes are then refused when full, never lost); refusing to start"
+        ),
+        store::Eviction::Unknown => {
+            tracing::warn!(
+                "the store does not say whether it evicts keys (redis CONFIG GET is refused); make sure its maxmemory-policy is noeviction"
+            );
+            Ok(())
+        }
+    }
 }
 
 /// Refuses to start when a stored upstream key does not open with the

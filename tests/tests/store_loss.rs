@@ -192,3 +192,35 @@ async fn a_store_without_persistence_is_refused_at_start_when_required() {
     let handle = gw_control_plane::start(config).await.expect("a persistent redis is accepted");
     handle.shutdown().await;
 }
+
+/// A Redis that may evict keys when full (any `maxmemory-policy` but
+/// `noeviction`) would drop what keeps usage applied once: the control plane
+/// refuses it at start, naming the policy, and takes it once it is fixed.
+#[tokio::test]
+async fn a_redis_that_may_evict_keys_is_refused_at_start() {
+    let redis = RedisServer::start().await.expect("redis-server");
+    let set_policy = |policy: &'static str| {
+        let url = redis.url();
+        async move {
+            let client = redis::Client::open(url).expect("redis client");
+            let mut conn = client.get_multiplexed_async_connection().await.expect("redis connection");
+            let (): () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg(policy)
+                .query_async(&mut conn)
+                .await
+                .expect("CONFIG SET");
+        }
+    };
+    set_policy("allkeys-lru").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = gw_control_plane::Config::new(([127, 0, 0, 1], 0).into(), dir.path());
+    config.store = redis.url();
+    let error = gw_control_plane::start(config.clone()).await.err().expect("start must fail");
+    assert!(format!("{error:#}").contains("maxmemory-policy is allkeys-lru"), "{error:#}");
+
+    set_policy("noeviction").await;
+    let handle = gw_control_plane::start(config).await.expect("a redis that never evicts is accepted");
+    handle.shutdown().await;
+}

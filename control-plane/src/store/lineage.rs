@@ -49,6 +49,24 @@ pub trait LineageStore: Send + Sync {
 
     /// How the store persists its data.
     async fn persistence(&self) -> Result<Persistence>;
+
+    /// Whether the store may drop keys of its own accord when it fills up
+    /// (Redis's `maxmemory-policy`); stores that never do keep the default.
+    async fn eviction(&self) -> Result<Eviction> {
+        Ok(Eviction::Never)
+    }
+}
+
+/// What a store does with its keys when it fills up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Eviction {
+    /// It refuses writes instead (Redis's `noeviction`).
+    Never,
+    /// It evicts keys by the policy named (on a cluster, the first primary's
+    /// that does).
+    Evicts(String),
+    /// It does not say (Redis's `CONFIG GET` is refused).
+    Unknown,
 }
 
 /// A new lineage id.

@@ -41,7 +41,7 @@ pub use self::access::AccessStore;
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 pub use self::embedded::EmbeddedStore;
 pub use self::fleet::FleetStore;
-pub use self::lineage::{Lineage, LineageStore, Persistence};
+pub use self::lineage::{Eviction, Lineage, LineageStore, Persistence};
 pub use self::redis::RedisStore;
 pub use self::rollup::{Retention, RollupStore};
 pub use self::seal::Sealing;

@@ -10,7 +10,7 @@ use redis::Script;
 
 use super::RedisStore;
 use super::layout::LINEAGE;
-use crate::store::lineage::{self, Lineage, LineageStore, Persistence};
+use crate::store::lineage::{self, Eviction, Lineage, LineageStore, Persistence};
 use crate::store::{Result, StoreError};
 
 /// Key 1 `{gw}:lineage`; arg 1 an id to use when there is none. Returns
@@ -68,6 +68,23 @@ impl LineageStore for RedisStore {
         }
         let each = appendonly.iter().zip(&save).map(|(appendonly, save)| Persistence::of_redis(appendonly, save));
         Ok(each.min_by_key(durability).unwrap_or(Persistence::Unknown))
+    }
+
+    /// On a cluster, any primary that evicts.
+    async fn eviction(&self) -> Result<Eviction> {
+        let command = redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").clone();
+        let Ok(replies) = self.conn.clone().on_every_primary::<Vec<String>>(&command).await else {
+            return Ok(Eviction::Unknown);
+        };
+        let mut policies = replies.into_iter().map(|reply| reply.into_iter().nth(1));
+        match policies.try_fold(None, |evicts: Option<String>, policy| {
+            let policy = policy?;
+            Some(evicts.or((!policy.eq_ignore_ascii_case("noeviction")).then_some(policy)))
+        }) {
+            Some(Some(policy)) => Ok(Eviction::Evicts(policy)),
+            Some(None) => Ok(Eviction::Never),
+            None => Ok(Eviction::Unknown),
+        }
     }
 }
 
