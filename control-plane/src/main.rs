@@ -15,17 +15,22 @@ async fn main() -> ExitCode {
         Ok(loaded) => loaded,
         Err(failure) => return failure.report("gw-control-plane"),
     };
+    // The OTEL_* variables are configuration too: checked with the rest.
+    let otel = match gw_telemetry::OtelConfig::from_env() {
+        Ok(otel) => otel,
+        Err(error) => {
+            eprintln!("gw-control-plane: {error}");
+            return ExitCode::from(64);
+        }
+    };
     if loaded.check_only {
         println!("gw-control-plane: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    let telemetry = match gw_telemetry::OtelConfig::from_env()
-        .map_err(|e| e.to_string())
-        .and_then(|otel| gw_telemetry::init(loaded.log_format, &otel, "gw-control-plane").map_err(|e| e.to_string()))
-    {
+    let telemetry = match gw_telemetry::init(loaded.log_format, &otel, "gw-control-plane") {
         Ok(telemetry) => telemetry,
-        Err(message) => {
-            eprintln!("gw-control-plane: {message}");
+        Err(error) => {
+            eprintln!("gw-control-plane: {error}");
             return ExitCode::from(64);
         }
     };

@@ -186,3 +186,21 @@ fn variables_override_the_file_and_flags_override_variables() {
         assert_eq!(check(Some(good), Some(bad)), Some(64), "{}: a flag overrides the variable", plane.binary);
     }
 }
+
+/// The `OTEL_*` variables are configuration too: `--check-config` refuses a
+/// protocol the start would refuse, with the start's exit status and words.
+#[test]
+fn check_config_refuses_what_the_telemetry_variables_would_refuse_at_start() {
+    for plane in &PLANES {
+        let output =
+            command(plane).arg("--check-config").env("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift").output().expect("run");
+        assert_eq!(output.status.code(), Some(64), "{}: {}", plane.binary, stderr(&output));
+        assert!(stderr(&output).contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{}: {}", plane.binary, stderr(&output));
+        let output = command(plane)
+            .arg("--check-config")
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+            .output()
+            .expect("run");
+        assert_eq!(output.status.code(), Some(0), "{}: {}", plane.binary, stderr(&output));
+    }
+}
