@@ -188,12 +188,16 @@ fn variables_override_the_file_and_flags_override_variables() {
 }
 
 /// The `OTEL_*` variables are configuration too: `--check-config` refuses a
-/// protocol the start would refuse, with the start's exit status and words.
+/// protocol the start refuses, with the start's exit status and words.
 #[test]
 fn check_config_refuses_what_the_telemetry_variables_would_refuse_at_start() {
     for plane in &PLANES {
         let output =
             command(plane).arg("--check-config").env("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift").output().expect("run");
+        assert_eq!(output.status.code(), Some(64), "{}: {}", plane.binary, stderr(&output));
+        assert!(stderr(&output).contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{}: {}", plane.binary, stderr(&output));
+        // The start itself refuses the same setting the same way.
+        let output = command(plane).env("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift").output().expect("run");
         assert_eq!(output.status.code(), Some(64), "{}: {}", plane.binary, stderr(&output));
         assert!(stderr(&output).contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{}: {}", plane.binary, stderr(&output));
         let output = command(plane)
