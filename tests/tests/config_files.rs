@@ -196,8 +196,11 @@ fn check_config_refuses_what_the_telemetry_variables_would_refuse_at_start() {
             command(plane).arg("--check-config").env("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift").output().expect("run");
         assert_eq!(output.status.code(), Some(64), "{}: {}", plane.binary, stderr(&output));
         assert!(stderr(&output).contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{}: {}", plane.binary, stderr(&output));
-        // The start itself refuses the same setting the same way.
-        let output = command(plane).env("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift").output().expect("run");
+        // The start itself refuses the same setting the same way (given the
+        // node key a data plane must otherwise have to start).
+        let mut start = command(plane);
+        start.env("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift").env("GW_NODE_KEY", "node-key-of-the-config-files-test");
+        let output = start.output().expect("run");
         assert_eq!(output.status.code(), Some(64), "{}: {}", plane.binary, stderr(&output));
         assert!(stderr(&output).contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{}: {}", plane.binary, stderr(&output));
         let output = command(plane)
