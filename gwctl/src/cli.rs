@@ -8,7 +8,7 @@ use clap::CommandFactory as _;
 use crate::config::Global;
 use crate::{
     account, audit, channel, client, config::contexts, credentials, dataplanes, doctor, group, model, secrets, store,
-    token, up, usage, video,
+    token, up, usage, video, whoami,
 };
 
 /// Operate the LLM API gateway.
@@ -88,6 +88,17 @@ pub enum Command {
     /// Contexts: which control plane gwctl talks to.
     #[command(subcommand)]
     Config(contexts::Command),
+    /// The credential gwctl uses, its role and account, and which control
+    /// plane answers.
+    #[command(after_help = "Examples:\n  \
+        gwctl whoami\n  \
+        gwctl whoami -o json | jq -r .role")]
+    Whoami,
+    /// gwctl's version and the control plane's.
+    #[command(after_help = "Examples:\n  \
+        gwctl version\n  \
+        gwctl version --endpoint https://cp.example.com:7070")]
+    Version,
     /// Print a shell completion script.
     #[command(after_help = "Examples:\n  \
         gwctl completion bash > ~/.local/share/bash-completion/completions/gwctl\n  \
@@ -107,6 +118,8 @@ pub async fn run(cli: Cli) -> Result<String> {
     match command {
         Command::Up(args) => up::run(args, &global).await.map(|()| String::new()),
         Command::Config(cmd) => contexts::run(cmd, &global, &contexts::path()?),
+        Command::Whoami => whoami::run(&mut client::connect(&global).await?, global.target()?.endpoint, out).await,
+        Command::Version => Ok(whoami::version(client::connect(&global).await).await),
         Command::Doctor(args) => doctor::run(args, out).await,
         Command::Completion { shell } => {
             let mut script = Vec::new();

@@ -29,6 +29,7 @@ mod token;
 mod up;
 mod usage;
 mod video;
+mod whoami;
 mod window;
 
 use std::process::ExitCode;

@@ -498,6 +498,17 @@ async fn gwctl_with_an_account_credential_manages_that_accounts_tokens() {
     let key = std::fs::read_to_string(&key_file).expect("key").trim().to_owned();
     assert!(key.starts_with("gwcred-"));
 
+    // Who each credential is, as the control plane says.
+    let me = f.cluster.gwctl_as(&key, &["whoami"]).await.expect("whoami");
+    assert_eq!((me["role"].as_str(), me["account_id"].as_str()), (Some("account"), Some(f.a.as_str())), "{me}");
+    assert_eq!(me["credential_id"], created["id"]);
+    let root = f.cluster.gwctl(&["whoami"]).await.expect("whoami as root");
+    assert_eq!((root["credential_id"].as_str(), root["role"].as_str()), (Some("root"), Some("admin")), "{root}");
+    assert!(root["account_id"].is_null() && root["control_plane_version"] == env!("CARGO_PKG_VERSION"), "{root}");
+    let version = f.cluster.gwctl_raw(&["version"]).await.expect("gwctl version");
+    let text = String::from_utf8_lossy(&version.stdout);
+    assert!(text.contains(&format!("control plane {}", env!("CARGO_PKG_VERSION"))), "{text}");
+
     let token = f.cluster.gwctl_as(&key, &["token", "create", "--name", "from-console"]).await.expect("token create");
     assert_eq!(token["account_id"], f.a.as_str());
     let tokens = f.cluster.gwctl_as(&key, &["token", "list"]).await.expect("token list");

@@ -381,6 +381,20 @@ impl From<&pb::StoreStatus> for StoreStatus {
     }
 }
 
+/// `whoami`: the credential gwctl used, what it may do, and which control
+/// plane answered (with both versions).
+#[derive(Debug, Serialize)]
+pub struct WhoAmI {
+    /// `root` for the bootstrap admin key.
+    pub credential_id: String,
+    pub role: String,
+    /// The account of an account credential; null for the other roles.
+    pub account_id: Option<String>,
+    pub endpoint: String,
+    pub control_plane_version: String,
+    pub gwctl_version: String,
+}
+
 /// An admin credential; its secret is shown once, as `key` of
 /// `credentials create` and `credentials rotate`, and its hash never.
 #[derive(Debug, Serialize)]

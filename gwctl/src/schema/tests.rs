@@ -336,3 +336,16 @@ fn store_status_json_is_pinned() {
     };
     golden("store-status", &StoreStatus::from(&status));
 }
+
+#[test]
+fn whoami_json_is_pinned() {
+    let who = WhoAmI {
+        credential_id: "cred_5kq2x8".into(),
+        role: "account".into(),
+        account_id: Some("acc_7h3n1c".into()),
+        endpoint: "http://127.0.0.1:7070".into(),
+        control_plane_version: "0.1.0".into(),
+        gwctl_version: "0.1.0".into(),
+    };
+    golden("whoami", &who);
+}

@@ -407,6 +407,16 @@ impl pb::admin_service_server::AdminService for AdminApi {
         Ok(Response::new(credentials::rotate(self.credentials()?, &id).await?))
     }
 
+    async fn who_am_i(&self, request: Request<pb::Empty>) -> Answer<pb::WhoAmIResponse> {
+        let caller = crate::api::guard::caller_of(&request)?;
+        Ok(Response::new(pb::WhoAmIResponse {
+            credential_id: caller.id.clone(),
+            role: caller.role.as_str().to_owned(),
+            account_id: caller.account().unwrap_or_default().to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }))
+    }
+
     async fn list_audit(&self, request: Request<pb::ListAuditRequest>) -> Answer<pb::ListAuditResponse> {
         Ok(Response::new(credentials::audit(self.credentials()?, request.into_inner()).await?))
     }

@@ -80,6 +80,7 @@ pub const RULES: &[Rule] = &[
     rule("RevokeCredential", "credential", Write, false),
     rule("RotateCredential", "credential", Write, false),
     rule("ListAudit", "audit", Read, false),
+    rule("WhoAmI", "credential", Read, true),
 ];
 
 /// The table's entry for `method`, if it has one.
