@@ -176,12 +176,13 @@ async fn call(admin: &mut Admin, method: &str, f: &Fixture) -> Result<(), Status
         "RevokeCredential" => admin.revoke_credential(get(missing)).await.map(drop),
         "RotateCredential" => admin.rotate_credential(get(missing)).await.map(drop),
         "ListAudit" => admin.list_audit(pb::ListAuditRequest::default()).await.map(drop),
+        "WhoAmI" => admin.who_am_i(pb::Empty {}).await.map(drop),
         other => panic!("the test does not know how to call {other}"),
     }
 }
 
 /// The RPCs an account credential may call; every other is refused.
-const ACCOUNT_MAY: [&str; 9] = [
+const ACCOUNT_MAY: [&str; 10] = [
     "ListAccounts",
     "GetAccount",
     "CreateToken",
@@ -191,6 +192,7 @@ const ACCOUNT_MAY: [&str; 9] = [
     "DeleteToken",
     "ListUsage",
     "SummarizeUsage",
+    "WhoAmI",
 ];
 
 /// Calls every RPC as each role and checks which are refused: none for
