@@ -9,7 +9,7 @@ use anyhow::Result;
 use gw_proto::pb;
 
 use crate::client::{Admin, RpcResult};
-use crate::confirm::{self, DeleteArgs};
+use crate::confirm::{self, DeleteArgs, UsageError};
 use crate::flags::Page;
 use crate::output::{self, Output, Render};
 use crate::{money, schema};
@@ -69,6 +69,10 @@ pub struct CreateArgs {
     category: String,
     #[command(flatten)]
     prices: Prices,
+    /// Create the model with no price at all: requests for it cost nothing.
+    /// Without it, create needs a token, request, second or image price.
+    #[arg(long)]
+    free: bool,
     /// Who makes the model, as /v1/models shows it.
     #[arg(long, default_value = "", hide_default_value = true)]
     owned_by: String,
@@ -88,47 +92,48 @@ pub struct UpdateArgs {
     owned_by: Option<String>,
 }
 
-/// Price flags, each optional: on create a missing price is 0.
+/// Price flags, each optional: on create a missing price is 0 (and a model
+/// without any base price needs `--free`).
 #[derive(Debug, Default, clap::Args)]
 pub struct Prices {
     /// US dollars per 1M input tokens.
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     input_price: Option<i64>,
     /// US dollars per 1M output tokens.
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     output_price: Option<i64>,
     /// US dollars per 1M cached input tokens.
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     cached_price: Option<i64>,
     /// US dollars per request.
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     request_price: Option<i64>,
     /// US dollars per second (audio, video).
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     second_price: Option<i64>,
     /// US dollars per image.
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     image_price: Option<i64>,
     /// Prompt tokens above which the whole request bills at the tier prices (0: no tier).
     #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
     tier_threshold: Option<i64>,
     /// US dollars per 1M input tokens past the tier threshold (0: the input price).
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     tier_input_price: Option<i64>,
     /// US dollars per 1M output tokens past the tier threshold (0: the output price).
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     tier_output_price: Option<i64>,
     /// US dollars per 1M cached input tokens past the tier threshold (0: the cached price).
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     tier_cached_price: Option<i64>,
     /// US dollars per 1M tokens written to the prompt cache for 5 minutes (0: the input price).
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     cache_write_5m_price: Option<i64>,
     /// US dollars per 1M tokens written to the prompt cache for 1 hour (0: the input price).
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     cache_write_1h_price: Option<i64>,
     /// US dollars per 1M reasoning tokens (0: the output price).
-    #[arg(long, value_parser = money::parse_usd_non_negative)]
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     reasoning_price: Option<i64>,
 }
 
@@ -136,25 +141,7 @@ pub struct Prices {
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
         Command::Create(args) => {
-            let p = args.prices;
-            let model = pb::Model {
-                id: args.id,
-                category: args.category,
-                input_price_micros: p.input_price.unwrap_or(0),
-                output_price_micros: p.output_price.unwrap_or(0),
-                cached_price_micros: p.cached_price.unwrap_or(0),
-                request_price_micros: p.request_price.unwrap_or(0),
-                second_price_micros: p.second_price.unwrap_or(0),
-                image_price_micros: p.image_price.unwrap_or(0),
-                owned_by: args.owned_by,
-                tier_threshold_tokens: p.tier_threshold.unwrap_or(0),
-                tier_input_price_micros: p.tier_input_price.unwrap_or(0),
-                tier_output_price_micros: p.tier_output_price.unwrap_or(0),
-                tier_cached_price_micros: p.tier_cached_price.unwrap_or(0),
-                cache_write_5m_price_micros: p.cache_write_5m_price.unwrap_or(0),
-                cache_write_1h_price_micros: p.cache_write_1h_price.unwrap_or(0),
-                reasoning_price_micros: p.reasoning_price.unwrap_or(0),
-            };
+            let model = new_model(args)?;
             output::render_one(out, &admin.create_model(model).await.rpc()?)
         }
         Command::List(args) => {
@@ -278,6 +265,49 @@ impl Render for pb::Model {
     }
 }
 
+/// The model `args` describe; a usage error when no base price (tokens,
+/// request, second, image) is given without `--free`, or one is given with
+/// it.
+fn new_model(args: CreateArgs) -> Result<pb::Model> {
+    let p = args.prices;
+    let priced = [p.input_price, p.output_price, p.request_price, p.second_price, p.image_price]
+        .iter()
+        .any(|price| price.is_some_and(|micros| micros > 0));
+    match (priced, args.free) {
+        (false, false) => {
+            return Err(UsageError(format!(
+                "model {:?} has no price: give --input-price and --output-price (US dollars per 1M tokens), \
+                 --request-price, --second-price or --image-price, or --free for a model that costs nothing",
+                args.id
+            ))
+            .into());
+        }
+        (true, true) => {
+            return Err(UsageError(format!("model {:?}: --free contradicts the prices given", args.id)).into());
+        }
+        _ => {}
+    }
+    let model = pb::Model {
+        id: args.id,
+        category: args.category,
+        input_price_micros: p.input_price.unwrap_or(0),
+        output_price_micros: p.output_price.unwrap_or(0),
+        cached_price_micros: p.cached_price.unwrap_or(0),
+        request_price_micros: p.request_price.unwrap_or(0),
+        second_price_micros: p.second_price.unwrap_or(0),
+        image_price_micros: p.image_price.unwrap_or(0),
+        owned_by: args.owned_by,
+        tier_threshold_tokens: p.tier_threshold.unwrap_or(0),
+        tier_input_price_micros: p.tier_input_price.unwrap_or(0),
+        tier_output_price_micros: p.tier_output_price.unwrap_or(0),
+        tier_cached_price_micros: p.tier_cached_price.unwrap_or(0),
+        cache_write_5m_price_micros: p.cache_write_5m_price.unwrap_or(0),
+        cache_write_1h_price_micros: p.cache_write_1h_price.unwrap_or(0),
+        reasoning_price_micros: p.reasoning_price.unwrap_or(0),
+    };
+    Ok(model)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
@@ -303,5 +333,39 @@ mod tests {
         assert_eq!(json["input_price_micros"], 2_500_000);
         assert_eq!(model.row()[2], "$2.500000");
         assert_eq!(model.row()[6], "-");
+    }
+
+    /// `gwctl model create ARGS…` as parsed, or clap's refusal.
+    fn create(args: &[&str]) -> Result<CreateArgs, clap::Error> {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::try_parse_from([&["gwctl", "model", "create"], args].concat())?;
+        match cli.command {
+            crate::cli::Command::Model(Command::Create(args)) => Ok(args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_model_needs_a_price_or_free_and_never_a_negative_one() {
+        let priced =
+            new_model(create(&["--id", "m", "--input-price", "0.15", "--output-price", "0.6"]).unwrap()).unwrap();
+        assert_eq!((priced.input_price_micros, priced.output_price_micros), (150_000, 600_000));
+        assert!(new_model(create(&["--id", "img", "--category", "image", "--image-price", "0.04"]).unwrap()).is_ok());
+        let free = new_model(create(&["--id", "m", "--free"]).unwrap()).unwrap();
+        assert_eq!((free.input_price_micros, free.request_price_micros), (0, 0));
+
+        let unpriced = new_model(create(&["--id", "m1"]).unwrap()).unwrap_err();
+        assert!(unpriced.downcast_ref::<UsageError>().is_some(), "a usage error (exit 2): {unpriced:#}");
+        assert!(
+            unpriced.to_string().contains("has no price") && unpriced.to_string().contains("--free"),
+            "{unpriced:#}"
+        );
+        let zero = new_model(create(&["--id", "m1", "--input-price", "0"]).unwrap()).unwrap_err();
+        assert!(zero.to_string().contains("has no price"), "{zero:#}");
+        let both = new_model(create(&["--id", "m", "--free", "--request-price", "0.01"]).unwrap()).unwrap_err();
+        assert!(both.to_string().contains("--free contradicts"), "{both:#}");
+
+        let negative = create(&["--id", "m", "--input-price", "-1"]).unwrap_err().to_string();
+        assert!(negative.contains("must not be negative"), "{negative}");
     }
 }
