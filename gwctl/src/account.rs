@@ -108,8 +108,9 @@ pub struct UpdateArgs {
     /// Replaces the allowed groups, comma-separated.
     #[arg(long)]
     groups: Option<CsvList>,
-    /// Whether the balance may go below zero without refusals.
-    #[arg(long)]
+    /// The balance may go below zero without refusals, as on create;
+    /// `--unlimited false` ends that.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     unlimited: Option<bool>,
     /// Enable or disable every token of the account.
     #[arg(long, value_enum)]

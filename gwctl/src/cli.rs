@@ -235,4 +235,30 @@ mod tests {
         let err = Cli::try_parse_from(["gwctl", "token", "update", "t", "--unlimited", "maybe"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
     }
+
+    #[test]
+    fn unlimited_is_a_switch_on_create_and_update_alike() {
+        let unlimited = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Token(command) => format!("{command:?}"),
+            other => panic!("parsed as {other:?}"),
+        };
+        assert!(unlimited(&["gwctl", "token", "create", "--account", "a", "--unlimited"]).contains("unlimited: true"));
+        assert!(unlimited(&["gwctl", "token", "update", "t", "--unlimited"]).contains("unlimited: Some(true)"));
+        assert!(
+            unlimited(&["gwctl", "token", "update", "t", "--unlimited", "--name", "x"])
+                .contains("unlimited: Some(true)")
+        );
+        assert!(
+            unlimited(&["gwctl", "token", "update", "t", "--unlimited", "false"]).contains("unlimited: Some(false)")
+        );
+        assert!(unlimited(&["gwctl", "token", "update", "t", "--name", "x"]).contains("unlimited: None"));
+        let account = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Account(command) => format!("{command:?}"),
+            other => panic!("parsed as {other:?}"),
+        };
+        assert!(account(&["gwctl", "account", "update", "a", "--unlimited"]).contains("unlimited: Some(true)"));
+        assert!(
+            account(&["gwctl", "account", "update", "a", "--unlimited", "false"]).contains("unlimited: Some(false)")
+        );
+    }
 }

@@ -146,8 +146,9 @@ pub struct UpdateArgs {
     /// New spending cap in US dollars; makes the token limited.
     #[arg(long, value_parser = money::parse_usd_non_negative, conflicts_with = "unlimited")]
     quota: Option<i64>,
-    /// Whether the token has no spending cap of its own.
-    #[arg(long)]
+    /// No spending cap of its own, as on create; `--unlimited false` makes
+    /// it limited again at the quota it has (`--quota` sets a new one).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     unlimited: Option<bool>,
     /// Replaces the model allowlist; "" allows every model of the group.
     #[arg(long)]
