@@ -32,6 +32,12 @@ async fn data_plane(
         .kill_on_drop(true)
         .spawn()
         .expect("gw-data-plane starts");
+    let rx = stderr_lines(&mut child);
+    (addr, rx, child)
+}
+
+/// `child`'s stderr lines as they come.
+fn stderr_lines(child: &mut tokio::process::Child) -> mpsc::UnboundedReceiver<String> {
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -40,7 +46,7 @@ async fn data_plane(
             let _ = tx.send(line);
         }
     });
-    (addr, rx, child)
+    rx
 }
 
 /// Sends an unauthenticated `/v1/models` until the data plane answers;
@@ -128,14 +134,7 @@ async fn the_data_plane_raises_its_open_file_limit_and_fits_its_connections_unde
         .kill_on_drop(true)
         .spawn()
         .expect("gw-data-plane starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let _ = tx.send(line);
-        }
-    });
+    let mut rx = stderr_lines(&mut child);
     let lines = lines_until(&mut rx, "max_connections lowered").await;
     let line = lines.last().expect("the line");
     assert!(line.contains("open_files=1024") && line.contains("max_connections=384"), "{line}");
