@@ -20,12 +20,19 @@ use crate::{domain::error_chain, store::StoreError};
 impl From<StoreError> for Status {
     fn from(error: StoreError) -> Status {
         match error {
-            StoreError::NotFound { .. } | StoreError::NoCredential { .. } | StoreError::NoKey { .. } => {
+            StoreError::NotFound { .. }
+            | StoreError::NoCredential { .. }
+            | StoreError::NoKey { .. }
+            | StoreError::NoUser { .. }
+            | StoreError::NoCode { .. } => {
                 Status::not_found(error.to_string())
             }
             StoreError::AlreadyExists { .. }
             | StoreError::NameTaken { .. }
             | StoreError::CredentialExists { .. }
+            | StoreError::UserExists { .. }
+            | StoreError::UserNameTaken { .. }
+            | StoreError::CodeExists { .. }
             | StoreError::KeyTaken
             | StoreError::TokenKeyTaken { .. }
             | StoreError::TokenKeyRepeated => Status::already_exists(error.to_string()),

@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod calendar;
+pub mod console;
 pub mod clock;
 pub mod keys;
 pub mod secrets;

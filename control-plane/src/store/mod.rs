@@ -19,6 +19,7 @@
 pub mod access;
 pub mod budget;
 pub mod codec;
+pub mod console;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod embedded;
@@ -38,6 +39,7 @@ use tokio::sync::watch;
 use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 pub use self::access::AccessStore;
+pub use self::console::ConsoleStore;
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 pub use self::embedded::EmbeddedStore;
 pub use self::fleet::FleetStore;
@@ -100,6 +102,17 @@ pub enum StoreError {
     /// Another row of the same import has the same key hash.
     #[error("the key is already in use by an earlier row of the import")]
     TokenKeyRepeated,
+    #[error("user {id:?} not found")]
+    NoUser { id: String },
+    #[error("user {id:?} already exists")]
+    UserExists { id: String },
+    #[error("user name {name:?} is taken")]
+    UserNameTaken { name: String },
+    #[error("top-up code {id:?} not found")]
+    NoCode { id: String },
+    /// A new code's id or code hash is taken.
+    #[error("top-up code {id:?} already exists")]
+    CodeExists { id: String },
     /// Other writers kept changing the resource while `modify` tried to.
     #[error("{kind} {id:?} kept changing concurrently; try again")]
     Contended { kind: Kind, id: String },
@@ -159,7 +172,7 @@ pub struct SnapshotPage {
 
 #[async_trait]
 pub trait Store:
-    VideoStore + BudgetStore + SlotStore + LineageStore + FleetStore + RollupStore + AccessStore + Send + Sync + 'static
+    VideoStore + BudgetStore + SlotStore + LineageStore + FleetStore + RollupStore + AccessStore + ConsoleStore + Send + Sync + 'static
 {
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;

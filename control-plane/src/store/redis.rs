@@ -37,6 +37,7 @@ use super::{
 use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 mod access;
+mod console;
 mod conn;
 mod fleet;
 mod follow;

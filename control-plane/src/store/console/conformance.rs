@@ -1,0 +1,1 @@
+//! The console store suite (being written).
