@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod budget;
+pub mod console;
 pub mod continuity;
 pub mod fleet;
 pub mod import;

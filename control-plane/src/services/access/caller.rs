@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::Denied;
 use crate::domain::access::{Credential, ROOT_ID, Role};
+use crate::domain::console::User;
 
 /// Who is calling. `guard` puts one in the extensions of every admitted
 /// request.
@@ -33,6 +34,13 @@ impl Caller {
     pub fn of(credential: &Credential) -> Caller {
         let account_id = if credential.role == Role::Account { credential.account_id.clone() } else { String::new() };
         Caller { id: credential.id.clone(), role: credential.role, account_id, target: Arc::default() }
+    }
+
+    /// The caller signed in to the console as `user`; the audit log names
+    /// the user's id.
+    pub fn of_user(user: &User) -> Caller {
+        let account_id = if user.role == Role::Account { user.account_id.clone() } else { String::new() };
+        Caller { id: user.id.clone(), role: user.role, account_id, target: Arc::default() }
     }
 
     /// The one account the caller may see; `None` when it sees every account.
