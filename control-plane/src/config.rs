@@ -25,6 +25,36 @@ pub static SETTINGS: &[Setting] = &[
         "Admin listener serving /metrics (Prometheus text) and /healthz; off unless set",
     ),
     Setting::new(
+        "console_listen",
+        "GW_CP_CONSOLE_LISTEN",
+        None,
+        "Listen address of the web console (account owners and operators); off unless set",
+    ),
+    Setting::new(
+        "console_url",
+        "GW_CP_CONSOLE_URL",
+        Some(""),
+        "Public base URL of the console, with any path prefix a proxy adds (https makes its cookies Secure) [default: http://<console_listen>]",
+    ),
+    Setting::new(
+        "console_gateway_url",
+        "GW_CP_CONSOLE_GATEWAY_URL",
+        Some(""),
+        "Base URL of a data plane (without /v1): the console's playground sends requests there and its token page shows it; empty turns the playground off",
+    ),
+    Setting::new(
+        "console_session_idle",
+        "GW_CP_CONSOLE_SESSION_IDLE",
+        Some("2h"),
+        "A console session unused this long ends",
+    ),
+    Setting::new(
+        "console_session_max",
+        "GW_CP_CONSOLE_SESSION_MAX",
+        Some("12h"),
+        "A console session ends this long after sign-in, used or not",
+    ),
+    Setting::new(
         "store",
         "GW_CP_STORE",
         Some(""),
@@ -190,6 +220,22 @@ where
         config.listen = listen;
     }
     config.admin_listen = layers.get("admin_listen", |t| t.parse::<SocketAddr>().map_err(|e| e.to_string()));
+    config.console.listen = layers.get("console_listen", |t| t.parse::<SocketAddr>().map_err(|e| e.to_string()));
+    for (name, url) in
+        [("console_url", &mut config.console.public_url), ("console_gateway_url", &mut config.console.gateway_url)]
+    {
+        if let Some(value) = layers.get(name, base_url) {
+            *url = value;
+        }
+    }
+    for (name, secs) in [
+        ("console_session_idle", &mut config.console.sessions.idle_secs),
+        ("console_session_max", &mut config.console.sessions.absolute_secs),
+    ] {
+        if let Some(value) = layers.get(name, parse_duration) {
+            *secs = i64::try_from(value.as_secs()).unwrap_or(i64::MAX).max(1);
+        }
+    }
     if let Some(store) = layers.get("store", |t| match t {
         "" => Ok(String::new()),
         url => crate::store::redis::check_url(url).map(|()| url.to_owned()),
@@ -313,6 +359,19 @@ fn master_keys(layers: &mut Layers, check_only: bool) -> Keyring {
     }
     let previous = if check_only { Vec::new() } else { previous.iter().filter_map(|f| read(layers, f)).collect() };
     Keyring::new(current, previous)
+}
+
+/// An absolute `http` or `https` URL without a trailing slash; empty stays
+/// empty.
+fn base_url(text: &str) -> Result<String, String> {
+    let text = text.trim().trim_end_matches('/');
+    if text.is_empty() {
+        return Ok(String::new());
+    }
+    match text.parse::<http::Uri>() {
+        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => Ok(text.to_owned()),
+        _ => Err(format!("{text:?} is not an http:// or https:// URL")),
+    }
 }
 
 fn parse_bool(text: &str) -> Result<bool, String> {

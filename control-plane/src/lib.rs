@@ -62,6 +62,8 @@ pub struct Config {
     /// Serves full snapshots from a copy of the policy state kept in memory
     /// (`mirror`); otherwise each is read from the store.
     pub snapshot_in_memory: bool,
+    /// The web console; off unless it has a listen address.
+    pub console: api::console::Config,
 }
 
 /// TLS of the gRPC listener (admin and policy services).
@@ -123,6 +125,7 @@ impl Config {
             budget_time_zone: calendar::DEFAULT_TIME_ZONE.to_owned(),
             snapshot_chunk: policy::SNAPSHOT_CHUNK,
             snapshot_in_memory: true,
+            console: api::console::Config::default(),
         }
     }
 }

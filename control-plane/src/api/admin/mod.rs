@@ -63,6 +63,18 @@ pub struct AdminApi {
     clock: crate::domain::clock::Clock,
     /// The zone of window budgets written without one.
     time_zone: String,
+    /// The console's users, and where its pages are (for one-time links).
+    console: Option<ConsoleLinks>,
+}
+
+/// What the user RPCs need of the console: its users and its public
+/// address, to which one-time links point.
+#[derive(Clone)]
+pub struct ConsoleLinks {
+    pub users: Arc<crate::services::console::Users>,
+    /// The console's public base URL without a trailing slash; empty when
+    /// the console is off (links are then given as a path).
+    pub base_url: String,
 }
 
 type Answer<T> = Result<Response<T>, Status>;
@@ -116,7 +128,20 @@ impl AdminApi {
             secrets: None,
             clock: crate::domain::clock::Clock::system(),
             time_zone: crate::domain::calendar::DEFAULT_TIME_ZONE.to_owned(),
+            console: None,
         }
+    }
+
+    /// Serves the user RPCs with the console's users (without it they
+    /// answer Unavailable).
+    pub fn with_console(mut self, console: ConsoleLinks) -> AdminApi {
+        self.console = Some(console);
+        self
+    }
+
+    #[allow(dead_code)] // used by the user RPCs, being written
+    fn console(&self) -> Result<&ConsoleLinks, Status> {
+        self.console.as_ref().ok_or_else(|| Status::unavailable("console users are not served here"))
     }
 
     /// Serves the credential and audit RPCs with `credentials` (without it
