@@ -78,25 +78,62 @@ where
                 Ok(caller) => caller,
                 Err(refused) => return Ok(Status::from(refused).into_http()),
             };
-            let rule = rules::find(&method);
-            let write = rule.is_none_or(|rule| rule.access == Access::Write);
-            let kind = rule.map_or("unknown", |rule| rule.kind);
-            if let Err(denied) = rules::authorize(&caller, &method) {
-                let status = Status::from(denied);
-                if write {
-                    auth.audit(&caller, &method, kind, code_name(status.code())).await;
-                }
-                return Ok(status.into_http());
-            }
-            request.extensions_mut().insert(caller.clone());
+            let admitted = match Admitted::check(&auth, caller, &method).await {
+                Ok(admitted) => admitted,
+                Err(status) => return Ok(status.into_http()),
+            };
+            request.extensions_mut().insert(admitted.caller.clone());
             let response = inner.call(request).await?;
-            if write {
-                // A failed unary call answers with its status in the headers.
-                let outcome = Status::from_header_map(response.headers()).map_or(Code::Ok, |status| status.code());
-                auth.audit(&caller, &method, kind, code_name(outcome)).await;
-            }
+            // A failed unary call answers with its status in the headers.
+            let outcome = Status::from_header_map(response.headers()).map_or(Code::Ok, |status| status.code());
+            admitted.finish(&auth, outcome).await;
             Ok(response)
         })
+    }
+}
+
+/// A call the role table admitted, to be finished (audited, when it
+/// writes) once it answered. The gRPC guard and the console both admit
+/// calls through it, so both follow one table and write one audit log.
+pub struct Admitted {
+    pub caller: Caller,
+    method: String,
+    kind: &'static str,
+    write: bool,
+}
+
+// === impl Admitted ===
+
+impl Admitted {
+    /// Admits `caller` to `method` by the role table; PermissionDenied
+    /// otherwise, audited when the method writes.
+    pub async fn check(auth: &Authenticator, caller: Caller, method: &str) -> Result<Admitted, Status> {
+        let rule = rules::find(method);
+        let write = rule.is_none_or(|rule| rule.access == Access::Write);
+        let kind = rule.map_or("unknown", |rule| rule.kind);
+        if let Err(denied) = rules::authorize(&caller, method) {
+            let status = Status::from(denied);
+            if write {
+                auth.audit(&caller, method, kind, code_name(status.code())).await;
+            }
+            return Err(status);
+        }
+        Ok(Admitted { caller, method: method.to_owned(), kind, write })
+    }
+
+    /// Records the call's `outcome` in the audit log when it writes.
+    pub async fn finish(&self, auth: &Authenticator, outcome: Code) {
+        if self.write {
+            auth.audit(&self.caller, &self.method, self.kind, code_name(outcome)).await;
+        }
+    }
+
+    /// A request carrying `message` for the handler, with the caller in its
+    /// extensions as the guard gives it.
+    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.extensions_mut().insert(self.caller.clone());
+        request
     }
 }
 
