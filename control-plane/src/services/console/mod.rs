@@ -4,7 +4,9 @@
 //! user becomes a `Caller` of its role.
 
 pub mod sessions;
+pub mod topup;
 pub mod users;
 
 pub use self::sessions::{SessionError, SessionLimits, Sessions, Signed};
+pub use self::topup::{Redeemed, TopupCodes, TopupError};
 pub use self::users::{AttemptLimits, Link, LoginError, UserError, Users};
