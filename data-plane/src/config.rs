@@ -56,6 +56,10 @@ pub struct Config {
     pub tls: Option<ListenerTls>,
     /// TLS to an `https://` control plane: CA file, client certificate.
     pub control_plane_tls: crate::control::ClientTls,
+    /// The console's public base URL (`https://example.com/console`); the
+    /// quota refusals link to its `/tokens` and `/topup` pages. `None` (or
+    /// empty): no console, no links.
+    pub console_url: Option<String>,
 }
 
 /// The certificate the `/v1` listener presents, read again when its files
@@ -105,15 +109,20 @@ impl Config {
             budget: crate::policy::budget::Config::default(),
             tls: None,
             control_plane_tls: crate::control::ClientTls::default(),
+            console_url: None,
         }
     }
 
     /// Checks what can be checked without touching the network or disk:
     /// the control-plane address is an `http(s)://` URI, the node key can
-    /// travel in a header, and the upstream settings are usable.
+    /// travel in a header, the console URL (when set) is an absolute
+    /// `http(s)://` URL, and the upstream settings are usable.
     pub fn validate(&self) -> anyhow::Result<()> {
         check_control_plane(&self.control_plane)
             .map_err(|e| anyhow::anyhow!("control plane address {:?}: {e}", self.control_plane))?;
+        if let Some(url) = self.console_url.as_deref().map(str::trim).filter(|url| !url.is_empty()) {
+            check_console_url(url).map_err(|e| anyhow::anyhow!("console URL {url:?}: {e}"))?;
+        }
         // A client certificate may stand in for the node key.
         let has_cert = self.control_plane_tls.cert_file.is_some();
         if (self.node_key.is_empty() && !has_cert) || axum::http::HeaderValue::from_str(&self.node_key).is_err() {
@@ -196,6 +205,24 @@ pub fn check_control_plane(addresses: &str) -> Result<(), String> {
     }
 }
 
+/// Checks that `url` is an absolute `http(s)://host[:port][/path]` URL that
+/// page names can be appended to: no query, fragment or credentials.
+pub fn check_console_url(url: &str) -> Result<(), String> {
+    let uri: axum::http::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        return Err("must be an absolute http(s) URL, like https://example.com/console".to_owned());
+    }
+    // `Uri` drops a fragment silently; it would swallow the page names.
+    if uri.query().is_some() || url.contains('#') {
+        return Err("must not have a query or a fragment".to_owned());
+    }
+    // The links go to every client refused for quota.
+    if uri.authority().is_some_and(|authority| authority.as_str().contains('@')) {
+        return Err("must not carry credentials".to_owned());
+    }
+    Ok(())
+}
+
 /// Parses a comma-separated list of CIDRs or bare IPs (`10.0.0.0/8,::1`).
 pub fn parse_trusted_proxies(list: &str) -> Result<Vec<IpNet>, String> {
     list.split(',')
@@ -262,6 +289,36 @@ mod tests {
         for bad in ["0", "9", "5001", "soon"] {
             assert!(load(&["--report-interval-ms", bad]).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn the_console_url_is_optional_and_must_be_an_absolute_http_url() {
+        let load = check_config_with;
+        assert_eq!(load(&[]).unwrap().config.console_url, None);
+        assert_eq!(load(&["--console-url", ""]).unwrap().config.console_url, None, "empty means no console");
+        for good in ["https://example.com/console", "http://127.0.0.1:7070/", "https://gw.example.com"] {
+            assert_eq!(load(&["--console-url", good]).unwrap().config.console_url.as_deref(), Some(good));
+        }
+        for bad in [
+            "example.com/console",
+            "/console",
+            "ftp://example.com",
+            "https://",
+            "https://example.com/console?x=1",
+            "https://example.com/console#top",
+            "https://user:pw@example.com",
+            "https://exa mple.com",
+        ] {
+            let Err(gw_bootstrap::Failure::Invalid(errors)) = load(&["--console-url", bad]) else {
+                panic!("{bad} accepted")
+            };
+            assert!(errors.len() == 1 && errors[0].starts_with("--console-url"), "{bad}: {errors:?}");
+        }
+        let mut config = Config::new("127.0.0.1:0".parse().unwrap(), "http://cp:1", "d", "k");
+        config.console_url = Some("console.example.com".into());
+        assert!(config.validate().is_err());
+        config.console_url = Some(String::new());
+        assert!(config.validate().is_ok());
     }
 
     #[test]

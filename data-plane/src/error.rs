@@ -3,7 +3,8 @@
 //! of the error catalogue, `docs/errors.md`), error types, codes, the body
 //! shape (OpenAI or messages, by request path), `x-should-retry` and whether
 //! the gateway itself may retry are chosen here and nowhere else; internal
-//! causes never reach the body.
+//! causes never reach the body. With a console configured, the quota
+//! refusals end with links to its token and top-up pages.
 
 use axum::{
     http::{HeaderValue, StatusCode, header},
@@ -27,6 +28,14 @@ pub enum Shape {
     /// `{"type":"error","error":{"type","message"}}`, the Anthropic messages
     /// API's shape, with the type names its SDKs expect per status.
     Messages,
+}
+
+/// The console pages a quota refusal points at: `<base>/tokens` and
+/// `<base>/topup` of the console's public base URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleLinks {
+    tokens: String,
+    top_up: String,
 }
 
 /// A refused or failed proxy request.
@@ -330,6 +339,23 @@ impl ProxyError {
     }
 }
 
+// === impl ConsoleLinks ===
+
+impl ConsoleLinks {
+    /// The links under `base_url` (`https://example.com/console` gives
+    /// `https://example.com/console/tokens` and `…/console/topup`); trailing
+    /// slashes are dropped rather than doubled. `None` for an empty (or
+    /// all-slash) base: no console, no links. The URL is not checked here
+    /// (`config::check_console_url` does).
+    pub fn new(base_url: &str) -> Option<ConsoleLinks> {
+        let base = base_url.trim().trim_end_matches('/');
+        if base.is_empty() {
+            return None;
+        }
+        Some(ConsoleLinks { tokens: format!("{base}/tokens"), top_up: format!("{base}/topup") })
+    }
+}
+
 // === impl Shape ===
 
 impl Shape {
@@ -371,11 +397,19 @@ pub fn format_usd(micros: i64) -> String {
 /// The response for `error` on request `request_id` in `shape`. Carries
 /// `x-should-retry: false` when retrying cannot help (400, 401, 403, 404,
 /// 413, no channel); upstream 429 and 5xx leave the choice to the client.
-pub fn render_as(error: &ProxyError, request_id: &str, shape: Shape) -> Response {
-    let message = match error {
-        ProxyError::InvalidUrl { .. } => error.message(),
-        _ => format!("{} (request id: {request_id})", error.message()),
-    };
+/// With `console`, the quota refusals (`TokenQuotaExhausted`,
+/// `InsufficientUserQuota`) add ` (tokens: <url>, top up: <url>)` between
+/// their unchanged text and the request id; every other message, and these
+/// without `console`, is `message()` and the request id alone.
+pub fn render_as(error: &ProxyError, request_id: &str, shape: Shape, console: Option<&ConsoleLinks>) -> Response {
+    let mut message = error.message();
+    if let (Some(links), ProxyError::TokenQuotaExhausted | ProxyError::InsufficientUserQuota { .. }) = (console, error)
+    {
+        message.push_str(&format!(" (tokens: {}, top up: {})", links.tokens, links.top_up));
+    }
+    if !matches!(error, ProxyError::InvalidUrl { .. }) {
+        message.push_str(&format!(" (request id: {request_id})"));
+    }
     let body = match shape {
         Shape::OpenAi => json!({
             "error": {
@@ -450,7 +484,7 @@ mod tests {
             (ProxyError::MissingField("model"), 400, "field \"model\" is required", None),
         ];
         for (error, status, message, code) in cases {
-            let response = render_as(&error, "rid1", Shape::OpenAi);
+            let response = render_as(&error, "rid1", Shape::OpenAi, None);
             assert_eq!(response.status().as_u16(), status, "{error:?}");
             assert_eq!(response.headers()[SHOULD_RETRY], "false", "{error:?}");
             let json = body(response).await;
@@ -461,9 +495,55 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn with_a_console_quota_refusals_keep_their_text_and_end_with_its_links() {
+        let console = ConsoleLinks::new("https://example.com/console").unwrap();
+        let links = " (tokens: https://example.com/console/tokens, top up: https://example.com/console/topup)";
+        let cases = [
+            (ProxyError::TokenQuotaExhausted, "该令牌额度已用尽"),
+            (ProxyError::InsufficientUserQuota { balance_micros: 1_500 }, "用户额度不足, 剩余额度: ＄0.001500"),
+        ];
+        for (error, text) in cases {
+            for shape in [Shape::OpenAi, Shape::Messages] {
+                let response = render_as(&error, "rid3", shape, Some(&console));
+                assert_eq!(response.status(), StatusCode::FORBIDDEN, "{error:?}");
+                let json = body(response).await;
+                let message = json["error"]["message"].as_str().unwrap();
+                assert!(message.starts_with(text), "{message}");
+                assert_eq!(message, format!("{text}{links} (request id: rid3)"));
+                assert!(!message.contains('\n'), "{message}");
+            }
+            // Without a console: exactly the catalogue's text.
+            let json = body(render_as(&error, "rid3", Shape::OpenAi, None)).await;
+            assert_eq!(json["error"]["message"], format!("{text} (request id: rid3)"));
+        }
+        for other in [ProxyError::IpNotAllowed, ProxyError::ModelForbidden { model: "m".into() }, ProxyError::Internal]
+        {
+            let with = body(render_as(&other, "r", Shape::OpenAi, Some(&console))).await;
+            let without = body(render_as(&other, "r", Shape::OpenAi, None)).await;
+            assert_eq!(with, without, "{other:?} links to the console");
+        }
+    }
+
+    #[test]
+    fn console_links_join_without_doubling_slashes() {
+        for base in ["https://example.com/console", "https://example.com/console/", "https://example.com/console//"] {
+            let links = ConsoleLinks::new(base).unwrap();
+            assert_eq!(links.tokens, "https://example.com/console/tokens", "{base}");
+            assert_eq!(links.top_up, "https://example.com/console/topup", "{base}");
+        }
+        let root = ConsoleLinks::new("http://127.0.0.1:7070/").unwrap();
+        assert_eq!(
+            (root.tokens.as_str(), root.top_up.as_str()),
+            ("http://127.0.0.1:7070/tokens", "http://127.0.0.1:7070/topup")
+        );
+        assert_eq!(ConsoleLinks::new(""), None);
+        assert_eq!(ConsoleLinks::new(" / "), None);
+    }
+
+    #[tokio::test]
     async fn invalid_url_has_no_request_id_suffix() {
         let error = ProxyError::InvalidUrl { method: "POST".into(), path: "/v1/v1/chat/completions".into() };
-        let response = render_as(&error, "rid1", Shape::OpenAi);
+        let response = render_as(&error, "rid1", Shape::OpenAi, None);
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         let json = body(response).await;
         assert_eq!(json["error"]["message"], "Invalid URL (POST /v1/v1/chat/completions)");
@@ -473,17 +553,20 @@ mod tests {
     #[tokio::test]
     async fn upstream_failures_may_be_retried() {
         let error = ProxyError::UpstreamStatus { status: StatusCode::BAD_GATEWAY, message: "boom".into() };
-        let response = render_as(&error, "r", Shape::OpenAi);
+        let response = render_as(&error, "r", Shape::OpenAi, None);
         assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
         assert!(response.headers().get(SHOULD_RETRY).is_none());
         assert_eq!(body(response).await["error"]["message"], "upstream error: boom (request id: r)");
-        assert_eq!(render_as(&ProxyError::UpstreamTimeout, "r", Shape::OpenAi).status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(
+            render_as(&ProxyError::UpstreamTimeout, "r", Shape::OpenAi, None).status(),
+            StatusCode::GATEWAY_TIMEOUT
+        );
     }
 
     #[tokio::test]
     async fn upstream_rate_limits_are_retryable_and_say_when() {
         let error = ProxyError::UpstreamStatus { status: StatusCode::TOO_MANY_REQUESTS, message: "slow down".into() };
-        let response = render_as(&error, "r", Shape::OpenAi);
+        let response = render_as(&error, "r", Shape::OpenAi, None);
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert!(response.headers().get(SHOULD_RETRY).is_none());
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
@@ -547,7 +630,7 @@ mod tests {
             (upstream(529), 529, "overloaded_error"),
         ];
         for (error, status, kind) in cases {
-            let response = render_as(&error, "rid9", Shape::for_path("/v1/messages"));
+            let response = render_as(&error, "rid9", Shape::for_path("/v1/messages"), None);
             assert_eq!(response.status().as_u16(), status, "{error:?}");
             let json = body(response).await;
             assert_eq!(json["type"], "error", "{json}");
@@ -556,7 +639,8 @@ mod tests {
             assert_eq!(json.as_object().unwrap().len(), 2, "{json}");
             assert_eq!(json["error"].as_object().unwrap().len(), 2, "{json}");
         }
-        let openai = body(render_as(&ProxyError::InvalidToken, "r", Shape::for_path("/v1/chat/completions"))).await;
+        let openai =
+            body(render_as(&ProxyError::InvalidToken, "r", Shape::for_path("/v1/chat/completions"), None)).await;
         assert_eq!(openai["error"]["type"], "authentication_error");
         assert!(openai.get("type").is_none());
     }
@@ -564,7 +648,7 @@ mod tests {
     #[tokio::test]
     async fn rate_limit_refusals_name_the_limit_and_when_to_come_back() {
         let error = ProxyError::RateLimited { window_minutes: 3, max_requests: 20, retry_after_secs: 42 };
-        let response = render_as(&error, "rid7", Shape::OpenAi);
+        let response = render_as(&error, "rid7", Shape::OpenAi, None);
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()[header::RETRY_AFTER], "42");
         assert!(response.headers().get(SHOULD_RETRY).is_none(), "a rate limit may be retried");
@@ -585,7 +669,7 @@ mod tests {
             (ProxyError::InFlightLimited { max_in_flight: 2 }, "1", "您已达到并发请求数限制:最多同时请求2次"),
         ];
         for (error, retry_after, message) in cases {
-            let response = render_as(&error, "rid8", Shape::OpenAi);
+            let response = render_as(&error, "rid8", Shape::OpenAi, None);
             assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
             assert_eq!(response.headers()[header::RETRY_AFTER], retry_after);
             assert!(response.headers().get(SHOULD_RETRY).is_none(), "a limit may be retried");

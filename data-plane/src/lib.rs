@@ -240,6 +240,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         budgets: policy::budget::Budgets::new(Arc::new(spend), config.budget, Some(data_dir.join("fleet"))),
         videos,
         vitals,
+        console: config.console_url.as_deref().and_then(error::ConsoleLinks::new),
     });
     telemetry::metrics::observe(&app);
     let sweeper = tokio::spawn(app.budgets.clone().sweep_idle(stop_tasks.subscribe()));

@@ -19,6 +19,12 @@ pub struct Args {
     /// Address of the control plane's gRPC API (gwctl).
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub admin_listen: SocketAddr,
+    /// Address of the web console (account owners and operators).
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    pub console_listen: SocketAddr,
+    /// Serve no web console.
+    #[arg(long)]
+    pub no_console: bool,
     /// Store URL, e.g. redis://127.0.0.1:6379 or redis+cluster://host:port,host:port [default: embedded in the data directory].
     #[arg(long)]
     pub store: Option<String>,
@@ -32,6 +38,11 @@ pub struct Node {
     pub control_plane: SocketAddr,
     /// The file the admin key is kept in, when it came from one.
     pub admin_key_file: Option<PathBuf>,
+    /// The console's URL; `None` when it is off.
+    pub console: Option<String>,
+    /// The one-time link that creates the console's first admin, while
+    /// there is none.
+    pub setup_link: Option<String>,
     cp: gw_control_plane::Handle,
     dp: gw_data_plane::Handle,
 }
@@ -54,6 +65,12 @@ pub async fn run(args: Args, global: &Global) -> Result<()> {
         let planes = connected_data_planes(&node).await;
         println!("{}", summary(node.api, accounts, tokens, channels, planes));
     }
+    if let Some(console) = &node.console {
+        println!("console: {console}");
+    }
+    if let Some(link) = &node.setup_link {
+        println!("create the console's first admin (this link works once): {link}");
+    }
     let signal = shutdown_signal().await;
     tracing::info!("shutting down");
     node.shutdown().await;
@@ -72,6 +89,13 @@ pub async fn start(args: Args, global: &Global) -> Result<Node> {
     let mut cp_config = gw_control_plane::Config::new(args.admin_listen, &data_dir);
     cp_config.store = args.store.unwrap_or_default();
     cp_config.admin_key = global.admin_key.clone();
+    if !args.no_console {
+        cp_config.console.listen = Some(args.console_listen);
+        // The playground sends through this node's data plane.
+        if args.listen.port() != 0 {
+            cp_config.console.gateway_url = format!("http://{}", reachable(args.listen));
+        }
+    }
     let cp = match gw_control_plane::start(cp_config).await {
         Ok(cp) => cp,
         // redb's words for a store another process holds open.
@@ -83,8 +107,10 @@ pub async fn start(args: Args, global: &Global) -> Result<Node> {
     };
 
     let control_plane = reachable(cp.addr);
-    let dp_config =
+    let mut dp_config =
         gw_data_plane::Config::new(args.listen, format!("http://{control_plane}"), &dp_dir, cp.node_key.clone());
+    // The quota refusals link to the console's token and top-up pages.
+    dp_config.console_url = cp.console_addr.map(|addr| format!("http://{}", reachable(addr)));
     let dp = match gw_data_plane::start(dp_config).await {
         Ok(dp) => dp,
         Err(err) => {
@@ -92,7 +118,15 @@ pub async fn start(args: Args, global: &Global) -> Result<Node> {
             return Err(err.context("starting the data plane"));
         }
     };
-    Ok(Node { api: reachable(dp.addr), control_plane, admin_key_file: cp.admin_key_file.clone(), cp, dp })
+    Ok(Node {
+        api: reachable(dp.addr),
+        control_plane,
+        admin_key_file: cp.admin_key_file.clone(),
+        console: cp.console_addr.map(|addr| format!("http://{}", reachable(addr))),
+        setup_link: cp.setup_link.clone(),
+        cp,
+        dp,
+    })
 }
 
 // === impl Node ===

@@ -52,6 +52,12 @@ pub static SETTINGS: &[Setting] = &[
         Some(""),
         "Comma-separated CIDRs whose X-Forwarded-For / X-Real-IP are believed",
     ),
+    Setting::new(
+        "console_url",
+        "GW_DP_CONSOLE_URL",
+        None,
+        "The console's public base URL (http or https); quota refusals link to its /tokens and /topup pages [default: none, no links]",
+    ),
     Setting::new("max_attempts", "GW_DP_MAX_ATTEMPTS", Some("3"), "Upstream attempts per request, across channels"),
     Setting::new(
         "affinity_capacity",
@@ -211,6 +217,12 @@ where
     if let Some(proxies) = layers.get("trusted_proxies", parse_trusted_proxies) {
         config.trusted_proxies = proxies;
     }
+    config.console_url = layers
+        .get("console_url", |t| match t {
+            "" => Ok(None),
+            url => super::check_console_url(url).map(|()| Some(url.to_owned())),
+        })
+        .flatten();
     let upstream = &mut config.upstream;
     if let Some(n) =
         layers.get("max_attempts", |t| positive(t).and_then(|n| u32::try_from(n).map_err(|e| e.to_string())))

@@ -101,7 +101,7 @@ async fn request_layer(State(app): State<Arc<App>>, mut request: Request, next: 
     let mut response = next.run(request).instrument(span.clone()).await;
     let refusal = response.extensions_mut().remove::<Refused>().map(|Refused(error)| error);
     if let Some(error) = &refusal {
-        response = error::render_as(error, &id.0, Shape::for_path(path));
+        response = error::render_as(error, &id.0, Shape::for_path(path), app.console.as_ref());
     }
     if let Ok(value) = HeaderValue::from_str(&id.0) {
         response.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
@@ -230,6 +230,7 @@ pub(crate) mod tests {
                 "test-node",
             ),
             vitals: Arc::default(),
+            console: None,
         })
     }
 
@@ -360,6 +361,23 @@ pub(crate) mod tests {
         let rid = response.headers()["x-request-id"].to_str().unwrap().to_owned();
         let json = json_body(response).await;
         assert_eq!(json["error"]["message"], format!("未提供令牌 (request id: {rid})"));
+    }
+
+    #[tokio::test]
+    async fn a_quota_refusal_links_to_the_configured_console_before_the_request_id() {
+        let mut app = app(policy(fx::token("t1", KEY), 0));
+        Arc::get_mut(&mut app).unwrap().console = crate::error::ConsoleLinks::new("https://example.com/console/");
+        let (status, response) = call(app, "POST", "/v1/chat/completions", Some(KEY)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let rid = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+        let json = json_body(response).await;
+        assert_eq!(
+            json["error"]["message"],
+            format!(
+                "用户额度不足, 剩余额度: ＄0.000000 (tokens: https://example.com/console/tokens, \
+                 top up: https://example.com/console/topup) (request id: {rid})"
+            )
+        );
     }
 
     #[tokio::test]

@@ -49,6 +49,8 @@ pub struct App {
     pub videos: crate::control::Videos,
     /// Counters the heartbeats report.
     pub vitals: Arc<crate::vitals::Vitals>,
+    /// The console pages quota refusals link to; `None` without a console.
+    pub console: Option<crate::error::ConsoleLinks>,
 }
 
 /// The id of one request, as sent in `x-request-id` and error messages.
