@@ -52,12 +52,14 @@ pub async fn run(store: Arc<dyn Store>) {
     super::fleet::conformance::run(store.clone()).await;
     super::rollup::conformance::run(store.clone()).await;
     super::access::conformance::run(store.clone()).await;
+    super::console::conformance::run(store.clone()).await;
 }
 
 /// Runs the checks that need two store instances on one backend (two
 /// control-plane replicas): what one writes, the other sees.
 pub async fn run_shared(a: Arc<dyn Store>, b: Arc<dyn Store>) {
     super::lineage::conformance::run_shared(a.clone(), b.clone()).await;
+    super::console::conformance::run_shared(a.clone(), b.clone()).await;
     a_write_through_one_replica_reaches_the_other(&*a, &*b, "shared-ab").await;
     a_write_through_one_replica_reaches_the_other(&*b, &*a, "shared-ba").await;
 }

@@ -13,13 +13,17 @@
 //!   revision. Spreading balances or leases by account would make a charge a
 //!   cross-slot transaction, so the ledger scales with the one node holding
 //!   `{gw}` (the other slots and replicas take the rest of the load).
+//!   Top-up codes live here too: a redemption marks the code and credits
+//!   the balance in one script.
 //! - `{gw:cred}` the credentials and their indexes, `{gw:audit}` the audit
-//!   log and its sequence, `{gw:video}` video tasks and their indexes: each
-//!   written by scripts of its own, so each gets a slot of its own.
+//!   log and its sequence, `{gw:video}` video tasks and their indexes,
+//!   `{gw:console}` console users and their indexes: each written by
+//!   scripts of its own, so each gets a slot of its own.
 //! - `gw:fleet`, `gw:lock:<name>`, `gw:permits:<key>:<window>`,
-//!   `gw:slots:<key>`: one key per command or script, so no tag; each lands
-//!   wherever its name hashes, which spreads the permit and in-flight
-//!   counters over the cluster.
+//!   `gw:slots:<key>`, `gw:session:<hash>`, `gw:ticket:<hash>`: one key per
+//!   command or script, so no tag; each lands wherever its name hashes,
+//!   which spreads the permit and in-flight counters (and sessions) over
+//!   the cluster.
 //!
 //! Stores written before tags used `gw:<rest>` for all of these. On a single
 //! Redis, `migrate` renames such keys to their tagged names once (the marker
@@ -54,6 +58,18 @@ pub(super) const AUDIT_SEQ: &str = "{gw:audit}:audit_seq";
 pub(super) const VIDEOS: &str = "{gw:video}:video";
 pub(super) const VIDEOS_BY_TIME: &str = "{gw:video}:video_time";
 pub(super) const VIDEOS_OPEN: &str = "{gw:video}:video_open";
+
+/// Top-up codes, a hash id → JSON; in `{gw}`, with the balances.
+pub(super) const TOPUP: &str = "{gw}:topup";
+/// Top-up code hash → id.
+pub(super) const TOPUP_HASH: &str = "{gw}:topup_hash";
+
+/// Console users, a hash id → JSON (without the last sign-in).
+pub(super) const USERS: &str = "{gw:console}:user";
+/// User name → id.
+pub(super) const USER_NAMES: &str = "{gw:console}:user_name";
+/// User id → Unix second of the last sign-in.
+pub(super) const USERS_LOGIN: &str = "{gw:console}:user_login";
 
 pub(super) const FLEET: &str = "gw:fleet";
 
@@ -118,6 +134,16 @@ pub(super) fn videos_of_account(account_id: &str) -> String {
     format!("{{gw:video}}:video_acct:{account_id}")
 }
 
+/// A console session, a hash expiring with it; a key of its own.
+pub(super) fn session_key(id_hash: &str) -> String {
+    format!("gw:session:{id_hash}")
+}
+
+/// A one-time ticket, a string of JSON expiring with it; a key of its own.
+pub(super) fn ticket_key(hash: &str) -> String {
+    format!("gw:ticket:{hash}")
+}
+
 /// A named lock; a key of its own.
 pub(super) fn lock_key(name: &str) -> String {
     format!("gw:lock:{name}")
@@ -137,13 +163,15 @@ pub(super) fn permits_key(key: &str, window_start: i64) -> String {
 /// name (single-key state) or is not the store's.
 pub(super) fn tagged_name(old: &str) -> Option<String> {
     let rest = old.strip_prefix("gw:")?;
-    if rest == "fleet" || ["lock:", "permits:", "slots:"].iter().any(|single| rest.starts_with(single)) {
+    let single = ["lock:", "permits:", "slots:", "session:", "ticket:"];
+    if rest == "fleet" || single.iter().any(|prefix| rest.starts_with(prefix)) {
         return None;
     }
     let tag = match rest {
         "cred" | "cred_key" | "cred_used" => "gw:cred",
         "audit" | "audit_seq" => "gw:audit",
         "video" | "video_time" | "video_open" => "gw:video",
+        "user" | "user_name" | "user_login" => "gw:console",
         _ if rest.starts_with("video_acct:") => "gw:video",
         _ => "gw",
     };
@@ -215,6 +243,10 @@ mod tests {
         assert_eq!(tagged_name("gw:audit_seq").as_deref(), Some(AUDIT_SEQ));
         assert_eq!(tagged_name("gw:video_acct:a1").as_deref(), Some(videos_of_account("a1").as_str()));
         assert_eq!(tagged_name("gw:video_open").as_deref(), Some(VIDEOS_OPEN));
+        assert_eq!(tagged_name("gw:user_name").as_deref(), Some(USER_NAMES));
+        assert_eq!(tagged_name("gw:topup_hash").as_deref(), Some(TOPUP_HASH));
+        assert_eq!(tagged_name("gw:session:abc"), None);
+        assert_eq!(tagged_name("gw:ticket:abc"), None);
         assert_eq!(tagged_name("gw:fleet"), None);
         assert_eq!(tagged_name("gw:lock:poller"), None);
         assert_eq!(tagged_name("gw:permits:k:60"), None);
