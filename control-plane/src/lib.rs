@@ -17,7 +17,7 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use crate::{
     api::{admin, health, peer, policy, server},
     domain::{Group, Kind, RateLimit, Resource, calendar, clock, secrets},
-    services::{access, continuity, fleet, keys, ledger, mirror, probe, retention, telemetry, video},
+    services::{access, console, continuity, fleet, keys, ledger, mirror, probe, retention, telemetry, video},
     store::Store,
 };
 
@@ -91,6 +91,13 @@ pub struct Handle {
     pub node_key: String,
     /// Where the admin key is kept, when it came from a file.
     pub admin_key_file: Option<PathBuf>,
+    /// The bound console address, when the console is on.
+    pub console_addr: Option<SocketAddr>,
+    /// The console's public base URL; empty when it is off.
+    pub console_url: String,
+    /// The one-time link that creates the first admin user, while the
+    /// console is on and has none.
+    pub setup_link: Option<String>,
     pub store: Arc<dyn Store>,
     stop: oneshot::Sender<()>,
     server: JoinHandle<anyhow::Result<()>>,
@@ -100,6 +107,7 @@ pub struct Handle {
     health: JoinHandle<()>,
     mirror: Option<JoinHandle<()>>,
     admin: Option<JoinHandle<()>>,
+    console: Option<JoinHandle<anyhow::Result<()>>>,
 }
 
 // === impl Config ===
@@ -156,6 +164,11 @@ impl Handle {
         if let Some(admin) = self.admin {
             let _ = admin.await;
         }
+        if let Some(console) = self.console
+            && let Ok(Err(error)) = console.await
+        {
+            tracing::warn!(error = format!("{error:#}"), "the console ended with an error");
+        }
     }
 }
 
@@ -211,14 +224,26 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let prober = probe::spawn(store.clone(), config.probe, shutdown_rx.clone())?;
     let pruner = retention::spawn(store.clone(), shutdown_rx.clone());
     let continuity = continuity::Continuity::new(store.clone());
+    let console_listener = match config.console.listen {
+        Some(console) => Some(TcpListener::bind(console).await.with_context(|| format!("binding {console}"))?),
+        None => None,
+    };
+    let console_addr =
+        console_listener.as_ref().map(TcpListener::local_addr).transpose().context("reading the console address")?;
+    let console_url = console_addr.map(|addr| config.console.base_url(addr)).unwrap_or_default();
+    let users = Arc::new(console::Users::new(store.clone(), config.console.attempts));
     let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone())
         .with_videos(videos.clone())
         .with_credentials(access::Credentials::new(store.clone(), keys.reserved()))
         .with_secrets(sealing)
         .with_clock(config.clock.clone())
-        .with_time_zone(config.budget_time_zone.clone());
+        .with_time_zone(config.budget_time_zone.clone())
+        .with_topup(Arc::new(crate::services::console::TopupCodes::new(store.clone())))
+        .with_console(admin::ConsoleLinks { users: users.clone(), base_url: console_url.clone() });
+    let admin = Arc::new(admin);
     let (health, health_task) = health::spawn(store.clone(), shutdown_rx.clone());
     let admin_stopped = shutdown_rx.clone();
+    let console_stopped = shutdown_rx.clone();
     let (mirror, mirror_task) = if config.snapshot_in_memory {
         let (mirror, task) = mirror::Mirror::start(store.clone(), policy::encode_resource, shutdown_rx.clone());
         (mirror, Some(task))
@@ -231,6 +256,26 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         .with_clock(config.clock.clone())
         .with_snapshot_chunk(config.snapshot_chunk);
     let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
+    let setup_link = match &console_listener {
+        Some(_) => users.setup_link().await.context("making the console's setup link")?,
+        None => None,
+    }
+    .map(|link| format!("{console_url}/welcome?ticket={}", link.secret));
+    let console_server = console_listener.map(|listener| {
+        let sessions = console::Sessions::new(store.clone(), config.console.sessions);
+        let pages = api::console::Console::new(
+            &config.console,
+            console_url.clone(),
+            admin.clone(),
+            admin_auth.clone(),
+            users.clone(),
+            sessions,
+        );
+        let mut stopped = console_stopped;
+        api::console::spawn(listener, Arc::new(pages), async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        })
+    });
     let require_cert = config.tls.as_ref().is_some_and(|tls| tls.require_client_cert);
     let node_auth = peer::NodeAuth::new(&keys.node, require_cert);
     let services = server::Services { health, admin, admin_auth, policy, node_auth };
@@ -257,6 +302,13 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         tls = config.tls.is_some(),
         "control plane listening"
     );
+    if let Some(addr) = console_addr {
+        tracing::info!(%addr, url = %console_url, "console listening");
+    }
+    if let Some(link) = &setup_link {
+        // Printed, not logged only: the operator needs it to sign in at all.
+        tracing::warn!("the console has no admin user yet; create one with this one-time link: {link}");
+    }
     Ok(Handle {
         addr,
         admin_addr,
@@ -264,6 +316,10 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         admin_key: keys.admin,
         node_key: keys.node,
         admin_key_file: keys.admin_file,
+        console_addr,
+        console_url,
+        setup_link,
+        console: console_server,
         store,
         stop,
         server,

@@ -282,7 +282,13 @@ async fn a_second_up_on_the_same_data_dir_says_a_gateway_is_already_running() {
     let gw = Gateway::start().await;
     let global = Global { data_dir: Some(gw.dir.path().to_path_buf()), ..Global::default() };
     let args =
-        up::Args { listen: "127.0.0.1:0".parse().unwrap(), admin_listen: "127.0.0.1:0".parse().unwrap(), store: None };
+        up::Args {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            console_listen: "127.0.0.1:0".parse().unwrap(),
+            no_console: false,
+            store: None,
+        };
     let Err(error) = up::start(args, &global).await else { panic!("a second gateway started on the same data dir") };
     let message = format!("{error:#}");
     assert!(message.starts_with("a gateway is already running on "), "{message}");

@@ -18,7 +18,7 @@ use crate::{
 /// What the listener serves.
 pub struct Services<H> {
     pub health: HealthServer<H>,
-    pub admin: AdminApi,
+    pub admin: Arc<AdminApi>,
     pub admin_auth: Arc<Authenticator>,
     pub policy: PolicyApi,
     pub node_auth: NodeAuth,
@@ -43,7 +43,7 @@ pub fn spawn<H: Health>(
     let server = builder
         .trace_fn(telemetry::rpc_span)
         .add_service(health)
-        .add_service(Guard::new(pb::admin_service_server::AdminServiceServer::new(admin), admin_auth))
+        .add_service(Guard::new(pb::admin_service_server::AdminServiceServer::from_arc(admin), admin_auth))
         .add_service(pb::policy_service_server::PolicyServiceServer::with_interceptor(policy, node_auth))
         .serve_with_incoming_shutdown(incoming, shutdown);
     Ok(tokio::spawn(async move { server.await.context("serving gRPC") }))

@@ -17,10 +17,17 @@ impl AdminApi {
         Ok(Response::new(group.into()))
     }
 
+    /// Every group; an account caller sees its account's.
     pub(super) async fn list_groups(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListGroupsResponse> {
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         let groups = self.list::<Group>().await?;
-        let (items, next_page_token) = page(groups, |g| &g.name, |g| is(&r.name, &g.name), &r);
+        let allowed = match caller.account() {
+            Some(account) => Some(self.account_scope(account).await?.0),
+            None => None,
+        };
+        let keep = |g: &Group| is(&r.name, &g.name) && allowed.as_ref().is_none_or(|allowed| allowed.contains(&g.name));
+        let (items, next_page_token) = page(groups, |g| &g.name, keep, &r);
         Ok(Response::new(pb::ListGroupsResponse {
             items: items.into_iter().map(Into::into).collect(),
             next_page_token,

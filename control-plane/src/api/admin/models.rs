@@ -18,15 +18,43 @@ impl AdminApi {
         Ok(Response::new(model.into()))
     }
 
+    /// Every model; an account caller sees those a channel of one of its
+    /// account's groups serves.
     pub(super) async fn list_models(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListModelsResponse> {
+        let caller = crate::api::guard::caller_of(&request)?;
         let r = request.into_inner();
         let models = self.list::<Model>().await?;
-        let keep = |m: &Model| is(&r.category, &m.category) && is(&r.model, &m.id) && is(&r.name, &m.id);
+        let served = match caller.account() {
+            Some(account) => Some(self.account_scope(account).await?.1),
+            None => None,
+        };
+        let keep = |m: &Model| {
+            is(&r.category, &m.category)
+                && is(&r.model, &m.id)
+                && is(&r.name, &m.id)
+                && served.as_ref().is_none_or(|served| served.contains(&m.id))
+        };
         let (items, next_page_token) = page(models, |m| &m.id, keep, &r);
         Ok(Response::new(pb::ListModelsResponse {
             items: items.into_iter().map(Into::into).collect(),
             next_page_token,
         }))
+    }
+
+    /// The groups account `id` may use, and the models enabled channels of
+    /// those groups serve.
+    pub(super) async fn account_scope(
+        &self,
+        id: &str,
+    ) -> Result<(Vec<String>, std::collections::HashSet<String>), Status> {
+        let account = self.fetch::<Account>(id).await?;
+        let channels = self.list::<Channel>().await?;
+        let served = channels
+            .into_iter()
+            .filter(|c| c.status == ENABLED && c.groups.iter().any(|g| account.groups.contains(g)))
+            .flat_map(|c| c.models)
+            .collect();
+        Ok((account.groups, served))
     }
 
     pub(super) async fn get_model(&self, request: Request<pb::GetRequest>) -> Answer<pb::Model> {

@@ -204,6 +204,10 @@ impl Users {
     /// refused, so check the password first (`check_password`).
     pub async fn use_link(&self, secret: &str, name: &str, password: &str) -> Result<User, UserError> {
         check_password(password)?;
+        let peeked = self.store.peek_ticket(&hash_key(secret)).await?.ok_or(UserError::BadLink)?;
+        if peeked.purpose == TicketPurpose::Setup {
+            check_name(name)?;
+        }
         let hash = hash_password(password)?;
         let ticket = self.store.take_ticket(&hash_key(secret)).await?.ok_or(UserError::BadLink)?;
         let (ticket, user) = self.ticket_user(ticket).await?;

@@ -1,0 +1,179 @@
+//! The console over real sockets: a control plane started with its console
+//! on, driven with plain HTTP (the browser suite in the tests crate drives
+//! the same pages in Chromium).
+
+use reqwest::StatusCode;
+use reqwest::redirect::Policy;
+
+use crate::domain::{Account, Resource};
+
+struct Running {
+    handle: crate::Handle,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+async fn running(idle_secs: i64) -> Running {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = crate::Config::new(([127, 0, 0, 1], 0).into(), dir.path());
+    config.console.listen = Some(([127, 0, 0, 1], 0).into());
+    config.console.sessions.idle_secs = idle_secs;
+    config.console.attempts.per_user = 3;
+    let handle = crate::start(config).await.expect("start");
+    let http = reqwest::Client::builder().redirect(Policy::none()).build().expect("client");
+    Running { handle, http, _dir: dir }
+}
+
+impl Running {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.handle.console_url)
+    }
+
+    async fn get(&self, path: &str, cookie: &str) -> (StatusCode, String, Option<String>) {
+        let response = self.http.get(self.url(path)).header("cookie", cookie).send().await.expect("get");
+        read(response).await
+    }
+
+    async fn post(&self, path: &str, cookie: &str, form: &[(&str, &str)]) -> (StatusCode, String, Option<String>) {
+        let body: Vec<String> =
+            form.iter().map(|(k, v)| format!("{}={}", super::page::encode(k), super::page::encode(v))).collect();
+        let response = self
+            .http
+            .post(self.url(path))
+            .header("cookie", cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.join("&"))
+            .send()
+            .await
+            .expect("post");
+        read(response).await
+    }
+}
+
+/// Status, body (or the redirect's location) and the session cookie set.
+async fn read(response: reqwest::Response) -> (StatusCode, String, Option<String>) {
+    let status = response.status();
+    let cookie = response
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::to_owned);
+    let location = response.headers().get("location").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let body = response.text().await.expect("body");
+    (status, location.unwrap_or(body), cookie)
+}
+
+/// The CSRF token a page's forms carry.
+fn csrf(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    page[at..].split('"').next().expect("value").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_admin_signs_up_once_and_sessions_guard_every_write() {
+    let cp = running(3_600).await;
+    let link = cp.handle.setup_link.clone().expect("a fresh console offers a setup link");
+    let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
+
+    let (status, location, _) = cp.get("/tokens", "").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(location.ends_with("/login?next=/tokens"), "{location}");
+
+    let (status, page, _) = cp.get(&format!("/welcome?ticket={ticket}"), "").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("Create the first admin"), "{page}");
+    let short = [("ticket", ticket.as_str()), ("name", "root-admin"), ("password", "short"), ("confirm", "short")];
+    let (status, page, _) = cp.post("/welcome", "", &short).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(page.contains("at least 10 characters"), "{page}");
+    let form = [
+        ("ticket", ticket.as_str()),
+        ("name", "root-admin"),
+        ("password", "a long admin password"),
+        ("confirm", "a long admin password"),
+    ];
+    let (status, _, cookie) = cp.post("/welcome", "", &form).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let cookie = cookie.expect("signed in after setup");
+    let (status, page, _) = cp.post("/welcome", "", &form).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "the setup link works once: {page}");
+    assert!(page.contains("not valid"), "{page}");
+
+    let (status, home, _) = cp.get("/", &cookie).await;
+    assert_eq!(status, StatusCode::OK, "{home}");
+    assert!(home.contains("root-admin") && home.contains("admin"), "{home}");
+
+    // A write without the session's CSRF token is refused, with it accepted.
+    cp.handle
+        .store
+        .create(Resource::Account(Account {
+            id: "acc_console".into(),
+            name: "console".into(),
+            balance_micros: 5_000_000,
+            unlimited: false,
+            groups: vec!["default".into()],
+            status: "enabled".into(),
+            used_micros: 0,
+            created_at: 0,
+            window: None,
+        }))
+        .await
+        .expect("account");
+    let (status, page, _) = cp.post("/tokens", &cookie, &[("name", "ci"), ("account", "acc_console")]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    let (_, tokens, _) = cp.get("/tokens", &cookie).await;
+    let token = csrf(&tokens);
+    let create = [("csrf", token.as_str()), ("name", "ci"), ("account", "acc_console"), ("group", "default")];
+    let (status, created, _) = cp.post("/tokens", &cookie, &create).await;
+    assert_eq!(status, StatusCode::OK, "{created}");
+    assert!(created.contains("id=\"new-key\" readonly value=\"sk-"), "the key is shown once: {created}");
+    let (_, tokens, _) = cp.get("/tokens", &cookie).await;
+    assert!(tokens.contains(">ci<") && !tokens.contains("value=\"sk-"), "{tokens}");
+
+    // Signing out ends the session.
+    let (status, _, cleared) = cp.post("/logout", &cookie, &[("csrf", token.as_str())]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(cleared.is_some_and(|c| c == "gw_console="));
+    let (status, _, _) = cp.get("/", &cookie).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "the old cookie no longer opens pages");
+    cp.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_refuses_wrong_passwords_in_words_and_limits_attempts() {
+    let cp = running(3_600).await;
+    let link = cp.handle.setup_link.clone().expect("setup link");
+    let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
+    let form = [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
+    assert_eq!(cp.post("/welcome", "", &form).await.0, StatusCode::SEE_OTHER);
+
+    let wrong = [("name", "ops"), ("password", "wrong password!")];
+    let (status, page, cookie) = cp.post("/login", "", &wrong).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(page.contains("wrong user name or password") && cookie.is_none(), "{page}");
+    let (status, _, cookie) = cp.post("/login", "", &[("name", "OPS"), ("password", "0123456789ab")]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "names are case-insensitive");
+    assert!(cookie.is_some());
+    let (status, _, _) = cp.post("/login", "", &wrong).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the third attempt is still looked at");
+    let (status, page, _) = cp.post("/login", "", &[("name", "ops"), ("password", "0123456789ab")]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "the fourth attempt in the window is refused: {page}");
+    assert!(page.contains("too many sign-in attempts"), "{page}");
+    cp.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_ends() {
+    let cp = running(1).await;
+    let link = cp.handle.setup_link.clone().expect("setup link");
+    let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
+    let form = [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
+    let (_, _, cookie) = cp.post("/welcome", "", &form).await;
+    let cookie = cookie.expect("cookie");
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    let (status, location, _) = cp.get("/usage", &cookie).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(location.contains("/login?next=/usage"), "{location}");
+    cp.handle.shutdown().await;
+}
