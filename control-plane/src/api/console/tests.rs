@@ -177,3 +177,40 @@ async fn an_idle_session_ends() {
     assert!(location.contains("/login?next=/usage"), "{location}");
     cp.handle.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_tls_proxy_with_a_path_prefix_links_and_cookies_follow_the_public_url() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = crate::Config::new(([127, 0, 0, 1], 0).into(), dir.path());
+    config.console.listen = Some(([127, 0, 0, 1], 0).into());
+    config.console.public_url = "https://gw.example.com/console/".into();
+    let handle = crate::start(config).await.expect("start");
+    let addr = handle.console_addr.expect("console address");
+    let link = handle.setup_link.clone().expect("setup link");
+    assert!(link.starts_with("https://gw.example.com/console/welcome?ticket="), "{link}");
+    let http = reqwest::Client::builder().redirect(Policy::none()).build().expect("client");
+    // The proxy may pass the prefix on or strip it: both are served.
+    for path in ["/console/login", "/login"] {
+        let page = http.get(format!("http://{addr}{path}")).send().await.expect("get");
+        assert_eq!(page.status(), StatusCode::OK, "{path}");
+        let body = page.text().await.expect("body");
+        assert!(body.contains("href=\"/console/assets/console.css\""), "{body}");
+        assert!(body.contains("action=\"/console/login\""), "{body}");
+    }
+    let ticket = link.split("ticket=").nth(1).expect("ticket");
+    let form = format!("ticket={ticket}&name=admin&password=0123456789ab&confirm=0123456789ab");
+    let response = http
+        .post(format!("http://{addr}/console/welcome"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .expect("welcome");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers().get("location").and_then(|v| v.to_str().ok()), Some("/console/"));
+    let cookie = response.headers().get("set-cookie").and_then(|v| v.to_str().ok()).expect("cookie").to_owned();
+    for part in ["Path=/console;", "HttpOnly", "SameSite=Lax", "Secure"] {
+        assert!(cookie.contains(part), "{part} in {cookie}");
+    }
+    handle.shutdown().await;
+}
