@@ -11,6 +11,10 @@ use crate::domain::{
 use crate::services::budget::{PermitAsk, PermitGrant, SlotsAsk};
 use crate::services::usage_summary;
 
+mod console;
+
+pub use self::console::topup_code;
+
 impl From<pb::RateLimit> for RateLimit {
     fn from(r: pb::RateLimit) -> RateLimit {
         RateLimit { window_minutes: r.window_minutes, max_requests: r.max_requests }

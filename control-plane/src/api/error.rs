@@ -8,6 +8,7 @@ use crate::domain::validate::Invalid;
 use crate::services::{
     access::{AuthError, CredentialError, Denied},
     budget::BudgetError,
+    console::{TopupError, UserError},
     continuity::ContinuityError,
     fleet::FleetError,
     import::ImportError,
@@ -24,9 +25,7 @@ impl From<StoreError> for Status {
             | StoreError::NoCredential { .. }
             | StoreError::NoKey { .. }
             | StoreError::NoUser { .. }
-            | StoreError::NoCode { .. } => {
-                Status::not_found(error.to_string())
-            }
+            | StoreError::NoCode { .. } => Status::not_found(error.to_string()),
             StoreError::AlreadyExists { .. }
             | StoreError::NameTaken { .. }
             | StoreError::CredentialExists { .. }
@@ -151,6 +150,30 @@ impl From<CredentialError> for Status {
             CredentialError::Invalid(why) => Status::invalid_argument(why),
             CredentialError::NoAccount(_) => Status::failed_precondition(error.to_string()),
             CredentialError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<UserError> for Status {
+    fn from(error: UserError) -> Status {
+        match error {
+            UserError::Invalid(why) => Status::invalid_argument(why),
+            UserError::NoUser(_) => Status::not_found(error.to_string()),
+            UserError::BadLink => Status::failed_precondition(error.to_string()),
+            UserError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<TopupError> for Status {
+    fn from(error: TopupError) -> Status {
+        match error {
+            TopupError::Invalid(why) => Status::invalid_argument(why),
+            TopupError::Unknown | TopupError::NoAccount(_) => Status::not_found(error.to_string()),
+            TopupError::Used | TopupError::Revoked | TopupError::Expired => {
+                Status::failed_precondition(error.to_string())
+            }
+            TopupError::Store(error) => error.into(),
         }
     }
 }

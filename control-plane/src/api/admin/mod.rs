@@ -23,7 +23,9 @@ mod import;
 mod keys;
 mod models;
 mod tokens;
+mod topup;
 mod usage;
+mod users;
 mod window;
 
 use std::{collections::BTreeMap, sync::Arc};
@@ -65,6 +67,7 @@ pub struct AdminApi {
     time_zone: String,
     /// The console's users, and where its pages are (for one-time links).
     console: Option<ConsoleLinks>,
+    topup: Option<Arc<crate::services::console::TopupCodes>>,
 }
 
 /// What the user RPCs need of the console: its users and its public
@@ -129,6 +132,7 @@ impl AdminApi {
             clock: crate::domain::clock::Clock::system(),
             time_zone: crate::domain::calendar::DEFAULT_TIME_ZONE.to_owned(),
             console: None,
+            topup: None,
         }
     }
 
@@ -139,9 +143,19 @@ impl AdminApi {
         self
     }
 
-    #[allow(dead_code)] // used by the user RPCs, being written
     fn console(&self) -> Result<&ConsoleLinks, Status> {
         self.console.as_ref().ok_or_else(|| Status::unavailable("console users are not served here"))
+    }
+
+    /// Serves the top-up code RPCs with `codes` (without it they answer
+    /// Unavailable).
+    pub fn with_topup(mut self, codes: Arc<crate::services::console::TopupCodes>) -> AdminApi {
+        self.topup = Some(codes);
+        self
+    }
+
+    fn topup(&self) -> Result<&crate::services::console::TopupCodes, Status> {
+        self.topup.as_deref().ok_or_else(|| Status::unavailable("top-up codes are not served here"))
     }
 
     /// Serves the credential and audit RPCs with `credentials` (without it
@@ -444,6 +458,41 @@ impl pb::admin_service_server::AdminService for AdminApi {
 
     async fn list_audit(&self, request: Request<pb::ListAuditRequest>) -> Answer<pb::ListAuditResponse> {
         Ok(Response::new(credentials::audit(self.credentials()?, request.into_inner()).await?))
+    }
+
+    async fn create_user(&self, request: Request<pb::CreateUserRequest>) -> Answer<pb::UserLink> {
+        AdminApi::create_user(self, request).await
+    }
+
+    async fn list_users(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListUsersResponse> {
+        AdminApi::list_users(self, request).await
+    }
+
+    async fn update_user(&self, request: Request<pb::UpdateUserRequest>) -> Answer<pb::User> {
+        AdminApi::update_user(self, request).await
+    }
+
+    async fn reset_user_password(&self, request: Request<pb::UserRef>) -> Answer<pb::UserLink> {
+        AdminApi::reset_user_password(self, request).await
+    }
+
+    async fn create_topup_codes(
+        &self,
+        request: Request<pb::CreateTopupCodesRequest>,
+    ) -> Answer<pb::CreateTopupCodesResponse> {
+        AdminApi::create_topup_codes(self, request).await
+    }
+
+    async fn list_topup_codes(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListTopupCodesResponse> {
+        AdminApi::list_topup_codes(self, request).await
+    }
+
+    async fn revoke_topup_code(&self, request: Request<pb::GetRequest>) -> Answer<pb::TopupCode> {
+        AdminApi::revoke_topup_code(self, request).await
+    }
+
+    async fn redeem_topup_code(&self, request: Request<pb::RedeemTopupCodeRequest>) -> Answer<pb::RedeemedTopupCode> {
+        AdminApi::redeem_topup_code(self, request).await
     }
 }
 

@@ -81,6 +81,14 @@ pub const RULES: &[Rule] = &[
     rule("RotateCredential", "credential", Write, false),
     rule("ListAudit", "audit", Read, false),
     rule("WhoAmI", "credential", Read, true),
+    rule("CreateUser", "user", Write, false),
+    rule("ListUsers", "user", Read, false),
+    rule("UpdateUser", "user", Write, false),
+    rule("ResetUserPassword", "user", Write, false),
+    rule("CreateTopupCodes", "topup", Write, false),
+    rule("ListTopupCodes", "topup", Read, true),
+    rule("RevokeTopupCode", "topup", Write, false),
+    rule("RedeemTopupCode", "topup", Write, true),
 ];
 
 /// The table's entry for `method`, if it has one.
@@ -103,7 +111,7 @@ pub fn authorize(caller: &Caller, method: &str) -> Result<(), Denied> {
     }
     let why = match caller.role {
         Role::OperatorReadonly => "it may only read",
-        _ => "it may only manage its account's tokens and read its balance and usage",
+        _ => "it may only manage its account's tokens, redeem top-up codes and read its balance and usage",
     };
     Err(Denied(format!("credential {} ({}) may not call {method}: {why}", caller.id, caller.role)))
 }
