@@ -8,7 +8,7 @@ use clap::CommandFactory as _;
 use crate::config::Global;
 use crate::{
     account, audit, channel, client, config::contexts, credentials, dataplanes, doctor, group, model, secrets, store,
-    token, up, usage, video, whoami,
+    token, topup, up, usage, user, video, whoami,
 };
 
 /// Operate the LLM API gateway.
@@ -62,6 +62,12 @@ pub enum Command {
     /// The log of admin writes.
     #[command(subcommand)]
     Audit(audit::Command),
+    /// Console users: who signs in to the web console, with which role.
+    #[command(subcommand, alias = "users")]
+    User(user::Command),
+    /// Top-up codes: balance an account owner redeems.
+    #[command(subcommand, alias = "topup-codes")]
+    TopupCode(topup::Command),
     /// Data planes connected to the control plane.
     #[command(subcommand, alias = "dataplane")]
     Dataplanes(dataplanes::Command),
@@ -135,6 +141,8 @@ pub async fn run(cli: Cli) -> Result<String> {
         Command::Video(cmd) => video::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Credentials(cmd) => credentials::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Audit(cmd) => audit::run(cmd, &mut client::connect(&global).await?, out).await,
+        Command::User(cmd) => user::run(cmd, &mut client::connect(&global).await?, out).await,
+        Command::TopupCode(cmd) => topup::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Dataplanes(cmd) => dataplanes::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Store(cmd) => store::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Secrets(cmd) => secrets::run(cmd, &mut client::connect(&global).await?, out).await,

@@ -196,7 +196,7 @@ fn write_secret(path: &Path, secret: &str) -> Result<()> {
 // === impl Role ===
 
 impl Role {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Role::Admin => "admin",
             Role::OperatorReadonly => "operator-readonly",

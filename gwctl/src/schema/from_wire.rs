@@ -241,6 +241,59 @@ impl From<&pb::Credential> for Credential {
     }
 }
 
+impl From<&pb::User> for User {
+    fn from(u: &pb::User) -> User {
+        User {
+            id: u.id.clone(),
+            name: u.name.clone(),
+            role: u.role.clone(),
+            account_id: u.account_id.clone(),
+            status: u.status.clone(),
+            has_password: u.has_password,
+            created_at: u.created_at,
+            last_login_at: u.last_login_at,
+        }
+    }
+}
+
+impl From<&pb::UserLink> for UserLink {
+    fn from(l: &pb::UserLink) -> UserLink {
+        UserLink {
+            user: User::from(l.user.as_ref().unwrap_or(&pb::User::default())),
+            link: l.link.clone(),
+            link_expires_at: l.expires_at,
+        }
+    }
+}
+
+impl From<&pb::TopupCode> for TopupCode {
+    fn from(c: &pb::TopupCode) -> TopupCode {
+        TopupCode {
+            id: c.id.clone(),
+            prefix: c.prefix.clone(),
+            status: c.status.clone(),
+            amount_micros: c.amount_micros,
+            amount_usd: usd(c.amount_micros),
+            created_at: c.created_at,
+            expires_at: c.expires_at,
+            created_by: c.created_by.clone(),
+            redeemed_by: c.redeemed_by.clone(),
+            redeemed_at: c.redeemed_at,
+            revoked_at: c.revoked_at,
+        }
+    }
+}
+
+impl From<&pb::RedeemedTopupCode> for RedeemedTopupCode {
+    fn from(r: &pb::RedeemedTopupCode) -> RedeemedTopupCode {
+        RedeemedTopupCode {
+            topup_code: TopupCode::from(r.topup_code.as_ref().unwrap_or(&pb::TopupCode::default())),
+            balance_micros: r.balance_micros,
+            balance_usd: usd(r.balance_micros),
+        }
+    }
+}
+
 impl UsageCounts {
     /// The sums of `rows`.
     pub fn sum<'a>(rows: impl IntoIterator<Item = &'a pb::UsageSummaryRow>) -> UsageCounts {

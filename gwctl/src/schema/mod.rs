@@ -423,6 +423,81 @@ pub struct CreatedCredential {
     pub key_file: Option<String>,
 }
 
+/// A console user; its password is never shown, only whether it has one.
+#[derive(Debug, Serialize)]
+pub struct User {
+    pub id: String,
+    /// The sign-in name, lower case.
+    pub name: String,
+    /// `admin`, `operator-readonly` or `account`.
+    pub role: String,
+    /// The account of an `account` user; empty for the other roles.
+    pub account_id: String,
+    /// `enabled` or `disabled`.
+    pub status: String,
+    pub has_password: bool,
+    pub created_at: i64,
+    /// 0 for never.
+    pub last_login_at: i64,
+}
+
+/// A user with the one-time link that sets its password (`user create`,
+/// `user reset-password`).
+#[derive(Debug, Serialize)]
+pub struct UserLink {
+    #[serde(flatten)]
+    pub user: User,
+    /// `<console URL>/welcome?ticket=…`, or only the path when the console
+    /// is off.
+    pub link: String,
+    pub link_expires_at: i64,
+}
+
+/// A top-up code's record; the code itself is shown once, as `code` of
+/// `topup-code create`, and its hash never.
+#[derive(Debug, Serialize)]
+pub struct TopupCode {
+    pub id: String,
+    /// Display form such as `gwtopup-AbCd…WxYz`.
+    pub prefix: String,
+    /// `active`, `redeemed`, `revoked` or `expired`.
+    pub status: String,
+    pub amount_micros: i64,
+    pub amount_usd: String,
+    pub created_at: i64,
+    /// 0 for never.
+    pub expires_at: i64,
+    pub created_by: String,
+    /// The account that redeemed it; empty before.
+    pub redeemed_by: String,
+    pub redeemed_at: i64,
+    pub revoked_at: i64,
+}
+
+/// A minted code: its record and the code, null when it went to a file.
+#[derive(Debug, Serialize)]
+pub struct CreatedTopupCode {
+    #[serde(flatten)]
+    pub topup_code: TopupCode,
+    pub code: Option<String>,
+}
+
+/// `topup-code create`: the codes minted, and the file they went to.
+#[derive(Debug, Serialize)]
+pub struct CreatedTopupCodes {
+    pub items: Vec<CreatedTopupCode>,
+    pub out: Option<String>,
+}
+
+/// `topup-code redeem`: the code and the account's balance after it.
+#[derive(Debug, Serialize)]
+pub struct RedeemedTopupCode {
+    #[serde(flatten)]
+    pub topup_code: TopupCode,
+    pub balance_micros: i64,
+    pub balance_usd: String,
+}
+
 /// One entry of the audit log of admin writes.
 #[derive(Debug, Serialize)]
 pub struct AuditEntry {

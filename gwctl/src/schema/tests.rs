@@ -349,3 +349,44 @@ fn whoami_json_is_pinned() {
     };
     golden("whoami", &who);
 }
+
+#[test]
+fn user_and_topup_code_json_are_pinned() {
+    let user = pb::User {
+        id: "usr_1".into(),
+        name: "ann@example.com".into(),
+        role: "account".into(),
+        account_id: "acc_1".into(),
+        status: "enabled".into(),
+        has_password: false,
+        created_at: 1_798_761_600,
+        last_login_at: 0,
+    };
+    golden("user", &User::from(&user));
+    let link = pb::UserLink {
+        user: Some(user),
+        link: "https://console.example.com/welcome?ticket=secret".into(),
+        expires_at: 1_799_366_400,
+    };
+    golden("user-link", &UserLink::from(&link));
+    let code = pb::TopupCode {
+        id: "tpc_1".into(),
+        prefix: "gwtopup-AbCd…WxYz".into(),
+        amount_micros: 10_000_000,
+        status: "redeemed".into(),
+        created_at: 1_798_761_600,
+        expires_at: 0,
+        created_by: "root".into(),
+        redeemed_by: "acc_1".into(),
+        redeemed_at: 1_798_761_660,
+        revoked_at: 0,
+    };
+    golden("topup-code", &TopupCode::from(&code));
+    let created = CreatedTopupCodes {
+        items: vec![CreatedTopupCode { topup_code: TopupCode::from(&code), code: Some("gwtopup-secret".into()) }],
+        out: None,
+    };
+    golden("topup-codes-created", &created);
+    let redeemed = pb::RedeemedTopupCode { topup_code: Some(code), balance_micros: 12_500_000 };
+    golden("topup-code-redeemed", &RedeemedTopupCode::from(&redeemed));
+}
