@@ -52,7 +52,9 @@ pub async fn home(State(console): State<Arc<Console>>, headers: HeaderMap) -> Re
         return Ok(page::page(&console, &signed, "Overview", body));
     }
     let request = pb::GetRequest::default();
-    let account = console.call(&signed, "GetAccount", request, |api, r| async move { Admin::get_account(&*api, r).await }).await?;
+    let account = console
+        .call(&signed, "GetAccount", request, |api, r| async move { Admin::get_account(&*api, r).await })
+        .await?;
     let body = html! {
         h1 { "Overview" }
         dl {
@@ -87,12 +89,18 @@ fn sessions_form(console: &Console, signed: &crate::services::console::Signed) -
 /// The models the account may use and what it pays for them.
 pub async fn models(State(console): State<Arc<Console>>, headers: HeaderMap) -> Result<Response, ConsoleError> {
     let signed = console.signed(&headers).await?;
-    let models = console
-        .call(&signed, "ListModels", pb::ListRequest::default(), |api, r| async move { Admin::list_models(&*api, r).await })
-        .await?;
-    let groups = console
-        .call(&signed, "ListGroups", pb::ListRequest::default(), |api, r| async move { Admin::list_groups(&*api, r).await })
-        .await?;
+    let models =
+        console
+            .call(&signed, "ListModels", pb::ListRequest::default(), |api, r| async move {
+                Admin::list_models(&*api, r).await
+            })
+            .await?;
+    let groups =
+        console
+            .call(&signed, "ListGroups", pb::ListRequest::default(), |api, r| async move {
+                Admin::list_groups(&*api, r).await
+            })
+            .await?;
     let per_million = |micros: i64, ratio: f64| {
         if micros == 0 { "—".to_owned() } else { money((micros as f64 * ratio).round() as i64) }
     };
@@ -141,7 +149,9 @@ pub async fn topup(
         .await?;
     let balance = if signed.user.role == Role::Account {
         let account = console
-            .call(&signed, "GetAccount", pb::GetRequest::default(), |api, r| async move { Admin::get_account(&*api, r).await })
+            .call(&signed, "GetAccount", pb::GetRequest::default(), |api, r| async move {
+                Admin::get_account(&*api, r).await
+            })
             .await?;
         Some(if account.unlimited { "unlimited".to_owned() } else { money(account.balance_micros) })
     } else {

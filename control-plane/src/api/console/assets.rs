@@ -11,8 +11,5 @@ pub async fn css() -> impl IntoResponse {
 }
 
 pub async fn js() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8"), (header::CACHE_CONTROL, "public, max-age=3600")],
-        JS,
-    )
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8"), (header::CACHE_CONTROL, "public, max-age=3600")], JS)
 }

@@ -82,7 +82,9 @@ pub fn cost_per_day(bars: &[Bar], from: i64, to: i64) -> Markup {
 }
 
 fn swatch(colour: &str) -> Markup {
-    page::svg(format!(r#"<svg width="12" height="12" aria-hidden="true"><rect width="12" height="12" fill="{colour}"/></svg>"#))
+    page::svg(format!(
+        r#"<svg width="12" height="12" aria-hidden="true"><rect width="12" height="12" fill="{colour}"/></svg>"#
+    ))
 }
 
 /// `text` safe inside SVG text and attributes.

@@ -18,10 +18,10 @@ mod page;
 mod playground;
 mod session;
 mod sign_in;
-mod tokens;
-mod usage;
 #[cfg(test)]
 mod tests;
+mod tokens;
+mod usage;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
@@ -97,10 +97,8 @@ impl Console {
         users: Arc<Users>,
         sessions: Sessions,
     ) -> Console {
-        let prefix = base_url
-            .parse::<http::Uri>()
-            .map(|uri| uri.path().trim_end_matches('/').to_owned())
-            .unwrap_or_default();
+        let prefix =
+            base_url.parse::<http::Uri>().map(|uri| uri.path().trim_end_matches('/').to_owned()).unwrap_or_default();
         Console {
             admin,
             auth,

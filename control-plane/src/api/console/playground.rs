@@ -47,9 +47,12 @@ pub async fn page(State(console): State<Arc<Console>>, headers: HeaderMap) -> Re
         let body = html! { h1 { "Playground" } p { "The playground is for account users: it bills the account it runs for." } };
         return Ok(page::page(&console, &signed, "Playground", body));
     }
-    let models = console
-        .call(&signed, "ListModels", pb::ListRequest::default(), |api, r| async move { Admin::list_models(&*api, r).await })
-        .await?;
+    let models =
+        console
+            .call(&signed, "ListModels", pb::ListRequest::default(), |api, r| async move {
+                Admin::list_models(&*api, r).await
+            })
+            .await?;
     let body = html! {
         h1 { "Playground" }
         @if console.gateway_url.is_empty() {
@@ -97,8 +100,14 @@ pub async fn send(
     }
     let key = playground_key(&console, &signed).await?;
     let (path, body) = match send.dialect.as_str() {
-        "anthropic" => ("/v1/messages", json!({"model": send.model, "max_tokens": 1024, "stream": true, "messages": send.messages})),
-        _ => ("/v1/chat/completions", json!({"model": send.model, "stream": true, "stream_options": {"include_usage": true}, "messages": send.messages})),
+        "anthropic" => (
+            "/v1/messages",
+            json!({"model": send.model, "max_tokens": 1024, "stream": true, "messages": send.messages}),
+        ),
+        _ => (
+            "/v1/chat/completions",
+            json!({"model": send.model, "stream": true, "stream_options": {"include_usage": true}, "messages": send.messages}),
+        ),
     };
     let upstream = console
         .http
@@ -119,7 +128,11 @@ pub async fn send(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_owned();
-    Ok((status, [(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-store".to_owned())], Body::from_stream(upstream.bytes_stream()))
+    Ok((
+        status,
+        [(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-store".to_owned())],
+        Body::from_stream(upstream.bytes_stream()),
+    )
         .into_response())
 }
 
@@ -128,9 +141,12 @@ async fn playground_key(console: &Console, signed: &Signed) -> Result<String, Co
     if !signed.session.playground_key.is_empty() {
         return Ok(signed.session.playground_key.clone());
     }
-    let account = console
-        .call(signed, "GetAccount", pb::GetRequest::default(), |api, r| async move { Admin::get_account(&*api, r).await })
-        .await?;
+    let account =
+        console
+            .call(signed, "GetAccount", pb::GetRequest::default(), |api, r| async move {
+                Admin::get_account(&*api, r).await
+            })
+            .await?;
     let group = account.groups.first().cloned().unwrap_or_else(|| "default".into());
     let request = pb::CreateTokenRequest {
         group,
@@ -139,7 +155,9 @@ async fn playground_key(console: &Console, signed: &Signed) -> Result<String, Co
         expires_at: signed.session.expires_at,
         ..Default::default()
     };
-    let created = console.call(signed, "CreateToken", request, |api, r| async move { Admin::create_token(&*api, r).await }).await?;
+    let created = console
+        .call(signed, "CreateToken", request, |api, r| async move { Admin::create_token(&*api, r).await })
+        .await?;
     console.sessions.set_playground_key(signed, &created.key).await?;
     Ok(created.key)
 }

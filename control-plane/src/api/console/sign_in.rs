@@ -130,7 +130,10 @@ pub async fn logout_everywhere(
 }
 
 /// The form behind a one-time link.
-pub async fn welcome(State(console): State<Arc<Console>>, Query(ticket): Query<Ticket>) -> Result<Response, ConsoleError> {
+pub async fn welcome(
+    State(console): State<Arc<Console>>,
+    Query(ticket): Query<Ticket>,
+) -> Result<Response, ConsoleError> {
     let (found, user) = console.users.check_link(&ticket.ticket).await?;
     Ok(welcome_page(&console, &ticket.ticket, found.purpose, user.map(|u| u.name).as_deref(), None))
 }
@@ -143,7 +146,9 @@ fn welcome_page(
     error: Option<&str>,
 ) -> Response {
     let (title, intro) = match purpose {
-        TicketPurpose::Setup => ("Create the first admin", "This console has no admin yet. Choose the admin's user name and password."),
+        TicketPurpose::Setup => {
+            ("Create the first admin", "This console has no admin yet. Choose the admin's user name and password.")
+        }
         TicketPurpose::Invite => ("Welcome", "You were invited to the console. Choose your password to finish."),
         TicketPurpose::Reset => ("Choose a new password", "Choose a new password for your console user."),
     };

@@ -145,7 +145,8 @@ async fn sign_in_refuses_wrong_passwords_in_words_and_limits_attempts() {
     let cp = running(3_600).await;
     let link = cp.handle.setup_link.clone().expect("setup link");
     let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
-    let form = [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
+    let form =
+        [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
     assert_eq!(cp.post("/welcome", "", &form).await.0, StatusCode::SEE_OTHER);
 
     let wrong = [("name", "ops"), ("password", "wrong password!")];
@@ -168,7 +169,8 @@ async fn an_idle_session_ends() {
     let cp = running(1).await;
     let link = cp.handle.setup_link.clone().expect("setup link");
     let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
-    let form = [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
+    let form =
+        [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
     let (_, _, cookie) = cp.post("/welcome", "", &form).await;
     let cookie = cookie.expect("cookie");
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;

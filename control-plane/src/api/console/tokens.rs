@@ -65,10 +65,15 @@ pub async fn list(
 ) -> Result<Response, ConsoleError> {
     let signed = console.signed(&headers).await?;
     let request = pb::ListRequest::default();
-    let tokens = console.call(&signed, "ListTokens", request, |api, r| async move { Admin::list_tokens(&*api, r).await }).await?;
-    let groups = console
-        .call(&signed, "ListGroups", pb::ListRequest::default(), |api, r| async move { Admin::list_groups(&*api, r).await })
+    let tokens = console
+        .call(&signed, "ListTokens", request, |api, r| async move { Admin::list_tokens(&*api, r).await })
         .await?;
+    let groups =
+        console
+            .call(&signed, "ListGroups", pb::ListRequest::default(), |api, r| async move {
+                Admin::list_groups(&*api, r).await
+            })
+            .await?;
     let last_used = last_used(&console, &signed).await?;
     let writes = signed.user.role != Role::OperatorReadonly;
     let body = html! {
@@ -179,10 +184,12 @@ pub async fn create(
         rate_limit: limits.rate_limit,
         ..Default::default()
     };
-    let created =
-        console.call(&signed, "CreateToken", request, |api, r| async move { Admin::create_token(&*api, r).await }).await?;
+    let created = console
+        .call(&signed, "CreateToken", request, |api, r| async move { Admin::create_token(&*api, r).await })
+        .await?;
     let token = created.token.unwrap_or_default();
-    let gateway = if console.gateway_url.is_empty() { "<gateway address>".to_owned() } else { console.gateway_url.clone() };
+    let gateway =
+        if console.gateway_url.is_empty() { "<gateway address>".to_owned() } else { console.gateway_url.clone() };
     let body = html! {
         h1 { "Token created" }
         p.notice role="status" { "Copy the key now: it is shown only this once." }
@@ -207,7 +214,8 @@ pub async fn show(
 ) -> Result<Response, ConsoleError> {
     let signed = console.signed(&headers).await?;
     let request = pb::GetRequest { id };
-    let token = console.call(&signed, "GetToken", request, |api, r| async move { Admin::get_token(&*api, r).await }).await?;
+    let token =
+        console.call(&signed, "GetToken", request, |api, r| async move { Admin::get_token(&*api, r).await }).await?;
     let writes = signed.user.role != Role::OperatorReadonly;
     let action = console.link(&format!("/tokens/{}", token.id));
     let body = html! {
@@ -274,7 +282,9 @@ pub async fn change(
     let done = match form.action.as_str() {
         "delete" => {
             let request = pb::GetRequest { id };
-            console.call(&signed, "DeleteToken", request, |api, r| async move { Admin::delete_token(&*api, r).await }).await?;
+            console
+                .call(&signed, "DeleteToken", request, |api, r| async move { Admin::delete_token(&*api, r).await })
+                .await?;
             return Ok(Redirect::to(&console.link("/tokens?done=Token%20deleted")).into_response());
         }
         "rename" => {
@@ -322,8 +332,9 @@ impl Limits {
         let quota_micros = if unlimited || form.quota.trim().is_empty() {
             0
         } else {
-            page::parse_money(&form.quota)
-                .ok_or_else(|| ConsoleError::Invalid(format!("the amount {:?} is not a number of dollars", form.quota)))?
+            page::parse_money(&form.quota).ok_or_else(|| {
+                ConsoleError::Invalid(format!("the amount {:?} is not a number of dollars", form.quota))
+            })?
         };
         let list = |text: &str| text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
         let expires_at = match form.expires.trim() {
@@ -381,8 +392,9 @@ async fn last_used(console: &Console, signed: &Signed) -> Result<HashMap<String,
         from: now - 31 * 24 * 60 * 60,
         ..Default::default()
     };
-    let summary =
-        console.call(signed, "SummarizeUsage", request, |api, r| async move { Admin::summarize_usage(&*api, r).await }).await?;
+    let summary = console
+        .call(signed, "SummarizeUsage", request, |api, r| async move { Admin::summarize_usage(&*api, r).await })
+        .await?;
     let mut days = HashMap::new();
     for row in summary.rows {
         let day = days.entry(row.token_id).or_insert(0);

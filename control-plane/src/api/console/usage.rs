@@ -73,8 +73,9 @@ pub async fn page(
         model: range.model.clone(),
         ..Default::default()
     };
-    let summary =
-        console.call(&signed, "SummarizeUsage", summary, |api, r| async move { Admin::summarize_usage(&*api, r).await }).await?;
+    let summary = console
+        .call(&signed, "SummarizeUsage", summary, |api, r| async move { Admin::summarize_usage(&*api, r).await })
+        .await?;
     let bars: Vec<Bar> = summary
         .rows
         .iter()
@@ -211,9 +212,12 @@ async fn list(
 
 /// Token id → name, for the tokens the user may see.
 async fn token_names(console: &Console, signed: &Signed) -> Result<HashMap<String, String>, ConsoleError> {
-    let tokens = console
-        .call(signed, "ListTokens", pb::ListRequest::default(), |api, r| async move { Admin::list_tokens(&*api, r).await })
-        .await?;
+    let tokens =
+        console
+            .call(signed, "ListTokens", pb::ListRequest::default(), |api, r| async move {
+                Admin::list_tokens(&*api, r).await
+            })
+            .await?;
     Ok(tokens.items.into_iter().map(|t| (t.id, t.name)).collect())
 }
 
