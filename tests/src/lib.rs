@@ -1,8 +1,10 @@
 //! End-to-end support: a mock upstream provider, a real `redis-server` on a
-//! free port, an OTLP receiver, and a harness that runs the real control plane and data planes
-//! against them (in-process, or as processes for crash and restart tests),
-//! with an in-process admin client and one runner for the SDK scripts.
+//! free port, an OTLP receiver, headless Chromium for the console, and a
+//! harness that runs the real control plane and data planes against them
+//! (in-process, or as processes for crash and restart tests), with an
+//! in-process admin client and one runner for the SDK scripts.
 
+pub mod browser;
 pub mod certs;
 pub mod forwarder;
 pub mod harness;
@@ -10,4 +12,5 @@ pub mod mock;
 pub mod otlp;
 pub mod redis;
 pub mod schema;
+pub mod sdk;
 pub mod seed;
