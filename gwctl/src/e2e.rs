@@ -28,6 +28,8 @@ impl Gateway {
         let args = up::Args {
             listen: "127.0.0.1:0".parse().unwrap(),
             admin_listen: "127.0.0.1:0".parse().unwrap(),
+            console_listen: "127.0.0.1:0".parse().unwrap(),
+            no_console: false,
             store: None,
         };
         let node = up::start(args, &global).await.unwrap();
@@ -281,14 +283,13 @@ async fn wrong_admin_key_is_refused_and_the_key_file_is_the_default() {
 async fn a_second_up_on_the_same_data_dir_says_a_gateway_is_already_running() {
     let gw = Gateway::start().await;
     let global = Global { data_dir: Some(gw.dir.path().to_path_buf()), ..Global::default() };
-    let args =
-        up::Args {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            admin_listen: "127.0.0.1:0".parse().unwrap(),
-            console_listen: "127.0.0.1:0".parse().unwrap(),
-            no_console: false,
-            store: None,
-        };
+    let args = up::Args {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        console_listen: "127.0.0.1:0".parse().unwrap(),
+        no_console: false,
+        store: None,
+    };
     let Err(error) = up::start(args, &global).await else { panic!("a second gateway started on the same data dir") };
     let message = format!("{error:#}");
     assert!(message.starts_with("a gateway is already running on "), "{message}");
@@ -595,4 +596,15 @@ async fn token_import_reads_csv_and_refuses_keyless_rows_without_mint() {
     assert!(keys[0]["key"].as_str().unwrap().starts_with("sk-"));
     assert_eq!(keys[1]["line"], 3);
     wait_for_key(&gw, keys[1]["key"].as_str().unwrap(), 200).await;
+}
+
+#[tokio::test]
+async fn up_serves_the_console_and_offers_the_first_admin_a_one_time_link() {
+    let gw = Gateway::start().await;
+    let console = gw.node.console.clone().expect("the console is on by default");
+    let link = gw.node.setup_link.clone().expect("a fresh gateway offers a setup link");
+    assert!(link.starts_with(&format!("{console}/welcome?ticket=")), "{link} under {console}");
+    let page = reqwest::get(format!("{console}/login")).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("Sign in"));
 }
