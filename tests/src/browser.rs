@@ -24,7 +24,7 @@ pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 /// How long a page has to show an element or reach a state.
-pub const WAIT: Duration = Duration::from_secs(15);
+pub const WAIT: Duration = Duration::from_secs(20);
 
 /// The window every page starts with.
 const WIDTH: u32 = 1440;
