@@ -25,6 +25,9 @@ use crate::services::console::Signed;
 
 /// The name of playground tokens.
 pub const TOKEN_NAME: &str = "playground";
+/// How many times (200 ms apart) a first message waits for a token minted
+/// for it to reach the data plane.
+const MINT_WAITS: u32 = 10;
 
 #[derive(Debug, Deserialize)]
 pub struct Send {
@@ -98,7 +101,7 @@ pub async fn send(
     if console.gateway_url.is_empty() {
         return Err(ConsoleError::Invalid("the playground is off (console_gateway_url is not set)".into()));
     }
-    let key = playground_key(&console, &signed).await?;
+    let (key, minted) = playground_key(&console, &signed).await?;
     let (path, body) = match send.dialect.as_str() {
         "anthropic" => (
             "/v1/messages",
@@ -109,18 +112,30 @@ pub async fn send(
             json!({"model": send.model, "stream": true, "stream_options": {"include_usage": true}, "messages": send.messages}),
         ),
     };
-    let upstream = console
-        .http
-        .post(format!("{}{path}", console.gateway_url))
-        .bearer_auth(&key)
-        .header("anthropic-version", "2023-06-01")
-        .json(&body)
-        .send()
-        .await
-        .map_err(|error| {
-            tracing::warn!(%error, "the playground could not reach the data plane");
-            ConsoleError::Refused(tonic::Status::unavailable("the playground could not reach the gateway; try again"))
-        })?;
+    let mut attempt = 0;
+    let upstream = loop {
+        let upstream = console
+            .http
+            .post(format!("{}{path}", console.gateway_url))
+            .bearer_auth(&key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send()
+            .await
+            .map_err(|error| {
+                tracing::warn!(%error, "the playground could not reach the data plane");
+                ConsoleError::Refused(tonic::Status::unavailable(
+                    "the playground could not reach the gateway; try again",
+                ))
+            })?;
+        // A token minted a moment ago may not have reached the data plane.
+        if upstream.status() == reqwest::StatusCode::UNAUTHORIZED && minted && attempt < MINT_WAITS {
+            attempt += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            continue;
+        }
+        break upstream;
+    };
     let status = StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let content_type = upstream
         .headers()
@@ -136,10 +151,11 @@ pub async fn send(
         .into_response())
 }
 
-/// The session's playground key, minting its token on first use.
-async fn playground_key(console: &Console, signed: &Signed) -> Result<String, ConsoleError> {
+/// The session's playground key, minting its token on first use (then
+/// also `true`).
+async fn playground_key(console: &Console, signed: &Signed) -> Result<(String, bool), ConsoleError> {
     if !signed.session.playground_key.is_empty() {
-        return Ok(signed.session.playground_key.clone());
+        return Ok((signed.session.playground_key.clone(), false));
     }
     let account =
         console
@@ -159,5 +175,5 @@ async fn playground_key(console: &Console, signed: &Signed) -> Result<String, Co
         .call(signed, "CreateToken", request, |api, r| async move { Admin::create_token(&*api, r).await })
         .await?;
     console.sessions.set_playground_key(signed, &created.key).await?;
-    Ok(created.key)
+    Ok((created.key, true))
 }

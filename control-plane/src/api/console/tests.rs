@@ -131,6 +131,19 @@ async fn the_first_admin_signs_up_once_and_sessions_guard_every_write() {
     let (_, tokens, _) = cp.get("/tokens", &cookie).await;
     assert!(tokens.contains(">ci<") && !tokens.contains("value=\"sk-"), "{tokens}");
 
+    // The console's writes are in the audit log with the user as actor,
+    // the refused one (no CSRF token) never reached the handler.
+    let audit = cp
+        .handle
+        .store
+        .list_audit(&crate::domain::access::AuditFilter { kind: "token".into(), ..Default::default() })
+        .await
+        .expect("audit");
+    let writes: Vec<_> =
+        audit.items.iter().map(|e| (e.actor_id.as_str(), e.method.as_str(), e.outcome.as_str())).collect();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert!(writes[0].0.starts_with("usr_") && writes[0].1 == "CreateToken" && writes[0].2 == "ok", "{writes:?}");
+
     // Signing out ends the session.
     let (status, _, cleared) = cp.post("/logout", &cookie, &[("csrf", token.as_str())]).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
