@@ -205,8 +205,10 @@ async fn call(admin: &mut Admin, method: &str, f: &Fixture) -> Result<(), Status
 }
 
 /// The RPCs an account credential may call; every other is refused.
-const ACCOUNT_MAY: [&str; 12] = [
+const ACCOUNT_MAY: [&str; 14] = [
     "ListAccounts",
+    "ListGroups",
+    "ListModels",
     "GetAccount",
     "CreateToken",
     "ListTokens",
@@ -562,4 +564,50 @@ async fn gwctl_with_an_account_credential_manages_that_accounts_tokens() {
     f.cluster.gwctl(&["credentials", "revoke", id, "--yes"]).await.expect("revoke");
     let error = f.cluster.gwctl_as(&key, &["token", "list"]).await.expect_err("revoked");
     assert!(error.to_string().contains("invalid credential"), "{error:#}");
+}
+
+/// An account credential lists the groups its account may use and the
+/// models enabled channels of those groups serve, nothing else (the
+/// console's models page reads the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_credential_lists_only_its_groups_and_the_models_they_serve() {
+    let f = Fixture::start("").await;
+    let mut admin = f.cluster.admin();
+    for group in ["team", "other"] {
+        let request = pb::Group { name: group.into(), ratio: 1.0, ..Default::default() };
+        admin.create_group(request).await.expect("group");
+    }
+    for (model, groups) in [("m-team", vec!["team"]), ("m-other", vec!["other"]), ("m-default", vec!["default"])] {
+        admin
+            .create_model(pb::Model { id: model.into(), input_price_micros: 1, ..Default::default() })
+            .await
+            .expect("model");
+        let channel = pb::Channel {
+            name: format!("ch-{model}"),
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: "sk-upstream-0123456789".into(),
+            models: vec![model.into()],
+            groups: groups.into_iter().map(Into::into).collect(),
+            ..Default::default()
+        };
+        admin.create_channel(channel).await.expect("channel");
+    }
+    let update = pb::UpdateAccountRequest {
+        id: f.a.clone(),
+        set_groups: true,
+        groups: vec!["default".into(), "team".into()],
+        ..Default::default()
+    };
+    admin.update_account(update).await.expect("groups of a");
+
+    let mut owner = f.cluster.admin_as(&f.account_key);
+    let models = owner.list_models(pb::ListRequest::default()).await.expect("models").into_inner();
+    let mut ids: Vec<_> = models.items.iter().map(|m| m.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["m-default", "m-team"]);
+    let groups = owner.list_groups(pb::ListRequest::default()).await.expect("groups").into_inner();
+    let names: Vec<_> = groups.items.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["default", "team"]);
+    let all = admin.list_models(pb::ListRequest::default()).await.expect("models").into_inner();
+    assert_eq!(all.items.len(), 3, "an admin sees the whole catalogue");
 }
