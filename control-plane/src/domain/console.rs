@@ -117,7 +117,10 @@ pub struct TopupCode {
 pub enum Redemption {
     /// The code was active: it is now redeemed by the account, whose balance
     /// rose by its amount in the same atomic write.
-    Credited { code: TopupCode, balance_micros: i64 },
+    Credited {
+        code: TopupCode,
+        balance_micros: i64,
+    },
     /// No code has the hash.
     Unknown,
     /// Redeemed before (by this or another account).

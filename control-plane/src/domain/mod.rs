@@ -7,8 +7,8 @@
 
 pub mod access;
 pub mod calendar;
-pub mod console;
 pub mod clock;
+pub mod console;
 pub mod keys;
 pub mod secrets;
 pub mod validate;

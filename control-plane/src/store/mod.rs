@@ -19,9 +19,9 @@
 pub mod access;
 pub mod budget;
 pub mod codec;
-pub mod console;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod console;
 pub mod embedded;
 pub mod fleet;
 pub mod lineage;
@@ -39,8 +39,8 @@ use tokio::sync::watch;
 use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 pub use self::access::AccessStore;
-pub use self::console::ConsoleStore;
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
+pub use self::console::ConsoleStore;
 pub use self::embedded::EmbeddedStore;
 pub use self::fleet::FleetStore;
 pub use self::lineage::{Eviction, Lineage, LineageStore, Persistence};
@@ -172,7 +172,17 @@ pub struct SnapshotPage {
 
 #[async_trait]
 pub trait Store:
-    VideoStore + BudgetStore + SlotStore + LineageStore + FleetStore + RollupStore + AccessStore + ConsoleStore + Send + Sync + 'static
+    VideoStore
+    + BudgetStore
+    + SlotStore
+    + LineageStore
+    + FleetStore
+    + RollupStore
+    + AccessStore
+    + ConsoleStore
+    + Send
+    + Sync
+    + 'static
 {
     /// The newest revision; 0 for an empty store.
     async fn revision(&self) -> Result<u64>;

@@ -37,8 +37,8 @@ use super::{
 use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 mod access;
-mod console;
 mod conn;
+mod console;
 mod fleet;
 mod follow;
 mod layout;

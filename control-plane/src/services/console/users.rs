@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use argon2::password_hash::{PasswordHash, PasswordHasher as _, PasswordVerifier as _, SaltString};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher as _, PasswordVerifier as _, SaltString};
 
 use crate::domain::access::Role;
 use crate::domain::console::{Ticket, TicketPurpose, User};
@@ -295,9 +295,7 @@ pub fn check_name(name: &str) -> Result<String, UserError> {
     let name = name.trim().to_lowercase();
     let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '@' | '-');
     if name.is_empty() || name.len() > 64 || !name.chars().all(allowed) {
-        return Err(UserError::Invalid(format!(
-            "user name {name:?} must be 1 to 64 letters, digits or . _ @ -"
-        )));
+        return Err(UserError::Invalid(format!("user name {name:?} must be 1 to 64 letters, digits or . _ @ -")));
     }
     Ok(name)
 }
