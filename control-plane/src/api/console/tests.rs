@@ -229,3 +229,51 @@ async fn behind_a_tls_proxy_with_a_path_prefix_links_and_cookies_follow_the_publ
     }
     handle.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_out_everywhere_ends_every_session_of_the_user() {
+    let cp = running(3_600).await;
+    let link = cp.handle.setup_link.clone().expect("setup link");
+    let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
+    let form =
+        [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
+    let (_, _, first) = cp.post("/welcome", "", &form).await;
+    let first = first.expect("first browser");
+    let (_, _, second) = cp.post("/login", "", &[("name", "ops"), ("password", "0123456789ab")]).await;
+    let second = second.expect("second browser");
+    let (status, home, _) = cp.get("/", &second).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = cp.post("/logout-everywhere", &second, &[("csrf", csrf(&home).as_str())]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    for cookie in [&first, &second] {
+        assert_eq!(cp.get("/", cookie).await.0, StatusCode::SEE_OTHER, "every browser is signed out");
+    }
+    let (status, _, again) = cp.post("/login", "", &[("name", "ops"), ("password", "0123456789ab")]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "a new sign-in still works");
+    assert_eq!(cp.get("/", &again.expect("cookie")).await.0, StatusCode::OK);
+    cp.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_attempts_from_one_address_are_limited_across_user_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = crate::Config::new(([127, 0, 0, 1], 0).into(), dir.path());
+    config.console.listen = Some(([127, 0, 0, 1], 0).into());
+    config.console.attempts.per_address = 4;
+    let handle = crate::start(config).await.expect("start");
+    let http = reqwest::Client::builder().redirect(Policy::none()).build().expect("client");
+    let mut statuses = Vec::new();
+    for n in 0..5 {
+        let response = http
+            .post(format!("{}/login", handle.console_url))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("name=guess{n}&password=nothing-here"))
+            .send()
+            .await
+            .expect("login");
+        statuses.push(response.status());
+    }
+    assert_eq!(statuses[..4], [StatusCode::UNAUTHORIZED; 4], "{statuses:?}");
+    assert_eq!(statuses[4], StatusCode::TOO_MANY_REQUESTS, "the fifth name from the same address: {statuses:?}");
+    handle.shutdown().await;
+}

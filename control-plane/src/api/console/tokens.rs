@@ -75,6 +75,13 @@ pub async fn list(
             })
             .await?;
     let last_used = last_used(&console, &signed).await?;
+    // Playground tokens end with their session; once expired they are noise.
+    let now = crate::domain::now_unix();
+    let shown: Vec<&pb::Token> = tokens
+        .items
+        .iter()
+        .filter(|t| !(t.name == super::playground::TOKEN_NAME && t.expires_at > 0 && t.expires_at <= now))
+        .collect();
     let writes = signed.user.role != Role::OperatorReadonly;
     let body = html! {
         h1 { "Tokens" }
@@ -88,7 +95,7 @@ pub async fn list(
                     th scope="col" { "Window" } th scope="col" { "Expires" } th scope="col" { "Last used" }
                 } }
                 tbody {
-                    @for token in &tokens.items {
+                    @for token in &shown {
                         tr {
                             td { a href=(console.link(&format!("/tokens/{}", token.id))) { (label(token)) } }
                             td { code { (token.key_prefix) } }
@@ -104,7 +111,7 @@ pub async fn list(
                 }
             }
         }))
-        @if tokens.items.is_empty() { p { "No tokens yet." } }
+        @if shown.is_empty() { p { "No tokens yet." } }
         @if writes {
             h2 { "Create a token" }
             form method="post" action=(console.link("/tokens")) id="create-token" {
