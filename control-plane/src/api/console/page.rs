@@ -94,6 +94,23 @@ pub fn csrf(signed: &Signed) -> Markup {
     html! { input type="hidden" name="csrf" value=(signed.session.csrf); }
 }
 
+/// The form (`id`) posting to `action` that disables the `noun` when its
+/// `status` is enabled, and enables it otherwise.
+pub fn status_toggle(signed: &Signed, action: &str, id: &str, status: &str, noun: &str) -> Markup {
+    let enabled = status == "enabled";
+    html! {
+        form.inline method="post" action=(action) id=(id) {
+            (csrf(signed))
+            input type="hidden" name="action" value=(if enabled { "disable" } else { "enable" });
+            @if enabled {
+                button.danger type="submit" { "Disable " (noun) }
+            } @else {
+                button type="submit" { "Enable " (noun) }
+            }
+        }
+    }
+}
+
 /// A notice shown at the top of a page after a write.
 pub fn notice(text: Option<&str>) -> Markup {
     html! {

@@ -249,16 +249,7 @@ pub async fn show(
                 button type="submit" { "Rename" }
             }
             h2 { "Status" }
-            form.inline method="post" action=(action) {
-                (csrf(&signed))
-                @if token.status == "enabled" {
-                    input type="hidden" name="action" value="disable";
-                    button type="submit" { "Disable" }
-                } @else {
-                    input type="hidden" name="action" value="enable";
-                    button type="submit" { "Enable" }
-                }
-            }
+            (page::status_toggle(&signed, &action, "toggle-token", &token.status, "token"))
             form.inline method="post" action=(action) data-confirm="Delete this token? Clients using it stop working." {
                 (csrf(&signed))
                 input type="hidden" name="action" value="delete";

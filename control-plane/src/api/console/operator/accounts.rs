@@ -220,16 +220,7 @@ pub async fn show(
                 button type="submit" { "Save groups" }
             }
             h2 { "Status" }
-            form.inline method="post" action=(action) id="toggle-account" {
-                (csrf(&signed))
-                @if account.status == "enabled" {
-                    input type="hidden" name="action" value="disable";
-                    button.danger type="submit" { "Disable account" }
-                } @else {
-                    input type="hidden" name="action" value="enable";
-                    button type="submit" { "Enable account" }
-                }
-            }
+            (page::status_toggle(&signed, &action, "toggle-account", &account.status, "account"))
         }
         p { a href=(console.link("/accounts")) { "Back to the accounts" } }
     };

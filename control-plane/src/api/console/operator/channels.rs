@@ -258,16 +258,7 @@ pub async fn show(
                 button type="submit" { "Save settings" }
             }
             h2 { "Status" }
-            form.inline method="post" action=(action) id="toggle-channel" {
-                (csrf(&signed))
-                @if channel.status == "enabled" {
-                    input type="hidden" name="action" value="disable";
-                    button.danger type="submit" { "Disable channel" }
-                } @else {
-                    input type="hidden" name="action" value="enable";
-                    button type="submit" { "Enable channel" }
-                }
-            }
+            (page::status_toggle(&signed, &action, "toggle-channel", &channel.status, "channel"))
         }
         p { a href=(console.link("/channels")) { "Back to the channels" } }
     };
