@@ -260,7 +260,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         Some(_) => users.setup_link().await.context("making the console's setup link")?,
         None => None,
     }
-    .map(|link| format!("{console_url}/welcome?ticket={}", link.secret));
+    .map(|link| link.url(&console_url));
     let console_server = console_listener.map(|listener| {
         let sessions = console::Sessions::new(store.clone(), config.console.sessions);
         let pages = api::console::Console::new(

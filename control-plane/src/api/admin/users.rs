@@ -55,9 +55,5 @@ impl AdminApi {
 
 /// The answer naming `user` and the URL of its one-time `link`.
 fn user_link(console: &ConsoleLinks, user: crate::domain::console::User, link: Link) -> pb::UserLink {
-    pb::UserLink {
-        user: Some(user.into()),
-        link: format!("{}/welcome?ticket={}", console.base_url, link.secret),
-        expires_at: link.expires_at,
-    }
+    pb::UserLink { user: Some(user.into()), link: link.url(&console.base_url), expires_at: link.expires_at }
 }

@@ -78,6 +78,16 @@ pub struct Users {
     decoy: String,
 }
 
+// === impl Link ===
+
+impl Link {
+    /// The link's URL under the console's public `base_url` (a bare path
+    /// when the base is empty).
+    pub fn url(&self, base_url: &str) -> String {
+        format!("{base_url}/welcome?ticket={}", self.secret)
+    }
+}
+
 // === impl AttemptLimits ===
 
 impl Default for AttemptLimits {
