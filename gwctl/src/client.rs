@@ -63,7 +63,36 @@ async fn channel(uri: &str, ca_file: Option<&std::path::Path>) -> Result<tonic::
         }
         endpoint = endpoint.tls_config(tls).context("setting up TLS")?;
     }
-    endpoint.connect().await.with_context(|| format!("cannot reach the control plane at {uri}"))
+    endpoint.connect().await.map_err(|error| unreachable(uri, &error))
+}
+
+/// Where to point gwctl, for messages about a wrong address.
+const WHERE: &str = "the control plane's gRPC address (its listen setting, GW_CP_LISTEN, 127.0.0.1:7070 by default)";
+
+/// Why `uri` could not be reached, in words: a refused connection, TLS
+/// spoken to a plain listener, or else the transport's own causes, each once.
+fn unreachable(uri: &str, error: &(dyn std::error::Error + 'static)) -> anyhow::Error {
+    let mut causes: Vec<String> = Vec::new();
+    let mut next = Some(error);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        // tonic and hyper repeat their cause's text in their own.
+        if !causes.iter().any(|seen| seen.contains(&text)) {
+            causes.retain(|seen| !text.contains(seen.as_str()));
+            causes.push(text);
+        }
+        next = cause.source();
+    }
+    let chain = causes.join(": ");
+    if chain.contains("Connection refused") {
+        anyhow!("nothing listens at {uri} (connection refused): is the control plane running, and is this {WHERE}?")
+    } else if uri.starts_with("https://") && (chain.contains("InvalidContentType") || chain.contains("corrupt message"))
+    {
+        let plain = uri.replacen("https://", "http://", 1);
+        anyhow!("{uri} does not speak TLS: a control plane without tls_cert_file is reached at {plain}")
+    } else {
+        anyhow!("cannot reach the control plane at {uri}: {chain}")
+    }
 }
 
 // === impl BearerAuth ===
@@ -100,6 +129,15 @@ pub fn status_error(status: Status) -> anyhow::Error {
         "" => status.code().description().to_string(),
         message => message.to_string(),
     };
+    // gRPC framing read from an HTTP answer that is not gRPC: a data plane's
+    // /v1 listener, the console, or another web server.
+    if message.contains("invalid compression flag") {
+        let http = message.rsplit("status: ").next().filter(|_| message.contains("status: ")).unwrap_or("");
+        return anyhow!(
+            "the server at this address is not the control plane's admin API (it answered plain HTTP{}{http}): point gwctl at {WHERE}, not a data plane or the console",
+            if http.is_empty() { "" } else { " " }
+        );
+    }
     match status.code() {
         Code::Unauthenticated => {
             anyhow!("{message} (check --admin-key-file, --admin-key, the context's key file or <data-dir>/admin.key)")
@@ -132,5 +170,44 @@ mod tests {
         assert_eq!(format!("{err:#}"), "Internal error");
         let err = status_error(Status::unauthenticated("invalid admin key"));
         assert!(format!("{err:#}").starts_with("invalid admin key (check"));
+    }
+
+    #[test]
+    fn a_server_that_is_not_grpc_is_named_for_what_it_is() {
+        let status = Status::internal(
+            "protocol error: received message with invalid compression flag: 123 (valid flags are 0 and 1) while receiving response with status: 404 Not Found",
+        );
+        let err = format!("{:#}", status_error(status));
+        assert!(err.starts_with("the server at this address is not the control plane's admin API"), "{err}");
+        assert!(err.contains("plain HTTP 404 Not Found") && err.contains("GW_CP_LISTEN"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_and_tls_to_a_plain_listener_are_said_in_words() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let refused = channel(&format!("http://127.0.0.1:{port}"), None).await.unwrap_err();
+        let text = format!("{refused:#}");
+        assert!(
+            text.starts_with(&format!("nothing listens at http://127.0.0.1:{port} (connection refused)")),
+            "{text}"
+        );
+
+        // A plain HTTP/2 listener: any TCP server that is not TLS.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                use tokio::io::AsyncWriteExt as _;
+                let _ = socket.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n").await;
+            }
+        });
+        let tls = channel(&format!("https://{addr}"), None).await.unwrap_err();
+        let text = format!("{tls:#}");
+        assert_eq!(
+            text,
+            format!(
+                "https://{addr} does not speak TLS: a control plane without tls_cert_file is reached at http://{addr}"
+            )
+        );
     }
 }

@@ -608,3 +608,15 @@ async fn up_serves_the_console_and_offers_the_first_admin_a_one_time_link() {
     assert_eq!(page.status(), 200);
     assert!(page.text().await.unwrap().contains("Sign in"));
 }
+
+#[tokio::test]
+async fn gwctl_pointed_at_the_data_plane_or_the_console_says_so() {
+    let gw = Gateway::start().await;
+    let console = gw.node.console.clone().unwrap();
+    for endpoint in [format!("http://{}", gw.node.api), console] {
+        let argv = ["gwctl", "--endpoint", &endpoint, "--admin-key", &gw.admin_key, "account", "list"];
+        let error = cli::run(Cli::try_parse_from(argv).unwrap()).await.map(drop).unwrap_err();
+        let text = format!("{error:#}");
+        assert!(text.starts_with("the server at this address is not the control plane's admin API"), "{text}");
+    }
+}
