@@ -17,6 +17,9 @@ use crate::config::Global;
 /// An AdminService client that authenticates every call.
 pub type Admin = AdminServiceClient<InterceptedService<Channel, BearerAuth>>;
 
+/// Where the key of this process's connection came from (`connect`).
+static KEY_SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// Adds the admin key to every request.
 #[derive(Clone)]
 pub struct BearerAuth(MetadataValue<Ascii>);
@@ -32,6 +35,8 @@ pub trait RpcResult<T> {
 /// Fails when no admin key is available or the address cannot be reached.
 pub async fn connect(global: &Global) -> Result<Admin> {
     let target = global.target()?;
+    // One process, one key: a refusal names where it came from.
+    let _ = KEY_SOURCE.set(target.key_source.clone());
     let auth = BearerAuth::new(&target.admin_key)?;
     // Several replicas: the first that answers (a name's addresses are
     // tried in turn by the connector).
@@ -139,9 +144,12 @@ pub fn status_error(status: Status) -> anyhow::Error {
         );
     }
     match status.code() {
-        Code::Unauthenticated => {
-            anyhow!("{message} (check --admin-key-file, --admin-key, the context's key file or <data-dir>/admin.key)")
-        }
+        Code::Unauthenticated => match KEY_SOURCE.get() {
+            Some(source) => anyhow!("{message} (the key came from {source})"),
+            None => anyhow!(
+                "{message} (check --admin-key-file, --admin-key, the context's key file or <data-dir>/admin.key)"
+            ),
+        },
         Code::PermissionDenied => anyhow!("permission denied: {message}"),
         Code::Unavailable => anyhow!("control plane unavailable: {message}"),
         _ => anyhow!("{message}"),

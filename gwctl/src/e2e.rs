@@ -620,3 +620,16 @@ async fn gwctl_pointed_at_the_data_plane_or_the_console_says_so() {
         assert!(text.starts_with("the server at this address is not the control plane's admin API"), "{text}");
     }
 }
+
+#[tokio::test]
+async fn a_refused_key_is_named_by_where_it_came_from() {
+    let gw = Gateway::start().await;
+    let endpoint = format!("http://{}", gw.node.control_plane);
+    let key_file = gw.dir.path().join("stale.key");
+    std::fs::write(&key_file, "gwcred-not-a-key-this-gateway-knows-0123456789\n").unwrap();
+    let key_file = key_file.to_str().unwrap().to_owned();
+    let argv = ["gwctl", "--endpoint", &endpoint, "--admin-key-file", &key_file, "account", "list"];
+    let error = cli::run(Cli::try_parse_from(argv).unwrap()).await.map(drop).unwrap_err();
+    let text = format!("{error:#}");
+    assert_eq!(text, format!("invalid credential (the key came from --admin-key-file / GW_ADMIN_KEY_FILE {key_file})"));
+}

@@ -58,6 +58,8 @@ pub struct Target {
     pub endpoint: String,
     pub admin_key: String,
     pub ca_file: Option<PathBuf>,
+    /// Where the admin key came from, in words, for a refusal to name it.
+    pub key_source: String,
 }
 
 // === impl Global ===
@@ -84,6 +86,7 @@ impl Global {
 
     /// `target` with the config file `file`.
     pub fn target_in(&self, file: &contexts::File) -> Result<Target> {
+        let context_name = self.context.clone().or_else(|| file.current_context.clone()).unwrap_or_default();
         let context = match &self.context {
             Some(name) => Some(file.get(name)?),
             None => file.current()?,
@@ -99,7 +102,21 @@ impl Global {
         });
         let admin_key = self.admin_key(key_file.as_deref())?;
         let ca_file = self.ca_file.clone().or_else(|| context.and_then(|c| c.ca_file.clone()));
-        Ok(Target { endpoint: endpoint_uri(&endpoint), admin_key, ca_file })
+        let key_source = match (&self.admin_key_file, &self.admin_key, &key_file) {
+            (Some(path), _, _) => format!("--admin-key-file / GW_ADMIN_KEY_FILE {}", path.display()),
+            (None, Some(_), _) => "--admin-key / GW_ADMIN_KEY".to_owned(),
+            (None, None, Some(path)) => {
+                let mut text = format!("the key file {} of context {context_name:?}", path.display());
+                if self.data_dir.is_some() {
+                    text.push_str(
+                        ", which wins over --data-dir / GW_DATA_DIR: pass --admin-key-file, --context or `gwctl config use-context`",
+                    );
+                }
+                text
+            }
+            (None, None, None) => format!("{}", self.data_dir()?.join(ADMIN_KEY_FILE).display()),
+        };
+        Ok(Target { endpoint: endpoint_uri(&endpoint), admin_key, ca_file, key_source })
     }
 
     /// The admin key: from `key_file`, the flag or `GW_ADMIN_KEY`, else the
@@ -194,6 +211,10 @@ mod tests {
         let bare = Global { data_dir: Some(dir.path().to_path_buf()), ..Global::default() };
 
         let prod = bare.target_in(&file).unwrap();
+        assert!(
+            prod.key_source
+                .starts_with(&format!("the key file {} of context \"prod\", which wins", key_file.display()))
+        );
         assert_eq!(prod.endpoint, "https://cp.prod:7070");
         assert_eq!(prod.admin_key, "prod-key");
         assert_eq!(prod.ca_file.as_deref(), Some(Path::new("/etc/gw/ca.pem")));
