@@ -27,6 +27,7 @@ impl Gateway {
         let global = Global { data_dir: Some(dir.path().to_path_buf()), ..Global::default() };
         let args = up::Args {
             listen: "127.0.0.1:0".parse().unwrap(),
+            control_plane_listen: "127.0.0.1:0".parse().unwrap(),
             admin_listen: "127.0.0.1:0".parse().unwrap(),
             console_listen: "127.0.0.1:0".parse().unwrap(),
             no_console: false,
@@ -285,6 +286,7 @@ async fn a_second_up_on_the_same_data_dir_says_a_gateway_is_already_running() {
     let global = Global { data_dir: Some(gw.dir.path().to_path_buf()), ..Global::default() };
     let args = up::Args {
         listen: "127.0.0.1:0".parse().unwrap(),
+        control_plane_listen: "127.0.0.1:0".parse().unwrap(),
         admin_listen: "127.0.0.1:0".parse().unwrap(),
         console_listen: "127.0.0.1:0".parse().unwrap(),
         no_console: false,
@@ -607,6 +609,10 @@ async fn up_serves_the_console_and_offers_the_first_admin_a_one_time_link() {
     let page = reqwest::get(format!("{console}/login")).await.unwrap();
     assert_eq!(page.status(), 200);
     assert!(page.text().await.unwrap().contains("Sign in"));
+    // The admin listener serves /metrics, as on the standalone binaries.
+    let metrics = gw.node.metrics.expect("a metrics address");
+    let text = reqwest::get(format!("http://{metrics}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(text.contains("# TYPE"), "{text}");
 }
 
 #[tokio::test]

@@ -16,8 +16,13 @@ pub struct Args {
     /// Address clients reach the gateway's /v1 API on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// Address of the control plane's gRPC API (gwctl).
+    /// Address of the control plane's gRPC API (gwctl, data planes): the
+    /// control plane's `listen`.
     #[arg(long, default_value = "127.0.0.1:7070")]
+    pub control_plane_listen: SocketAddr,
+    /// Admin listener serving /metrics (Prometheus text, both planes) and
+    /// /healthz, as `--admin-listen` does on the standalone binaries.
+    #[arg(long, default_value = "127.0.0.1:9464")]
     pub admin_listen: SocketAddr,
     /// Address of the web console (account owners and operators).
     #[arg(long, default_value = "127.0.0.1:8090")]
@@ -36,6 +41,8 @@ pub struct Node {
     pub api: SocketAddr,
     /// Where gwctl reaches the control plane.
     pub control_plane: SocketAddr,
+    /// Where `/metrics` is served.
+    pub metrics: Option<SocketAddr>,
     /// The file the admin key is kept in, when it came from one.
     pub admin_key_file: Option<PathBuf>,
     /// The console's URL; `None` when it is off.
@@ -50,7 +57,7 @@ pub struct Node {
 /// Starts both planes, prints where they are, waits for ctrl-c or SIGTERM
 /// and shuts them down.
 pub async fn run(args: Args, global: &Global) -> Result<()> {
-    init_logs();
+    let telemetry = init_telemetry()?;
     let node = start(args, global).await?;
     let store = node.cp.store.clone();
     let count = |kind| {
@@ -68,6 +75,9 @@ pub async fn run(args: Args, global: &Global) -> Result<()> {
     if let Some(console) = &node.console {
         println!("console: {console}");
     }
+    if let Some(metrics) = node.metrics {
+        println!("metrics: http://{metrics}/metrics");
+    }
     if let Some(link) = &node.setup_link {
         println!("create the console's first admin (this link works once): {link}");
     }
@@ -75,6 +85,7 @@ pub async fn run(args: Args, global: &Global) -> Result<()> {
     tracing::info!("shutting down");
     node.shutdown().await;
     tracing::info!("gateway stopped");
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     signal
 }
 
@@ -86,7 +97,7 @@ pub async fn start(args: Args, global: &Global) -> Result<Node> {
     let dp_dir = data_dir.join("data-plane");
     std::fs::create_dir_all(&dp_dir).with_context(|| format!("creating data directory {}", dp_dir.display()))?;
 
-    let mut cp_config = gw_control_plane::Config::new(args.admin_listen, &data_dir);
+    let mut cp_config = gw_control_plane::Config::new(args.control_plane_listen, &data_dir);
     cp_config.store = args.store.unwrap_or_default();
     cp_config.admin_key = global.admin_key.clone();
     if !args.no_console {
@@ -109,6 +120,9 @@ pub async fn start(args: Args, global: &Global) -> Result<Node> {
     let control_plane = reachable(cp.addr);
     let mut dp_config =
         gw_data_plane::Config::new(args.listen, format!("http://{control_plane}"), &dp_dir, cp.node_key.clone());
+    // One process, one metrics registry: the data plane's admin listener
+    // serves both planes' metrics.
+    dp_config.admin_listen = Some(args.admin_listen);
     // The quota refusals link to the console's token and top-up pages.
     dp_config.console_url = cp.console_addr.map(|addr| format!("http://{}", reachable(addr)));
     let dp = match gw_data_plane::start(dp_config).await {
@@ -119,6 +133,7 @@ pub async fn start(args: Args, global: &Global) -> Result<Node> {
         }
     };
     Ok(Node {
+        metrics: dp.admin_addr.map(reachable),
         api: reachable(dp.addr),
         control_plane,
         admin_key_file: cp.admin_key_file.clone(),
@@ -232,10 +247,13 @@ async fn shutdown_signal() -> Result<()> {
 }
 
 /// Logs to stderr as `GW_LOG_FORMAT` says (text unless `json`), `info`
-/// unless `RUST_LOG` says otherwise.
-fn init_logs() {
+/// unless `RUST_LOG` says otherwise; traces and metrics over OTLP as the
+/// `OTEL_*` variables say, as the standalone binaries do. Fails on an
+/// invalid `OTEL_*` value.
+fn init_telemetry() -> Result<gw_telemetry::Telemetry> {
     let format = std::env::var("GW_LOG_FORMAT").ok().and_then(|f| f.parse().ok()).unwrap_or_default();
-    gw_telemetry::init_logs(format);
+    let otel = gw_telemetry::OtelConfig::from_env().map_err(|error| anyhow::anyhow!("{error}"))?;
+    gw_telemetry::init(format, &otel, "gwctl-up").map_err(|error| anyhow::anyhow!("{error}"))
 }
 
 #[cfg(test)]

@@ -379,6 +379,49 @@ async fn the_data_plane_binary_exports_over_otlp_http_as_its_otel_variables_say(
     assert_eq!(server.attributes["gw.refusal.reason"], "missing_token");
 }
 
+/// `gwctl up` is the whole product on one node: its planes export spans as
+/// the `OTEL_*` variables say and its admin listener serves /metrics.
+#[tokio::test]
+async fn gwctl_up_exports_over_otlp_and_serves_metrics() {
+    let receiver = OtlpReceiver::start_http().await.expect("OTLP/HTTP receiver");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = || format!("127.0.0.1:{}", free_port());
+    let (api, metrics) = (port(), port());
+    let _child = tokio::process::Command::new(binary("gwctl"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["up", "--listen", &api, "--control-plane-listen", &port(), "--admin-listen", &metrics])
+        .args(["--console-listen", &port()])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_SERVICE_NAME", "single-node")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .env_remove("GW_ENDPOINT")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("gwctl up starts");
+
+    let (header, trace_id, _) = traceparent();
+    let client = reqwest::Client::new();
+    let url = format!("http://{api}/v1/chat/completions");
+    eventually("gwctl up to answer", Duration::from_secs(20), || async {
+        let response = client.post(&url).header("traceparent", &header).json(&chat(false)).send().await.ok()?;
+        (response.status() == 401).then_some(())
+    })
+    .await;
+    let server = eventually("the span over OTLP/HTTP", Duration::from_secs(10), || async {
+        receiver.trace(&trace_id).into_iter().find(|s| s.kind == "server")
+    })
+    .await;
+    assert_eq!(server.service, "single-node");
+    let text =
+        client.get(format!("http://{metrics}/metrics")).send().await.expect("metrics").text().await.expect("body");
+    assert!(text.contains("# TYPE"), "{text}");
+}
+
 #[test]
 fn the_alert_rules_and_the_prometheus_example_pass_promtool() {
     let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/observability");
