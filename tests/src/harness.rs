@@ -190,6 +190,8 @@ pub struct DataPlane {
     /// dials the cluster's control plane.
     pub control_plane: Option<String>,
     running: Option<Running<gw_data_plane::Handle>>,
+    /// It answered `/ready` once: its address is its own from then on.
+    served: bool,
 }
 
 /// A further control-plane replica of a cluster on Redis
@@ -375,6 +377,7 @@ impl Cluster {
                 node_key: None,
                 control_plane: None,
                 running: None,
+                served: false,
             };
             configure_data_plane(i, &mut dp);
             cluster.data_planes.push(dp);
@@ -511,7 +514,29 @@ impl Cluster {
     }
 
     /// Starts (or restarts) data plane `i` and waits until `/ready` answers 200.
+    /// A process whose first start finds its free port taken meanwhile (by
+    /// another test's socket) exits; it is started again on other ports.
     pub async fn start_data_plane(&mut self, i: usize) -> anyhow::Result<()> {
+        let mut attempt = 0;
+        loop {
+            let started = self.launch_data_plane(i).await;
+            let dp = &mut self.data_planes[i];
+            let exited = match &mut dp.running {
+                Some(Running::Process(process)) => process.child.try_wait().ok().flatten().is_some(),
+                _ => false,
+            };
+            if started.is_ok() || dp.served || !exited || attempt == 2 {
+                dp.served |= started.is_ok();
+                return started;
+            }
+            attempt += 1;
+            dp.running = None;
+            dp.addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            dp.admin_addr = None;
+        }
+    }
+
+    async fn launch_data_plane(&mut self, i: usize) -> anyhow::Result<()> {
         let endpoint = self.data_planes[i].control_plane.clone().unwrap_or_else(|| self.control_plane_url());
         let dp = &mut self.data_planes[i];
         match self.mode {
