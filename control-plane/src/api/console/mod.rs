@@ -13,6 +13,7 @@ mod account;
 mod assets;
 mod chart;
 mod error;
+mod form;
 mod operator;
 mod page;
 mod playground;

@@ -10,12 +10,13 @@ use std::sync::Arc;
 use axum::Form;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use gw_proto::pb;
 use gw_proto::pb::admin_service_server::AdminService as Admin;
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::form::{dollars, dollars_value, done, path_of, split_list, whole};
 use super::page::{self, csrf, money, notice, scroll, time};
 use super::{Console, ConsoleError};
 use crate::domain::access::Role;
@@ -139,7 +140,7 @@ pub async fn list(
 /// The advanced-mode fields, filled from `token` when editing one.
 fn advanced(token: Option<&pb::Token>) -> Markup {
     let unlimited = token.is_none_or(|t| t.unlimited);
-    let quota = token.filter(|t| !t.unlimited).map(|t| money(t.quota_micros).trim_start_matches('$').to_owned());
+    let quota = token.filter(|t| !t.unlimited).map(|t| dollars_value(t.quota_micros));
     let join = |list: &[String]| list.join(", ");
     let rate = token.and_then(|t| t.rate_limit.as_ref());
     html! {
@@ -277,13 +278,13 @@ pub async fn change(
 ) -> Result<Response, ConsoleError> {
     let signed = console.signed_write(&headers, Some(&form.csrf)).await?;
     let mut update = pb::UpdateTokenRequest { id: id.clone(), ..Default::default() };
-    let done = match form.action.as_str() {
+    let text = match form.action.as_str() {
         "delete" => {
             let request = pb::GetRequest { id };
             console
                 .call(&signed, "DeleteToken", request, |api, r| async move { Admin::delete_token(&*api, r).await })
                 .await?;
-            return Ok(Redirect::to(&console.link("/tokens?done=Token%20deleted")).into_response());
+            return Ok(done(&console, "/tokens", "Token deleted"));
         }
         "rename" => {
             update.name = Some(form.name.trim().to_owned());
@@ -308,8 +309,7 @@ pub async fn change(
         other => return Err(ConsoleError::Invalid(format!("unknown action {other:?}"))),
     };
     console.call(&signed, "UpdateToken", update, |api, r| async move { Admin::update_token(&*api, r).await }).await?;
-    let location = format!("/tokens/{}?done={}", page::encode(&id), page::encode(done));
-    Ok(Redirect::to(&console.link(&location)).into_response())
+    Ok(done(&console, &path_of("/tokens", &id), text))
 }
 
 /// The advanced-mode fields of a form, checked.
@@ -327,26 +327,14 @@ struct Limits {
 impl Limits {
     fn read(form: &TokenForm) -> Result<Limits, ConsoleError> {
         let unlimited = form.unlimited.is_some();
-        let quota_micros = if unlimited || form.quota.trim().is_empty() {
-            0
-        } else {
-            page::parse_money(&form.quota).ok_or_else(|| {
-                ConsoleError::Invalid(format!("the amount {:?} is not a number of dollars", form.quota))
-            })?
-        };
-        let list = |text: &str| text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        let quota_micros = if unlimited { 0 } else { dollars("the amount", &form.quota)? };
         let expires_at = match form.expires.trim() {
             "" => 0,
             text => page::parse_date(text)
                 .ok_or_else(|| ConsoleError::Invalid(format!("the expiry {text:?} is not a date")))?,
         };
-        let number = |name: &str, text: &str| -> Result<u32, ConsoleError> {
-            if text.trim().is_empty() {
-                return Ok(0);
-            }
-            text.trim().parse().map_err(|_| ConsoleError::Invalid(format!("{name} {text:?} is not a whole number")))
-        };
-        let (window, max) = (number("the window", &form.rate_window)?, number("the request limit", &form.rate_max)?);
+        let (window, max): (u32, u32) =
+            (whole("the window", &form.rate_window)?, whole("the request limit", &form.rate_max)?);
         let rate_limit = match (window, max) {
             (0, 0) => None,
             (0, _) | (_, 0) => {
@@ -357,8 +345,8 @@ impl Limits {
         Ok(Limits {
             unlimited,
             quota_micros,
-            models: list(&form.models),
-            allow_ips: list(&form.allow_ips),
+            models: split_list(&form.models),
+            allow_ips: split_list(&form.allow_ips),
             expires_at,
             rate_limit,
         })

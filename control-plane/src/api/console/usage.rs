@@ -15,6 +15,7 @@ use maud::html;
 use serde::Deserialize;
 
 use super::chart::{self, Bar};
+use super::form::dollars_value;
 use super::page::{self, money, scroll, time};
 use super::{Console, ConsoleError};
 use crate::domain::access::Role;
@@ -172,7 +173,7 @@ pub async fn csv(
                 r.prompt_tokens,
                 r.completion_tokens,
                 r.cached_tokens,
-                money(r.cost_micros).trim_start_matches('$'),
+                dollars_value(r.cost_micros),
                 r.status,
                 r.latency_ms,
                 r.estimated

@@ -270,13 +270,9 @@ pub async fn change(
             update.groups = split_list(&form.groups);
             "Groups saved"
         }
-        "enable" => {
-            update.status = Some("enabled".into());
-            "Account enabled"
-        }
-        "disable" => {
-            update.status = Some("disabled".into());
-            "Account disabled"
+        action @ ("enable" | "disable") => {
+            update.status = Some(format!("{action}d"));
+            if action == "enable" { "Account enabled" } else { "Account disabled" }
         }
         other => return Err(ConsoleError::Invalid(format!("unknown action {other:?}"))),
     };

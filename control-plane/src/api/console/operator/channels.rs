@@ -314,13 +314,9 @@ pub async fn change(
             update.weight = Some(whole("the weight", &form.weight)?);
             "Settings saved"
         }
-        "enable" => {
-            update.status = Some("enabled".into());
-            "Channel enabled"
-        }
-        "disable" => {
-            update.status = Some("disabled".into());
-            "Channel disabled"
+        action @ ("enable" | "disable") => {
+            update.status = Some(format!("{action}d"));
+            if action == "enable" { "Channel enabled" } else { "Channel disabled" }
         }
         other => return Err(ConsoleError::Invalid(format!("unknown action {other:?}"))),
     };

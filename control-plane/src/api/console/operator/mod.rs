@@ -13,17 +13,17 @@ mod prices;
 mod topup;
 mod users;
 
-use std::str::FromStr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use axum::routing::get;
 use gw_proto::pb;
 use maud::html;
 
+use super::Console;
+use super::form::{dollars, dollars_value, done, path_of, signed_dollars, split_list, whole};
 use super::page::{self, time};
-use super::{Console, ConsoleError};
 use crate::domain::access::Role;
 use crate::services::console::Signed;
 
@@ -47,56 +47,6 @@ pub fn routes() -> Router<Arc<Console>> {
 /// operators controls they cannot use.
 fn writes(signed: &Signed) -> bool {
     signed.user.role == Role::Admin
-}
-
-/// Redirects to `path` (a console path) with the notice `done`.
-fn done(console: &Console, path: &str, done: &str) -> Response {
-    let separator = if path.contains('?') { '&' } else { '?' };
-    Redirect::to(&console.link(&format!("{path}{separator}done={}", page::encode(done)))).into_response()
-}
-
-/// A console path with `id` as its last segment.
-fn path_of(base: &str, id: &str) -> String {
-    format!("{base}/{}", page::encode(id))
-}
-
-/// Comma-separated entries, trimmed, empty ones dropped.
-fn split_list(text: &str) -> Vec<String> {
-    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
-}
-
-/// An amount of dollars typed in a form, never negative; empty is 0.
-fn dollars(field: &str, text: &str) -> Result<i64, ConsoleError> {
-    if text.trim().is_empty() {
-        return Ok(0);
-    }
-    page::parse_money(text)
-        .ok_or_else(|| ConsoleError::Invalid(format!("{field} {text:?} is not an amount of dollars")))
-}
-
-/// An amount of dollars typed in a form that may be negative (`-5`, `-$5`).
-fn signed_dollars(field: &str, text: &str) -> Result<i64, ConsoleError> {
-    let trimmed = text.trim();
-    let (negative, rest) = match trimmed.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, trimmed),
-    };
-    let micros = page::parse_money(rest)
-        .ok_or_else(|| ConsoleError::Invalid(format!("{field} {text:?} is not an amount of dollars")))?;
-    Ok(if negative { -micros } else { micros })
-}
-
-/// Micro-dollars as a form field's value: dollars without the sign.
-fn dollars_value(micros: i64) -> String {
-    page::money(micros).replacen('$', "", 1)
-}
-
-/// A whole number typed in a form; empty is the default (0: no limit).
-fn whole<T: FromStr + Default>(field: &str, text: &str) -> Result<T, ConsoleError> {
-    match text.trim() {
-        "" => Ok(T::default()),
-        text => text.parse().map_err(|_| ConsoleError::Invalid(format!("{field} {text:?} is not a whole number"))),
-    }
 }
 
 /// The page that shows a user's one-time link (an invitation or a password
