@@ -316,6 +316,7 @@ async fn an_auto_disabled_channel_is_probed_back_into_rotation_but_a_disabled_on
         idle_timeout_ms: 0,
         total_timeout_ms: 0,
         keys: Vec::new(),
+        settings: Default::default(),
     };
     cp.store.create(Resource::Channel(channel("flaky", flaky.base_url(), AUTO_DISABLED))).await.expect("create");
     cp.store.create(Resource::Channel(channel("off", off.base_url(), "disabled"))).await.expect("create");

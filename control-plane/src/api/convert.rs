@@ -146,6 +146,7 @@ pub fn channel_with_secret(c: Channel) -> pb::Channel {
         first_byte_timeout_ms: c.first_byte_timeout_ms,
         idle_timeout_ms: c.idle_timeout_ms,
         total_timeout_ms: c.total_timeout_ms,
+        settings: c.settings.into_iter().collect(),
     }
 }
 
@@ -195,6 +196,7 @@ impl From<pb::Channel> for Channel {
             // Keys are added through the pool RPCs (or `api_key`), never
             // from a whole channel message.
             keys: Vec::new(),
+            settings: c.settings.into_iter().collect(),
         }
     }
 }

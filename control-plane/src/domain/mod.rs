@@ -116,6 +116,9 @@ pub struct Channel {
     /// `api_key`; `Channel::fold_legacy_key` moves it in as `LEGACY_KEY_ID`.
     #[serde(default)]
     pub keys: Vec<ChannelKey>,
+    /// The kind's non-secret settings (`api_version`, `region`, `project`…).
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
 }
 
 /// One upstream key of a channel's pool.

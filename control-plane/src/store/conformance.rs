@@ -526,6 +526,7 @@ pub fn sample(kind: Kind, id: &str) -> Resource {
             idle_timeout_ms: 3_000,
             total_timeout_ms: 4_000,
             keys: Vec::new(),
+            settings: BTreeMap::from([("api_version".to_owned(), "2024-10-21".to_owned())]),
         }),
         Kind::Model => Resource::Model(Model {
             id: id.to_owned(),

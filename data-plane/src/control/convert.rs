@@ -158,10 +158,8 @@ fn millis(ms: u32) -> Option<Duration> {
 
 fn channel(c: pb::Channel) -> Result<Channel, ConvertError> {
     non_empty(&c.id)?;
-    let kind = match c.r#type.as_str() {
-        "openai" | "" => ChannelKind::OpenAi,
-        "anthropic" => ChannelKind::Anthropic,
-        other => return Err(ConvertError::UnknownChannelType(other.to_owned())),
+    let Some(kind) = ChannelKind::parse(&c.r#type) else {
+        return Err(ConvertError::UnknownChannelType(c.r#type));
     };
     let base_url = c.base_url.trim().trim_end_matches('/').to_owned();
     if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
@@ -199,6 +197,7 @@ fn channel(c: pb::Channel) -> Result<Channel, ConvertError> {
         priority: c.priority,
         weight: c.weight,
         status,
+        settings: Arc::new(c.settings.into_iter().collect()),
         timeouts: Timeouts {
             connect: millis(c.connect_timeout_ms),
             first_byte: millis(c.first_byte_timeout_ms),
@@ -315,10 +314,8 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
         Resource::Channel(c) => K::Channel(pb::Channel {
             id: c.id.clone(),
             name: c.name.clone(),
-            r#type: match c.kind {
-                ChannelKind::OpenAi => "openai".into(),
-                ChannelKind::Anthropic => "anthropic".into(),
-            },
+            r#type: c.kind.name().into(),
+            settings: c.settings.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             base_url: c.base_url.clone(),
             // Read only when the pool is empty (a channel built without one).
             api_key: c.api_key.clone(),

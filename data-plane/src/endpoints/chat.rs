@@ -51,13 +51,13 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
 /// upstream error status, a transport failure, or a plain answer whose body
 /// breaks off; a streamed answer is committed once its headers arrived.
 async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: Charge) -> Result<Response, ProxyError> {
-    if channel.kind == ChannelKind::Anthropic {
+    if !matches!(channel.kind, ChannelKind::OpenAi | ChannelKind::Azure) {
         // Boxed: the translating call is large, and this future would
         // otherwise be as large for every channel.
         return Box::pin(provider::dialect::chat(app.attempt(), channel, chat, charge)).await;
     }
     let body = chat.upstream_body(channel.upstream_model(&chat.model));
-    let response = app.upstreams.chat(&channel, body, chat.stream).await?;
+    let response = app.upstreams.chat(&channel, channel.upstream_model(&chat.model), body, chat.stream).await?;
     let response = provider::accept(&app.upstreams, &channel, response).await?;
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();

@@ -103,6 +103,48 @@ pub enum ChannelKind {
     OpenAi,
     /// Messages-native HTTP API (`POST /messages`, `x-api-key`).
     Anthropic,
+    /// Azure OpenAI: deployment URLs with `api-version`, or the v1 API.
+    Azure,
+    /// AWS Bedrock: `invoke` (messages bodies) and `converse`, SigV4-signed.
+    Bedrock,
+    /// Google Vertex AI: Anthropic (`rawPredict`) and Gemini models.
+    Vertex,
+    /// The Gemini API (`generateContent`, `x-goog-api-key`).
+    Gemini,
+}
+
+// === impl ChannelKind ===
+
+impl ChannelKind {
+    /// Every kind, in the order operators see them.
+    pub const ALL: [ChannelKind; 6] = [
+        ChannelKind::OpenAi,
+        ChannelKind::Anthropic,
+        ChannelKind::Azure,
+        ChannelKind::Bedrock,
+        ChannelKind::Vertex,
+        ChannelKind::Gemini,
+    ];
+
+    /// The kind's name on the wire and in gwctl.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChannelKind::OpenAi => "openai",
+            ChannelKind::Anthropic => "anthropic",
+            ChannelKind::Azure => "azure",
+            ChannelKind::Bedrock => "bedrock",
+            ChannelKind::Vertex => "vertex",
+            ChannelKind::Gemini => "gemini",
+        }
+    }
+
+    /// The kind named `name` (`""` is `openai`, as before kinds existed).
+    pub fn parse(name: &str) -> Option<ChannelKind> {
+        if name.is_empty() {
+            return Some(ChannelKind::OpenAi);
+        }
+        ChannelKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
 }
 
 /// Status of a channel as the control plane names it.
@@ -141,6 +183,9 @@ pub struct Channel {
     pub weight: u32,
     pub status: ChannelStatus,
     pub timeouts: Timeouts,
+    /// The kind's non-secret settings (`api_version`, `region`, `project`…;
+    /// see the proto's `Channel.settings`).
+    pub settings: Arc<BTreeMap<String, String>>,
 }
 
 /// One key of a channel's pool.

@@ -596,6 +596,7 @@ pub(crate) mod tests {
             weight,
             status: ChannelStatus::Enabled,
             timeouts: Timeouts::default(),
+            settings: Arc::default(),
         }
     }
 

@@ -102,6 +102,11 @@ impl Payload {
         Payload::from(Bytes::new())
     }
 
+    /// The body when it was given whole.
+    pub fn whole(&self) -> Option<&Bytes> {
+        self.whole.as_ref()
+    }
+
     /// The body as hyper sends it.
     pub fn into_body(self) -> UnsyncBoxBody<Bytes, io::Error> {
         self.body

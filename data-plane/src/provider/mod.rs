@@ -1,5 +1,5 @@
 //! Upstream providers: one adapter module per channel kind (`openai`,
-//! `anthropic`: paths, how the key is sent, the headers a kind expects), the
+//! `anthropic`, `azure`, `bedrock`, `vertex`, `gemini`: paths, how the key is sent, the headers a kind expects), the
 //! transport that sends (pooled clients, timeouts), channel health, the
 //! video API, and what every attempt does with an upstream's status: a
 //! success goes on to metering, anything else becomes one `ProxyError` whose
@@ -9,12 +9,16 @@
 //! client dialect and channel kind.
 
 pub mod anthropic;
+pub mod azure;
+pub mod bedrock;
 pub mod client;
 pub mod dialect;
+pub mod gemini;
 mod health;
 mod keys;
 pub mod openai;
 mod transport;
+pub mod vertex;
 pub mod video;
 
 pub use self::{
@@ -46,20 +50,43 @@ pub const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
 /// Longest upstream error message passed on to the client.
 const MAX_UPSTREAM_MESSAGE: usize = 1000;
 
-/// Where chat goes on a channel of `kind`.
-pub fn chat_path(kind: ChannelKind) -> &'static str {
-    match kind {
-        ChannelKind::OpenAi => openai::CHAT_PATH,
-        ChannelKind::Anthropic => anthropic::MESSAGES_PATH,
+/// Where chat completions go on an OpenAI-shaped channel (`openai`,
+/// `azure`) for `upstream_model`, query included.
+pub fn chat_path(channel: &Channel, upstream_model: &str) -> std::borrow::Cow<'static, str> {
+    match channel.kind {
+        ChannelKind::Azure => azure::path(channel, upstream_model, openai::CHAT_PATH).into(),
+        _ => openai::CHAT_PATH.into(),
     }
 }
 
-/// The header carrying `channel`'s key, as its kind's adapter sends it.
-pub fn credential(channel: &Channel) -> Result<(axum::http::HeaderName, axum::http::HeaderValue), ProxyError> {
-    match channel.kind {
-        ChannelKind::OpenAi => openai::credential(channel),
-        ChannelKind::Anthropic => anthropic::credential(channel),
-    }
+/// One request about to be sent, as an adapter sees it to authorize it.
+pub struct Outgoing<'a> {
+    pub method: &'a axum::http::Method,
+    pub uri: &'a axum::http::Uri,
+    pub headers: &'a mut HeaderMap,
+    /// The body when it is whole (SigV4 signs its hash); `None` for a
+    /// streamed upload.
+    pub body: Option<&'a Bytes>,
+}
+
+/// Puts `channel`'s credential on `request` as its kind's adapter sends it
+/// (a key header, a bearer token, a signature); returns the header that
+/// carries it, removed when a redirect leaves the channel's host.
+pub async fn authorize(
+    upstreams: &Upstreams,
+    channel: &Channel,
+    request: Outgoing<'_>,
+) -> Result<axum::http::HeaderName, ProxyError> {
+    let (name, value) = match channel.kind {
+        ChannelKind::OpenAi => openai::credential(channel)?,
+        ChannelKind::Anthropic => anthropic::credential(channel)?,
+        ChannelKind::Azure => azure::credential(channel)?,
+        ChannelKind::Gemini => gemini::credential(channel)?,
+        ChannelKind::Vertex => vertex::credential(upstreams, channel).await?,
+        ChannelKind::Bedrock => return bedrock::authorize(channel, request),
+    };
+    request.headers.insert(name.clone(), value);
+    Ok(name)
 }
 
 /// `value` as a header value marked sensitive (never logged by the HTTP

@@ -188,9 +188,15 @@ impl Upstreams {
     /// for a streamed answer). The total timeout also bounds reading the
     /// body. Dropping the response (or its body stream) closes the upstream
     /// connection, cancelling the request.
-    pub async fn chat(&self, channel: &Channel, body: Bytes, stream: bool) -> Result<Response, ProxyError> {
-        let path = super::chat_path(channel.kind);
-        self.post(channel, path, HeaderValue::from_static("application/json"), body, stream).await
+    pub async fn chat(
+        &self,
+        channel: &Channel,
+        upstream_model: &str,
+        body: Bytes,
+        stream: bool,
+    ) -> Result<Response, ProxyError> {
+        let path = super::chat_path(channel, upstream_model);
+        self.post(channel, &path, HeaderValue::from_static("application/json"), body, stream).await
     }
 
     /// Sends `body` (of `content_type`) to `channel`'s base URL + `path`
@@ -259,8 +265,8 @@ impl Upstreams {
         let target = self.target(channel, path)?;
         headers.remove(header::AUTHORIZATION);
         headers.remove("x-api-key");
-        let (name, credential) = super::credential(channel)?;
-        headers.insert(name.clone(), credential);
+        let outgoing = super::Outgoing { method: &method, uri: &target.uri, headers: &mut headers, body: body.whole() };
+        let name = super::authorize(self, channel, outgoing).await?;
         crate::telemetry::inject(&mut headers);
         let deadline = tokio::time::Instant::now() + total;
         let send = client.send(method, target, headers, body, &name, deadline);

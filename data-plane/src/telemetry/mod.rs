@@ -95,6 +95,10 @@ pub fn provider_name(kind: ChannelKind) -> &'static str {
     match kind {
         ChannelKind::OpenAi => "openai",
         ChannelKind::Anthropic => "anthropic",
+        ChannelKind::Azure => "azure.ai.openai",
+        ChannelKind::Bedrock => "aws.bedrock",
+        ChannelKind::Vertex => "gcp.vertex_ai",
+        ChannelKind::Gemini => "gcp.gemini",
     }
 }
 

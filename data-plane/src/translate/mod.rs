@@ -11,13 +11,16 @@
 
 use serde_json::{Map, Value};
 
+pub mod codec;
 mod dropped;
+pub mod ir;
 mod request;
 mod response;
 mod stream;
 mod text_chunk;
 mod usage;
 
+pub use codec::{Answering, Dialect};
 pub use dropped::Dropped;
 // Public API for the handlers, which are being reworked to log what was
 // dropped and to serve count_tokens; not every entry point is called yet.
@@ -32,6 +35,8 @@ pub enum TranslateError {
     NotAnObject,
     #[error("invalid {field}: {reason}")]
     Invalid { field: String, reason: &'static str },
+    #[error("{0:?} requests cannot be translated yet")]
+    Unsupported(codec::Dialect),
 }
 
 // === stop reasons ===

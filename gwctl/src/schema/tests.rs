@@ -114,6 +114,7 @@ fn channel_json_is_pinned_and_has_no_key() {
         first_byte_timeout_ms: 30_000,
         idle_timeout_ms: 0,
         total_timeout_ms: 0,
+        settings: Default::default(),
         has_key: true,
         keys: vec![pb::ChannelKey {
             id: "k_0".into(),

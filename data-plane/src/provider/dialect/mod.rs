@@ -24,6 +24,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 mod relay;
+pub mod through;
 
 use self::relay::{ChatAsMessages, MessagesAsChat, PassMessages};
 use crate::{
@@ -97,13 +98,13 @@ pub async fn messages(
             meter.finish(200).wait().await;
             Ok(super::reply(StatusCode::OK, None, Body::from(bytes), false))
         }
-        ChannelKind::OpenAi => {
+        ChannelKind::OpenAi | ChannelKind::Azure => {
             let (mut request, dropped) =
                 translate::messages_to_chat_request_noted(&call.json()?).map_err(untranslatable)?;
             note_dropped(&dropped, "request");
-            request["model"] = Value::String(upstream_model);
+            request["model"] = Value::String(upstream_model.clone());
             let body = Bytes::from(request.to_string());
-            let response = app.upstreams.chat(&channel, body, call.stream).await?;
+            let response = app.upstreams.chat(&channel, &upstream_model, body, call.stream).await?;
             let response = provider::accept(app.upstreams, &channel, response).await?;
             let mut meter = Meter::new(charge, app.usage.clone(), raw.len());
             meter.estimate_prompt_from(raw);
@@ -122,6 +123,9 @@ pub async fn messages(
             meter.add_text(&messages_text(&answer));
             meter.finish(200).wait().await;
             Ok(json_response(&answer))
+        }
+        ChannelKind::Bedrock | ChannelKind::Vertex | ChannelKind::Gemini => {
+            Err(untranslatable(TranslateError::Unsupported(translate::Dialect::Messages)))
         }
     }
 }

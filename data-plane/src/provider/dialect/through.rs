@@ -1,0 +1,80 @@
+//! The event relay for every translated stream: an upstream dialect's
+//! decoder into the internal form, the meter reading the form (answer text
+//! and usage, whatever the dialects), and the client dialect's encoder.
+//! Framing of the upstream is the caller's: SSE goes through
+//! `meter::pump::Events`, which hands this relay one payload at a time.
+
+use bytes::Bytes;
+
+use crate::{
+    meter::{Meter, pump::EventRelay},
+    translate::ir::{Decode, Delta, Encode, Event},
+};
+
+/// An upstream stream decoded by `D` and written for the client by `E`.
+pub struct Through<D, E> {
+    decoder: D,
+    encoder: E,
+    ended: bool,
+}
+
+// === impl Through ===
+
+impl<D: Decode, E: Encode> Through<D, E> {
+    pub fn new(decoder: D, encoder: E) -> Through<D, E> {
+        Through { decoder, encoder, ended: false }
+    }
+
+    /// Meters `events` and encodes them for the client.
+    pub fn emit(&mut self, events: Vec<Event>, mut meter: Option<&mut Meter>) -> Bytes {
+        let mut out = Vec::new();
+        for event in &events {
+            if let Some(meter) = meter.as_deref_mut() {
+                meter_event(event, meter);
+            }
+            self.encoder.push(event, &mut out);
+            if *event == Event::End && !self.ended {
+                self.ended = true;
+                self.encoder.finish(&mut out);
+                super::note_dropped(&self.encoder.dropped(), "stream");
+            }
+        }
+        Bytes::from(out)
+    }
+}
+
+/// What the meter learns from one event: answer text (for an estimate when
+/// no usage comes), content chunks, the usage reported.
+pub fn meter_event(event: &Event, meter: &mut Meter) {
+    match event {
+        Event::Delta { delta: Delta::Text(text) | Delta::Thinking(text) | Delta::Arguments(text), .. } => {
+            meter.add_text(text);
+            meter.add_chunks(1);
+        }
+        Event::Usage(usage) => meter.observe(*usage),
+        _ => {}
+    }
+}
+
+impl<D: Decode, E: Encode> EventRelay for Through<D, E> {
+    fn event(&mut self, _raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+        if data.is_empty() {
+            return Bytes::new();
+        }
+        let mut meter = meter;
+        if let Some(meter) = meter.as_deref_mut() {
+            meter.read_event(data);
+        }
+        let events = self.decoder.push(data);
+        self.emit(events, meter)
+    }
+
+    fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes {
+        let events = self.decoder.finish();
+        self.emit(events, meter)
+    }
+
+    fn complete(&self) -> bool {
+        self.ended
+    }
+}

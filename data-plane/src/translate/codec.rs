@@ -1,0 +1,114 @@
+//! Which decoder and encoder serve each dialect: the one table the relays
+//! and handlers read, so a new dialect is one arm in each function here and
+//! its own module beside `chat` and `messages`.
+
+use serde_json::Value;
+
+use super::{
+    Dropped, TranslateError,
+    ir::{self, Decode, Encode},
+};
+
+/// A wire dialect of chat-like requests and answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI chat completions (`/chat/completions`).
+    Chat,
+    /// The messages API (`/messages`; Bedrock `invoke` and Vertex
+    /// `rawPredict` for Anthropic models).
+    Messages,
+    /// OpenAI responses (`/responses`).
+    Responses,
+    /// Gemini `generateContent` (Gemini API and Vertex Gemini models).
+    Gemini,
+    /// Bedrock `converse`.
+    Converse,
+}
+
+/// What an encoder of answers needs to know of the client's request.
+#[derive(Debug, Clone, Default)]
+pub struct Answering {
+    /// The model as the client named it, written into answers.
+    pub model: String,
+    /// Unix seconds the answer is dated (chat's `created`).
+    pub created: i64,
+    /// The chat client asked for the usage chunk (`include_usage`).
+    pub include_usage: bool,
+    /// Gemini clients that asked for a JSON array instead of SSE.
+    pub json_array: bool,
+}
+
+/// `body` in `dialect` as the internal form, with what could not be carried.
+pub fn decode_request(dialect: Dialect, body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
+    let _ = body;
+    Err(TranslateError::Unsupported(dialect))
+}
+
+/// `request` as a body in `dialect`; what the dialect cannot carry is noted
+/// in `dropped`.
+pub fn encode_request(dialect: Dialect, request: &ir::Request, dropped: &mut Dropped) -> Result<Value, TranslateError> {
+    let _ = (request, dropped);
+    Err(TranslateError::Unsupported(dialect))
+}
+
+/// A whole answer in `dialect` as the internal form.
+pub fn decode_response(dialect: Dialect, body: &Value) -> ir::Response {
+    let _ = (dialect, body);
+    ir::Response::default()
+}
+
+/// `response` as a whole answer in `dialect`.
+pub fn encode_response(dialect: Dialect, response: &ir::Response, answering: &Answering) -> Value {
+    let _ = (dialect, response, answering);
+    Value::Null
+}
+
+/// A decoder of streamed answers in `dialect`.
+pub fn stream_decoder(dialect: Dialect) -> Box<dyn Decode> {
+    let _ = dialect;
+    Box::new(Nothing)
+}
+
+/// An encoder of streamed answers in `dialect` for the client.
+pub fn stream_encoder(dialect: Dialect, answering: &Answering) -> Box<dyn Encode> {
+    let _ = (dialect, answering);
+    Box::new(Nothing)
+}
+
+/// The placeholder of a dialect whose codec is not written yet.
+struct Nothing;
+
+impl Decode for Nothing {
+    fn push(&mut self, _payload: &[u8]) -> Vec<ir::Event> {
+        Vec::new()
+    }
+    fn finish(&mut self) -> Vec<ir::Event> {
+        Vec::new()
+    }
+}
+
+impl Encode for Nothing {
+    fn push(&mut self, _event: &ir::Event, _out: &mut Vec<u8>) {}
+    fn finish(&mut self, _out: &mut Vec<u8>) {}
+}
+
+impl Decode for Box<dyn Decode> {
+    fn push(&mut self, payload: &[u8]) -> Vec<ir::Event> {
+        (**self).push(payload)
+    }
+    fn finish(&mut self) -> Vec<ir::Event> {
+        (**self).finish()
+    }
+}
+
+impl Encode for Box<dyn Encode> {
+    fn push(&mut self, event: &ir::Event, out: &mut Vec<u8>) {
+        (**self).push(event, out);
+    }
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        (**self).finish(out);
+    }
+    fn dropped(&self) -> Dropped {
+        (**self).dropped()
+    }
+}
