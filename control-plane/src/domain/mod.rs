@@ -647,6 +647,7 @@ mod tests {
             idle_timeout_ms: 0,
             total_timeout_ms: 0,
             keys: Vec::new(),
+            settings: BTreeMap::new(),
         }
     }
 
