@@ -3,7 +3,8 @@
 
 use axum::http::HeaderName;
 
-use super::Outgoing;
+use super::{ChatCall, Framing, Outgoing};
+use crate::translate::Dialect;
 use crate::{error::ProxyError, policy::domain::Channel};
 
 /// Signs `request` for `channel`.
@@ -11,4 +12,18 @@ pub fn authorize(channel: &Channel, request: Outgoing<'_>) -> Result<HeaderName,
     let _ = request;
     tracing::error!(channel = %channel.id, "bedrock channels are not served yet");
     Err(ProxyError::UpstreamConnect)
+}
+
+/// The call for `upstream_model`: Anthropic models (`anthropic.…`, with or
+/// without a region prefix) through `invoke` in the messages dialect, the
+/// rest through `converse`.
+pub fn chat_call(channel: &Channel, upstream_model: &str, stream: bool) -> ChatCall {
+    let _ = channel;
+    let (dialect, method) = match (upstream_model.contains("anthropic."), stream) {
+        (true, false) => (Dialect::Messages, "invoke"),
+        (true, true) => (Dialect::Messages, "invoke-with-response-stream"),
+        (false, false) => (Dialect::Converse, "converse"),
+        (false, true) => (Dialect::Converse, "converse-stream"),
+    };
+    ChatCall { dialect, path: format!("/model/{upstream_model}/{method}"), framing: Framing::EventStream }
 }

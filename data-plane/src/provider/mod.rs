@@ -35,6 +35,7 @@ use futures_util::StreamExt as _;
 use crate::{
     error::ProxyError,
     policy::domain::{Channel, ChannelKind},
+    translate::Dialect,
 };
 
 /// What an attempt needs besides its request: the transport and where usage
@@ -56,6 +57,47 @@ pub fn chat_path(channel: &Channel, upstream_model: &str) -> std::borrow::Cow<'s
     match channel.kind {
         ChannelKind::Azure => azure::path(channel, upstream_model, openai::CHAT_PATH).into(),
         _ => openai::CHAT_PATH.into(),
+    }
+}
+
+/// How a chat-like call is made on a channel: the dialect its body is in,
+/// where it goes and how its stream is framed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatCall {
+    pub dialect: Dialect,
+    /// Under the channel's base URL, query included.
+    pub path: String,
+    pub framing: Framing,
+}
+
+/// How an upstream frames a streamed answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Server-sent events.
+    Sse,
+    /// AWS's binary event stream (`application/vnd.amazon.eventstream`).
+    EventStream,
+}
+
+/// The call for a chat-like request for `upstream_model` on `channel`
+/// (`stream`: the answer is streamed), by the kind's adapter.
+pub fn chat_call(channel: &Channel, upstream_model: &str, stream: bool) -> ChatCall {
+    match channel.kind {
+        ChannelKind::OpenAi | ChannelKind::Azure => ChatCall {
+            dialect: Dialect::Chat,
+            path: chat_path(channel, upstream_model).into_owned(),
+            framing: Framing::Sse,
+        },
+        ChannelKind::Anthropic => {
+            ChatCall { dialect: Dialect::Messages, path: anthropic::MESSAGES_PATH.into(), framing: Framing::Sse }
+        }
+        ChannelKind::Gemini => ChatCall {
+            dialect: Dialect::Gemini,
+            path: gemini::path(upstream_model, gemini::generate_method(stream), stream),
+            framing: Framing::Sse,
+        },
+        ChannelKind::Vertex => vertex::chat_call(channel, upstream_model, stream),
+        ChannelKind::Bedrock => bedrock::chat_call(channel, upstream_model, stream),
     }
 }
 
