@@ -41,38 +41,73 @@ pub struct Answering {
 /// `body` in `dialect` as the internal form, with what could not be carried.
 pub fn decode_request(dialect: Dialect, body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
     let _ = body;
-    Err(TranslateError::Unsupported(dialect))
+    match dialect {
+        Dialect::Chat => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Messages => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Responses => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Gemini => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Converse => Err(TranslateError::Unsupported(dialect)),
+    }
 }
 
 /// `request` as a body in `dialect`; what the dialect cannot carry is noted
 /// in `dropped`.
 pub fn encode_request(dialect: Dialect, request: &ir::Request, dropped: &mut Dropped) -> Result<Value, TranslateError> {
     let _ = (request, dropped);
-    Err(TranslateError::Unsupported(dialect))
+    match dialect {
+        Dialect::Chat => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Messages => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Responses => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Gemini => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Converse => Err(TranslateError::Unsupported(dialect)),
+    }
 }
 
 /// A whole answer in `dialect` as the internal form.
 pub fn decode_response(dialect: Dialect, body: &Value) -> ir::Response {
-    let _ = (dialect, body);
-    ir::Response::default()
+    let _ = body;
+    match dialect {
+        Dialect::Chat => ir::Response::default(),
+        Dialect::Messages => ir::Response::default(),
+        Dialect::Responses => ir::Response::default(),
+        Dialect::Gemini => ir::Response::default(),
+        Dialect::Converse => ir::Response::default(),
+    }
 }
 
 /// `response` as a whole answer in `dialect`.
 pub fn encode_response(dialect: Dialect, response: &ir::Response, answering: &Answering) -> Value {
-    let _ = (dialect, response, answering);
-    Value::Null
+    let _ = (response, answering);
+    match dialect {
+        Dialect::Chat => Value::Null,
+        Dialect::Messages => Value::Null,
+        Dialect::Responses => Value::Null,
+        Dialect::Gemini => Value::Null,
+        Dialect::Converse => Value::Null,
+    }
 }
 
 /// A decoder of streamed answers in `dialect`.
 pub fn stream_decoder(dialect: Dialect) -> Box<dyn Decode> {
-    let _ = dialect;
-    Box::new(Nothing)
+    match dialect {
+        Dialect::Chat => Box::new(Nothing),
+        Dialect::Messages => Box::new(Nothing),
+        Dialect::Responses => Box::new(Nothing),
+        Dialect::Gemini => Box::new(Nothing),
+        Dialect::Converse => Box::new(Nothing),
+    }
 }
 
 /// An encoder of streamed answers in `dialect` for the client.
 pub fn stream_encoder(dialect: Dialect, answering: &Answering) -> Box<dyn Encode> {
-    let _ = (dialect, answering);
-    Box::new(Nothing)
+    let _ = answering;
+    match dialect {
+        Dialect::Chat => Box::new(Nothing),
+        Dialect::Messages => Box::new(Nothing),
+        Dialect::Responses => Box::new(Nothing),
+        Dialect::Gemini => Box::new(Nothing),
+        Dialect::Converse => Box::new(Nothing),
+    }
 }
 
 /// The placeholder of a dialect whose codec is not written yet.
