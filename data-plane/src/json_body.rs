@@ -130,6 +130,47 @@ macro_rules! skip_kinds {
 }
 pub(crate) use skip_kinds;
 
+/// Changes to a body's top-level fields: what an adapter's upstream wants
+/// different from what the client sent (a mapped model, a version field, a
+/// field the upstream refuses).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BodyEdit {
+    /// Fields left out.
+    pub drop: Vec<&'static str>,
+    /// Fields set, with their JSON text.
+    pub set: Vec<(&'static str, String)>,
+}
+
+// === impl BodyEdit ===
+
+impl BodyEdit {
+    /// True when the edit changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.drop.is_empty() && self.set.is_empty()
+    }
+
+    /// Sets field `name` to the string `value`.
+    pub fn set_str(&mut self, name: &'static str, value: &str) {
+        let mut text = String::with_capacity(value.len() + 2);
+        push_json_string(&mut text, value);
+        self.set.push((name, text));
+    }
+
+    /// Applies the edit to a parsed body `value` (an object; anything else
+    /// is left as it is).
+    pub fn apply(&self, value: &mut serde_json::Value) {
+        let Some(object) = value.as_object_mut() else { return };
+        for name in &self.drop {
+            object.remove(*name);
+        }
+        for (name, text) in &self.set {
+            if let Ok(v) = serde_json::from_str(text) {
+                object.insert((*name).to_owned(), v);
+            }
+        }
+    }
+}
+
 // === impl JsonBody ===
 
 impl JsonBody {
@@ -264,6 +305,47 @@ impl JsonBody {
         if force_usage && !saw_options {
             comma(&mut out);
             out.push_str(r#""stream_options":{"include_usage":true}"#);
+        }
+        out.push('}');
+        Bytes::from(out)
+    }
+
+    /// The body with `edit` applied: the fields it drops left out, the
+    /// fields it sets given its JSON text (in place when present, appended
+    /// otherwise); every other field byte for byte, in order. The body as
+    /// it is when the edit changes nothing.
+    pub fn edit(&self, edit: &BodyEdit) -> Bytes {
+        if edit.is_empty() {
+            return self.raw.clone();
+        }
+        let mut out = String::with_capacity(self.raw.len() + 64);
+        out.push('{');
+        let mut set: Vec<bool> = vec![false; edit.set.len()];
+        for field in &self.fields {
+            let name = self.name(field);
+            let setting = edit.set.iter().position(|(n, _)| *n == name);
+            // A field dropped, or a repeat of one already set, is left out.
+            if edit.drop.contains(&name) || setting.is_some_and(|i| set[i]) {
+                continue;
+            }
+            comma(&mut out);
+            push_json_string(&mut out, name);
+            out.push(':');
+            match setting {
+                Some(i) => {
+                    set[i] = true;
+                    out.push_str(&edit.set[i].1);
+                }
+                None => out.push_str(self.text(field.value.clone())),
+            }
+        }
+        for ((name, value), done) in edit.set.iter().zip(set) {
+            if !done {
+                comma(&mut out);
+                push_json_string(&mut out, name);
+                out.push(':');
+                out.push_str(value);
+            }
         }
         out.push('}');
         Bytes::from(out)

@@ -7,6 +7,9 @@ use super::{ChatCall, Framing, Outgoing};
 use crate::translate::Dialect;
 use crate::{error::ProxyError, policy::domain::Channel};
 
+/// `anthropic_version` of messages bodies sent to `invoke`.
+pub const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
+
 /// Signs `request` for `channel`.
 pub fn authorize(channel: &Channel, request: Outgoing<'_>) -> Result<HeaderName, ProxyError> {
     let _ = request;

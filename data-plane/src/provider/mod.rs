@@ -34,6 +34,7 @@ use futures_util::StreamExt as _;
 
 use crate::{
     error::ProxyError,
+    json_body::BodyEdit,
     policy::domain::{Channel, ChannelKind},
     translate::Dialect,
 };
@@ -99,6 +100,41 @@ pub fn chat_call(channel: &Channel, upstream_model: &str, stream: bool) -> ChatC
         ChannelKind::Vertex => vertex::chat_call(channel, upstream_model, stream),
         ChannelKind::Bedrock => bedrock::chat_call(channel, upstream_model, stream),
     }
+}
+
+/// What `channel`'s adapter changes in a chat-like body of `call`'s
+/// dialect for `upstream_model`, whether the body passed through or was
+/// translated: the model named in the body (or left out where the path
+/// names it), and the version fields Bedrock and Vertex want for messages
+/// bodies. `client` holds the client's headers (Bedrock takes
+/// `anthropic-beta` in the body).
+pub fn body_edit(channel: &Channel, call: &ChatCall, upstream_model: &str, client: &HeaderMap) -> BodyEdit {
+    let mut edit = BodyEdit::default();
+    match (channel.kind, call.dialect) {
+        (ChannelKind::Bedrock, Dialect::Messages) => {
+            edit.drop.extend(["model", "stream"]);
+            edit.set_str("anthropic_version", bedrock::ANTHROPIC_VERSION);
+            let betas: Vec<&str> = client
+                .get_all("anthropic-beta")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .filter(|b| !b.is_empty())
+                .collect();
+            if !betas.is_empty() {
+                edit.set.push(("anthropic_beta", serde_json::json!(betas).to_string()));
+            }
+        }
+        (ChannelKind::Vertex, Dialect::Messages) => {
+            edit.drop.push("model");
+            edit.set_str("anthropic_version", vertex::ANTHROPIC_VERSION);
+        }
+        // The model is in the path; Converse and Gemini bodies name none.
+        (_, Dialect::Gemini | Dialect::Converse) => edit.drop.push("model"),
+        _ => edit.set_str("model", upstream_model),
+    }
+    edit
 }
 
 /// One request about to be sent, as an adapter sees it to authorize it.

@@ -7,6 +7,9 @@ use super::{ChatCall, Framing, Upstreams, gemini};
 use crate::translate::Dialect;
 use crate::{error::ProxyError, policy::domain::Channel};
 
+/// `anthropic_version` of messages bodies sent to `rawPredict`.
+pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
+
 /// The bearer token for `channel`'s service account.
 pub async fn credential(upstreams: &Upstreams, channel: &Channel) -> Result<(HeaderName, HeaderValue), ProxyError> {
     let _ = upstreams;
