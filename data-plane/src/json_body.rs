@@ -554,6 +554,24 @@ mod tests {
     }
 
     #[test]
+    fn an_edit_drops_sets_and_appends_keeping_every_other_byte() {
+        let body = parse(r#"{"model":"a", "stream":true,"messages":[ {"x" :1} ],"model":"b"}"#);
+        let mut edit = BodyEdit::default();
+        assert_eq!(body.edit(&edit), body.raw().clone(), "an empty edit is the body");
+        edit.drop.push("stream");
+        edit.set_str("model", "m\"1");
+        edit.set_str("anthropic_version", "v");
+        let edited = body.edit(&edit);
+        assert_eq!(
+            std::str::from_utf8(&edited).unwrap(),
+            r#"{"model":"m\"1","messages":[ {"x" :1} ],"anthropic_version":"v"}"#
+        );
+        let mut value: serde_json::Value = serde_json::from_slice(body.raw()).unwrap();
+        edit.apply(&mut value);
+        assert_eq!(value, serde_json::from_slice::<serde_json::Value>(&edited).unwrap());
+    }
+
+    #[test]
     fn untouched_bodies_pass_byte_for_byte() {
         let body = "{ \"model\" : \"m\",\n \"prompt\": \"hi\", \"x\": {\"y\":1} }";
         assert_eq!(parse(body).rewrite(None, false), body.as_bytes());

@@ -30,3 +30,35 @@ pub fn chat_call(channel: &Channel, upstream_model: &str, stream: bool) -> ChatC
     };
     ChatCall { dialect, path: format!("/model/{upstream_model}/{method}"), framing: Framing::EventStream }
 }
+
+/// An AWS event stream (`application/vnd.amazon.eventstream`) read frame by
+/// frame, each event's payload handed to the event relay `R` as if it were
+/// one SSE event's data: an `invoke-with-response-stream` `chunk` as the
+/// messages event its base64 `bytes` hold; a `converse-stream` event as
+/// `{"<event type>": <payload>}`, the shape of Converse's stream union.
+/// (Placeholder until the frame reader is written: passes nothing.)
+pub struct Frames<R> {
+    relay: R,
+}
+
+// === impl Frames ===
+
+impl<R: crate::meter::pump::EventRelay> Frames<R> {
+    pub fn new(relay: R) -> Frames<R> {
+        Frames { relay }
+    }
+}
+
+impl<R: crate::meter::pump::EventRelay> crate::meter::pump::Relay for Frames<R> {
+    fn push(&mut self, _chunk: bytes::Bytes, _meter: Option<&mut crate::meter::Meter>) -> bytes::Bytes {
+        bytes::Bytes::new()
+    }
+
+    fn finish(&mut self, meter: Option<&mut crate::meter::Meter>) -> bytes::Bytes {
+        self.relay.finish(meter)
+    }
+
+    fn complete(&self) -> bool {
+        self.relay.complete()
+    }
+}

@@ -23,8 +23,11 @@ use axum::{
 use bytes::Bytes;
 use serde_json::Value;
 
+mod forward;
 mod relay;
 pub mod through;
+
+pub use self::forward::{ClientCall, forward};
 
 use self::relay::{ChatAsMessages, MessagesAsChat, PassMessages};
 use crate::{
@@ -125,7 +128,20 @@ pub async fn messages(
             Ok(json_response(&answer))
         }
         ChannelKind::Bedrock | ChannelKind::Vertex | ChannelKind::Gemini => {
-            Err(untranslatable(TranslateError::Unsupported(translate::Dialect::Messages)))
+            let call = ClientCall {
+                dialect: translate::Dialect::Messages,
+                body: &call.body,
+                model: &call.model,
+                stream: call.stream,
+                headers: &call.headers,
+                query: call.query.as_deref(),
+                answering: translate::Answering {
+                    model: call.model.clone(),
+                    created: now_unix(),
+                    ..Default::default()
+                },
+            };
+            forward(app, channel, &call, charge).await
         }
     }
 }
@@ -138,6 +154,23 @@ pub async fn chat(
     chat: &ChatRequest,
     charge: Charge,
 ) -> Result<Response, ProxyError> {
+    if channel.kind != ChannelKind::Anthropic {
+        let call = ClientCall {
+            dialect: translate::Dialect::Chat,
+            body: chat.json(),
+            model: &chat.model,
+            stream: chat.stream,
+            headers: &HeaderMap::new(),
+            query: None,
+            answering: translate::Answering {
+                model: chat.model.clone(),
+                created: now_unix(),
+                include_usage: chat.client_wants_usage,
+                json_array: false,
+            },
+        };
+        return forward(app, channel, &call, charge).await;
+    }
     let json = serde_json::from_slice::<Value>(chat.body()).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
     let (mut request, dropped) = translate::chat_to_messages_request_noted(&json).map_err(untranslatable)?;
     note_dropped(&dropped, "request");

@@ -1,0 +1,185 @@
+//! One attempt of a chat-like request in any client dialect on a channel of
+//! any kind. The channel's adapter says which dialect it speaks for the
+//! model (`provider::chat_call`); when that is the client's, the body passes
+//! through with only the adapter's edits (`provider::body_edit`), so prompt
+//! caches still match; otherwise it is decoded into the internal form and
+//! encoded in the channel's dialect. Answers come back the same way: whole
+//! answers through `decode_response`/`encode_response`, streams through
+//! `Through` (a decoder, the meter, an encoder) inside the upstream's
+//! framing.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Body,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::Response,
+};
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{note_dropped, through::Through};
+use crate::{
+    error::ProxyError,
+    json_body::JsonBody,
+    meter::{
+        Charge, Meter,
+        pump::{Events, pump},
+    },
+    policy::domain::{Channel, ChannelKind},
+    provider::{self, Attempt, ChatCall, Framing, anthropic},
+    translate::codec::{self, Answering, Dialect},
+};
+
+/// A chat-like request as the client sent it, in its dialect.
+pub struct ClientCall<'a> {
+    pub dialect: Dialect,
+    /// The body as it arrived, fields in order.
+    pub body: &'a JsonBody,
+    /// The model the client asked for (Gemini clients name it in the path).
+    pub model: &'a str,
+    pub stream: bool,
+    /// The client's headers (messages-native channels get its
+    /// `anthropic-…` headers).
+    pub headers: &'a HeaderMap,
+    /// The client's query string, passed to messages-native channels.
+    pub query: Option<&'a str>,
+    /// What the answer's encoder needs of the request.
+    pub answering: Answering,
+}
+
+/// Sends `call` to `channel` and answers in the client's dialect, metered:
+/// usage as the upstream reports it, else estimated from the prompt and the
+/// answer's text. Fails before anything reached the client on an upstream
+/// error, a transport failure or an answer that is not what the channel's
+/// dialect sends, so the attempt can move on to the next channel.
+pub async fn forward(
+    app: Attempt<'_>,
+    channel: Arc<Channel>,
+    call: &ClientCall<'_>,
+    charge: Charge,
+) -> Result<Response, ProxyError> {
+    let upstream_model = channel.upstream_model(call.model).to_owned();
+    let target = provider::chat_call(&channel, &upstream_model, call.stream);
+    let edit = provider::body_edit(&channel, &target, &upstream_model, call.headers);
+    let same = target.dialect == call.dialect;
+    let body = if same {
+        call.body.edit(&edit)
+    } else {
+        let json = serde_json::from_slice::<Value>(call.body.raw())
+            .map_err(|error| ProxyError::InvalidJson(error.to_string()))?;
+        let (mut request, mut dropped) = codec::decode_request(call.dialect, &json).map_err(untranslatable)?;
+        request.model = upstream_model.clone();
+        request.stream = call.stream;
+        let mut encoded = codec::encode_request(target.dialect, &request, &mut dropped).map_err(untranslatable)?;
+        edit.apply(&mut encoded);
+        note_dropped(&dropped, "request");
+        Bytes::from(encoded.to_string())
+    };
+    let path = match (channel.kind, call.query) {
+        (ChannelKind::Anthropic, Some(query)) if same => anthropic::path_with_query(&target.path, Some(query)),
+        _ => target.path.clone(),
+    };
+    let headers = upstream_headers(&channel, &target, same, call.headers);
+    let response = app.upstreams.send(&channel, &path, headers, body, call.stream).await?;
+    let response = provider::accept(app.upstreams, &channel, response).await?;
+    let raw = call.body.raw().clone();
+    let mut meter = Meter::new(charge, app.usage.clone(), raw.len());
+    meter.estimate_prompt_from(raw);
+    if call.stream && streams(&target, response.headers()) {
+        return Ok(stream(app, &channel, &target, call, response, meter));
+    }
+    let bytes = match app.upstreams.read_body(&channel, response).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            meter.cancel();
+            return Err(error);
+        }
+    };
+    let Ok(answer) = serde_json::from_slice::<Value>(&bytes) else {
+        meter.cancel();
+        tracing::warn!(channel = %channel.id, "upstream answered with a body that is not JSON");
+        let message = "upstream answer is not JSON".to_owned();
+        return Err(ProxyError::UpstreamStatus { status: StatusCode::BAD_GATEWAY, message });
+    };
+    meter.answered(&bytes);
+    let decoded = codec::decode_response(target.dialect, &answer);
+    match decoded.usage {
+        Some(usage) => meter.observe(usage),
+        None => meter.add_text(&decoded.text()),
+    }
+    meter.finish(200).wait().await;
+    let body = if same {
+        bytes
+    } else {
+        Bytes::from(codec::encode_response(call.dialect, &decoded, &call.answering).to_string())
+    };
+    Ok(provider::reply(StatusCode::OK, None, Body::from(body), false))
+}
+
+/// Whether the upstream answered with a stream in the framing its adapter
+/// announced.
+fn streams(target: &ChatCall, headers: &HeaderMap) -> bool {
+    match target.framing {
+        Framing::Sse => provider::is_sse(headers),
+        Framing::EventStream => headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/vnd.amazon.eventstream")),
+    }
+}
+
+/// The streamed client response: the upstream's events decoded in its
+/// dialect and encoded in the client's (SSE framing; AWS event streams
+/// through the Bedrock adapter's frame reader).
+fn stream(
+    app: Attempt<'_>,
+    channel: &Channel,
+    target: &ChatCall,
+    call: &ClientCall<'_>,
+    response: provider::client::Response,
+    meter: Meter,
+) -> Response {
+    let idle = app.upstreams.idle_timeout(channel);
+    let status = response.status().as_u16();
+    let relay =
+        Through::new(codec::stream_decoder(target.dialect), codec::stream_encoder(call.dialect, &call.answering));
+    let upstream = Box::pin(response.bytes_stream());
+    let body = match target.framing {
+        Framing::Sse => Body::from_stream(pump(upstream, Events::new(relay), Some(meter), idle, status)),
+        Framing::EventStream => {
+            Body::from_stream(pump(upstream, provider::bedrock::Frames::new(relay), Some(meter), idle, status))
+        }
+    };
+    let content_type = (call.dialect == Dialect::Gemini && call.answering.json_array)
+        .then(|| HeaderValue::from_static("application/json"));
+    provider::reply(StatusCode::OK, content_type, body, true)
+}
+
+/// The headers of the upstream request: JSON, and for messages-native
+/// channels the `anthropic-version` and, when the client spoke messages, its
+/// other `anthropic-…` headers.
+fn upstream_headers(channel: &Channel, target: &ChatCall, same: bool, client: &HeaderMap) -> HeaderMap {
+    match (channel.kind, target.dialect) {
+        (ChannelKind::Anthropic, _) if same => anthropic::headers(client),
+        (ChannelKind::Anthropic, _) => anthropic::headers(&HeaderMap::new()),
+        (ChannelKind::Vertex, Dialect::Messages) => {
+            let mut headers = json_headers();
+            if same && let Some(beta) = client.get("anthropic-beta") {
+                headers.insert("anthropic-beta", beta.clone());
+            }
+            headers
+        }
+        _ => json_headers(),
+    }
+}
+
+fn json_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers
+}
+
+fn untranslatable(error: crate::translate::TranslateError) -> ProxyError {
+    ProxyError::Untranslatable(error.to_string())
+}
