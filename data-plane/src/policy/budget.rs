@@ -38,8 +38,12 @@ const EXPIRY_MARGIN: Duration = Duration::from_secs(2);
 /// After a refusal, requests needing at least as much are refused without
 /// asking again for this long.
 const REFUSAL_MEMORY: Duration = Duration::from_secs(1);
-/// Leases one request waits through before it gives up.
-const MAX_ROUNDS: u32 = 16;
+/// How long one request waits, through as many lease answers as it takes,
+/// before it gives up with 503. Asks are sized by the demand of every
+/// request waiting, so a burst is served in a round or two.
+const MAX_WAIT: Duration = Duration::from_secs(6);
+/// The most one ask wants (the control plane's own bound on amounts).
+const MAX_LEASE: i64 = 1_000_000_000_000_000;
 const PROBE_MIN: Duration = Duration::from_millis(500);
 const PROBE_MAX: Duration = Duration::from_secs(10);
 
@@ -160,6 +164,9 @@ struct Pool {
     /// changes the revision, ends it early).
     refused: Option<Refused>,
     fetching: Option<watch::Receiver<()>>,
+    /// What requests waiting for a lease of this budget need together:
+    /// the next ask covers all of them, not only the one that sends it.
+    waiting: i64,
     last_used: Instant,
     /// Settled in the current and previous `IDLE` period, to size leases.
     spent_now: i64,
@@ -177,7 +184,17 @@ struct Refused {
 enum Step {
     Reserved(Reservation),
     Refused(ProxyError),
-    Wait(Vec<watch::Receiver<()>>),
+    /// Wait for these lease answers; the budgets the request now counts
+    /// in the demand of (see `Waiting`).
+    Wait(Vec<watch::Receiver<()>>, Vec<String>),
+}
+
+/// A request's amount counted in the `waiting` demand of the budgets it
+/// waits for, until it is dropped (reserved, refused, or gone).
+struct Waiting {
+    inner: Arc<Inner>,
+    budgets: Vec<String>,
+    amount: i64,
 }
 
 // === impl Config ===
@@ -257,19 +274,28 @@ impl Budgets {
         if budgets.is_empty() {
             return Ok(Reservation::default());
         }
-        for _ in 0..MAX_ROUNDS {
-            match self.try_reserve(&mut budgets, amount, revision) {
+        let deadline = Instant::now() + MAX_WAIT;
+        let mut waiting: Option<Waiting> = None;
+        loop {
+            match self.try_reserve(&mut budgets, amount, revision, waiting.is_none()) {
                 Step::Reserved(reservation) => return Ok(reservation),
                 Step::Refused(error) => return Err(error),
-                Step::Wait(leases) => {
-                    for mut lease in leases {
-                        // Errs once the sender is dropped: the answer has landed.
-                        let _ = lease.changed().await;
+                Step::Wait(leases, counted) => {
+                    if !counted.is_empty() {
+                        waiting = Some(Waiting { inner: self.inner.clone(), budgets: counted, amount });
+                    }
+                    let landed = async {
+                        for mut lease in leases {
+                            // Errs once the sender is dropped: the answer has landed.
+                            let _ = lease.changed().await;
+                        }
+                    };
+                    if tokio::time::timeout_at(deadline, landed).await.is_err() {
+                        return Err(ProxyError::BudgetUnavailable);
                     }
                 }
             }
         }
-        Err(ProxyError::BudgetUnavailable)
     }
 
     /// Whether `budget` (`token:<id>` or `account:<id>`) is known to be
@@ -283,7 +309,10 @@ impl Budgets {
         short.then_some(pool.remaining)
     }
 
-    fn try_reserve(&self, budgets: &mut Vec<(String, i64)>, amount: i64, revision: u64) -> Step {
+    /// One try at reserving `amount` of each of `budgets` from what is
+    /// held; asks for what is short (counting the request in the demand of
+    /// those budgets when `count` is set, its first time waiting).
+    fn try_reserve(&self, budgets: &mut Vec<(String, i64)>, amount: i64, revision: u64, count: bool) -> Step {
         let mut state = self.inner.lock();
         let now = Instant::now();
         self.sweep(&mut state, now);
@@ -343,17 +372,29 @@ impl Budgets {
         }
         let mut waits = Vec::new();
         let mut asks = Vec::new();
+        let mut counted = Vec::new();
         for (budget, need) in short {
-            let Some(pool) = state.pools.get(&budget) else { continue };
+            let Some(pool) = state.pools.get_mut(&budget) else { continue };
+            if count {
+                pool.waiting = pool.waiting.saturating_add(amount);
+            }
             match &pool.fetching {
                 Some(lease) => waits.push(lease.clone()),
-                None => asks.push(Ask { budget, need, want: pool.lease_size(need) }),
+                None => {
+                    // Everything waiting, this request included, less what
+                    // is free already.
+                    let demand = need.max(pool.waiting.saturating_sub(pool.free(now).max(0)));
+                    asks.push(Ask { budget: budget.clone(), need, want: pool.lease_size(demand) });
+                }
+            }
+            if count {
+                counted.push(budget);
             }
         }
         if !asks.is_empty() {
             waits.push(self.fetch(&mut state, asks, revision));
         }
-        Step::Wait(waits)
+        Step::Wait(waits, counted)
     }
 
     /// Spawns one lease request; returns what to wait on for its answer.
@@ -401,7 +442,10 @@ impl Budgets {
         state.swept_at = now;
         let mut returns = Vec::new();
         state.pools.retain(|budget, pool| {
-            let idle = pool.reserved == 0 && pool.fetching.is_none() && now.duration_since(pool.last_used) >= IDLE;
+            let idle = pool.reserved == 0
+                && pool.waiting == 0
+                && pool.fetching.is_none()
+                && now.duration_since(pool.last_used) >= IDLE;
             if idle && pool.held > 0 && pool.expires > now {
                 returns.push((budget.clone(), pool.held));
             }
@@ -525,6 +569,7 @@ impl Pool {
             offline: 0,
             refused: None,
             fetching: None,
+            waiting: 0,
             last_used: now,
             spent_now: 0,
             spent_before: 0,
@@ -540,7 +585,7 @@ impl Pool {
     /// What to ask for beyond a `need`: about one idle period of recent
     /// spending, at least four times the need.
     fn lease_size(&self, need: i64) -> i64 {
-        need.saturating_mul(4).max(self.spent_now.max(self.spent_before))
+        need.saturating_mul(4).max(self.spent_now.max(self.spent_before)).min(MAX_LEASE)
     }
 
     /// Whether to renew: the lease lapses within a third of its lifetime, or
@@ -577,6 +622,19 @@ impl Reservation {
         for budget in &self.budgets {
             if let Some(pool) = state.pools.get_mut(budget) {
                 pool.settle(self.amount, cost, now);
+            }
+        }
+    }
+}
+
+// === impl Waiting ===
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut state = self.inner.lock();
+        for budget in &self.budgets {
+            if let Some(pool) = state.pools.get_mut(budget) {
+                pool.waiting = pool.waiting.saturating_sub(self.amount).max(0);
             }
         }
     }

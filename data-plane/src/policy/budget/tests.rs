@@ -249,3 +249,46 @@ async fn an_idle_data_plane_gives_budgets_back_without_a_request() {
     stop.send_replace(true);
     sweeper.await.unwrap();
 }
+
+/// Opens `n` reservations of `amount` at once on `budgets`; how many were
+/// admitted, and every refusal.
+async fn burst(budgets: &Budgets, caller: &Caller, n: usize, amount: i64) -> (usize, Vec<ProxyError>) {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (budgets, caller) = (budgets.clone(), caller.clone());
+            tokio::spawn(async move { budgets.reserve(&caller, amount, 0).await.map(std::mem::forget) })
+        })
+        .collect();
+    let (mut admitted, mut refused) = (0, Vec::new());
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(()) => admitted += 1,
+            Err(error) => refused.push(error),
+        }
+    }
+    (admitted, refused)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_two_thousand_on_a_covering_budget_is_admitted_whole() {
+    let authority = Arc::new(Authority::new(100_000_000_000));
+    let budgets = budgets(&authority);
+    let caller = caller(true, false);
+    let (admitted, refused) = burst(&budgets, &caller, 2_000, 60_000).await;
+    assert_eq!((admitted, refused), (2_000, Vec::new()));
+    assert!(authority.calls.load(Ordering::SeqCst) < 20, "asks follow demand, not one request at a time");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_past_the_budget_is_refused_with_403_never_503() {
+    let authority = Arc::new(Authority::new(500 * 60_000));
+    let planes: Vec<Budgets> = (0..2).map(|_| budgets(&authority)).collect();
+    let caller = caller(true, false);
+    let (a, b) = tokio::join!(burst(&planes[0], &caller, 1_000, 60_000), burst(&planes[1], &caller, 1_000, 60_000));
+    let admitted = a.0 + b.0;
+    assert!(admitted <= 500, "never past the balance: {admitted}");
+    assert!(admitted >= 450, "the balance is spent, not stranded in leases: {admitted}");
+    for error in a.1.iter().chain(&b.1) {
+        assert!(matches!(error, ProxyError::InsufficientUserQuota { .. }), "{error:?}");
+    }
+}
