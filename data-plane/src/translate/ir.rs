@@ -46,6 +46,19 @@ pub struct Request {
     /// an encoder for the same family (chat to Azure, messages to Bedrock)
     /// can pass them on. Other encoders drop them, noted by name.
     pub extra: Map<String, Value>,
+    /// Prompt-cache breakpoints on places other than text parts (which
+    /// carry their own): a tool, an image, a tool call or result. Added for
+    /// chat clients that mark those (they reach messages upstreams).
+    pub cache_marks: Vec<(CacheAt, CacheMark)>,
+}
+
+/// Where a prompt-cache breakpoint of `Request::cache_marks` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheAt {
+    /// After `Request::tools[_]`.
+    Tool(usize),
+    /// After part `part` of `Request::messages[message]`.
+    Part { message: usize, part: usize },
 }
 
 /// Who speaks a message. System instructions are `Request::system`.
@@ -218,6 +231,10 @@ pub enum Event {
     /// The stream ended naturally (always last when it does). A stream cut
     /// short never gets it.
     End,
+    /// The upstream reported an error mid-stream; nothing follows. `kind`
+    /// is the messages API's error type when the upstream gave one in that
+    /// vocabulary (`overloaded_error`, …).
+    Error { kind: Option<String>, message: String },
 }
 
 /// What a streamed block holds.
@@ -250,6 +267,11 @@ pub trait Decode: Send + 'static {
     /// The upstream ended its body; the closing events it implies, if the
     /// dialect closes implicitly (chat's `[DONE]`).
     fn finish(&mut self) -> Vec<Event>;
+    /// What the decoder left out (blocks the form cannot hold), for the
+    /// caller to log with the encoder's.
+    fn dropped(&self) -> Dropped {
+        Dropped::new()
+    }
 }
 
 /// Writes events as one dialect's streamed answer for the client, framing
@@ -433,6 +455,7 @@ impl Collect {
             Event::Usage(usage) => self.response.usage = Some(usage),
             Event::Stop(stop) => self.response.stop = stop,
             Event::End => self.ended = true,
+            Event::Error { .. } => {}
         }
     }
 
