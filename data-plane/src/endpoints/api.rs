@@ -1,11 +1,15 @@
 //! The OpenAI endpoints besides chat: `/v1/completions`, `/v1/responses`,
 //! `/v1/responses/compact`, `/v1/embeddings`, `/v1/moderations`,
 //! `/v1/images/generations`, `/v1/images/edits`, `/v1/audio/transcriptions`,
-//! `/v1/audio/translations` and `/v1/audio/speech`. Each runs the one
+//! `/v1/audio/translations` and `/v1/audio/speech`, and
+//! `/v1/responses/input_tokens` (`responses`). Each runs the one
 //! pipeline (admit, body limit, route with the endpoint category, attempts) and goes
-//! to the same path under the channel's base URL. Bodies pass through as
+//! to the same path under an OpenAI channel's base URL (an Azure channel's
+//! deployment or v1 path, `provider::azure::path`). Bodies pass through as
 //! bytes; the only rewrites are the mapped model and, for streamed
-//! completions, `stream_options.include_usage`. Answers are JSON, SSE
+//! completions, `stream_options.include_usage`. `/v1/responses` reaches
+//! channels of other kinds translated (`responses`); the other endpoints
+//! are OpenAI's own and refused on them. Answers are JSON, SSE
 //! (completions and responses stream; metered event by event) or, for
 //! speech, binary audio streamed chunk by chunk.
 //!
@@ -29,6 +33,8 @@ use axum::{
 use bytes::Bytes;
 use serde_json::Value;
 
+mod responses;
+
 use super::multipart::{self, Form};
 use crate::{
     error::ProxyError,
@@ -41,7 +47,7 @@ use crate::{
     },
     pipeline::{self, App},
     policy::auth::Access,
-    policy::domain::Channel,
+    policy::domain::{Channel, ChannelKind},
     pricing::{Units, Usage},
     provider, tokens,
 };
@@ -103,7 +109,8 @@ enum CallBody {
 
 /// The routes of every endpoint served here.
 pub fn routes() -> Router<Arc<App>> {
-    ALL.into_iter().fold(Router::new(), |router, api| {
+    let router = Router::new().route(responses::INPUT_TOKENS_PATH, post(responses::input_tokens));
+    ALL.into_iter().fold(router, |router, api| {
         router.route(api.path(), post(move |State(app): State<Arc<App>>, request: Request| handle(app, api, request)))
     })
 }
@@ -129,9 +136,23 @@ async fn handle(app: Arc<App>, api: Api, request: Request) -> Result<Response, P
 
 /// One attempt on `channel`; it fails, without having sent the client anything, on an upstream error status, a transport failure, or a plain answer that breaks off.
 async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) -> Result<Response, ProxyError> {
-    let body = call.upstream_body(channel.upstream_model(&call.model)).await?;
+    if !responses::speaks_openai(&channel) {
+        return match (&call.body, call.api) {
+            (CallBody::Json(body), Api::Responses) => {
+                responses::translated(app, channel, body, &call.model, call.stream, charge).await
+            }
+            _ => Err(ProxyError::Untranslatable(format!(
+                "{} is served by openai and azure channels only, and this model's channel is {}",
+                call.api.path(),
+                channel.kind.name()
+            ))),
+        };
+    }
+    let upstream_model = channel.upstream_model(&call.model);
+    let body = call.upstream_body(upstream_model).await?;
     let streams = call.stream || call.api == Api::Speech;
-    let response = app.upstreams.post(&channel, call.api.upstream_path(), call.content_type(), body, streams).await?;
+    let path = call.api.channel_path(&channel, upstream_model);
+    let response = app.upstreams.post(&channel, &path, call.content_type(), body, streams).await?;
     let response = provider::accept(&app.upstreams, &channel, response).await?;
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
@@ -182,9 +203,19 @@ impl Api {
         }
     }
 
-    /// The path under a channel's base URL (which ends in `/v1`).
+    /// The path under an OpenAI channel's base URL (which ends in `/v1`).
     fn upstream_path(self) -> &'static str {
         &self.path()["/v1".len()..]
+    }
+
+    /// The path on OpenAI-shaped `channel` for `upstream_model`: Azure's
+    /// deployment path with its `api-version`, or its v1 path; else the
+    /// path under the base URL.
+    fn channel_path(self, channel: &Channel, upstream_model: &str) -> std::borrow::Cow<'static, str> {
+        match channel.kind {
+            ChannelKind::Azure => provider::azure::path(channel, upstream_model, self.upstream_path()).into(),
+            _ => self.upstream_path().into(),
+        }
     }
 
     /// Whether the endpoint takes multipart forms (it may also take JSON).

@@ -44,7 +44,7 @@ pub fn decode_request(dialect: Dialect, body: &Value) -> Result<(ir::Request, Dr
     match dialect {
         Dialect::Chat => Err(TranslateError::Unsupported(dialect)),
         Dialect::Messages => Err(TranslateError::Unsupported(dialect)),
-        Dialect::Responses => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Responses => super::responses::decode_request(body),
         Dialect::Gemini => Err(TranslateError::Unsupported(dialect)),
         Dialect::Converse => Err(TranslateError::Unsupported(dialect)),
     }
@@ -53,11 +53,11 @@ pub fn decode_request(dialect: Dialect, body: &Value) -> Result<(ir::Request, Dr
 /// `request` as a body in `dialect`; what the dialect cannot carry is noted
 /// in `dropped`.
 pub fn encode_request(dialect: Dialect, request: &ir::Request, dropped: &mut Dropped) -> Result<Value, TranslateError> {
-    let _ = (request, dropped);
+    let _ = (request, &dropped);
     match dialect {
         Dialect::Chat => Err(TranslateError::Unsupported(dialect)),
         Dialect::Messages => Err(TranslateError::Unsupported(dialect)),
-        Dialect::Responses => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Responses => Ok(super::responses::encode_request(request, dropped)),
         Dialect::Gemini => Err(TranslateError::Unsupported(dialect)),
         Dialect::Converse => Err(TranslateError::Unsupported(dialect)),
     }
@@ -69,7 +69,7 @@ pub fn decode_response(dialect: Dialect, body: &Value) -> ir::Response {
     match dialect {
         Dialect::Chat => ir::Response::default(),
         Dialect::Messages => ir::Response::default(),
-        Dialect::Responses => ir::Response::default(),
+        Dialect::Responses => super::responses::decode_response(body),
         Dialect::Gemini => ir::Response::default(),
         Dialect::Converse => ir::Response::default(),
     }
@@ -81,7 +81,7 @@ pub fn encode_response(dialect: Dialect, response: &ir::Response, answering: &An
     match dialect {
         Dialect::Chat => Value::Null,
         Dialect::Messages => Value::Null,
-        Dialect::Responses => Value::Null,
+        Dialect::Responses => super::responses::encode_response(response, answering),
         Dialect::Gemini => Value::Null,
         Dialect::Converse => Value::Null,
     }
@@ -92,7 +92,7 @@ pub fn stream_decoder(dialect: Dialect) -> Box<dyn Decode> {
     match dialect {
         Dialect::Chat => Box::new(Nothing),
         Dialect::Messages => Box::new(Nothing),
-        Dialect::Responses => Box::new(Nothing),
+        Dialect::Responses => Box::new(super::responses::Decoder::new()),
         Dialect::Gemini => Box::new(Nothing),
         Dialect::Converse => Box::new(Nothing),
     }
@@ -104,7 +104,7 @@ pub fn stream_encoder(dialect: Dialect, answering: &Answering) -> Box<dyn Encode
     match dialect {
         Dialect::Chat => Box::new(Nothing),
         Dialect::Messages => Box::new(Nothing),
-        Dialect::Responses => Box::new(Nothing),
+        Dialect::Responses => Box::new(super::responses::Encoder::new(answering)),
         Dialect::Gemini => Box::new(Nothing),
         Dialect::Converse => Box::new(Nothing),
     }

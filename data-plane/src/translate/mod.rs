@@ -16,6 +16,7 @@ mod dropped;
 pub mod ir;
 mod request;
 mod response;
+pub mod responses;
 mod stream;
 mod text_chunk;
 mod usage;
