@@ -4,6 +4,7 @@
 //! (in-process, or as processes for crash and restart tests), with an
 //! in-process admin client and one runner for the SDK scripts.
 
+pub mod bedrock_mock;
 pub mod browser;
 pub mod certs;
 pub mod forwarder;

@@ -452,7 +452,7 @@ mod tests {
         let loaded = load(dir.path(), "node-key").unwrap().unwrap();
         assert_eq!(loaded.revision, 42);
         assert!(loaded.held);
-        assert_eq!(loaded.token(&hash).unwrap().id, "t1".into());
+        assert_eq!(&*loaded.token(&hash).unwrap().id, "t1");
         assert_eq!(loaded.channels("default", "m")[0].api_key, "key-c1");
     }
 
@@ -496,7 +496,7 @@ mod tests {
         let loaded = load(dir.path(), "node-key").unwrap().unwrap();
         assert_eq!((loaded.revision, loaded.store_id.as_str()), (9, "s1"));
         assert_eq!(loaded.counts()[2], (Kind::Token, 30_000));
-        assert_eq!(loaded.token(&hash("sk-29999")).unwrap().id, "t29999".into());
+        assert_eq!(&*loaded.token(&hash("sk-29999")).unwrap().id, "t29999");
         // Cut after the first frame: whole frames, but not the last one.
         let file = std::fs::read(&path).unwrap();
         let first = 5 + u32::from_le_bytes(file[23..27].try_into().unwrap()) as usize;

@@ -739,9 +739,9 @@ pub(crate) mod tests {
     fn a_key_taken_over_by_another_token_stays_when_the_first_is_deleted() {
         let snap = Snapshot::build(1, [Resource::Token(token("t1", "sk-a"))]);
         let next = snap.apply(2, [Resource::Token(token("t2", "sk-a"))], []);
-        assert_eq!(next.token(&hash("sk-a")).unwrap().id, "t2".into());
+        assert_eq!(&*next.token(&hash("sk-a")).unwrap().id, "t2");
         let after = next.apply(3, [], [(Kind::Token, "t1".to_string())]);
-        assert_eq!(after.token(&hash("sk-a")).unwrap().id, "t2".into());
+        assert_eq!(&*after.token(&hash("sk-a")).unwrap().id, "t2");
     }
 
     fn hash(key: &str) -> KeyHash {

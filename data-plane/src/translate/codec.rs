@@ -59,7 +59,7 @@ pub fn encode_request(dialect: Dialect, request: &ir::Request, dropped: &mut Dro
         Dialect::Messages => Err(TranslateError::Unsupported(dialect)),
         Dialect::Responses => Ok(super::responses::encode_request(request, dropped)),
         Dialect::Gemini => Err(TranslateError::Unsupported(dialect)),
-        Dialect::Converse => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Converse => Ok(super::converse::encode_request(request, dropped)),
     }
 }
 
@@ -71,7 +71,7 @@ pub fn decode_response(dialect: Dialect, body: &Value) -> ir::Response {
         Dialect::Messages => ir::Response::default(),
         Dialect::Responses => super::responses::decode_response(body),
         Dialect::Gemini => ir::Response::default(),
-        Dialect::Converse => ir::Response::default(),
+        Dialect::Converse => super::converse::decode_response(body),
     }
 }
 
@@ -83,7 +83,7 @@ pub fn encode_response(dialect: Dialect, response: &ir::Response, answering: &An
         Dialect::Messages => Value::Null,
         Dialect::Responses => super::responses::encode_response(response, answering),
         Dialect::Gemini => Value::Null,
-        Dialect::Converse => Value::Null,
+        Dialect::Converse => super::converse::encode_response(response, answering),
     }
 }
 
@@ -94,7 +94,7 @@ pub fn stream_decoder(dialect: Dialect) -> Box<dyn Decode> {
         Dialect::Messages => Box::new(Nothing),
         Dialect::Responses => Box::new(super::responses::Decoder::new()),
         Dialect::Gemini => Box::new(Nothing),
-        Dialect::Converse => Box::new(Nothing),
+        Dialect::Converse => Box::new(super::converse::Decoder::new()),
     }
 }
 

@@ -12,6 +12,7 @@
 use serde_json::{Map, Value};
 
 pub mod codec;
+mod converse;
 mod dropped;
 pub mod ir;
 mod request;
