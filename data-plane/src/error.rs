@@ -109,6 +109,10 @@ pub enum ProxyError {
     /// and the leases held (and the offline allowance) do not cover it.
     #[error("spending budget cannot be leased")]
     BudgetUnavailable,
+    /// Usage records cannot be written to the spool (a full or failing
+    /// disk): spending requests wait until they can.
+    #[error("usage spool cannot be written")]
+    SpoolUnwritable,
     /// A `/v1/messages` request without `compat-version` or `anthropic-version`.
     #[error("version header missing")]
     MissingVersionHeader,
@@ -168,7 +172,7 @@ impl ProxyError {
             RateLimited { .. } | TokensLimited { .. } | InFlightLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             InvalidField { .. } => StatusCode::BAD_REQUEST,
             VideoNotFound { .. } | VideoNotReady { .. } => StatusCode::NOT_FOUND,
-            ControlPlaneUnavailable | BudgetUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ControlPlaneUnavailable | BudgetUnavailable | SpoolUnwritable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -223,6 +227,9 @@ impl ProxyError {
                 "the gateway cannot check this key's spending limits right now (control plane unreachable); retry shortly"
                     .into()
             }
+            SpoolUnwritable => {
+                "the gateway cannot record usage right now (its usage spool cannot be written); retry shortly".into()
+            }
             MissingVersionHeader => "header \"anthropic-version\" (or \"compat-version\") is required".into(),
             Untranslatable(reason) => format!("request cannot be translated: {reason}"),
         }
@@ -247,7 +254,7 @@ impl ProxyError {
             RateLimited { .. } | TokensLimited { .. } | InFlightLimited { .. } => "rate_limit_error",
             InvalidField { .. } | VideoNotFound { .. } | VideoNotReady { .. } => "invalid_request_error",
             MissingVersionHeader | Untranslatable(_) => "invalid_request_error",
-            ControlPlaneUnavailable | BudgetUnavailable => "api_error",
+            ControlPlaneUnavailable | BudgetUnavailable | SpoolUnwritable => "api_error",
             UpstreamConnect | UpstreamTimeout | UpstreamStatus { .. } => "upstream_error",
         }
     }
@@ -298,6 +305,7 @@ impl ProxyError {
             VideoNotReady { .. } => "video_not_ready",
             ControlPlaneUnavailable => "control_plane_unavailable",
             BudgetUnavailable => "budget_unavailable",
+            SpoolUnwritable => "spool_unwritable",
             MissingVersionHeader => "missing_version_header",
             Untranslatable(_) => "untranslatable",
         }

@@ -217,6 +217,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let slots = control::ControlPlaneSlots { control: control.clone(), node_id: node_id.clone() };
     let health = provider::Health::new(control::HealthReports::new(control.clone(), &node_id));
     let usage_tx = spool.sender();
+    let spool_health = spool.health();
     let worker_spool = spool.clone();
     let reporter = Reporter {
         sealed,
@@ -232,7 +233,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
 
     let app = Arc::new(App {
         snapshot: snapshot.clone(),
-        usage: UsageSink::new(usage_tx, &node_id),
+        usage: UsageSink::new(usage_tx, &node_id).with_health(spool_health),
         upstreams: config.upstream.build(health),
         trusted_proxies: config.trusted_proxies.clone(),
         limits: policy::limits::Limiter::new(Arc::new(permits)),

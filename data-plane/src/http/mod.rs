@@ -49,7 +49,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(healthz))
         .route("/ready", get(ready))
         .route("/v1/models", get(list_models))
-        .route("/v1/models/{*id}", get(get_model))
+        .route("/v1/models/{*id}", get(get_model).post(endpoints::gemini::call))
+        .route("/v1beta/models", get(endpoints::gemini::list_models))
+        .route("/v1beta/models/{*rest}", get(endpoints::gemini::get_model).post(endpoints::gemini::call))
         .route("/v1/chat/completions", post(endpoints::chat::handle))
         .route("/v1/messages", post(endpoints::messages::handle))
         .route("/v1/messages/count_tokens", post(endpoints::messages::count_tokens))
@@ -143,10 +145,12 @@ async fn healthz() -> &'static str {
 }
 
 async fn ready(State(app): State<Arc<App>>) -> Response {
-    if app.snapshot.load().held {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
+    if !app.snapshot.load().held {
         (StatusCode::SERVICE_UNAVAILABLE, "no policy snapshot yet\n").into_response()
+    } else if !app.usage.writable() {
+        (StatusCode::SERVICE_UNAVAILABLE, "usage spool cannot be written\n").into_response()
+    } else {
+        (StatusCode::OK, "ready\n").into_response()
     }
 }
 

@@ -68,6 +68,7 @@ pub struct Charge {
 pub struct UsageSink {
     tx: mpsc::UnboundedSender<spool::Entry>,
     node_id: Arc<str>,
+    health: spool::Health,
 }
 
 /// An upstream attempt's open entry: closed by the request's final record,
@@ -134,7 +135,18 @@ impl UsageSink {
     /// A sink appending to the spool writer behind `tx`, stamping records
     /// with `node_id`.
     pub fn new(tx: mpsc::UnboundedSender<spool::Entry>, node_id: &str) -> UsageSink {
-        UsageSink { tx, node_id: node_id.into() }
+        UsageSink { tx, node_id: node_id.into(), health: spool::Health::default() }
+    }
+
+    /// The sink, telling whether records can be kept by `health`.
+    pub fn with_health(self, health: spool::Health) -> UsageSink {
+        UsageSink { health, ..self }
+    }
+
+    /// Whether records appended now can be written to the spool; spending
+    /// requests are refused while they cannot.
+    pub fn writable(&self) -> bool {
+        self.health.writable()
     }
 
     /// Prices `usage` and `units` (images, audio), settles the charge's

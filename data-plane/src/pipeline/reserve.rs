@@ -28,7 +28,9 @@ pub struct Bound {
 /// Reserves `bound`'s cost for `admitted`'s request to `endpoint` and
 /// returns its charge. Fails with the catalogue's 403 when the token's quota
 /// or the account's balance cannot cover it, 503 when the budget authority
-/// is unreachable and what is held does not.
+/// is unreachable and what is held does not, and 503 while usage records
+/// cannot be written to the spool (an answer that could not be billed is
+/// never sent).
 pub async fn reserve(
     app: &App,
     admitted: &Admitted,
@@ -36,6 +38,9 @@ pub async fn reserve(
     endpoint: &'static str,
     bound: Bound,
 ) -> Result<Charge, ProxyError> {
+    if !app.usage.writable() {
+        return Err(ProxyError::SpoolUnwritable);
+    }
     let charge = admitted.charge(model, endpoint);
     let output = bound.max_output_tokens.unwrap_or(app.budgets.config().default_max_output_tokens);
     let prompt_tokens = i64::try_from(bound.body_bytes.div_ceil(4)).unwrap_or(i64::MAX);

@@ -29,7 +29,10 @@ use std::{
     cell::RefCell,
     path::PathBuf,
     str::FromStr,
-    sync::{Arc, Mutex, PoisonError, atomic::AtomicU64},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -107,6 +110,15 @@ pub struct Spool {
     writers: Arc<Writers>,
 }
 
+/// Whether every writer of the spool can write: a writer whose append
+/// failed holds its records (and their answers) and tries again each
+/// interval; meanwhile spending requests are refused and the data plane
+/// reports not ready. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    stalled: Arc<AtomicUsize>,
+}
+
 /// What starting another writer takes, and every writer's flush sender.
 #[derive(Debug)]
 struct Writers {
@@ -115,6 +127,7 @@ struct Writers {
     next_seq: Arc<AtomicU64>,
     sealed: mpsc::UnboundedSender<Sealed>,
     flushes: Mutex<Vec<mpsc::UnboundedSender<oneshot::Sender<()>>>>,
+    health: Health,
 }
 
 /// A thread's own writer (`Spool::local_writer`).
@@ -173,6 +186,29 @@ impl std::fmt::Display for SyncPolicy {
     }
 }
 
+// === impl Health ===
+
+impl Health {
+    /// True while no writer holds records it could not write.
+    pub fn writable(&self) -> bool {
+        self.stalled.load(Ordering::Relaxed) == 0
+    }
+
+    /// A writer could not write; it holds its records until it can.
+    fn stalled(&self) {
+        if self.stalled.fetch_add(1, Ordering::Relaxed) == 0 {
+            crate::telemetry::metrics::spool_writable(false);
+        }
+    }
+
+    /// A stalled writer wrote what it held.
+    fn recovered(&self) {
+        if self.stalled.fetch_sub(1, Ordering::Relaxed) == 1 {
+            crate::telemetry::metrics::spool_writable(true);
+        }
+    }
+}
+
 // === impl Written ===
 
 impl Written {
@@ -222,9 +258,11 @@ impl Spool {
             next_seq: Arc::new(AtomicU64::new(replay.next_seq)),
             sealed: sealed_tx,
             flushes: Mutex::new(Vec::new()),
+            health: Health::default(),
         });
         let (entries, task) = writers.spawn(&dir);
         drop(task);
+        crate::telemetry::metrics::spool_writable(true);
         Ok((Spool { dir, entries, writers }, replay, sealed))
     }
 
@@ -234,6 +272,11 @@ impl Spool {
         let (entries, task) = self.writers.spawn(&self.dir);
         LOCAL.with(|local| *local.borrow_mut() = Some(entries));
         LocalWriter { task }
+    }
+
+    /// Whether the spool's writers can write (shared, live).
+    pub fn health(&self) -> Health {
+        self.writers.health.clone()
     }
 
     /// The sender a `UsageSink` appends through.
@@ -298,6 +341,7 @@ impl Writers {
             entries_rx,
             flush_rx,
             self.sealed.clone(),
+            self.health.clone(),
         );
         self.flushes.lock().unwrap_or_else(PoisonError::into_inner).push(flush);
         (entries, tokio::spawn(writer.run(self.interval)))

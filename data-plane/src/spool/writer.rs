@@ -2,8 +2,11 @@
 //! encodes them into one buffer, appends it to the current segment with one
 //! write(2) (fsyncing first under `SyncPolicy::Batch`), then wakes the
 //! waiters of all of them. File work runs on the blocking pool. A failed
-//! write is logged and the segment sealed, so the next group starts a
-//! clean file; the entries still reach the reporter from memory.
+//! write is logged and the segment sealed; the group is held, its waiters
+//! still waiting (so no answer goes out whose record is nowhere), and
+//! written again into a clean file each interval until it fits, with every
+//! entry that arrives meanwhile behind it. The spool's `Health` says so
+//! while any writer holds such entries.
 //!
 //! Under `SyncPolicy::Interval` a sealed segment is fsynced by a task of its
 //! own, in order, before the reporter gets it: the writer goes on with the
@@ -26,7 +29,7 @@ use tokio::{
     time::MissedTickBehavior,
 };
 
-use super::{Encoded, Entry, Kind, Sealed, SyncPolicy, log};
+use super::{Encoded, Entry, Health, Kind, Sealed, SyncPolicy, log};
 
 /// Most entries in one group commit.
 const MAX_GROUP: usize = 4096;
@@ -44,6 +47,10 @@ pub struct Writer {
     syncer: JoinHandle<()>,
     current: Option<Segment>,
     encoder: log::Encoder,
+    /// Entries a failed write left unwritten, oldest first; their waiters
+    /// wait until they are written.
+    stalled: Vec<Entry>,
+    health: Health,
 }
 
 /// A sealed segment on its way to the reporter: its file to fsync first,
@@ -75,6 +82,7 @@ impl Writer {
         entries: mpsc::UnboundedReceiver<Entry>,
         flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
         sealed: mpsc::UnboundedSender<Sealed>,
+        health: Health,
     ) -> Writer {
         let (handoffs, queued) = mpsc::unbounded_channel();
         let syncer = tokio::spawn(sync_and_hand_over(queued, sealed));
@@ -88,6 +96,8 @@ impl Writer {
             syncer,
             current: None,
             encoder: log::Encoder::default(),
+            stalled: Vec::new(),
+            health,
         }
     }
 
@@ -108,11 +118,17 @@ impl Writer {
                     while let Ok(entry) = self.entries.try_recv() {
                         self.commit_waiting(entry).await;
                     }
+                    self.retry().await;
                     self.seal(Some(done));
                 }
-                _ = tick.tick() => self.seal(None),
+                _ = tick.tick() => {
+                    self.seal(None);
+                    self.retry().await;
+                }
             }
         }
+        self.retry().await;
+        self.give_up();
         self.seal(None);
         let Writer { sealed, syncer, .. } = self;
         drop(sealed);
@@ -142,7 +158,55 @@ impl Writer {
         }
     }
 
+    /// Writes the entries a failed write left, if any, into a new segment.
+    async fn retry(&mut self) {
+        if self.stalled.is_empty() {
+            return;
+        }
+        let group = std::mem::take(&mut self.stalled);
+        self.write(group).await;
+        if self.stalled.is_empty() {
+            tracing::info!("usage spool writable again; the records held meanwhile are written");
+            self.health.recovered();
+        }
+    }
+
+    /// On the way out with entries still unwritten: they go to the
+    /// reporter from memory (a last try), and their waiters are let go.
+    fn give_up(&mut self) {
+        if self.stalled.is_empty() {
+            return;
+        }
+        tracing::error!(records = self.stalled.len(), "usage spool still cannot be written; reporting from memory");
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let path = log::segment_path(&self.dir, seq);
+        let mut entries = Vec::new();
+        for entry in std::mem::take(&mut self.stalled) {
+            if let Some(done) = entry.done {
+                let _ = done.send(());
+            }
+            entries.push((entry.kind, Encoded::new(entry.record)));
+        }
+        self.seal(None);
+        self.current = Some(Segment { seq, path, file: None, entries, failed: true });
+        self.health.recovered();
+    }
+
     async fn commit(&mut self, group: Vec<Entry>) {
+        if !self.stalled.is_empty() {
+            // Behind the held ones, in order; written with them.
+            self.stalled.extend(group);
+            return;
+        }
+        self.write(group).await;
+        if !self.stalled.is_empty() {
+            self.health.stalled();
+        }
+    }
+
+    /// Appends `group` to the current segment; on failure seals the segment
+    /// and holds the group in `stalled`.
+    async fn write(&mut self, group: Vec<Entry>) {
         let mut bytes = Vec::with_capacity(group.len() * 256);
         let ranges: Vec<_> =
             group.iter().map(|entry| self.encoder.encode(entry.kind, &entry.record, &mut bytes)).collect();
@@ -176,14 +240,17 @@ impl Writer {
                 segment.failed = true;
             }
         }
+        if segment.failed {
+            // What the segment holds was written before; the group was not.
+            self.seal(None);
+            self.stalled = group;
+            return;
+        }
         for (entry, at) in group.into_iter().zip(ranges) {
             if let Some(done) = entry.done {
                 let _ = done.send(());
             }
             segment.entries.push((entry.kind, Encoded { record: entry.record, bytes: bytes.slice(at) }));
-        }
-        if segment.failed {
-            self.seal(None);
         }
     }
 

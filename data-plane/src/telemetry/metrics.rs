@@ -44,6 +44,7 @@ struct Instruments {
     overhead: Histogram<f64>,
     spool_records: Gauge<u64>,
     spool_segments: Gauge<u64>,
+    spool_writable: Gauge<u64>,
 }
 
 /// The counters' sums, read by the observable counters `INSTRUMENTS`
@@ -124,6 +125,10 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
         spool_segments: meter
             .u64_gauge("gw.spool.backlog.segments")
             .with_description("Spool segments kept until the control plane acknowledges them")
+            .build(),
+        spool_writable: meter
+            .u64_gauge("gw.spool.writable")
+            .with_description("1 while usage records can be written to the spool; 0 refuses spending requests")
             .build(),
     }
 });
@@ -256,6 +261,11 @@ pub fn overhead(elapsed: Duration, endpoint: &str) {
 
 /// Every `gen_ai.operation.name` `operation` gives, `other` last.
 const OPERATIONS: [&str; 5] = ["chat", "text_completion", "embeddings", "generate_content", "other"];
+
+/// Whether the spool can be written (set when that changes).
+pub fn spool_writable(writable: bool) {
+    INSTRUMENTS.spool_writable.record(u64::from(writable), &[]);
+}
 
 /// The reporter's backlog: records not yet acknowledged, segments kept.
 pub fn spool_backlog(records: usize, segments: usize) {
