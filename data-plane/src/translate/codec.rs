@@ -42,8 +42,8 @@ pub struct Answering {
 pub fn decode_request(dialect: Dialect, body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
     let _ = body;
     match dialect {
-        Dialect::Chat => Err(TranslateError::Unsupported(dialect)),
-        Dialect::Messages => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Chat => super::chat::request::decode(body),
+        Dialect::Messages => super::messages::request::decode(body),
         Dialect::Responses => super::responses::decode_request(body),
         Dialect::Gemini => Err(TranslateError::Unsupported(dialect)),
         Dialect::Converse => Err(TranslateError::Unsupported(dialect)),
@@ -55,8 +55,8 @@ pub fn decode_request(dialect: Dialect, body: &Value) -> Result<(ir::Request, Dr
 pub fn encode_request(dialect: Dialect, request: &ir::Request, dropped: &mut Dropped) -> Result<Value, TranslateError> {
     let _ = (request, &dropped);
     match dialect {
-        Dialect::Chat => Err(TranslateError::Unsupported(dialect)),
-        Dialect::Messages => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Chat => Ok(super::chat::request::encode(request, dropped)),
+        Dialect::Messages => Ok(super::messages::request::encode(request, dropped)),
         Dialect::Responses => Ok(super::responses::encode_request(request, dropped)),
         Dialect::Gemini => Err(TranslateError::Unsupported(dialect)),
         Dialect::Converse => Ok(super::converse::encode_request(request, dropped)),
@@ -67,8 +67,8 @@ pub fn encode_request(dialect: Dialect, request: &ir::Request, dropped: &mut Dro
 pub fn decode_response(dialect: Dialect, body: &Value) -> ir::Response {
     let _ = body;
     match dialect {
-        Dialect::Chat => ir::Response::default(),
-        Dialect::Messages => ir::Response::default(),
+        Dialect::Chat => super::chat::response::decode(body),
+        Dialect::Messages => super::messages::response::decode(body).0,
         Dialect::Responses => super::responses::decode_response(body),
         Dialect::Gemini => ir::Response::default(),
         Dialect::Converse => super::converse::decode_response(body),
@@ -79,8 +79,8 @@ pub fn decode_response(dialect: Dialect, body: &Value) -> ir::Response {
 pub fn encode_response(dialect: Dialect, response: &ir::Response, answering: &Answering) -> Value {
     let _ = (response, answering);
     match dialect {
-        Dialect::Chat => Value::Null,
-        Dialect::Messages => Value::Null,
+        Dialect::Chat => super::chat::response::encode(response, answering).0,
+        Dialect::Messages => super::messages::response::encode(response, answering).0,
         Dialect::Responses => super::responses::encode_response(response, answering),
         Dialect::Gemini => Value::Null,
         Dialect::Converse => super::converse::encode_response(response, answering),
@@ -90,8 +90,8 @@ pub fn encode_response(dialect: Dialect, response: &ir::Response, answering: &An
 /// A decoder of streamed answers in `dialect`.
 pub fn stream_decoder(dialect: Dialect) -> Box<dyn Decode> {
     match dialect {
-        Dialect::Chat => Box::new(Nothing),
-        Dialect::Messages => Box::new(Nothing),
+        Dialect::Chat => Box::new(super::chat::Decoder::new()),
+        Dialect::Messages => Box::new(super::messages::Decoder::new()),
         Dialect::Responses => Box::new(super::responses::Decoder::new()),
         Dialect::Gemini => Box::new(Nothing),
         Dialect::Converse => Box::new(super::converse::Decoder::new()),
@@ -102,8 +102,8 @@ pub fn stream_decoder(dialect: Dialect) -> Box<dyn Decode> {
 pub fn stream_encoder(dialect: Dialect, answering: &Answering) -> Box<dyn Encode> {
     let _ = answering;
     match dialect {
-        Dialect::Chat => Box::new(Nothing),
-        Dialect::Messages => Box::new(Nothing),
+        Dialect::Chat => Box::new(super::chat::Encoder::new(answering)),
+        Dialect::Messages => Box::new(super::messages::Encoder::new(answering)),
         Dialect::Responses => Box::new(super::responses::Encoder::new(answering)),
         Dialect::Gemini => Box::new(Nothing),
         Dialect::Converse => Box::new(Nothing),
@@ -133,6 +133,9 @@ impl Decode for Box<dyn Decode> {
     }
     fn finish(&mut self) -> Vec<ir::Event> {
         (**self).finish()
+    }
+    fn dropped(&self) -> Dropped {
+        (**self).dropped()
     }
 }
 

@@ -45,6 +45,13 @@ impl Dropped {
         &self.0
     }
 
+    /// Records what `other` dropped too.
+    pub fn extend(&mut self, other: &Dropped) {
+        for name in &other.0 {
+            self.note(name);
+        }
+    }
+
     /// Records that `name` was dropped.
     pub(super) fn note(&mut self, name: &'static str) {
         if let Err(at) = self.0.binary_search(&name) {

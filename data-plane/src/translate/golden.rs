@@ -3,9 +3,11 @@
 //! the first must equal the second exactly (as JSON values). Translations
 //! that report what they dropped are written as `{"request"|"response":
 //! <body>, "dropped": [<names>]}`; a translation error as
-//! `{"error": "<message>"}`. Streams are fed one event's data at a time and
-//! then ended; their output lists the events and the usage the translator
-//! exposes for metering (and, from messages, what it dropped).
+//! `{"error": "<message>"}`. Every pairing is the source dialect's decoder
+//! and the target's encoder. Streams are fed one event's data at a time and
+//! then ended; their output lists the events written for the client, the
+//! last usage the decoder reported (what the meter reads) and, from
+//! messages, what decoder and encoder dropped.
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p gw-data-plane golden` rewrites the
 //! `.out.json` files from the current output: review the diff.
@@ -14,7 +16,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::*;
+use super::{
+    ir::{Decode, Encode, Event},
+    *,
+};
 use crate::pricing::Usage;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/translate");
@@ -81,18 +86,55 @@ fn data_of(event: &Value) -> Vec<u8> {
     }
 }
 
-/// One output event as JSON; checks the framing on the way.
-fn event_json(event: &SseEvent) -> Value {
-    let wire = String::from_utf8(event.to_bytes().to_vec()).unwrap();
-    assert!(wire.ends_with("\n\n") && wire.matches('\n').count() == 2 + usize::from(event.event.is_some()), "{wire:?}");
-    let data = if event.data == "[DONE]" { json!("[DONE]") } else { serde_json::from_str(&event.data).unwrap() };
-    match event.event {
-        Some(name) => {
-            assert_eq!(data["type"], name, "a messages event's type names its event");
-            json!({ "event": name, "data": data })
-        }
-        None => data,
+/// The events an encoder wrote, as JSON; checks the framing on the way.
+fn events_json(wire: &[u8]) -> Vec<Value> {
+    let wire = String::from_utf8(wire.to_vec()).unwrap();
+    assert!(wire.is_empty() || wire.ends_with("\n\n"), "{wire:?}");
+    let mut events = Vec::new();
+    for event in wire.split_terminator("\n\n") {
+        let (name, data) = match event.strip_prefix("event: ") {
+            Some(rest) => {
+                let (name, data) = rest.split_once('\n').unwrap();
+                (Some(name), data)
+            }
+            None => (None, event),
+        };
+        let data = data.strip_prefix("data: ").unwrap_or_else(|| panic!("{event:?}"));
+        assert!(!data.contains('\n'), "{event:?}");
+        let data = if data == "[DONE]" { json!("[DONE]") } else { serde_json::from_str(data).unwrap() };
+        events.push(match name {
+            Some(name) => {
+                assert_eq!(data["type"], name, "a messages event's type names its event");
+                json!({ "event": name, "data": data })
+            }
+            None => data,
+        });
     }
+    events
+}
+
+/// Runs a stream's input through `decoder` and `encoder` as the relay
+/// does: the events written, the last usage, what both dropped.
+fn stream(mut decoder: impl Decode, mut encoder: impl Encode, input: &[Value]) -> (Vec<Value>, Value, Dropped) {
+    let mut decoded = Vec::new();
+    for data in input {
+        decoded.extend(decoder.push(&data_of(data)));
+    }
+    decoded.extend(decoder.finish());
+    let mut wire = Vec::new();
+    let mut usage = None;
+    for event in &decoded {
+        if let Event::Usage(u) = event {
+            usage = Some(*u);
+        }
+        encoder.push(event, &mut wire);
+        if *event == Event::End {
+            encoder.finish(&mut wire);
+        }
+    }
+    let mut dropped = decoder.dropped();
+    dropped.extend(&encoder.dropped());
+    (events_json(&wire), usage_json(usage), dropped)
 }
 
 #[test]
@@ -121,13 +163,9 @@ fn messages_responses_translate_to_chat_responses() {
 #[test]
 fn chat_streams_translate_to_messages_streams() {
     run("chat_to_messages_stream", |input| {
-        let mut stream = ChatToMessagesStream::new();
-        let mut events = Vec::new();
-        for data in input["chunks"].as_array().unwrap() {
-            events.extend(stream.push(&data_of(data)));
-        }
-        events.extend(stream.finish());
-        json!({ "events": events.iter().map(event_json).collect::<Vec<_>>(), "usage": usage_json(stream.usage()) })
+        let (decoder, encoder) = chat_to_messages_stream();
+        let (events, usage, _) = stream(decoder, encoder, input["chunks"].as_array().unwrap());
+        json!({ "events": events, "usage": usage })
     });
 }
 
@@ -135,16 +173,8 @@ fn chat_streams_translate_to_messages_streams() {
 fn messages_streams_translate_to_chat_streams() {
     run("messages_to_chat_stream", |input| {
         let include_usage = input["include_usage"].as_bool().unwrap();
-        let mut stream = MessagesToChatStream::new(include_usage, CREATED);
-        let mut events = Vec::new();
-        for data in input["events"].as_array().unwrap() {
-            events.extend(stream.push(&data_of(data)));
-        }
-        events.extend(stream.finish());
-        json!({
-            "events": events.iter().map(event_json).collect::<Vec<_>>(),
-            "usage": usage_json(stream.usage()),
-            "dropped": stream.dropped().names(),
-        })
+        let (decoder, encoder) = messages_to_chat_stream(include_usage, CREATED);
+        let (events, usage, dropped) = stream(decoder, encoder, input["events"].as_array().unwrap());
+        json!({ "events": events, "usage": usage, "dropped": dropped.names() })
     });
 }

@@ -234,7 +234,10 @@ pub enum Event {
     /// The upstream reported an error mid-stream; nothing follows. `kind`
     /// is the messages API's error type when the upstream gave one in that
     /// vocabulary (`overloaded_error`, …).
-    Error { kind: Option<String>, message: String },
+    Error {
+        kind: Option<String>,
+        message: String,
+    },
 }
 
 /// What a streamed block holds.

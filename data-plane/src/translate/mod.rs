@@ -1,34 +1,31 @@
-//! Translation between the two chat dialects the gateway speaks: OpenAI chat
-//! completions and the messages API. Pure functions over JSON values plus two
-//! stateful stream translators; nothing here does I/O or reads a clock.
+//! Translation between the wire dialects the gateway speaks, through one
+//! internal form (`ir`): each dialect has a decoder into it and an encoder
+//! out of it (`chat`, `messages`, `responses`, `gemini`, `converse`), and
+//! `codec` says which serves each dialect. Pure functions over JSON values
+//! plus stateful stream decoders and encoders; nothing here does I/O or
+//! reads a clock.
 //!
-//! Each direction maps every field the target has a place for. Fields of the
-//! source dialect with no place in the target are dropped on purpose: each
-//! translator's doc lists them, and the `…_noted` variants and
-//! [`MessagesToChatStream::dropped`] report the ones a given body had as a
-//! [`Dropped`] for the caller to log. Fields neither dialect defines pass
-//! through untouched, so vendor extensions reach the upstream.
+//! Each encoder maps every field of the form the target has a place for.
+//! What has no place is dropped on purpose and noted in a [`Dropped`] for
+//! the caller to log. Fields of the client's dialect the form does not know
+//! ride in `ir::Request::extra`: an encoder drops (and notes) those it
+//! knows belong to another dialect and passes the rest, so vendor
+//! extensions reach the upstream.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
+mod chat;
 pub mod codec;
 mod converse;
 mod dropped;
 pub mod ir;
-mod request;
-mod response;
+mod messages;
 pub mod responses;
-mod stream;
-mod text_chunk;
+mod sse;
 mod usage;
 
 pub use codec::{Answering, Dialect};
 pub use dropped::Dropped;
-// Public API for the handlers, which are being reworked to log what was
-// dropped and to serve count_tokens; not every entry point is called yet.
-pub use request::{chat_to_messages_request_noted, messages_to_chat_request_noted};
-pub use response::{chat_to_messages_response, messages_to_chat_response_noted};
-pub use stream::{ChatToMessagesStream, MessagesToChatStream, SseEvent};
 
 /// Why a request could not be translated; the client's fault (400).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,44 +38,51 @@ pub enum TranslateError {
     Unsupported(codec::Dialect),
 }
 
-// === stop reasons ===
+// === pairings kept for callers of the pairwise API ===
 
-/// A chat `finish_reason` as a messages `stop_reason`. `content_filter`
-/// becomes `refusal`, the messages API's word for a filtered answer; a
-/// reason this gateway does not know becomes `end_turn`.
-fn stop_reason(finish_reason: &str) -> &'static str {
-    match finish_reason {
-        "length" => "max_tokens",
-        "tool_calls" | "function_call" => "tool_use",
-        "content_filter" => "refusal",
-        _ => "end_turn",
-    }
+/// A messages request as a chat-completions request, and what it dropped:
+/// the messages decoder and the chat encoder.
+pub fn messages_to_chat_request_noted(request: &Value) -> Result<(Value, Dropped), TranslateError> {
+    let (form, mut dropped) = messages::request::decode(request)?;
+    let body = chat::request::encode(&form, &mut dropped);
+    Ok((body, dropped))
 }
 
-/// A messages `stop_reason` as a chat `finish_reason`: both natural ends
-/// (`end_turn`, `stop_sequence`) and `pause_turn` are `stop`; context and
-/// token limits are `length`.
-fn finish_reason(stop_reason: &str) -> &'static str {
-    match stop_reason {
-        "max_tokens" | "model_context_window_exceeded" => "length",
-        "tool_use" => "tool_calls",
-        "refusal" => "content_filter",
-        _ => "stop",
-    }
+/// A chat-completions request as a messages request, and what it dropped:
+/// the chat decoder and the messages encoder.
+pub fn chat_to_messages_request_noted(request: &Value) -> Result<(Value, Dropped), TranslateError> {
+    let (form, mut dropped) = chat::request::decode(request)?;
+    let body = messages::request::encode(&form, &mut dropped);
+    Ok((body, dropped))
 }
 
-/// The `stop_reason` of a chat answer: a cut answer stays `max_tokens`;
-/// otherwise an answer that called tools stops with `tool_use` and a refusal
-/// with `refusal`, whatever `finish_reason` the upstream gave (some give
-/// `stop` for both).
-fn answer_stop_reason(finish_reason: Option<&str>, called_tools: bool, refused: bool) -> &'static str {
-    match finish_reason {
-        Some("length") => "max_tokens",
-        _ if called_tools => "tool_use",
-        _ if refused => "refusal",
-        Some(reason) => stop_reason(reason),
-        None => "end_turn",
-    }
+/// A chat completion as a messages response (the upstream's `id` and
+/// `model` kept).
+pub fn chat_to_messages_response(completion: &Value) -> Value {
+    messages::response::encode(&chat::response::decode(completion), &Answering::default()).0
+}
+
+/// A messages response as a chat completion created at `created` (Unix
+/// seconds), and what it dropped.
+pub fn messages_to_chat_response_noted(response: &Value, created: i64) -> (Value, Dropped) {
+    let (form, mut dropped) = messages::response::decode(response);
+    let answering = Answering { created, ..Answering::default() };
+    let (body, more) = chat::response::encode(&form, &answering);
+    dropped.extend(&more);
+    (body, dropped)
+}
+
+/// The stream decoder and encoder of a chat upstream for a messages client.
+pub fn chat_to_messages_stream() -> (chat::Decoder, messages::Encoder) {
+    (chat::Decoder::new(), messages::Encoder::new(&Answering::default()))
+}
+
+/// The stream decoder and encoder of a messages upstream for a chat client
+/// whose chunks say they were `created` then; the usage chunk is sent when
+/// the client asked (`include_usage`).
+pub fn messages_to_chat_stream(include_usage: bool, created: i64) -> (messages::Decoder, chat::Encoder) {
+    let answering = Answering { include_usage, created, ..Answering::default() };
+    (messages::Decoder::new(), chat::Encoder::new(&answering))
 }
 
 // === shared helpers ===
@@ -91,8 +95,16 @@ fn parse_data_url(url: &str) -> Option<(&str, &str)> {
     Some((media_type, data))
 }
 
-/// A tool call's JSON-encoded `arguments` as a messages `input` object. The
-/// messages API insists on an object, so anything else (an empty string, or
+/// Media as a URL: a data URL for inline data.
+fn media_url(media: &ir::Media) -> String {
+    match media {
+        ir::Media::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+        ir::Media::Url { url, .. } => url.clone(),
+    }
+}
+
+/// A tool call's JSON-encoded `arguments` as an object. Every dialect but
+/// chat insists on an object, so anything else (an empty string, or
 /// arguments the model garbled) becomes `{}`.
 fn arguments_to_input(arguments: Option<&Value>) -> Value {
     match arguments {
@@ -105,13 +117,37 @@ fn arguments_to_input(arguments: Option<&Value>) -> Value {
     }
 }
 
-/// Copies the fields of `from` that `handled` does not name into `to`.
-fn pass_through(from: &Map<String, Value>, handled: &[&str], to: &mut Map<String, Value>) {
-    for (key, value) in from {
-        if !handled.contains(&key.as_str()) {
-            to.insert(key.clone(), value.clone());
-        }
+/// A `cache_control` marker as a cache mark: an object, with `ttl: "1h"`
+/// for the long one.
+fn cache_mark(marker: Option<&Value>) -> Option<ir::CacheMark> {
+    let marker = marker.filter(|m| m.is_object())?;
+    Some(match str_field(marker, "ttl") {
+        Some("1h") => ir::CacheMark::OneHour,
+        _ => ir::CacheMark::FiveMinutes,
+    })
+}
+
+/// A cache mark as a `cache_control` marker.
+fn encode_cache_mark(mark: ir::CacheMark) -> Value {
+    match mark {
+        ir::CacheMark::FiveMinutes => json!({ "type": "ephemeral" }),
+        ir::CacheMark::OneHour => json!({ "type": "ephemeral", "ttl": "1h" }),
     }
+}
+
+/// False for the values a client sends to mean "not set" (`null`, `false`,
+/// an empty string or array), whose loss is not worth a note.
+fn meaningful(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(items) => !items.is_empty(),
+        _ => true,
+    }
+}
+
+fn invalid(field: impl Into<String>, reason: &'static str) -> TranslateError {
+    TranslateError::Invalid { field: field.into(), reason }
 }
 
 fn str_field<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
@@ -120,19 +156,29 @@ fn str_field<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
 
 #[cfg(test)]
 mod golden;
+#[cfg(test)]
+mod round_trip;
+#[cfg(test)]
+mod stream_tests;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        ir::{Decode, Encode, Stop},
+        *,
+    };
 
     #[test]
-    fn stop_reasons_round_trip_where_both_dialects_have_a_word() {
-        for finish in ["stop", "length", "tool_calls", "content_filter"] {
-            assert_eq!(finish_reason(stop_reason(finish)), finish);
+    fn stops_round_trip_where_each_dialect_has_a_word() {
+        for stop in [Stop::EndTurn, Stop::MaxTokens, Stop::StopSequence, Stop::ToolUse, Stop::Refusal] {
+            assert_eq!(messages::response::stop(messages::response::stop_reason(stop)), stop);
+            let finish = chat::response::finish_reason(stop);
+            let back = chat::response::answer_stop(Some(finish), false, false);
+            assert_eq!(back, if stop == Stop::StopSequence { Stop::EndTurn } else { stop });
         }
-        assert_eq!(stop_reason("something_new"), "end_turn");
-        assert_eq!(finish_reason("stop_sequence"), "stop");
-        assert_eq!(finish_reason("pause_turn"), "stop");
+        assert_eq!(messages::response::stop("something_new"), Stop::EndTurn);
+        assert_eq!(messages::response::stop("pause_turn"), Stop::EndTurn);
+        assert_eq!(messages::response::stop("model_context_window_exceeded"), Stop::MaxTokens);
     }
 
     #[test]
@@ -149,6 +195,20 @@ mod tests {
         assert_eq!(args(""), serde_json::json!({}));
         assert_eq!(args("{\"city\":"), serde_json::json!({}));
         assert_eq!(args("[1]"), serde_json::json!({}));
+    }
+
+    /// Pushes `events` through `decoder` and `encoder` as the relay does.
+    fn relay(mut decoder: impl Decode, mut encoder: impl Encode, events: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut decoded: Vec<_> = events.iter().flat_map(|event| decoder.push(event)).collect();
+        decoded.extend(decoder.finish());
+        for event in &decoded {
+            encoder.push(event, &mut out);
+            if *event == ir::Event::End {
+                encoder.finish(&mut out);
+            }
+        }
+        out
     }
 
     proptest::proptest! {
@@ -178,12 +238,10 @@ mod tests {
             events in proptest::collection::vec(crate::fuzz::body(), 0..12),
             include_usage: bool,
         ) {
-            let mut to_messages = ChatToMessagesStream::new();
-            let mut to_chat = MessagesToChatStream::new(include_usage, 0);
-            for event in &events {
-                let _ = (to_messages.push(event), to_chat.push(event));
-            }
-            let _ = (to_messages.finish(), to_chat.finish(), to_messages.usage(), to_chat.usage());
+            let (decoder, encoder) = chat_to_messages_stream();
+            let _ = relay(decoder, encoder, &events);
+            let (decoder, encoder) = messages_to_chat_stream(include_usage, 0);
+            let _ = relay(decoder, encoder, &events);
         }
     }
 }

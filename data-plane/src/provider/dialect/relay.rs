@@ -1,15 +1,18 @@
 //! The event relays of the messages dialect, for the one streaming pump
 //! (`meter::pump`): messages events passed through byte for byte, and the
-//! two dialect translators. Usage and answer text go to the meter as they
-//! pass; each relay knows the event that ends its stream.
+//! two translations between chat and messages, each a decoder into the
+//! internal form and an encoder out of it run by [`Through`]. Usage and
+//! answer text go to the meter as they pass; each relay knows the event that
+//! ends its stream.
 
 use bytes::Bytes;
 
+use super::through::Through;
 use crate::{
     meter::answer::MessagesStreamUsage,
-    meter::event::{MessagesEvent, messages_event_text},
+    meter::event::MessagesEvent,
     meter::{Meter, pump::EventRelay},
-    translate::{ChatToMessagesStream, MessagesToChatStream, SseEvent},
+    translate::{self, ir::Decode, ir::Encode},
 };
 
 /// Messages events passed through untouched, usage read on the way.
@@ -20,34 +23,14 @@ pub struct PassMessages {
 }
 
 /// A chat-completions stream from the upstream, as messages events.
-pub struct ChatAsMessages {
-    translator: ChatToMessagesStream,
-    done: bool,
-}
+pub struct ChatAsMessages(Through<Box<dyn Decode>, Box<dyn Encode>>);
 
 /// A messages stream from the upstream, as chat-completion chunks.
-pub struct MessagesAsChat {
-    translator: MessagesToChatStream,
-    done: bool,
-}
-
-/// Feeds the text of translated messages `events` to `meter`.
-fn meter_messages_events(events: &[SseEvent], meter: &mut Meter) {
-    for event in events.iter().filter(|e| e.event == Some("content_block_delta")) {
-        if let Some(text) = messages_event_text(event.data.as_bytes()) {
-            meter.add_text(&text);
-        }
-    }
-}
+pub struct MessagesAsChat(Through<Box<dyn Decode>, Box<dyn Encode>>);
 
 /// Whether a messages event is the stream's last (`message_stop`).
 fn is_message_stop(data: &[u8]) -> bool {
     data.windows(14).any(|w| w == b"\"message_stop\"")
-}
-
-/// Whether translated messages `events` include the last one.
-fn ends_messages(events: &[SseEvent]) -> bool {
-    events.iter().any(|e| e.event == Some("message_stop"))
 }
 
 // === impl PassMessages ===
@@ -87,41 +70,22 @@ impl EventRelay for PassMessages {
 impl ChatAsMessages {
     /// A relay for one stream.
     pub fn new() -> ChatAsMessages {
-        ChatAsMessages { translator: ChatToMessagesStream::new(), done: false }
-    }
-
-    fn translated(&mut self, events: Vec<SseEvent>, meter: Option<&mut Meter>) -> Bytes {
-        if let Some(meter) = meter {
-            meter_messages_events(&events, meter);
-            if let Some(usage) = self.translator.usage() {
-                meter.observe(usage);
-            }
-        }
-        self.done |= ends_messages(&events);
-        SseEvent::encode(&events)
+        let (decoder, encoder) = translate::chat_to_messages_stream();
+        ChatAsMessages(Through::new(Box::new(decoder), Box::new(encoder)))
     }
 }
 
 impl EventRelay for ChatAsMessages {
-    fn event(&mut self, _raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
-        if data.is_empty() {
-            return Bytes::new();
-        }
-        let mut meter = meter;
-        if let Some(meter) = meter.as_deref_mut() {
-            meter.read_event(data);
-        }
-        let events = self.translator.push(data);
-        self.translated(events, meter)
+    fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+        self.0.event(raw, data, meter)
     }
 
     fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes {
-        let events = self.translator.finish();
-        self.translated(events, meter)
+        self.0.finish(meter)
     }
 
     fn complete(&self) -> bool {
-        self.done
+        self.0.complete()
     }
 }
 
@@ -131,41 +95,22 @@ impl MessagesAsChat {
     /// A relay whose chunks say they were `created` then; the usage chunk
     /// is sent only if the client asked (`include_usage`).
     pub fn new(include_usage: bool, created: i64) -> MessagesAsChat {
-        MessagesAsChat { translator: MessagesToChatStream::new(include_usage, created), done: false }
+        let (decoder, encoder) = translate::messages_to_chat_stream(include_usage, created);
+        MessagesAsChat(Through::new(Box::new(decoder), Box::new(encoder)))
     }
 }
 
 impl EventRelay for MessagesAsChat {
-    fn event(&mut self, _raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
-        if data.is_empty() {
-            return Bytes::new();
-        }
-        if let Some(meter) = meter {
-            meter.read_event(data);
-            // Read once, for the meter's text and the translation.
-            let event = MessagesEvent::read(data);
-            if let Some(text) = event.text(data) {
-                meter.add_text(text);
-            }
-            let out = SseEvent::encode(&self.translator.push_read(&event, data));
-            if let Some(usage) = self.translator.usage() {
-                meter.observe(usage);
-            }
-            self.done |= is_message_stop(data);
-            return out;
-        }
-        self.done |= is_message_stop(data);
-        SseEvent::encode(&self.translator.push(data))
+    fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+        self.0.event(raw, data, meter)
     }
 
-    fn finish(&mut self, _meter: Option<&mut Meter>) -> Bytes {
-        let out = SseEvent::encode(&self.translator.finish());
-        super::note_dropped(self.translator.dropped(), "stream");
-        out
+    fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes {
+        self.0.finish(meter)
     }
 
     fn complete(&self) -> bool {
-        self.done
+        self.0.complete()
     }
 }
 

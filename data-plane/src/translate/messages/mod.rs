@@ -1,0 +1,10 @@
+//! The messages dialect around the internal form: requests (`request`),
+//! whole answers (`response`) and streamed ones (`stream`), each a decoder
+//! into the form and an encoder out of it. Nothing here does I/O or reads a
+//! clock.
+
+pub mod request;
+pub mod response;
+pub mod stream;
+
+pub use stream::{Decoder, Encoder};
