@@ -160,7 +160,9 @@ pub fn channel_redacted(c: Channel) -> pb::Channel {
 /// A pool key with its secret: only for the policy stream to data planes.
 pub fn key_with_secret(k: ChannelKey) -> pb::ChannelKey {
     pb::ChannelKey {
-        prefix: k.prefix(),
+        // A service account's email or an AWS access key id where the key
+        // has one (neither is secret), else the first few characters.
+        prefix: crate::domain::channel_kind::shown_key(&k.key).unwrap_or_else(|| k.prefix()),
         id: k.id,
         key: k.key,
         status: k.status,

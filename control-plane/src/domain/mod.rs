@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod calendar;
+pub mod channel_kind;
 pub mod clock;
 pub mod console;
 pub mod keys;

@@ -1,5 +1,6 @@
 //! The admin API's input rules: what a name, a list, a status, a price, a
-//! rate limit, a channel type, a base URL or an IP allowlist must look like.
+//! rate limit, a channel type, a base URL or an IP allowlist must look like
+//! (a channel kind's settings and keys: `domain::channel_kind`).
 //! Each check fails with an `Invalid` naming the field (the API answers
 //! it as InvalidArgument), never a store error.
 
@@ -15,8 +16,9 @@ pub struct Invalid(pub String);
 /// Model categories the catalogue accepts.
 pub const CATEGORIES: [&str; 9] =
     ["chat", "completion", "embedding", "image", "audio", "speech", "moderation", "video", "responses"];
-/// Channel provider types the data planes can speak.
-pub const CHANNEL_TYPES: [&str; 2] = ["openai", "anthropic"];
+/// Channel provider types the data planes can speak (their settings'
+/// rules are in `domain::channel_kind`).
+pub const CHANNEL_TYPES: [&str; 6] = crate::domain::channel_kind::KINDS;
 
 /// `value` trimmed; `Invalid` when that leaves nothing.
 pub fn required(field: &str, value: String) -> Result<String, Invalid> {
@@ -60,11 +62,7 @@ pub fn check_rate_limit(limit: &RateLimit) -> Result<(), Invalid> {
 
 /// One of `CHANNEL_TYPES`.
 pub fn check_channel_type(kind: &str) -> Result<(), Invalid> {
-    if CHANNEL_TYPES.contains(&kind) {
-        Ok(())
-    } else {
-        Err(Invalid(format!("channel type must be one of {}", CHANNEL_TYPES.join(", "))))
-    }
+    crate::domain::channel_kind::check_kind(kind)
 }
 
 /// `http://` or `https://` and a host.

@@ -1,9 +1,12 @@
 //! Probes auto-disabled channels back into rotation. One task, every
-//! `interval`, asks each channel whose status is `auto_disabled` for
-//! `GET <base_url>/models` with its own key and re-enables those that answer
-//! 2xx; the change reaches every data plane through the snapshot. A channel
-//! an operator disabled is never touched, and neither URLs nor keys are
-//! logged. Several replicas may probe at once: re-enabling is idempotent.
+//! `interval`, asks each channel whose status is `auto_disabled` for its
+//! model list (`GET <base_url>/models`, Azure's under `/openai`) with its
+//! own key and re-enables those that answer 2xx; the change reaches every
+//! data plane through the snapshot. Bedrock and Vertex channels, whose
+//! requests only the data plane signs, are not probed: an operator enables
+//! them. A channel an operator disabled is never touched, and neither URLs
+//! nor keys are logged. Several replicas may probe at once: re-enabling is
+//! idempotent.
 
 use std::{sync::Arc, time::Duration};
 
@@ -98,23 +101,21 @@ pub async fn round(store: &dyn Store, client: &reqwest::Client) -> Result<Vec<St
     Ok(enabled)
 }
 
-/// Whether `channel`'s upstream answers `GET /models` with 2xx.
+/// Whether `channel`'s upstream answers its model list with 2xx; false
+/// for a kind the probe cannot reach.
 async fn answers(client: &reqwest::Client, channel: &Channel) -> bool {
-    let url = format!("{}/models", channel.base_url.trim_end_matches('/'));
-    let mut request = client.get(url);
-    if channel.kind == "anthropic" {
-        let Ok(mut key) = HeaderValue::from_str(channel.first_key()) else {
+    let request = match probe_request(client, channel) {
+        Probe::Send(request) => *request,
+        Probe::Unusable => return false,
+        Probe::Unsupported => {
+            tracing::debug!(
+                channel = %channel.id,
+                kind = %channel.kind,
+                "auto-disabled channel not probed: its requests are signed by the data plane; enable it with gwctl channel enable"
+            );
             return false;
-        };
-        key.set_sensitive(true);
-        request = request.header("x-api-key", key).header("anthropic-version", "2023-06-01");
-    } else if !channel.first_key().is_empty() {
-        let Ok(mut bearer) = HeaderValue::from_str(&format!("Bearer {}", channel.first_key())) else {
-            return false;
-        };
-        bearer.set_sensitive(true);
-        request = request.header(AUTHORIZATION, bearer);
-    }
+        }
+    };
     match request.send().await {
         Ok(response) => {
             let status = response.status();
@@ -124,6 +125,129 @@ async fn answers(client: &reqwest::Client, channel: &Channel) -> bool {
         Err(error) => {
             tracing::debug!(channel = %channel.id, timeout = error.is_timeout(), "probe of auto-disabled channel failed");
             false
+        }
+    }
+}
+
+/// What a probe of one channel sends.
+enum Probe {
+    Send(Box<reqwest::RequestBuilder>),
+    /// The key cannot be a header value.
+    Unusable,
+    /// Bedrock (SigV4) and Vertex (service-account tokens): the signing
+    /// lives in the data plane, so these are left for an operator.
+    Unsupported,
+}
+
+/// The model-list request for `channel`'s kind, with its key where that
+/// kind sends it: `GET <base>/models` (Bearer, `x-api-key` for
+/// Anthropic, `x-goog-api-key` for Gemini) or Azure's model list (`api-key`
+/// or an Entra bearer token).
+fn probe_request(client: &reqwest::Client, channel: &Channel) -> Probe {
+    let base = channel.base_url.trim_end_matches('/');
+    let setting = |name: &str| channel.settings.get(name).map_or("", String::as_str);
+    let key = channel.first_key();
+    let (url, header, value) = match channel.kind.as_str() {
+        "bedrock" | "vertex" => return Probe::Unsupported,
+        "anthropic" => (format!("{base}/models"), "x-api-key", key.to_owned()),
+        "gemini" => (format!("{base}/models"), "x-goog-api-key", key.to_owned()),
+        "azure" => {
+            let url = match setting("api_version") {
+                "" | "v1" => format!("{base}/openai/v1/models"),
+                version => format!("{base}/openai/models?api-version={version}"),
+            };
+            match setting("auth") {
+                "entra" => (url, AUTHORIZATION.as_str(), format!("Bearer {key}")),
+                _ => (url, "api-key", key.to_owned()),
+            }
+        }
+        _ => (format!("{base}/models"), AUTHORIZATION.as_str(), format!("Bearer {key}")),
+    };
+    let mut request = client.get(url);
+    if !key.is_empty() {
+        let Ok(mut value) = HeaderValue::from_str(&value) else {
+            return Probe::Unusable;
+        };
+        value.set_sensitive(true);
+        request = request.header(header, value);
+    }
+    if channel.kind == "anthropic" {
+        request = request.header("anthropic-version", "2023-06-01");
+    }
+    Probe::Send(Box::new(request))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn channel(kind: &str, base_url: &str, settings: &[(&str, &str)]) -> Channel {
+        Channel {
+            id: "ch_1".into(),
+            name: "main".into(),
+            kind: kind.into(),
+            base_url: base_url.into(),
+            api_key: "secret-key".into(),
+            models: vec!["m".into()],
+            model_map: BTreeMap::new(),
+            groups: vec!["default".into()],
+            priority: 0,
+            weight: 1,
+            status: AUTO_DISABLED.into(),
+            connect_timeout_ms: 0,
+            first_byte_timeout_ms: 0,
+            idle_timeout_ms: 0,
+            total_timeout_ms: 0,
+            keys: Vec::new(),
+            settings: settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    /// The URL and the one credential header of the probe of `channel`.
+    fn sent(channel: &Channel) -> Option<(String, String, String)> {
+        let Probe::Send(request) = probe_request(&reqwest::Client::new(), channel) else { return None };
+        let request = request.build().unwrap();
+        let (name, value) = request
+            .headers()
+            .iter()
+            .find(|(name, _)| name.as_str() != "anthropic-version")
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .unwrap();
+        Some((request.url().to_string(), name, value))
+    }
+
+    #[test]
+    fn each_kind_is_probed_at_its_model_list_with_its_own_header() {
+        let at = |url: &str, header: &str, value: &str| Some((url.to_owned(), header.to_owned(), value.to_owned()));
+        assert_eq!(
+            sent(&channel("openai", "http://u/v1/", &[])),
+            at("http://u/v1/models", "authorization", "Bearer secret-key")
+        );
+        assert_eq!(
+            sent(&channel("anthropic", "http://u/v1", &[])),
+            at("http://u/v1/models", "x-api-key", "secret-key")
+        );
+        assert_eq!(
+            sent(&channel("gemini", "http://u/v1beta", &[])),
+            at("http://u/v1beta/models", "x-goog-api-key", "secret-key")
+        );
+        let v1 = channel("azure", "http://az", &[("api_version", "v1"), ("auth", "api-key")]);
+        assert_eq!(sent(&v1), at("http://az/openai/v1/models", "api-key", "secret-key"));
+        let dated = channel("azure", "http://az", &[("api_version", "2024-10-21"), ("auth", "entra")]);
+        assert_eq!(
+            sent(&dated),
+            at("http://az/openai/models?api-version=2024-10-21", "authorization", "Bearer secret-key")
+        );
+    }
+
+    #[test]
+    fn bedrock_and_vertex_channels_are_left_to_an_operator() {
+        for kind in ["bedrock", "vertex"] {
+            let probe = probe_request(&reqwest::Client::new(), &channel(kind, "http://u", &[]));
+            assert!(matches!(probe, Probe::Unsupported), "{kind}");
         }
     }
 }

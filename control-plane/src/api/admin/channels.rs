@@ -1,7 +1,9 @@
-//! Channels on the admin API: upstream providers, their models, weights and
-//! keys (never shown back), and their enabled state.
+//! Channels on the admin API: upstream providers, their models, weights,
+//! kind settings and keys (never shown back), and their enabled state.
+//! Every write leaves the channel as `channel_kind::prepare` wants it.
 
 use super::*;
+use crate::domain::channel_kind;
 
 // === impl AdminApi ===
 
@@ -22,8 +24,8 @@ impl AdminApi {
         if channel.kind.is_empty() {
             channel.kind = "openai".into();
         }
-        check_channel_type(&channel.kind)?;
-        check_base_url(&channel.base_url)?;
+        // The kind's settings, its default base URL and the key's shape.
+        channel_kind::prepare(&mut channel)?;
         channel.models = clean_list(channel.models);
         if channel.models.is_empty() {
             return Err(Status::invalid_argument("a channel needs at least one model"));
@@ -72,7 +74,8 @@ impl AdminApi {
         if let Some(kind) = &r.r#type {
             check_channel_type(kind)?;
         }
-        if let Some(url) = &r.base_url {
+        // An empty base URL asks for the kind's default.
+        if let Some(url) = r.base_url.as_ref().filter(|url| !url.is_empty()) {
             check_base_url(url)?;
         }
         let models = r.set_models.then(|| clean_list(r.models));
@@ -90,10 +93,22 @@ impl AdminApi {
         let weight = r.weight.map(|weight| weight.max(1));
         let status = r.status.map(|status| status_value(&status, &[ENABLED, DISABLED, AUTO_DISABLED])).transpose()?;
         let (kind, base_url, api_key, priority) = (r.r#type, r.base_url, r.api_key, r.priority);
+        let settings: BTreeMap<String, String> = r.settings.into_iter().collect();
         let channel = self
             .edit(&r.id, move |channel: &mut Channel| {
+                // A base URL that was the kind's default follows the kind
+                // and settings (a new region, a new project).
+                let defaulted = channel_kind::default_base_url(&channel.kind, &channel.settings)
+                    .is_ok_and(|url| url == channel.base_url);
+                if kind.as_ref().is_some_and(|kind| *kind != channel.kind) {
+                    channel.settings.clear();
+                }
+                channel.settings = channel_kind::merge(std::mem::take(&mut channel.settings), settings.clone());
                 set(&mut channel.name, &name);
                 set(&mut channel.kind, &kind);
+                if defaulted && base_url.is_none() {
+                    channel.base_url.clear();
+                }
                 set(&mut channel.base_url, &base_url);
                 // A key given here replaces the pool: the channel then has
                 // exactly that key (none for an empty one).
@@ -108,7 +123,7 @@ impl AdminApi {
                 set(&mut channel.priority, &priority);
                 set(&mut channel.weight, &weight);
                 set(&mut channel.status, &status);
-                Ok(())
+                channel_kind::prepare(channel).map_err(|invalid| StoreError::Rejected { reason: invalid.0 })
             })
             .await?;
         Ok(Response::new(convert::channel_redacted(channel)))

@@ -40,6 +40,8 @@ pub(super) async fn add(api: &AdminApi, request: Request<pb::AddChannelKeyReques
             if channel.keys.iter().any(|k| k.key == key) {
                 return Err(StoreError::Rejected { reason: "the channel already holds this key".into() });
             }
+            crate::domain::channel_kind::check_key(channel, &key)
+                .map_err(|invalid| StoreError::Rejected { reason: invalid.0 })?;
             if channel.keys.len() >= MAX_KEYS {
                 return Err(StoreError::Rejected { reason: format!("a channel holds at most {MAX_KEYS} keys") });
             }
