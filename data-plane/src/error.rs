@@ -1,7 +1,7 @@
 //! Every way a request can be refused or fail, and the one function that
 //! turns it into a client response. Status codes, messages (the exact texts
 //! of the error catalogue, `docs/errors.md`), error types, codes, the body
-//! shape (OpenAI or messages, by request path), `x-should-retry` and whether
+//! shape (OpenAI, messages or Gemini, by request path), `x-should-retry` and whether
 //! the gateway itself may retry are chosen here and nowhere else; internal
 //! causes never reach the body. With a console configured, the quota
 //! refusals end with links to its token and top-up pages.
@@ -28,6 +28,9 @@ pub enum Shape {
     /// `{"type":"error","error":{"type","message"}}`, the Anthropic messages
     /// API's shape, with the type names its SDKs expect per status.
     Messages,
+    /// `{"error":{"code","message","status"}}`, Google's shape for the
+    /// Gemini API, with the canonical status name of the HTTP status.
+    Gemini,
 }
 
 /// The console pages a quota refusal points at: `<base>/tokens` and
@@ -368,13 +371,45 @@ impl ConsoleLinks {
 
 impl Shape {
     /// The shape for a request to `path`: messages on `/v1/messages` (and
-    /// below it), OpenAI everywhere else.
+    /// below it); Gemini under `/v1beta/` and for Gemini's methods on
+    /// `/v1/models/{model}:…`; OpenAI everywhere else.
     pub fn for_path(path: &str) -> Shape {
+        if path.starts_with("/v1beta/") || path == "/v1beta" {
+            return Shape::Gemini;
+        }
+        if let Some(model) = path.strip_prefix("/v1/models/")
+            && let Some((_, method)) = model.rsplit_once(':')
+            && GEMINI_METHODS.contains(&method)
+        {
+            return Shape::Gemini;
+        }
         match path.strip_prefix("/v1/messages") {
             Some("") => Shape::Messages,
             Some(rest) if rest.starts_with('/') => Shape::Messages,
             _ => Shape::OpenAi,
         }
+    }
+}
+
+/// The methods of Gemini's API a `/v1/models/{model}:{method}` path may name.
+pub const GEMINI_METHODS: &[&str] = &["generateContent", "streamGenerateContent", "countTokens"];
+
+/// Google's canonical status name for an HTTP `status`, as Gemini's errors
+/// carry it in `error.status`.
+fn gemini_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        502 | 503 | 529 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        400..=499 => "FAILED_PRECONDITION",
+        _ => "INTERNAL",
     }
 }
 
@@ -430,6 +465,13 @@ pub fn render_as(error: &ProxyError, request_id: &str, shape: Shape, console: Op
         Shape::Messages => json!({
             "type": "error",
             "error": { "type": messages_type(error.status()), "message": message },
+        }),
+        Shape::Gemini => json!({
+            "error": {
+                "code": error.status().as_u16(),
+                "message": message,
+                "status": gemini_status(error.status()),
+            }
         }),
     };
     let mut response = (error.status(), axum::Json(body)).into_response();
@@ -651,6 +693,44 @@ mod tests {
             body(render_as(&ProxyError::InvalidToken, "r", Shape::for_path("/v1/chat/completions"), None)).await;
         assert_eq!(openai["error"]["type"], "authentication_error");
         assert!(openai.get("type").is_none());
+    }
+
+    #[tokio::test]
+    async fn gemini_paths_get_googles_error_shape_with_the_same_status_and_text() {
+        for path in [
+            "/v1beta/models/gemini-2.5-pro:generateContent",
+            "/v1beta/models",
+            "/v1/models/gemini-2.5-pro:streamGenerateContent",
+            "/v1/models/m:countTokens",
+        ] {
+            assert_eq!(Shape::for_path(path), Shape::Gemini, "{path}");
+        }
+        for path in ["/v1/models/ft:gpt-4o:org", "/v1/models", "/v1betax/models"] {
+            assert_eq!(Shape::for_path(path), Shape::OpenAi, "{path}");
+        }
+        let cases = [
+            (ProxyError::MissingField("contents"), 400, "INVALID_ARGUMENT"),
+            (ProxyError::InvalidToken, 401, "UNAUTHENTICATED"),
+            (ProxyError::ModelForbidden { model: "m".into() }, 403, "PERMISSION_DENIED"),
+            (ProxyError::ModelNotFound { model: "x".into() }, 404, "NOT_FOUND"),
+            (
+                ProxyError::RateLimited { window_minutes: 1, max_requests: 1, retry_after_secs: 3 },
+                429,
+                "RESOURCE_EXHAUSTED",
+            ),
+            (ProxyError::Internal, 500, "INTERNAL"),
+            (ProxyError::NoChannel { group: "g".into(), model: "m".into() }, 503, "UNAVAILABLE"),
+            (ProxyError::UpstreamTimeout, 504, "DEADLINE_EXCEEDED"),
+        ];
+        for (error, status, name) in cases {
+            let response = render_as(&error, "rid5", Shape::Gemini, None);
+            assert_eq!(response.status().as_u16(), status, "{error:?}");
+            let json = body(response).await;
+            assert_eq!(json["error"]["code"], status, "{json}");
+            assert_eq!(json["error"]["status"], name, "{json}");
+            assert_eq!(json["error"]["message"], format!("{} (request id: rid5)", error.message()));
+            assert_eq!(json.as_object().unwrap().len(), 1, "{json}");
+        }
     }
 
     #[tokio::test]

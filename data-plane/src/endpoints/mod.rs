@@ -5,6 +5,7 @@
 mod api;
 pub mod billing;
 pub mod chat;
+pub mod gemini;
 pub mod messages;
 mod multipart;
 pub mod video;

@@ -17,7 +17,7 @@ use axum::{
 
 use super::{App, RequestId};
 use crate::{
-    error::ProxyError,
+    error::{ProxyError, Shape},
     meter::Charge,
     now_unix,
     policy::auth::{self, Access, Caller},
@@ -57,7 +57,10 @@ pub async fn admit(app: &App, request: Request, access: Access) -> Result<(Admit
     let snapshot = app.snapshot.load_full();
     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
     let ip = client_ip(peer, &parts.headers, &app.trusted_proxies);
-    let caller = auth::authorize(&snapshot, Some(&app.budgets), &parts.headers, ip, now_unix(), access)?;
+    // Only Gemini's API takes the key in the query: elsewhere a query may
+    // be passed on upstream, and the key with it.
+    let query = parts.uri.query().filter(|_| Shape::for_path(parts.uri.path()) == Shape::Gemini);
+    let caller = auth::authorize(&snapshot, Some(&app.budgets), &parts.headers, query, ip, now_unix(), access)?;
     trail.update(|t| {
         t.token = Some(caller.token.id.to_string());
         t.account = Some(caller.token.account_id.clone());

@@ -75,6 +75,10 @@ pub fn serves(category: &str, endpoint: &str) -> bool {
                 | "/responses"
                 | "/responses/compact"
                 | "/completions"
+                // Gemini's methods (`/v1beta/models:…` less the `/v1`).
+                | "beta/models:generateContent"
+                | "beta/models:streamGenerateContent"
+                | "beta/models:countTokens"
         ),
         "completion" => endpoint == "/completions",
         "embedding" => endpoint == "/embeddings",

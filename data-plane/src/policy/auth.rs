@@ -32,19 +32,40 @@ pub enum Access {
     Read,
 }
 
-/// The client key from `Authorization: Bearer <key>` or `x-api-key: <key>`.
+/// The client key from `Authorization: Bearer <key>`, `x-api-key: <key>`
+/// or (as Gemini clients send it) `x-goog-api-key: <key>`, in that order.
 /// Anything else (no header, another scheme, extra spaces) is `MissingToken`.
 pub fn client_key(headers: &HeaderMap) -> Result<&str, ProxyError> {
-    let valid = |key: &str| !key.is_empty() && !key.contains(|c: char| c.is_whitespace());
     if let Some(key) = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .filter(|k| valid(k))
+        .filter(|k| valid_key(k))
     {
         return Ok(key);
     }
-    headers.get("x-api-key").and_then(|v| v.to_str().ok()).filter(|k| valid(k)).ok_or(ProxyError::MissingToken)
+    ["x-api-key", "x-goog-api-key"]
+        .iter()
+        .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()).filter(|k| valid_key(k)))
+        .ok_or(ProxyError::MissingToken)
+}
+
+/// The client key from the headers (`client_key`), else from the `key=`
+/// parameter of `query` (Gemini's API-key parameter), taken as it is
+/// written: gateway keys need no percent-encoding.
+pub fn request_key<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Result<&'a str, ProxyError> {
+    client_key(headers).or_else(|missing| {
+        query
+            .into_iter()
+            .flat_map(|query| query.split('&'))
+            .find_map(|pair| pair.strip_prefix("key="))
+            .filter(|k| valid_key(k))
+            .ok_or(missing)
+    })
+}
+
+fn valid_key(key: &str) -> bool {
+    !key.is_empty() && !key.contains(|c: char| c.is_whitespace())
 }
 
 /// What the snapshot indexes tokens by: SHA-256 of the whole key string.
@@ -52,19 +73,20 @@ pub fn hash_key(key: &str) -> KeyHash {
     Sha256::digest(key.as_bytes()).into()
 }
 
-/// Runs checks 1–6 of the error catalogue for the request's `headers`
-/// coming from `ip`, at Unix time `now`. Spend seen locally but not yet in
+/// Runs checks 1–6 of the error catalogue for the request's `headers` and
+/// `query` (the key's places, see `request_key`) coming from `ip`, at Unix time `now`. Spend seen locally but not yet in
 /// the snapshot's quota and balance, or a recent refusal of the budget step
 /// (`budgets`, none in tests), refuse spending requests in the catalogue's order.
 pub fn authorize(
     snapshot: &Snapshot,
     budgets: Option<&Budgets>,
     headers: &HeaderMap,
+    query: Option<&str>,
     ip: Option<IpAddr>,
     now: i64,
     access: Access,
 ) -> Result<Caller, ProxyError> {
-    let key = client_key(headers)?;
+    let key = request_key(headers, query)?;
     let token = snapshot.token(&hash_key(key)).ok_or(ProxyError::InvalidToken)?;
     let expires_at = token.restrictions().expires_at;
     if !token.enabled || (expires_at != 0 && expires_at <= now) {
@@ -161,7 +183,7 @@ mod tests {
 
     fn check(token: Token, account: Account, headers: &HeaderMap, ip: &str) -> Result<Caller, ProxyError> {
         let snap = snapshot(token, account);
-        authorize(&snap, None, headers, Some(ip.parse().unwrap()), 1000, Access::Spend)
+        authorize(&snap, None, headers, None, Some(ip.parse().unwrap()), 1000, Access::Spend)
     }
 
     #[test]
@@ -174,6 +196,19 @@ mod tests {
         assert_eq!(client_key(&h), Err(ProxyError::MissingToken));
         h.insert("x-api-key", HeaderValue::from_static("sk-2"));
         assert_eq!(client_key(&h), Ok("sk-2"));
+    }
+
+    #[test]
+    fn gemini_clients_may_send_the_key_as_x_goog_api_key_or_key_in_the_query() {
+        let mut h = HeaderMap::new();
+        h.insert("x-goog-api-key", HeaderValue::from_static("sk-3"));
+        assert_eq!(client_key(&h), Ok("sk-3"));
+        assert_eq!(request_key(&h, Some("key=sk-4")), Ok("sk-3"), "a header wins over the query");
+        let none = HeaderMap::new();
+        assert_eq!(request_key(&none, Some("alt=sse&key=sk-4")), Ok("sk-4"));
+        assert_eq!(request_key(&none, Some("alt=sse&apikey=sk-4")), Err(ProxyError::MissingToken));
+        assert_eq!(request_key(&none, Some("key=")), Err(ProxyError::MissingToken));
+        assert_eq!(request_key(&none, None), Err(ProxyError::MissingToken));
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub fn decode_request(dialect: Dialect, body: &Value) -> Result<(ir::Request, Dr
         Dialect::Chat => super::chat::request::decode(body),
         Dialect::Messages => super::messages::request::decode(body),
         Dialect::Responses => super::responses::decode_request(body),
-        Dialect::Gemini => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Gemini => super::gemini::decode_request(body),
         Dialect::Converse => Err(TranslateError::Unsupported(dialect)),
     }
 }
@@ -58,7 +58,7 @@ pub fn encode_request(dialect: Dialect, request: &ir::Request, dropped: &mut Dro
         Dialect::Chat => Ok(super::chat::request::encode(request, dropped)),
         Dialect::Messages => Ok(super::messages::request::encode(request, dropped)),
         Dialect::Responses => Ok(super::responses::encode_request(request, dropped)),
-        Dialect::Gemini => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Gemini => super::gemini::encode_request(request, dropped),
         Dialect::Converse => Ok(super::converse::encode_request(request, dropped)),
     }
 }
@@ -70,7 +70,7 @@ pub fn decode_response(dialect: Dialect, body: &Value) -> ir::Response {
         Dialect::Chat => super::chat::response::decode(body),
         Dialect::Messages => super::messages::response::decode(body).0,
         Dialect::Responses => super::responses::decode_response(body),
-        Dialect::Gemini => ir::Response::default(),
+        Dialect::Gemini => super::gemini::decode_response(body),
         Dialect::Converse => super::converse::decode_response(body),
     }
 }
@@ -82,7 +82,7 @@ pub fn encode_response(dialect: Dialect, response: &ir::Response, answering: &An
         Dialect::Chat => super::chat::response::encode(response, answering).0,
         Dialect::Messages => super::messages::response::encode(response, answering).0,
         Dialect::Responses => super::responses::encode_response(response, answering),
-        Dialect::Gemini => Value::Null,
+        Dialect::Gemini => super::gemini::encode_response(response, answering),
         Dialect::Converse => super::converse::encode_response(response, answering),
     }
 }
@@ -93,7 +93,7 @@ pub fn stream_decoder(dialect: Dialect) -> Box<dyn Decode> {
         Dialect::Chat => Box::new(super::chat::Decoder::new()),
         Dialect::Messages => Box::new(super::messages::Decoder::new()),
         Dialect::Responses => Box::new(super::responses::Decoder::new()),
-        Dialect::Gemini => Box::new(Nothing),
+        Dialect::Gemini => Box::new(super::gemini::Decoder::new()),
         Dialect::Converse => Box::new(super::converse::Decoder::new()),
     }
 }
@@ -105,7 +105,7 @@ pub fn stream_encoder(dialect: Dialect, answering: &Answering) -> Box<dyn Encode
         Dialect::Chat => Box::new(super::chat::Encoder::new(answering)),
         Dialect::Messages => Box::new(super::messages::Encoder::new(answering)),
         Dialect::Responses => Box::new(super::responses::Encoder::new(answering)),
-        Dialect::Gemini => Box::new(Nothing),
+        Dialect::Gemini => Box::new(super::gemini::Encoder::new(answering)),
         Dialect::Converse => Box::new(Nothing),
     }
 }

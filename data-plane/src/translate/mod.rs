@@ -18,6 +18,7 @@ mod chat;
 pub mod codec;
 mod converse;
 mod dropped;
+mod gemini;
 pub mod ir;
 mod messages;
 pub mod responses;
