@@ -75,6 +75,8 @@ pub struct Upstreams {
     pub health: Health,
     /// The channel and key each conversation was last served by.
     pub affinity: Affinity,
+    /// Vertex channels' OAuth2 access tokens, per channel and key.
+    pub vertex_tokens: super::vertex::AccessTokens,
 }
 
 // === impl Config ===
@@ -119,7 +121,14 @@ impl Config {
     /// The live upstream side, recording channel health in `health`.
     pub fn build(self, health: Health) -> Upstreams {
         let affinity = Affinity::new(self.affinity_capacity, self.affinity_idle);
-        Upstreams { clients: RwLock::default(), targets: RwLock::default(), config: self, health, affinity }
+        Upstreams {
+            clients: RwLock::default(),
+            targets: RwLock::default(),
+            config: self,
+            health,
+            affinity,
+            vertex_tokens: super::vertex::AccessTokens::default(),
+        }
     }
 }
 
@@ -144,7 +153,7 @@ impl Upstreams {
     }
 
     /// This worker's pooled client whose connect timeout is `connect`.
-    fn client(&self, connect: Duration) -> Result<Client, ProxyError> {
+    pub(super) fn client(&self, connect: Duration) -> Result<Client, ProxyError> {
         let key = (crate::workers::current(), connect);
         if let Some(client) = self.clients.read().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(client.clone());

@@ -2,7 +2,8 @@
 //!
 //! Serves `POST /v1/chat/completions` (plain and SSE), `GET /v1/models` and
 //! the messages API (`POST /v1/messages` and `/v1/messages/count_tokens`, see
-//! [`crate::mock::messages`]) on
+//! [`crate::mock::messages`]), the Gemini API and Vertex AI (see
+//! [`crate::mock::google`]) on
 //! 127.0.0.1 at a free port, records every request it receives, and replays
 //! the current [`Script`]: reply text, token counts, latency, a cut stream, a
 //! required key, or a number of scripted failures. The server task stops when
@@ -87,6 +88,8 @@ pub struct Recorded {
 
 struct Shared {
     state: Mutex<MockState>,
+    /// Gemini API keys and Vertex access tokens (see `google::auth`).
+    google: crate::mock::google::auth::MockGoogle,
     /// Streams whose client went away before the last event was sent.
     abandoned: std::sync::atomic::AtomicUsize,
 }
@@ -114,10 +117,12 @@ impl MockUpstream {
                 next_id: 0,
             }),
             abandoned: std::sync::atomic::AtomicUsize::new(0),
+            google: crate::mock::google::auth::MockGoogle::new(addr),
         });
         let app = Router::new()
             .merge(crate::mock::video::routes(addr))
             .merge(crate::mock::endpoints::routes(addr))
+            .merge(crate::mock::google::auth::routes(shared.google.clone()))
             .fallback(handle)
             .layer(DefaultBodyLimit::disable())
             .with_state(shared.clone());
@@ -137,6 +142,12 @@ impl MockUpstream {
     /// The base address to give a channel, `http://127.0.0.1:PORT/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// The Google side: the Gemini API key it accepts, its service accounts
+    /// and token endpoint, and the base URLs of its Gemini and Vertex APIs.
+    pub fn google(&self) -> crate::mock::google::auth::MockGoogle {
+        self.shared.google.clone()
     }
 
     /// Replaces the script for requests that arrive from now on.
@@ -309,6 +320,7 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim_start_matches("Bearer "))
         .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .or_else(|| headers.get("x-goog-api-key").and_then(|v| v.to_str().ok()))
         .unwrap_or_default();
     if script.refused_keys.iter().any(|k| k == sent_key) {
         return error_at(uri.path(), StatusCode::UNAUTHORIZED, "Incorrect API key provided");
@@ -318,6 +330,16 @@ async fn handle(
         if let Ok(value) = header::HeaderValue::from_str(retry_after) {
             response.headers_mut().insert(header::RETRY_AFTER, value);
         }
+        return response;
+    }
+    let on_abandon = {
+        let shared = shared.clone();
+        move || {
+            shared.abandoned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    };
+    let request = (&method, &uri, &headers, &body[..]);
+    if let Some(response) = crate::mock::google::serve(&shared.google, request, script.clone(), id, on_abandon).await {
         return response;
     }
     match (&method, uri.path()) {
@@ -466,10 +488,13 @@ fn models() -> Response {
     (StatusCode::OK, axum::Json(body)).into_response()
 }
 
-/// An error body in the dialect of `path`: the messages shape on
-/// `/v1/messages` and below it, else OpenAI's.
+/// An error body in the dialect of `path`: Google's on the Gemini and
+/// Vertex paths, the messages shape on `/v1/messages` and below it and on
+/// Anthropic's Vertex methods, else OpenAI's.
 fn error_at(path: &str, status: StatusCode, message: &str) -> Response {
-    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+    if crate::mock::google::is_google_path(path) {
+        crate::mock::google::error(status, message)
+    } else if path == "/v1/messages" || path.starts_with("/v1/messages/") || path.contains("/publishers/anthropic/") {
         crate::mock::messages::error(status, message)
     } else {
         error(status, message)
