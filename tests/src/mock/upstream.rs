@@ -123,6 +123,7 @@ impl MockUpstream {
             .merge(crate::mock::video::routes(addr))
             .merge(crate::mock::endpoints::routes(addr))
             .merge(crate::mock::google::auth::routes(shared.google.clone()))
+            .merge(crate::mock::azure::routes(addr))
             .fallback(handle)
             .layer(DefaultBodyLimit::disable())
             .with_state(shared.clone());
