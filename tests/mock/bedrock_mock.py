@@ -265,7 +265,7 @@ class Handler(BaseHTTPRequestHandler):
             request = None
         with LOCK:
             RECEIVED.append({
-                "path": self.path, "model": model, "operation": op, "headers": dict(self.headers.items()),
+                "path": self.path, "model": model, "operation": op, "headers": {k.lower(): v for k, v in self.headers.items()},
                 "body": request, "refused": refused is not None,
             })
         if refused:

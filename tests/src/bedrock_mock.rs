@@ -39,7 +39,8 @@ impl BedrockMock {
             .with_context(|| format!("running {python} {}", script.display()))?;
         let stdout = child.stdout.take().context("the mock's stdout")?;
         let mut line = String::new();
-        let read = BufReader::new(stdout).read_line(&mut line);
+        let mut stdout = BufReader::new(stdout);
+        let read = stdout.read_line(&mut line);
         tokio::time::timeout(std::time::Duration::from_secs(20), read)
             .await
             .context("the bedrock mock did not start in 20 s")?
@@ -56,7 +57,7 @@ impl BedrockMock {
     }
 
     /// Every request the mock received, in order: `path` (raw), `model`
-    /// (decoded), `operation`, `headers`, `body` (JSON) and `refused`.
+    /// (decoded), `operation`, `headers` (names lower case), `body` (JSON) and `refused`.
     pub async fn requests(&self) -> Vec<Value> {
         let url = format!("{}/_requests", self.base_url());
         let answer = self.http.get(url).send().await.and_then(reqwest::Response::error_for_status);

@@ -227,7 +227,7 @@ fn cache_point(mark: CacheMark) -> Value {
 
 /// The Converse format and base64 data of `media` given inline; `None` for
 /// a URL or a type Converse does not take.
-fn bytes<'a>(media: &'a Media, format: fn(&str) -> Option<&'static str>) -> Option<(&'static str, &'a str)> {
+fn bytes(media: &Media, format: fn(&str) -> Option<&'static str>) -> Option<(&'static str, &str)> {
     match media {
         Media::Base64 { media_type, data } => Some((format(media_type)?, data)),
         Media::Url { .. } => None,
