@@ -430,6 +430,21 @@ mod tests {
         assert!(completion.bill(&Bytes::from_static(b"{}")).2);
     }
 
+    #[test]
+    fn azure_channels_get_their_deployment_or_v1_path_on_every_endpoint() {
+        let mut channel = crate::policy::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
+        assert_eq!(Api::Embeddings.channel_path(&channel, "m"), "/embeddings");
+        channel.kind = ChannelKind::Azure;
+        assert_eq!(Api::Responses.channel_path(&channel, "m"), "/openai/v1/responses");
+        let settings = [("api_version", "2025-04-01-preview"), ("deployment", "prod")];
+        channel.settings = Arc::new(settings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+        for api in ALL {
+            let path = api.channel_path(&channel, "m");
+            let want = format!("/openai/deployments/prod{}?api-version=2025-04-01-preview", api.upstream_path());
+            assert_eq!(path, want);
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(crate::fuzz::config())]
 

@@ -87,10 +87,8 @@ impl Decode for Decoder {
             }
             "response.content_part.added" => self.open(Block::Text, &mut events),
             "response.output_text.delta" | "response.refusal.delta" => self.delta(Delta::Text(delta()), &mut events),
-            "response.reasoning_summary_part.added" => {
-                if self.summarized {
-                    self.delta(Delta::Thinking("\n\n".into()), &mut events);
-                }
+            "response.reasoning_summary_part.added" if self.summarized => {
+                self.delta(Delta::Thinking("\n\n".into()), &mut events);
             }
             "response.reasoning_summary_text.delta" => {
                 self.summarized = true;

@@ -7,7 +7,10 @@ use crate::{
     pricing::Usage,
     translate::{
         Answering, Dropped,
-        ir::{Collect, Decode, Effort, Encode, Event, Media, Part, Reasoning, ResponseFormat, Role, Stop, ToolChoice},
+        ir::{
+            self, Collect, Decode, Effort, Encode, Event, Media, Part, Reasoning, ResponseFormat, Role, Stop,
+            ToolChoice,
+        },
     },
 };
 
@@ -35,8 +38,6 @@ fn answer() -> ir::Response {
         }),
     }
 }
-
-use crate::translate::ir;
 
 /// The SSE events of `bytes` as (event line, data).
 fn sse(bytes: &[u8]) -> Vec<(String, Value)> {
