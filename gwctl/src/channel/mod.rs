@@ -4,8 +4,11 @@
 //! The key is read from a file or standard input (`--key-file F`, `--key -`)
 //! so it need not appear in the process list; an empty key (an unset
 //! variable) is refused unless `--no-key` says the upstream needs none.
+//! Azure, Bedrock and Vertex channels take their provider's own flags
+//! (`provider`), which make the settings and, for Bedrock and Vertex, the key.
 
 mod key;
+mod provider;
 
 use std::collections::HashMap;
 
@@ -17,6 +20,7 @@ use crate::confirm::{self, DeleteArgs};
 use crate::flags::{self, CsvList, Page, Status};
 use crate::output::{self, Output, Render};
 use crate::{resolve, schema};
+use provider::{ProviderArgs, Stdin};
 
 /// Channel verbs. Wherever a channel is named, its id or its (unique) name
 /// will do.
@@ -26,7 +30,12 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         gwctl channel create --name main --base-url https://api.openai.com/v1 --key-file ~/.config/openai.key --models gpt-4o,gpt-4o-mini\n  \
         gwctl channel create --name claude --type anthropic --base-url https://api.anthropic.com/v1 --key - --models claude-sonnet-4 < key.txt\n  \
-        gwctl channel create --name local --base-url http://127.0.0.1:11434/v1 --no-key --models llama3 --priority -1")]
+        gwctl channel create --name local --base-url http://127.0.0.1:11434/v1 --no-key --models llama3 --priority -1\n  \
+        gwctl channel create --name az --type azure --resource contoso --key-file azure.key --models gpt-4o\n  \
+        gwctl channel create --name aws --type bedrock --region us-east-1 --aws-env --models anthropic.claude-sonnet-4-5-20250929-v1:0\n  \
+        gwctl channel create --name gcp --type vertex --location global --service-account-file sa.json --models claude-sonnet-4-5@20250929\n  \
+        gwctl channel create --name gemini --type gemini --key-file gemini.key --models gemini-2.5-flash\n\n\
+        docs/providers.md says what each type reaches and which flags it takes.")]
     Create(CreateArgs),
     /// List channels, by id.
     #[command(
@@ -79,17 +88,23 @@ pub struct CreateArgs {
     /// Name of the channel, unique among channels.
     #[arg(long)]
     name: String,
-    /// Provider type: `openai` (chat completions) or `anthropic` (messages).
-    #[arg(long = "type", default_value = "openai")]
-    kind: String,
-    /// Base address including /v1, as given to the SDKs.
+    /// Provider type: `openai` (chat completions and every compatible
+    /// server), `anthropic` (messages), `azure`, `bedrock`, `vertex` or
+    /// `gemini` [default: the type of the provider flags given, else openai].
+    #[arg(long = "type", value_parser = KINDS)]
+    kind: Option<String>,
+    /// Base address including /v1, as given to the SDKs [default: the
+    /// type's public endpoint, from --resource, --region or --project and
+    /// --location where it depends on them].
     #[arg(long)]
-    base_url: String,
+    base_url: Option<String>,
     #[command(flatten)]
     key: KeyArgs,
     /// Create the channel without a key: its upstream needs none.
     #[arg(long, conflicts_with_all = ["key", "key_file"])]
     no_key: bool,
+    #[command(flatten)]
+    provider: Box<ProviderArgs>,
     /// Models served, comma-separated.
     #[arg(long)]
     models: CsvList,
@@ -141,10 +156,11 @@ pub struct UpdateArgs {
     /// New name, unique among channels.
     #[arg(long)]
     name: Option<String>,
-    /// Provider type: `openai` or `anthropic`.
-    #[arg(long = "type")]
+    /// Provider type (see `channel create`); the old type's settings are
+    /// dropped.
+    #[arg(long = "type", value_parser = KINDS)]
     kind: Option<String>,
-    /// Base address including /v1.
+    /// Base address including /v1; "" returns to the type's default.
     #[arg(long)]
     base_url: Option<String>,
     /// Replaces the upstream API key.
@@ -168,7 +184,14 @@ pub struct UpdateArgs {
     /// Enable or disable the channel.
     #[arg(long, value_enum)]
     status: Option<Status>,
+    /// Provider settings to change ("" removes one); credentials given
+    /// here replace the key pool like --key.
+    #[command(flatten)]
+    provider: Box<ProviderArgs>,
 }
+
+/// The channel types the control plane accepts.
+const KINDS: [&str; 6] = ["openai", "anthropic", "azure", "bedrock", "vertex", "gemini"];
 
 /// Where an upstream key comes from.
 #[derive(Debug, Default, clap::Args)]
@@ -227,7 +250,7 @@ fn read_stdin() -> std::io::Result<String> {
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
         Command::Create(args) => {
-            let request = create_request(args, read_stdin)?;
+            let request = create_request(args, &env_var, read_stdin)?;
             output::render_one(out, &admin.create_channel(request).await.rpc()?)
         }
         Command::List(args) => {
@@ -246,7 +269,13 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
         }
         Command::Update(mut args) => {
             args.channel = resolve::channel(admin, &args.channel).await?;
-            let request = update_request(args, read_stdin)?;
+            // Provider flags are checked against the type the channel will have.
+            let kind = match (&args.kind, args.provider.any()) {
+                (Some(kind), _) => kind.clone(),
+                (None, true) => admin.get_channel(pb::GetRequest { id: args.channel.clone() }).await.rpc()?.r#type,
+                (None, false) => String::new(),
+            };
+            let request = update_request(args, &kind, &env_var, read_stdin)?;
             output::render_one(out, &admin.update_channel(request).await.rpc()?)
         }
         Command::Disable { channel } => set_status(admin, out, channel, Status::Disabled).await,
@@ -269,15 +298,43 @@ async fn set_status(admin: &mut Admin, out: Output, channel: String, status: Sta
     output::render_one(out, &admin.update_channel(request).await.rpc()?)
 }
 
-fn create_request(args: CreateArgs, stdin: impl FnOnce() -> std::io::Result<String>) -> Result<pb::Channel> {
-    let key = args.key.read(stdin)?;
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The key from `--key`/`--key-file`, or the one the provider flags made;
+/// never both.
+fn channel_key(
+    key: KeyArgs,
+    provided: Option<String>,
+    stdin: &mut Stdin<impl FnOnce() -> std::io::Result<String>>,
+) -> Result<Option<String>> {
+    match provided {
+        Some(_) if key.key.is_some() || key.key_file.is_some() => {
+            bail!("the provider's credential flags make the key; leave out --key and --key-file")
+        }
+        Some(provided) => Ok(Some(provided)),
+        None => key.read(|| stdin.take("upstream key").map_err(|error| std::io::Error::other(format!("{error:#}")))),
+    }
+}
+
+fn create_request(
+    args: CreateArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+    stdin: impl FnOnce() -> std::io::Result<String>,
+) -> Result<pb::Channel> {
+    let kind = args.kind.or_else(|| args.provider.kind().map(str::to_owned)).unwrap_or_else(|| "openai".into());
+    let mut stdin = Stdin::new(stdin);
+    let provided = args.provider.resolve(&kind, env, &mut stdin)?;
+    let key = channel_key(args.key, provided.key, &mut stdin)?;
     if key.is_none() && !args.no_key {
-        bail!("give the upstream key with --key-file PATH, --key - (standard input) or --key KEY, or --no-key");
+        bail!("{}", missing_key(&kind));
     }
     Ok(pb::Channel {
         name: args.name,
-        r#type: args.kind,
-        base_url: args.base_url,
+        r#type: kind,
+        base_url: args.base_url.unwrap_or_default(),
+        settings: provided.settings,
         has_key: key.is_some(),
         api_key: key.unwrap_or_default(),
         models: args.models.into(),
@@ -293,15 +350,33 @@ fn create_request(args: CreateArgs, stdin: impl FnOnce() -> std::io::Result<Stri
     })
 }
 
+/// What to say when a `kind` channel is created without a key.
+fn missing_key(kind: &str) -> &'static str {
+    match kind {
+        "bedrock" => {
+            "give the credentials with --access-key-id and --secret-access-key-file PATH, --aws-env, or --bedrock-api-key-file PATH"
+        }
+        "vertex" => "give the service account's JSON key with --service-account-file PATH",
+        _ => "give the upstream key with --key-file PATH, --key - (standard input) or --key KEY, or --no-key",
+    }
+}
+
+/// The update `args` ask for; provider flags are checked against `kind`,
+/// the channel's type after the update.
 fn update_request(
     args: UpdateArgs,
+    kind: &str,
+    env: &dyn Fn(&str) -> Option<String>,
     stdin: impl FnOnce() -> std::io::Result<String>,
 ) -> Result<pb::UpdateChannelRequest> {
+    let mut stdin = Stdin::new(stdin);
+    let provided = if args.provider.any() { args.provider.resolve(kind, env, &mut stdin)? } else { Default::default() };
     Ok(pb::UpdateChannelRequest {
         id: args.channel,
         name: args.name,
         base_url: args.base_url,
-        api_key: args.key.read(stdin)?,
+        api_key: channel_key(args.key, provided.key, &mut stdin)?,
+        settings: provided.settings,
         set_models: args.models.is_some(),
         models: args.models.map(Vec::from).unwrap_or_default(),
         set_groups: args.groups.is_some(),
@@ -313,6 +388,13 @@ fn update_request(
         status: args.status.map(|s| s.as_str().to_string()),
         r#type: args.kind,
     })
+}
+
+/// The kind's settings for people: `auth=sigv4, region=us-east-1`.
+fn settings(channel: &pb::Channel) -> String {
+    let mut pairs: Vec<String> = channel.settings.iter().map(|(name, value)| format!("{name}={value}")).collect();
+    pairs.sort();
+    output::list(&pairs, "-")
 }
 
 fn model_map(channel: &pb::Channel) -> String {
@@ -339,7 +421,7 @@ fn timeout(ms: u32) -> String {
 impl Render for pb::Channel {
     const COLUMNS: &'static [&'static str] =
         &["ID", "NAME", "TYPE", "STATUS", "PRIORITY", "WEIGHT", "MODELS", "GROUPS", "BASE URL", "KEY"];
-    const WIDE: &'static [&'static str] = &["MODEL MAP", "TIMEOUTS (CONNECT/FIRST BYTE/IDLE/TOTAL)"];
+    const WIDE: &'static [&'static str] = &["SETTINGS", "MODEL MAP", "TIMEOUTS (CONNECT/FIRST BYTE/IDLE/TOTAL)"];
     type Json = schema::Channel;
 
     fn json(&self) -> schema::Channel {
@@ -368,7 +450,7 @@ impl Render for pb::Channel {
     fn wide_row(&self) -> Vec<String> {
         let timeouts =
             [self.connect_timeout_ms, self.first_byte_timeout_ms, self.idle_timeout_ms, self.total_timeout_ms];
-        vec![model_map(self), timeouts.map(timeout).join("/")]
+        vec![settings(self), model_map(self), timeouts.map(timeout).join("/")]
     }
 
     fn fields(&self) -> Vec<(&'static str, String)> {
@@ -378,6 +460,7 @@ impl Render for pb::Channel {
             ("type", self.r#type.clone()),
             ("status", self.status.clone()),
             ("base url", self.base_url.clone()),
+            ("settings", settings(self)),
             ("has key", self.has_key.to_string()),
             ("models", output::list(&self.models, "-")),
             ("model map", model_map(self)),
@@ -432,8 +515,9 @@ mod tests {
             weight: None,
             map: Some(HashMap::new()),
             status: None,
+            provider: Box::default(),
         };
-        let request = update_request(args, || unreachable!("no key was given")).unwrap();
+        let request = update_request(args, "", &|_| None, || unreachable!("no key was given")).unwrap();
         assert!(request.set_models && !request.set_groups && request.set_model_map);
         assert_eq!(request.models, ["a", "b"]);
         assert!(request.model_map.is_empty());
@@ -454,23 +538,59 @@ mod tests {
         args
     }
 
+    fn create_request_of(args: CreateArgs, stdin: impl FnOnce() -> std::io::Result<String>) -> Result<pb::Channel> {
+        create_request(args, &|_| None, stdin)
+    }
+
+    fn parsed(args: &[&str]) -> CreateArgs {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: CreateArgs,
+        }
+        let base = ["gwctl", "--name", "n", "--models", "m"];
+        Cli::parse_from(base.iter().chain(args)).args
+    }
+
+    #[test]
+    fn provider_flags_name_the_type_and_make_the_key() {
+        let env = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKIAENV".to_owned()),
+            "AWS_SECRET_ACCESS_KEY" => Some("envsecret".to_owned()),
+            _ => None,
+        };
+        let request = create_request(parsed(&["--region", "us-east-1", "--aws-env"]), &env, || unreachable!()).unwrap();
+        assert_eq!((request.r#type.as_str(), request.api_key.as_str()), ("bedrock", "AKIAENV:envsecret"));
+        assert_eq!(request.base_url, "", "the control plane fills in the default");
+        assert_eq!(request.settings["region"], "us-east-1");
+
+        let both = parsed(&["--region", "us-east-1", "--aws-env", "--key", "k"]);
+        let error = create_request(both, &env, || unreachable!()).unwrap_err().to_string();
+        assert!(error.contains("leave out --key"), "{error}");
+        let keyless = create_request_of(parsed(&["--type", "vertex", "--location", "global"]), || unreachable!());
+        assert!(keyless.unwrap_err().to_string().contains("--service-account-file"));
+        let gemini = create_request_of(parsed(&["--type", "gemini", "--key", "-"]), || Ok("AIza\n".into())).unwrap();
+        assert_eq!((gemini.api_key.as_str(), gemini.settings.len()), ("AIza", 0));
+    }
+
     #[test]
     fn the_upstream_key_comes_from_a_file_or_standard_input_and_is_never_empty() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("key");
         std::fs::write(&file, "sk-from-file\n").unwrap();
         let from_file = KeyArgs { key: None, key_file: Some(file) };
-        assert_eq!(create_request(create(from_file, false), || unreachable!()).unwrap().api_key, "sk-from-file");
+        assert_eq!(create_request_of(create(from_file, false), || unreachable!()).unwrap().api_key, "sk-from-file");
         let from_stdin = KeyArgs { key: Some("-".into()), key_file: None };
-        let request = create_request(create(from_stdin, false), || Ok(" sk-from-stdin\n".into())).unwrap();
+        let request = create_request_of(create(from_stdin, false), || Ok(" sk-from-stdin\n".into())).unwrap();
         assert_eq!((request.api_key.as_str(), request.has_key), ("sk-from-stdin", true));
 
         let empty = KeyArgs { key: Some(String::new()), key_file: None };
-        let error = create_request(create(empty, false), || unreachable!()).unwrap_err().to_string();
+        let error = create_request_of(create(empty, false), || unreachable!()).unwrap_err().to_string();
         assert!(error.contains("empty") && error.contains("--no-key"), "{error}");
-        let missing = create_request(create(KeyArgs::default(), false), || unreachable!()).unwrap_err();
+        let missing = create_request_of(create(KeyArgs::default(), false), || unreachable!()).unwrap_err();
         assert!(missing.to_string().contains("--key-file"), "{missing}");
-        let keyless = create_request(create(KeyArgs::default(), true), || unreachable!()).unwrap();
+        let keyless = create_request_of(create(KeyArgs::default(), true), || unreachable!()).unwrap();
         assert!(!keyless.has_key && keyless.api_key.is_empty());
     }
 }

@@ -92,6 +92,7 @@ impl From<&pb::Channel> for Channel {
             kind: c.r#type.clone(),
             status: c.status.clone(),
             base_url: c.base_url.clone(),
+            settings: c.settings.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             has_key: c.has_key,
             models: c.models.clone(),
             model_map: c.model_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),

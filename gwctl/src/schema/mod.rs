@@ -123,6 +123,9 @@ pub struct Channel {
     pub kind: String,
     pub status: String,
     pub base_url: String,
+    /// The kind's settings (`api_version`, `region`, `project`…); none of
+    /// them secret. Empty for `openai`, `anthropic` and `gemini`.
+    pub settings: BTreeMap<String, String>,
     pub has_key: bool,
     pub models: Vec<String>,
     pub model_map: BTreeMap<String, String>,
@@ -139,7 +142,8 @@ pub struct Channel {
 }
 
 /// One upstream key of a channel's pool: never the key, only its first
-/// characters.
+/// characters (a Vertex service account's `client_email`, a Bedrock access
+/// key id).
 #[derive(Debug, Serialize)]
 pub struct ChannelKey {
     pub id: String,

@@ -131,6 +131,34 @@ fn channel_json_is_pinned_and_has_no_key() {
 }
 
 #[test]
+fn channel_settings_are_shown_and_a_pair_key_only_by_its_access_key_id() {
+    let channel = pb::Channel {
+        id: "ch_2".into(),
+        name: "aws".into(),
+        r#type: "bedrock".into(),
+        base_url: "https://bedrock-runtime.eu-west-1.amazonaws.com".into(),
+        models: vec!["anthropic.claude-sonnet-4".into()],
+        groups: vec!["default".into()],
+        weight: 1,
+        status: "enabled".into(),
+        settings: [("region".to_string(), "eu-west-1".to_string()), ("auth".to_string(), "sigv4".to_string())].into(),
+        has_key: true,
+        keys: vec![pb::ChannelKey {
+            id: "k_0".into(),
+            key: "AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMIsecret".into(),
+            prefix: "AKIAIOSFODNN7EXAMPLE".into(),
+            status: "enabled".into(),
+            created_at: 1_700_000_000,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let text = json_text(&Channel::from(&channel)).unwrap();
+    assert!(!text.contains("secret"), "{text}");
+    golden("channel-bedrock", &Channel::from(&channel));
+}
+
+#[test]
 fn model_json_is_pinned() {
     let model = pb::Model {
         id: "gpt-4o".into(),
