@@ -45,7 +45,7 @@ pub struct Decoder {
     refused: bool,
     /// Read every chunk whole (tests compare the two readings).
     #[cfg(test)]
-    pub(super) parse_all: bool,
+    parse_all: bool,
 }
 
 /// The kind of a block the decoder has open.
@@ -78,6 +78,12 @@ pub struct Encoder {
 impl Decoder {
     pub fn new() -> Decoder {
         Decoder::default()
+    }
+
+    /// A decoder that reads every chunk whole, as tests compare.
+    #[cfg(test)]
+    pub(crate) fn parsing_all() -> Decoder {
+        Decoder { parse_all: true, ..Decoder::default() }
     }
 
     /// `push` for a chunk parsed whole.

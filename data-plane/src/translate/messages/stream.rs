@@ -4,7 +4,9 @@
 //! over the stream (`message_start` has the prompt's counts, each
 //! `message_delta` the output's) and sent whole each time it changes.
 //! Server-tool blocks and `citations` are dropped (noted) and the blocks
-//! after them renumbered. A stream with a stop (`message_delta`) but no
+//! after them renumbered; text and thinking deltas go to the open block (a
+//! messages stream has one open at a time) when it holds that kind. A
+//! stream with a stop (`message_delta`) but no
 //! `message_stop` is ended at its close; one cut before is left cut. An
 //! `error` event ends the stream with `Event::Error`. Text, thinking and
 //! argument deltas are read without building a value of them.
@@ -44,6 +46,9 @@ pub struct Decoder {
     open: Option<u64>,
     usage: MessagesStreamUsage,
     dropped: Dropped,
+    /// Read every event whole (tests compare the two readings).
+    #[cfg(test)]
+    parse_all: bool,
 }
 
 /// What a kept block holds, for the lean reading of its deltas.
@@ -69,6 +74,21 @@ pub struct Encoder {
 impl Decoder {
     pub fn new() -> Decoder {
         Decoder::default()
+    }
+
+    /// A decoder that reads every event whole, as tests compare.
+    #[cfg(test)]
+    pub(crate) fn parsing_all() -> Decoder {
+        Decoder { parse_all: true, ..Decoder::default() }
+    }
+
+    /// Whether deltas may be read lean.
+    fn lean(&self) -> bool {
+        #[cfg(test)]
+        if self.parse_all {
+            return false;
+        }
+        true
     }
 
     /// The form's index and kind of upstream block `index`.
@@ -135,12 +155,19 @@ impl Decoder {
             }
             "content_block_delta" => {
                 let delta = event.get("delta").unwrap_or(&Value::Null);
-                let text = |key: &str| str_field(delta, key).filter(|t| !t.is_empty()).map(str::to_owned);
+                let text = |key: &str| str_field(delta, key).filter(|t| !t.is_empty());
                 let decoded = match str_field(delta, "type") {
-                    Some("text_delta") => text("text").map(Delta::Text),
-                    Some("thinking_delta") => text("thinking").map(Delta::Thinking),
-                    Some("signature_delta") => text("signature").map(Delta::Signature),
-                    Some("input_json_delta") => text("partial_json").map(Delta::Arguments),
+                    // Text goes to the open block, as the lean reading has it.
+                    Some("text_delta") => {
+                        out.extend(text("text").and_then(|text| self.lean_text(false, text)));
+                        return out;
+                    }
+                    Some("thinking_delta") => {
+                        out.extend(text("thinking").and_then(|text| self.lean_text(true, text)));
+                        return out;
+                    }
+                    Some("signature_delta") => text("signature").map(|s| Delta::Signature(s.to_owned())),
+                    Some("input_json_delta") => text("partial_json").map(|a| Delta::Arguments(a.to_owned())),
                     Some("citations_delta") => {
                         self.dropped.note("citations");
                         None
@@ -220,7 +247,7 @@ impl Decode for Decoder {
         }
         // Most events are text, thinking or argument deltas: those are read
         // lean, without parsing them into a value.
-        let lean = MessagesEvent::read(data);
+        let lean = if self.lean() { MessagesEvent::read(data) } else { MessagesEvent::default() };
         if let Some(event) = lean.text_delta().and_then(|(thinking, text)| self.lean_text(thinking, text)) {
             return vec![event];
         }
