@@ -2,8 +2,8 @@
 """A Bedrock runtime for the gateway's tests: checks every request's SigV4
 signature with botocore's own signer (an implementation independent of the
 gateway's) or its Bedrock API key, records what it received, and answers
-`invoke`, `invoke-with-response-stream`, `converse` and `converse-stream` as
-Bedrock does: JSON bodies, and streams in AWS's binary event-stream framing
+`invoke`, `invoke-with-response-stream`, `converse`, `converse-stream` and
+`count-tokens` (foundation model ids only, as Bedrock) as Bedrock does: JSON bodies, and streams in AWS's binary event-stream framing
 (prelude and message CRCs, `chunk` events whose `bytes` are base64 messages
 events for invoke, Converse's typed events otherwise), usage with cache
 reads and writes.
@@ -287,6 +287,16 @@ class Handler(BaseHTTPRequestHandler):
             if op == "converse":
                 return self.reply(200, converse(request))
             return self.stream(converse_stream(model, request))
+        if op == "count-tokens":
+            try:
+                invoke_body = json.loads(base64.b64decode(request["input"]["invokeModel"]["body"]))
+            except (KeyError, TypeError, ValueError):
+                return self.reply(400, {"message": "Malformed input request"}, "ValidationException")
+            if "." in model.split("anthropic.")[0]:
+                return self.reply(400, {"message": "The provided model doesn't support counting tokens."},
+                                  "ValidationException")
+            # One token per four characters of the messages, at least one.
+            return self.reply(200, {"inputTokens": max(1, len(json.dumps(invoke_body.get("messages"))) // 4)})
         return self.reply(404, {"message": "UnknownOperationException"}, "UnknownOperationException")
 
 

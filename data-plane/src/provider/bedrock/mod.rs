@@ -64,6 +64,41 @@ pub fn chat_call(channel: &Channel, upstream_model: &str, stream: bool) -> ChatC
     }
 }
 
+/// Where `CountTokens` goes for `upstream_model`:
+/// `/model/<foundation model>/count-tokens`. CountTokens takes foundation
+/// model ids only, so an inference profile's geographic prefix (`us.`,
+/// `eu.`, `apac.`, `global.`, …) is removed; `None` for an ARN, which names
+/// no foundation model (count locally then). Bedrock also refuses models
+/// whose tokens it cannot count (a 400 `ValidationException`): callers fall
+/// back to counting locally on any failure.
+pub fn count_tokens_path(upstream_model: &str) -> Option<String> {
+    if upstream_model.starts_with("arn:") {
+        return None;
+    }
+    let model = match upstream_model.split_once('.') {
+        Some((prefix, rest)) if rest.contains('.') && PROFILE_PREFIXES.contains(&prefix) => rest,
+        _ => upstream_model,
+    };
+    Some(format!("/model/{}/count-tokens", encode_segment(model)))
+}
+
+/// Inference-profile prefixes that put a foundation model in a geography.
+const PROFILE_PREFIXES: &[&str] = &["us", "us-gov", "eu", "apac", "jp", "au", "ca", "global"];
+
+/// The `CountTokens` body for an `invoke` body (a messages body as
+/// `body_edit` leaves it: no `model`, `anthropic_version` set):
+/// `{"input":{"invokeModel":{"body":"<base64 of the body>"}}}`.
+pub fn count_tokens_body(invoke_body: &[u8]) -> serde_json::Value {
+    use base64::Engine as _;
+    let body = base64::engine::general_purpose::STANDARD.encode(invoke_body);
+    serde_json::json!({ "input": { "invokeModel": { "body": body } } })
+}
+
+/// The count in a `CountTokens` answer (`{"inputTokens": n}`).
+pub fn count_tokens_answer(answer: &serde_json::Value) -> Option<i64> {
+    answer.get("inputTokens").and_then(serde_json::Value::as_i64)
+}
+
 /// Whether `model` (an id, an inference profile or an ARN of either) names
 /// an Anthropic model, which `invoke` takes in the messages dialect.
 pub fn is_anthropic(model: &str) -> bool {
@@ -122,5 +157,17 @@ mod tests {
             "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Ainference-profile%2Fus.anthropic.claude-3-haiku-20240307-v1%3A0/invoke"
         );
         assert_eq!(call.dialect, Dialect::Messages);
+    }
+
+    #[test]
+    fn token_counts_go_to_the_foundation_model() {
+        let path = count_tokens_path("us.anthropic.claude-sonnet-4-5-20250929-v1:0");
+        assert_eq!(path.as_deref(), Some("/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/count-tokens"));
+        let path = count_tokens_path("anthropic.claude-3-haiku-20240307-v1:0");
+        assert_eq!(path.as_deref(), Some("/model/anthropic.claude-3-haiku-20240307-v1%3A0/count-tokens"));
+        assert_eq!(count_tokens_path("arn:aws:bedrock:us-east-1:1:application-inference-profile/x"), None);
+        let body = count_tokens_body(br#"{"anthropic_version":"bedrock-2023-05-31"}"#);
+        assert_eq!(body["input"]["invokeModel"]["body"], "eyJhbnRocm9waWNfdmVyc2lvbiI6ImJlZHJvY2stMjAyMy0wNS0zMSJ9");
+        assert_eq!(count_tokens_answer(&serde_json::json!({"inputTokens": 12})), Some(12));
     }
 }
