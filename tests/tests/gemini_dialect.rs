@@ -275,6 +275,94 @@ async fn the_key_is_read_from_x_goog_api_key_key_or_a_bearer_token() {
     assert_eq!(reply.status, 401, "{}", reply.text);
 }
 
+#[tokio::test]
+async fn every_client_dialect_reaches_a_gemini_channel_and_gemini_counts_there() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = Gateway::start(1).await;
+    let channel = pb::Channel {
+        name: "gemini".into(),
+        r#type: "gemini".into(),
+        base_url: upstream.google().gemini_base_url(),
+        api_key: gw_tests::mock::google::auth::GEMINI_KEY.into(),
+        has_key: true,
+        models: vec![MODEL.into()],
+        groups: vec!["default".into(), "vip".into()],
+        weight: 1,
+        model_map: [(MODEL.to_owned(), "gemini-2.5-flash".to_owned())].into(),
+        ..Default::default()
+    };
+    gw.admin().create_channel(channel).await.expect("channel create");
+    gw.synced().await;
+    let tools = json!([{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }}]);
+
+    for stream in [false, true] {
+        let mut body = support::chat_body(stream);
+        body["tools"] = tools.clone();
+        body["stream_options"] = if stream { json!({"include_usage": true}) } else { Value::Null };
+        let reply = gw.post(0, "/v1/chat/completions", Some(&gw.key), &body).await;
+        assert_eq!(reply.status, 200, "chat, stream {stream}: {}", reply.text);
+        let text = if stream {
+            support::streamed_text(&reply.text)
+        } else {
+            support::str_field(&reply.json()["choices"][0]["message"], "content")
+        };
+        assert_eq!(text, REPLY, "chat, stream {stream}: {}", reply.text);
+
+        let messages = json!({"model": MODEL, "max_tokens": 64, "stream": stream, "system": "Be brief.",
+            "messages": [{"role": "user", "content": "hi"}]});
+        let url = format!("http://{}/v1/messages", gw.cluster.data_planes[0].addr);
+        let response = gw
+            .cluster
+            .http()
+            .post(url)
+            .header("x-api-key", &gw.key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&messages)
+            .send()
+            .await
+            .expect("messages request");
+        assert_eq!(response.status(), 200);
+        let text = response.text().await.unwrap_or_default();
+        assert!(text.contains("Hello") && text.contains("upstream"), "messages, stream {stream}: {text}");
+    }
+    let requests = upstream.requests();
+    let sent: Vec<&Recorded> = requests.iter().filter(|r| r.path.contains("/models/gemini-2.5-flash:")).collect();
+    assert_eq!(sent.len(), 4, "{requests:?}");
+    assert_eq!(sent[0].body["tools"][0]["functionDeclarations"][0]["name"], "get_weather", "{}", sent[0].body);
+    assert_eq!(sent[0].body["contents"][0], json!({"role": "user", "parts": [{"text": "hi"}]}));
+    assert!(sent[2].path.ends_with(":streamGenerateContent"), "{}", sent[2].path);
+    assert_eq!(sent[1].body["systemInstruction"], json!({"parts": [{"text": "Be brief."}]}));
+    // Gemini clients: passed through whole, re-framed when streamed as an
+    // array; counting is the channel's.
+    let base = format!("/v1beta/models/{MODEL}");
+    let whole = send(&gw, &format!("{base}:generateContent"), Key::Goog(&gw.key), Some(&ask())).await;
+    assert_eq!(whole.status, 200, "{}", whole.text);
+    assert_eq!(text_of(&whole.json()), REPLY);
+    let array = send(&gw, &format!("{base}:streamGenerateContent"), Key::Goog(&gw.key), Some(&ask())).await;
+    let chunks: Vec<Value> = serde_json::from_str(&array.text).unwrap_or_else(|e| panic!("{e}: {}", array.text));
+    assert_eq!(chunks.iter().map(text_of).collect::<String>(), REPLY);
+    checked_usage(chunks.last().expect("a last chunk"));
+    let count =
+        send(&gw, &format!("{base}:countTokens"), Key::Goog(&gw.key), Some(&json!({"contents": ask()["contents"]})))
+            .await;
+    assert_eq!(count.status, 200, "{}", count.text);
+    assert_eq!(count.json()["totalTokens"], 11, "the mock's count: {}", count.text);
+    let counted = upstream.last_request().expect("the count");
+    assert_eq!(counted.path, "/v1beta/models/gemini-2.5-flash:countTokens");
+    assert_eq!(counted.header("x-goog-api-key"), Some(gw_tests::mock::google::auth::GEMINI_KEY));
+
+    let records = gw.wait_for_usage(6).await;
+    for record in &records {
+        assert_eq!(
+            (record["prompt_tokens"].as_i64(), record["completion_tokens"].as_i64()),
+            (Some(11), Some(7)),
+            "{record}"
+        );
+    }
+}
+
 /// Checks `reply` against a catalogue row in Google's error shape:
 /// `{"error":{"code","message","status"}}` with the catalogue's status and
 /// exact text (plus the request id, but for `Invalid URL`).
