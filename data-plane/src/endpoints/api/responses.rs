@@ -111,10 +111,33 @@ pub async fn input_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
 /// Fails on a request the responses decoder refuses.
 pub fn count(model: &str, body: &Value) -> Result<i64, TranslateError> {
     let (request, mut dropped) = codec::decode_request(Dialect::Responses, body)?;
-    match codec::encode_request(Dialect::Messages, &request, &mut dropped) {
-        Ok(messages) => Ok(tokens::count_messages_input(model, &messages)),
-        // Until every codec is written: the body's text, counted whole.
-        Err(TranslateError::Unsupported(_)) => Ok(tokens::count_request(model, body.to_string().as_bytes())),
-        Err(error) => Err(error),
+    let messages = codec::encode_request(Dialect::Messages, &request, &mut dropped)?;
+    Ok(tokens::count_messages_input(model, &messages))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_responses_request_counts_as_the_same_messages_request() {
+        let tool = json!({"type": "function", "name": "weather", "description": "d", "parameters": {"type": "object"}});
+        let responses = json!({
+            "model": "gpt-4o",
+            "instructions": "Be brief.",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "What is the weather in Paris?"}]}],
+            "tools": [tool],
+        });
+        let messages = json!({
+            "model": "gpt-4o",
+            "system": "Be brief.",
+            "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "tools": [{"name": "weather", "description": "d", "input_schema": {"type": "object"}}],
+        });
+        let counted = count("gpt-4o", &responses).unwrap();
+        assert!(counted > 10, "{counted}");
+        assert_eq!(counted, tokens::count_messages_input("gpt-4o", &messages));
+        assert!(count("gpt-4o", &json!({"model": "gpt-4o", "previous_response_id": "resp_1"})).is_err());
     }
 }
