@@ -1,7 +1,10 @@
 //! Channels: the list, creating one, and one channel's page with its key
 //! pool (add, enable, disable, remove a key), its settings and its status.
 //! Upstream keys go in through password fields and never come back: the
-//! admin service answers only their ids, prefixes and statuses.
+//! admin service answers only their ids, prefixes and statuses. The fields
+//! of the Azure, Bedrock and Vertex kinds are in `kinds`.
+
+mod kinds;
 
 use std::sync::Arc;
 
@@ -19,6 +22,7 @@ use crate::api::console::page::{self, csrf, notice, scroll, time};
 use crate::api::console::tokens::Notice;
 use crate::api::console::{Console, ConsoleError};
 use crate::domain::validate::CHANNEL_TYPES;
+use kinds::KindFields;
 
 /// Every channel form; the channel page's forms say what they do in
 /// `action`.
@@ -34,6 +38,9 @@ pub struct ChannelForm {
     kind: String,
     #[serde(default)]
     base_url: String,
+    /// The base URL the edit form showed, to tell an edited one apart.
+    #[serde(default)]
+    base_url_was: String,
     #[serde(default)]
     key: String,
     #[serde(default)]
@@ -46,6 +53,8 @@ pub struct ChannelForm {
     priority: String,
     #[serde(default)]
     weight: String,
+    #[serde(flatten)]
+    provider: KindFields,
 }
 
 /// The channel list and the create form.
@@ -101,9 +110,9 @@ pub async fn list(
                 select id="type" name="type" {
                     @for kind in CHANNEL_TYPES { option value=(kind) { (kind) } }
                 }
-                label for="base_url" { "Base URL (including /v1, as in the SDKs)" }
-                input id="base_url" name="base_url" type="url" required placeholder="https://api.openai.com/v1";
-                label for="key" { "Upstream key (empty: add keys later)" }
+                label for="base_url" { "Base URL (including /v1, as in the SDKs; empty: the type's public endpoint)" }
+                input id="base_url" name="base_url" type="url" placeholder="https://api.openai.com/v1";
+                label for="key" { "Upstream key (empty: add keys later; Vertex: the service account's JSON key)" }
                 input id="key" name="key" type="password" autocomplete="off";
                 label for="models" { "Models (comma-separated)" }
                 input id="models" name="models" required;
@@ -113,6 +122,7 @@ pub async fn list(
                 input id="priority" name="priority" inputmode="numeric" value="0";
                 label for="weight" { "Weight among channels of the same priority" }
                 input id="weight" name="weight" inputmode="numeric" value="1";
+                (kinds::create_fields())
                 button type="submit" { "Create channel" }
             }
         }
@@ -134,13 +144,20 @@ pub async fn create(
     Ok(done(&console, &path_of("/channels", &channel.id), "Channel created"))
 }
 
-/// The create form as a channel; no key field means no key.
+/// The create form as a channel; no key field means no key. Only the
+/// chosen type's provider fields are sent.
 fn create_request(form: &ChannelForm) -> Result<pb::Channel, ConsoleError> {
-    let key = form.key.trim().to_owned();
+    let kind = form.kind.trim();
+    let key = form.provider.key(kind, &form.key)?;
+    let mut settings = form.provider.settings(kind, false);
+    if kind == "bedrock" && form.provider.has_access_key() {
+        settings.insert("auth".into(), "sigv4".into());
+    }
     Ok(pb::Channel {
         name: form.name.trim().to_owned(),
-        r#type: form.kind.trim().to_owned(),
+        r#type: kind.to_owned(),
         base_url: form.base_url.trim().to_owned(),
+        settings,
         has_key: !key.is_empty(),
         api_key: key,
         models: split_list(&form.models),
@@ -178,6 +195,7 @@ pub async fn show(
             dt { "Id" } dd { code { (channel.id) } }
             dt { "Type" } dd { (channel.r#type) }
             dt { "Base URL" } dd { (channel.base_url) }
+            dt { "Settings" } dd id="channel-settings" { (kinds::shown(&channel)) }
             dt { "Models" } dd { (channel.models.join(", ")) }
             @if !channel.model_map.is_empty() {
                 dt { "Model names upstream" }
@@ -237,7 +255,7 @@ pub async fn show(
             form.narrow method="post" action=(action) id="add-key" {
                 (csrf(&signed))
                 input type="hidden" name="action" value="add-key";
-                label for="key" { "Add an upstream key" }
+                label for="key" { (kinds::key_hint(&channel.r#type)) }
                 input id="key" name="key" type="password" required autocomplete="off";
                 button type="submit" { "Add key" }
             }
@@ -245,8 +263,11 @@ pub async fn show(
             form.narrow method="post" action=(action) id="edit-channel" {
                 (csrf(&signed))
                 input type="hidden" name="action" value="edit";
-                label for="base_url" { "Base URL" }
-                input id="base_url" name="base_url" type="url" required value=(channel.base_url);
+                label for="base_url" { "Base URL (empty: the type's public endpoint)" }
+                input id="base_url" name="base_url" type="url" value=(channel.base_url);
+                input type="hidden" name="base_url_was" value=(channel.base_url);
+                input type="hidden" name="type" value=(channel.r#type);
+                (kinds::edit_fields(&channel))
                 label for="models" { "Models (comma-separated)" }
                 input id="models" name="models" required value=(channel.models.join(", "));
                 label for="groups" { "Groups (comma-separated)" }
@@ -305,7 +326,11 @@ pub async fn change(
             return Ok(done(&console, &here, &format!("Key {key_id} {status}")));
         }
         "edit" => {
-            update.base_url = Some(form.base_url.trim().to_owned());
+            // An unchanged base URL is left out, so one that was the type's
+            // default follows a new region or project.
+            let base_url = form.base_url.trim();
+            update.base_url = (base_url != form.base_url_was.trim()).then(|| base_url.to_owned());
+            update.settings = form.provider.settings(form.kind.trim(), true);
             update.set_models = true;
             update.models = split_list(&form.models);
             update.set_groups = true;
@@ -352,5 +377,25 @@ mod tests {
         let keyless = create_request(&ChannelForm { key: "  ".into(), ..Default::default() }).expect("valid");
         assert!(!keyless.has_key && keyless.api_key.is_empty());
         assert!(create_request(&ChannelForm { weight: "-1".into(), ..Default::default() }).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_posted_bedrock_form_becomes_settings_and_one_joined_key() {
+        use axum::extract::FromRequest as _;
+        let body = "name=aws&type=bedrock&base_url=&key=&models=m&priority=0&weight=1&resource=ignored\
+            &region=us-east-1&bedrock_auth=api-key&access_key_id=AKIAIOSFODNN7EXAMPLE&secret_access_key=s3cr3t";
+        let request = axum::http::Request::post("/channels")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(axum::body::Body::from(body))
+            .expect("request");
+        let Form(form) = Form::<ChannelForm>::from_request(request, &()).await.expect("form");
+        let channel = create_request(&form).expect("valid");
+        assert_eq!(channel.api_key, "AKIAIOSFODNN7EXAMPLE:s3cr3t");
+        let settings: Vec<(&str, &str)> = {
+            let mut pairs: Vec<_> = channel.settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            pairs.sort();
+            pairs
+        };
+        assert_eq!(settings, [("auth", "sigv4"), ("region", "us-east-1")], "typed credentials mean sigv4");
     }
 }
