@@ -5,7 +5,8 @@
 //! mock upstream and the answer back, billed exactly as a messages call.
 //! `previous_response_id` there is a clear 400; input-token counts are
 //! counted locally for that channel, passed to an `openai` channel's own
-//! endpoint, and free on both.
+//! endpoint, and free on both. The other OpenAI endpoints reach an `azure`
+//! channel at its deployment's URL with `api-version`.
 
 mod support;
 
@@ -16,9 +17,11 @@ use std::{
 };
 
 use axum::{Json, Router, routing::post};
+use gw_proto::pb;
 use gw_tests::{
     harness::{self, eventually},
     mock::{
+        azure::{self, MockAzure, Setup},
         messages::ToolUse,
         upstream::{MockUpstream, Recorded},
     },
@@ -230,4 +233,46 @@ async fn input_tokens_are_counted_locally_for_an_anthropic_channel() {
     assert!(upstream.requests().is_empty(), "nothing was sent upstream");
     let unauthorized = gw.post(0, "/v1/responses/input_tokens", None, &json!({ "model": MODEL, "input": "hi" })).await;
     assert_eq!(unauthorized.status, 401, "{}", unauthorized.text);
+}
+
+#[tokio::test]
+async fn embeddings_reach_an_azure_deployment_url_with_its_api_version() {
+    const EMBEDDING: &str = "text-embedding-3-small";
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let setup = Setup { deployments: vec![("emb-prod".into(), EMBEDDING.into())], ..Setup::default() };
+    let key = setup.key.clone();
+    MockAzure::of(&upstream).set_up(setup);
+    let gw = Gateway::start(1).await;
+    let model = pb::Model {
+        id: EMBEDDING.into(),
+        category: "embedding".into(),
+        input_price_micros: 20_000,
+        ..Default::default()
+    };
+    gw.admin().create_model(model).await.expect("model create");
+    let settings = [("api_version", "2024-10-21"), ("deployment", "emb-prod"), ("auth", "api-key")];
+    let channel = pb::Channel {
+        name: "azure-east".into(),
+        r#type: "azure".into(),
+        base_url: format!("http://{}", upstream.addr()),
+        api_key: key.clone(),
+        has_key: true,
+        models: vec![EMBEDDING.into()],
+        groups: vec!["default".into()],
+        weight: 1,
+        settings: settings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        ..Default::default()
+    };
+    gw.admin().create_channel(channel).await.expect("azure channel create");
+    gw.synced().await;
+    let reply = gw.post(0, "/v1/embeddings", Some(&gw.key), &json!({ "model": EMBEDDING, "input": "hello" })).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json()["data"][0]["object"], "embedding", "{}", reply.text);
+    let seen = MockAzure::of(&upstream).received();
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    assert_eq!(seen[0].path, "/openai/deployments/emb-prod/embeddings", "{seen:#?}");
+    assert_eq!(seen[0].query_param("api-version"), Some("2024-10-21"), "{seen:#?}");
+    assert_eq!(seen[0].api_key.as_deref(), Some(key.as_str()), "{seen:#?}");
+    let records = gw.wait_for_usage(1).await;
+    assert_eq!(records[0]["prompt_tokens"].as_i64(), Some(azure::EMBEDDING_TOKENS_PER_INPUT), "{}", records[0]);
 }
