@@ -67,4 +67,36 @@ mod tests {
         assert_eq!(stop_of("RECITATION", true), Stop::Refusal);
         assert_eq!(stop_of("FINISH_REASON_UNSPECIFIED", false), Stop::EndTurn);
     }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_body_is_decoded_or_refused_and_encoded_back_without_a_panic(body in crate::fuzz::request_json()) {
+            if let Ok((request, mut dropped)) = decode_request(&body) {
+                let _ = encode_request(&request, &mut dropped);
+            }
+            let answer = decode_response(&body);
+            let _ = encode_response(&answer, &crate::translate::Answering::default());
+        }
+
+        #[test]
+        fn any_stream_of_payloads_is_decoded_and_encoded_without_a_panic(
+            payloads in proptest::collection::vec(crate::fuzz::body(), 0..12),
+            json_array: bool,
+        ) {
+            use crate::translate::ir::{Decode as _, Encode as _};
+            let answering = crate::translate::Answering { json_array, ..Default::default() };
+            let (mut decoder, mut encoder, mut out) = (Decoder::new(), Encoder::new(&answering), Vec::new());
+            for payload in &payloads {
+                for event in decoder.push(payload) {
+                    encoder.push(&event, &mut out);
+                }
+            }
+            for event in decoder.finish() {
+                encoder.push(&event, &mut out);
+            }
+            encoder.finish(&mut out);
+        }
+    }
 }

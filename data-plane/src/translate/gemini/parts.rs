@@ -111,7 +111,8 @@ impl Reader {
     /// One part that is not a thought.
     fn part(&mut self, part: &Value, dropped: &mut Dropped) -> Option<Part> {
         if let Some(text) = part.get("text").and_then(Value::as_str) {
-            return Some(Part::Text { text: text.to_owned(), cache: None });
+            // Gemini CLI sends empty texts; other providers refuse them.
+            return (!text.is_empty()).then(|| Part::Text { text: text.to_owned(), cache: None });
         }
         if let Some(data) = part.get("inlineData") {
             let media_type = str_of(data, "mimeType").unwrap_or("application/octet-stream").to_owned();

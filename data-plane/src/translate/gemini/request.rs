@@ -50,7 +50,11 @@ pub fn decode_request(body: &Value) -> Result<(Request, Dropped), TranslateError
         // history keeps matching the upstream's prompt cache.
         reader.set_prefix(format!("call_{turn}_"));
         let parts = reader.parts(content.get("parts"), &mut dropped);
-        request.messages.push(Message { role, parts });
+        // A turn of nothing but empty texts says nothing; providers refuse
+        // empty turns.
+        if !parts.is_empty() {
+            request.messages.push(Message { role, parts });
+        }
     }
     for tool in fields.get("tools").and_then(Value::as_array).into_iter().flatten() {
         let Some(declarations) = tool.get("functionDeclarations").and_then(Value::as_array) else {
@@ -362,6 +366,18 @@ mod tests {
             json!({"functionResponse": {"name": "ls", "response": {"result": "a.txt"}}})
         );
         assert!(body.get("model").is_none());
+    }
+
+    #[test]
+    fn empty_texts_and_the_turns_left_empty_are_left_out() {
+        let body = json!({"contents": [
+            {"role": "user", "parts": [{"text": "hi"}, {"text": ""}]},
+            {"role": "model", "parts": [{"text": ""}]},
+            {"role": "user", "parts": [{"text": "again"}]},
+        ]});
+        let (request, _) = decode_request(&body).unwrap();
+        assert_eq!(request.messages.len(), 2);
+        assert_eq!(request.messages[0].parts, [Part::Text { text: "hi".into(), cache: None }]);
     }
 
     #[test]
