@@ -1,7 +1,7 @@
 //! Bedrock channels against a Bedrock mock (`tests/mock/bedrock_mock.py`)
 //! that checks every SigV4 signature with botocore's signer, an
 //! implementation independent of the gateway's: chat and messages clients
-//! reach a Claude model through `invoke` (messages bodies with Bedrock's
+//! (and responses and Gemini ones) reach a Claude model through `invoke` (messages bodies with Bedrock's
 //! `anthropic_version`, passed through for messages clients) and another
 //! model through `converse`, streamed (AWS event streams, re-framed as the
 //! client's SSE) and not, with tools; SigV4 with and without a session
@@ -417,4 +417,119 @@ async fn an_exception_mid_stream_reaches_the_client_as_an_error_in_its_dialect()
     assert!(reply.text.contains("Too many requests"), "{}", reply.text);
     assert!(!reply.text.contains("[DONE]"), "a failed stream does not end cleanly: {}", reply.text);
     assert_eq!(mock.requests().await.len(), 2);
+}
+
+/// POSTs a Gemini `generateContent` (or, with `stream`, an SSE
+/// `streamGenerateContent`) for `model` with the token as `x-goog-api-key`.
+async fn gemini(gw: &Gateway, model: &str, stream: bool) -> Reply {
+    let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+    let url = format!("http://{}/v1beta/models/{model}:{method}", gw.cluster.data_planes[0].addr);
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "What is the weather in Paris?"}]}]});
+    let response =
+        gw.cluster.http().post(url).header("x-goog-api-key", &gw.key).json(&body).send().await.expect("gemini call");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    Reply { status, headers, text: response.text().await.unwrap_or_default() }
+}
+
+#[tokio::test]
+async fn responses_and_gemini_clients_reach_both_bedrock_apis() {
+    let mock = BedrockMock::start(&mock_config()).await.expect("bedrock mock");
+    let gw = gateway(&mock, &format!("{AKID}:{SECRET}"), &[]).await;
+
+    for model in ["claude", "nova"] {
+        let body = json!({"model": model, "input": "What is the weather in Paris?", "max_output_tokens": 100});
+        let reply = post(&gw, "/v1/responses", &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let answer = reply.json();
+        let text = answer["output"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+            .filter_map(|part| part["text"].as_str().map(str::to_owned))
+            .collect::<String>();
+        assert_eq!(text, REPLY, "{answer}");
+        assert_eq!(answer["usage"]["input_tokens"], 61, "{answer}");
+
+        let reply = gemini(&gw, model, false).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let answer = reply.json();
+        assert_eq!(answer["candidates"][0]["content"]["parts"][0]["text"], REPLY, "{answer}");
+        assert_eq!(answer["usageMetadata"]["promptTokenCount"], 61, "{answer}");
+        assert_eq!(answer["usageMetadata"]["cachedContentTokenCount"], 20, "{answer}");
+
+        let reply = gemini(&gw, model, true).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let chunks = sse(&reply.text);
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(text, REPLY, "{}", reply.text);
+    }
+    let operations: Vec<String> =
+        mock.requests().await.iter().map(|r| r["operation"].as_str().unwrap_or_default().to_owned()).collect();
+    let want = ["invoke", "invoke", "invoke-with-response-stream", "converse", "converse", "converse-stream"];
+    assert_eq!(operations, want);
+    billed_exactly(&gw, 6).await;
+}
+
+#[tokio::test]
+async fn a_channel_made_with_gwctls_aws_flags_signs_with_its_session_token() {
+    let mock = BedrockMock::start(&mock_config()).await.expect("bedrock mock");
+    let gw = Gateway::start(1).await;
+    let model = pb::Model {
+        id: "nova".into(),
+        category: "chat".into(),
+        input_price_micros: 3_000_000,
+        output_price_micros: 15_000_000,
+        cached_price_micros: 300_000,
+        cache_write_5m_price_micros: 3_750_000,
+        ..Default::default()
+    };
+    gw.admin().create_model(model).await.expect("model create");
+    let secret_file = gw.cluster.dir().join("aws-secret");
+    let token_file = gw.cluster.dir().join("aws-token");
+    std::fs::write(&secret_file, format!("{TEMP_SECRET}\n")).expect("secret file");
+    std::fs::write(&token_file, TOKEN).expect("token file");
+    let (secret_path, token_path) = (secret_file.display().to_string(), token_file.display().to_string());
+    let map = format!("nova={NOVA}");
+    let base_url = mock.base_url();
+    let args = [
+        "channel",
+        "create",
+        "--name",
+        "aws",
+        "--type",
+        "bedrock",
+        "--base-url",
+        &base_url,
+        "--region",
+        REGION,
+        "--access-key-id",
+        TEMP_AKID,
+        "--secret-access-key-file",
+        &secret_path,
+        "--session-token-file",
+        &token_path,
+        "--models",
+        "nova",
+        "--map",
+        &map,
+        "-o",
+        "json",
+    ];
+    let created = gw.cluster.gwctl(&args).await.expect("gwctl channel create");
+    assert!(!created.to_string().contains(TEMP_SECRET) && !created.to_string().contains(TOKEN), "{created}");
+    gw.synced().await;
+
+    let reply = post(&gw, "/v1/chat/completions", &chat_body("nova", true, false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(chat_stream(&reply.text).0, REPLY, "{}", reply.text);
+    let requests = mock.requests().await;
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0]["refused"], false, "{}", requests[0]);
+    assert_eq!(requests[0]["headers"]["x-amz-security-token"], TOKEN);
+    billed_exactly(&gw, 1).await;
 }
