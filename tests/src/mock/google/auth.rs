@@ -67,6 +67,15 @@ pub(crate) struct Auth {
     next: u64,
 }
 
+/// A compact JWS taken apart.
+struct Jws {
+    header: Value,
+    claims: Value,
+    /// `header.claims` as sent, what the signature covers.
+    signing_input: Vec<u8>,
+    signature: Vec<u8>,
+}
+
 /// Why an access token was refused.
 pub(crate) enum Refused {
     Missing,
@@ -216,9 +225,9 @@ async fn token(State(google): State<MockGoogle>, Form(form): Form<HashMap<String
     };
     let mut auth = google.lock();
     let (header, claims, outcome) = match decode(assertion) {
-        Ok((header, claims, signing_input, signature)) => {
-            let outcome = auth.judge(&header, &claims, &signing_input, &signature);
-            (header, claims, outcome)
+        Ok(jws) => {
+            let outcome = auth.judge(&jws);
+            (jws.header, jws.claims, outcome)
         }
         Err(reason) => (Value::Null, Value::Null, Err(("invalid_grant", reason.to_owned()))),
     };
@@ -240,13 +249,8 @@ async fn token(State(google): State<MockGoogle>, Form(form): Form<HashMap<String
 impl Auth {
     /// Whether an assertion is to be granted: `Err((error, description))` as
     /// Google's endpoint refuses.
-    fn judge(
-        &self,
-        header: &Value,
-        claims: &Value,
-        signing_input: &[u8],
-        signature: &[u8],
-    ) -> Result<(), (&'static str, String)> {
+    fn judge(&self, jws: &Jws) -> Result<(), (&'static str, String)> {
+        let (header, claims) = (&jws.header, &jws.claims);
         let invalid = |d: &str| Err(("invalid_grant", d.to_owned()));
         if header["alg"] != "RS256" {
             return invalid("Invalid JWT: the algorithm must be RS256.");
@@ -255,7 +259,7 @@ impl Auth {
             return invalid("Invalid grant: account not found");
         };
         let verifier = UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, key);
-        if verifier.verify(signing_input, signature).is_err() {
+        if verifier.verify(&jws.signing_input, &jws.signature).is_err() {
             return invalid("Invalid JWT Signature.");
         }
         if claims["aud"].as_str() != Some(format!("http://{}/token", self.addr).as_str()) {
@@ -277,7 +281,7 @@ impl Auth {
 }
 
 /// The header, claims, signed part and signature of a compact JWS.
-fn decode(assertion: &str) -> Result<(Value, Value, Vec<u8>, Vec<u8>), &'static str> {
+fn decode(assertion: &str) -> Result<Jws, &'static str> {
     let parts: Vec<&str> = assertion.split('.').collect();
     let [header, claims, signature] = parts.as_slice() else {
         return Err("Invalid JWT: the assertion is not a signed JWT.");
@@ -288,7 +292,12 @@ fn decode(assertion: &str) -> Result<(Value, Value, Vec<u8>, Vec<u8>), &'static 
         return Err("Invalid JWT: the header or claims are not base64url JSON.");
     };
     let signature = URL_SAFE_NO_PAD.decode(signature).map_err(|_| "Invalid JWT Signature.")?;
-    Ok((header_json, claims_json, format!("{header}.{claims}").into_bytes(), signature))
+    Ok(Jws {
+        header: header_json,
+        claims: claims_json,
+        signing_input: format!("{header}.{claims}").into_bytes(),
+        signature,
+    })
 }
 
 /// An OAuth error answer: `{"error", "error_description"}`, 400.
