@@ -6,11 +6,20 @@
 //! again by itself, and the ledger gets the record. Mounting needs root, as
 //! the test command runs.
 
-use std::{io::Write as _, path::PathBuf, process::Command, time::Duration};
+use std::{
+    io::Write as _,
+    path::PathBuf,
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use gw_proto::pb;
 use gw_tests::{
-    harness::{Cluster, eventually},
+    harness::{Cluster, eventually, try_eventually},
     mock::upstream::{MockUpstream, Script},
     redis::RedisServer,
 };
@@ -31,14 +40,30 @@ impl Tmpfs {
         Tmpfs(at)
     }
 
-    /// Writes a file until the filesystem is full.
-    fn fill(&self) -> PathBuf {
+    /// Keeps the filesystem full (as a runaway log would): a thread writes
+    /// to a file whatever room appears, until the returned flag is set; the
+    /// file is deleted then.
+    fn keep_full(&self) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
         let path = self.0.join("filler");
-        let mut file = std::fs::File::create(&path).expect("filler");
-        let block = vec![0u8; 4096];
-        while file.write_all(&block).is_ok() {}
-        let _ = file.sync_all();
-        path
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let (full_tx, full) = std::sync::mpsc::channel();
+        let filler = std::thread::spawn(move || {
+            let mut file = std::fs::File::create(&path).expect("filler");
+            while !stopped.load(Ordering::SeqCst) {
+                // Down to single bytes, so that no page is left for a new file.
+                for size in [1 << 16, 4096, 1] {
+                    let block = vec![0u8; size];
+                    while file.write_all(&block).is_ok() {}
+                }
+                let _ = full_tx.send(());
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            drop(file);
+            std::fs::remove_file(&path).expect("making room");
+        });
+        full.recv().expect("the disk filled");
+        (stop, filler)
     }
 }
 
@@ -54,6 +79,14 @@ async fn chat(cluster: &Cluster, key: &str) -> (u16, Value) {
     let response = cluster.http().post(url).bearer_auth(key).json(&body).send().await.expect("an answer");
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A chat request sent on its own: its status and body.
+async fn held_chat(base_url: String, http: reqwest::Client, key: String) -> (u16, String) {
+    let body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "held"}]});
+    let response = http.post(format!("{base_url}/chat/completions")).bearer_auth(key).json(&body).send().await;
+    let response = response.expect("an answer");
+    (response.status().as_u16(), response.text().await.unwrap_or_default())
 }
 
 async fn ready(cluster: &Cluster) -> u16 {
@@ -117,46 +150,52 @@ async fn a_full_spool_holds_the_answer_refuses_spending_and_recovers_by_itself()
     assert_eq!(chat(&cluster, &key).await.0, 200, "served while the disk has room");
     assert_eq!(ready(&cluster).await, 200);
 
-    let filler = disk.fill();
-    let held = {
-        let (cluster_url, http, key) = (cluster.base_url(0), cluster.http().clone(), key.clone());
-        tokio::spawn(async move {
-            let body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "held"}]});
-            let response =
-                http.post(format!("{cluster_url}/chat/completions")).bearer_auth(key).json(&body).send().await;
-            let response = response.expect("the held answer");
-            (response.status().as_u16(), response.text().await.unwrap_or_default())
-        })
-    };
-    eventually("the data plane to report not ready", Duration::from_secs(15), || async {
-        (ready(&cluster).await == 503).then_some(())
+    let (stop, filler) = disk.keep_full();
+    // Requests until one's record cannot be written (what the reporter
+    // deletes may leave room for a few first).
+    let mut sent = Vec::new();
+    let stalled = try_eventually(Duration::from_secs(15), || {
+        sent.push(tokio::spawn(held_chat(cluster.base_url(0), cluster.http().clone(), key.clone())));
+        async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            (ready(&cluster).await == 503).then_some(())
+        }
     })
     .await;
+    assert!(stalled.is_some(), "the data plane never reported not ready with its spool full");
     let (status, body) = chat(&cluster, &key).await;
     assert_eq!(status, 503, "spending requests are refused while usage cannot be recorded: {body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("usage spool cannot be written"), "{message}");
     assert!(metrics(&cluster).await.lines().any(|l| l.starts_with("gw_spool_writable") && l.ends_with(" 0")));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!held.is_finished(), "no answer goes out whose usage record is nowhere");
+    assert!(sent.iter().any(|task| !task.is_finished()), "the answer whose usage record is nowhere is held");
 
-    std::fs::remove_file(filler).expect("making room");
-    let (status, text) = tokio::time::timeout(Duration::from_secs(15), held).await.expect("released").expect("task");
-    assert_eq!(status, 200, "{text}");
+    stop.store(true, Ordering::SeqCst);
+    filler.join().expect("the filler");
+    let mut answered = 0;
+    for task in sent {
+        let (status, text) =
+            tokio::time::timeout(Duration::from_secs(15), task).await.expect("released").expect("task");
+        assert!(status == 200 || status == 503, "{status} {text}");
+        answered += usize::from(status == 200);
+    }
     eventually("the data plane to be ready again", Duration::from_secs(15), || async {
         (ready(&cluster).await == 200).then_some(())
     })
     .await;
     assert_eq!(chat(&cluster, &key).await.0, 200, "served again once the disk has room");
     assert!(metrics(&cluster).await.lines().any(|l| l.starts_with("gw_spool_writable") && l.ends_with(" 1")));
-    // Every answered request is billed once: the first, the held one, the last.
-    eventually("three usage records in the ledger", Duration::from_secs(20), || async {
-        let request = pb::ListUsageRequest { token_id: token_id.clone(), limit: 100, ..Default::default() };
+    // Every answered request is billed once: the first, those sent while
+    // the disk filled (the held one among them), the last.
+    let expected = answered + 2;
+    eventually(&format!("{expected} usage records in the ledger"), Duration::from_secs(20), || async {
+        let request = pb::ListUsageRequest { token_id: token_id.clone(), limit: 1000, ..Default::default() };
         let records = cluster.admin().list_usage(request).await.ok()?.into_inner().items;
-        (records.iter().filter(|r| r.status == 200).count() == 3).then_some(())
+        (records.iter().filter(|r| r.status == 200).count() == expected).then_some(())
     })
     .await;
     cluster.stop_data_plane(0).await;
     drop(disk);
-    cluster.shutdown().await;
+    drop(cluster);
 }

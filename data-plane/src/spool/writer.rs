@@ -164,7 +164,7 @@ impl Writer {
             return;
         }
         let group = std::mem::take(&mut self.stalled);
-        self.write(group).await;
+        self.write(group, true).await;
         if self.stalled.is_empty() {
             tracing::info!("usage spool writable again; the records held meanwhile are written");
             self.health.recovered();
@@ -198,15 +198,15 @@ impl Writer {
             self.stalled.extend(group);
             return;
         }
-        self.write(group).await;
+        self.write(group, false).await;
         if !self.stalled.is_empty() {
             self.health.stalled();
         }
     }
 
     /// Appends `group` to the current segment; on failure seals the segment
-    /// and holds the group in `stalled`.
-    async fn write(&mut self, group: Vec<Entry>) {
+    /// and holds the group in `stalled` (logged once, not on each `retry`).
+    async fn write(&mut self, group: Vec<Entry>, retry: bool) {
         let mut bytes = Vec::with_capacity(group.len() * 256);
         let ranges: Vec<_> =
             group.iter().map(|entry| self.encoder.encode(entry.kind, &entry.record, &mut bytes)).collect();
@@ -231,8 +231,16 @@ impl Writer {
         };
         match written {
             Ok(Ok(file)) => segment.file = Some(file),
+            Ok(Err(error)) if retry => {
+                tracing::debug!(%error, file = %segment.path.display(), "usage spool still cannot be written");
+                segment.failed = true;
+            }
             Ok(Err(error)) => {
-                tracing::error!(%error, file = %segment.path.display(), "cannot append to the usage spool");
+                tracing::error!(
+                    %error,
+                    file = %segment.path.display(),
+                    "cannot append to the usage spool; holding its records and refusing spending requests until it can"
+                );
                 segment.failed = true;
             }
             Err(error) => {
