@@ -107,6 +107,9 @@ enum Operation {
     Embeddings,
 }
 
+/// Azure's refusal of a request: status, error code and message.
+type Refusal = (StatusCode, &'static str, &'static str);
+
 static REGISTRY: LazyLock<Mutex<HashMap<SocketAddr, Arc<Mutex<Inner>>>>> = LazyLock::new(Mutex::default);
 
 /// The routes of the mock at `addr` (merged into its router): everything
@@ -189,12 +192,9 @@ async fn handle(State(state): State<Arc<Mutex<Inner>>>, request: Request) -> Res
         inner.next += 1;
         (inner.setup.clone(), inner.next)
     };
-    if let Err(refusal) = authenticate(&setup, &parts.headers) {
-        return refusal;
-    }
-    let call = match route(&setup, &received) {
+    let call = match authenticate(&setup, &parts.headers).and_then(|()| route(&setup, &received)) {
         Ok(call) => call,
-        Err(refusal) => return refusal,
+        Err((status, code, message)) => return error(status, code, message),
     };
     if !received.json.is_object() {
         return error(StatusCode::BAD_REQUEST, "BadRequest", "The request body must be a JSON object.");
@@ -206,18 +206,18 @@ async fn handle(State(state): State<Arc<Mutex<Inner>>>, request: Request) -> Res
 }
 
 /// Whether the caller holds the resource's credential the way it is set up.
-fn authenticate(setup: &Setup, headers: &HeaderMap) -> Result<(), Response> {
+fn authenticate(setup: &Setup, headers: &HeaderMap) -> Result<(), Refusal> {
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     match setup.auth {
         Auth::ApiKey if header("api-key") == Some(setup.key.as_str()) => Ok(()),
-        Auth::ApiKey => Err(error(
+        Auth::ApiKey => Err((
             StatusCode::UNAUTHORIZED,
             "401",
             "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key \
              for an active subscription and use a correct regional API endpoint for your resource.",
         )),
         Auth::Entra if header("authorization") == Some(format!("Bearer {}", setup.key).as_str()) => Ok(()),
-        Auth::Entra => Err(error(
+        Auth::Entra => Err((
             StatusCode::UNAUTHORIZED,
             "401",
             "Unauthorized. Access token is missing, invalid, audience is incorrect \
@@ -227,8 +227,8 @@ fn authenticate(setup: &Setup, headers: &HeaderMap) -> Result<(), Response> {
 }
 
 /// The deployment and operation a request's URL names, or Azure's refusal.
-fn route(setup: &Setup, r: &Received) -> Result<Call, Response> {
-    let not_found = || error(StatusCode::NOT_FOUND, "404", "Resource not found");
+fn route(setup: &Setup, r: &Received) -> Result<Call, Refusal> {
+    let not_found = || (StatusCode::NOT_FOUND, "404", "Resource not found");
     let operation = |rest: &str| match rest {
         "chat/completions" => Some(Operation::Chat),
         "embeddings" => Some(Operation::Embeddings),
@@ -244,7 +244,7 @@ fn route(setup: &Setup, r: &Received) -> Result<Call, Response> {
             return Err(unsupported_version());
         }
         let Some(deployment) = r.json.get("model").and_then(Value::as_str) else {
-            return Err(error(StatusCode::BAD_REQUEST, "BadRequest", "model is required"));
+            return Err((StatusCode::BAD_REQUEST, "BadRequest", "model is required"));
         };
         let model = setup.model_of(deployment).ok_or_else(deployment_not_found)?;
         return Ok(Call { model: model.to_owned(), operation });
@@ -261,12 +261,12 @@ fn route(setup: &Setup, r: &Received) -> Result<Call, Response> {
     Ok(Call { model: model.to_owned(), operation })
 }
 
-fn unsupported_version() -> Response {
-    error(StatusCode::BAD_REQUEST, "BadRequest", "API version not supported")
+fn unsupported_version() -> Refusal {
+    (StatusCode::BAD_REQUEST, "BadRequest", "API version not supported")
 }
 
-fn deployment_not_found() -> Response {
-    error(
+fn deployment_not_found() -> Refusal {
+    (
         StatusCode::NOT_FOUND,
         "DeploymentNotFound",
         "The API deployment for this resource does not exist. If you created the deployment within the last 5 \
@@ -461,6 +461,9 @@ mod tests {
 
     const KEY: (&str, &str) = ("api-key", DEFAULT_KEY);
 
+    /// A refusal case: path, headers, status and error code.
+    type Case = (&'static str, &'static [(&'static str, &'static str)], u16, &'static str);
+
     #[tokio::test]
     async fn deployment_url_answers_with_the_model_version_usage_and_filter_results() {
         let mock = MockUpstream::start().await.unwrap();
@@ -481,7 +484,7 @@ mod tests {
     #[tokio::test]
     async fn refusals_come_in_azures_error_shape() {
         let mock = MockUpstream::start().await.unwrap();
-        let cases: [(&str, &[(&str, &str)], u16, &str); 6] = [
+        let cases: [Case; 6] = [
             ("/openai/deployments/gpt-4o/chat/completions", &[KEY], 404, "404"),
             ("/openai/deployments/gpt-4o/chat/completions?api-version=1999-01-01", &[KEY], 400, "BadRequest"),
             ("/openai/deployments/nope/chat/completions?api-version=2024-10-21", &[KEY], 404, "DeploymentNotFound"),
