@@ -5,8 +5,9 @@
 //! (cache reads, cache writes and thoughts included). Vertex calls carry
 //! an access token the mock's token endpoint granted for a signed
 //! service-account assertion: one exchange serves many requests, a new one
-//! is made before the token expires, and a channel whose key the endpoint
-//! refuses fails over to the next channel. Real Redis, the control plane and
+//! is made before the token expires, each key of a pool has its own, and
+//! a channel whose key the endpoint refuses fails over to the next channel;
+//! Gemini clients' token counts reach Vertex's `countTokens`. Real Redis, the control plane and
 //! a data plane in-process, the mock upstream's Google side.
 
 mod support;
@@ -66,6 +67,8 @@ enum Upstream {
 struct Fixture {
     gw: Gateway,
     upstream: MockUpstream,
+    /// The channel's id.
+    channel: String,
 }
 
 // === set-up ===
@@ -143,10 +146,10 @@ async fn fixture(kind: Upstream) -> Fixture {
         Upstream::Gemini => channel("gemini", "gemini", google.gemini_base_url(), GEMINI_KEY.into(), 0),
         Upstream::Vertex => vertex_channel(&upstream, "vertex", google.service_account("gateway"), 0),
     };
-    gw.admin().create_channel(channel).await.expect("channel create");
+    let channel = gw.admin().create_channel(channel).await.expect("channel create").into_inner().id;
     upstream.set_script(script(None));
     gw.synced().await;
-    Fixture { gw, upstream }
+    Fixture { gw, upstream, channel }
 }
 
 // === requests ===
@@ -442,4 +445,43 @@ async fn a_service_account_the_token_endpoint_refuses_fails_over_to_the_next_cha
     let records = gw.wait_for_usage(2).await;
     assert!(records.iter().all(|r| r["channel_id"] == good.as_str()), "billed to the channel that answered");
     assert_eq!(upstream.request_count(), 2, "the refused channel sent nothing upstream");
+}
+
+#[tokio::test]
+async fn gemini_clients_count_tokens_on_vertex_with_the_channels_token() {
+    let f = fixture(Upstream::Vertex).await;
+    let url = format!("http://{}/v1beta/models/{GEMINI}:countTokens", f.gw.cluster.data_planes[0].addr);
+    let body = json!({ "contents": [{ "role": "user", "parts": [{ "text": "How many pebbles?" }] }] });
+    let response =
+        f.gw.cluster.http().post(url).header("x-goog-api-key", &f.gw.key).json(&body).send().await.expect("count");
+    assert_eq!(response.status(), 200);
+    let counted: Value = response.json().await.expect("JSON");
+    assert_eq!(counted["totalTokens"], PROMPT, "Vertex's own count: {counted}");
+    let path = format!("/v1/projects/{PROJECT}/locations/{LOCATION}/publishers/google/models/{GEMINI}:countTokens");
+    let sent = sent_to(&f.upstream, &path);
+    assert_eq!(sent.len(), 1, "{:#?}", f.upstream.requests());
+    assert!(sent[0].header("authorization").is_some_and(|a| a.starts_with("Bearer ya29.")));
+    assert_eq!(sent[0].header("x-goog-api-key"), None, "the client's token stays here");
+}
+
+#[tokio::test]
+async fn each_service_account_of_a_pool_gets_its_own_token() {
+    let f = fixture(Upstream::Vertex).await;
+    let google = f.upstream.google();
+    let second = pb::AddChannelKeyRequest { channel_id: f.channel.clone(), key: google.service_account("second") };
+    f.gw.admin().add_channel_key(second).await.expect("add key");
+    f.gw.synced().await;
+
+    let chat = body(Client::Chat, GEMINI, false, false);
+    for _ in 0..6 {
+        assert_eq!(send(&f.gw, Client::Chat, &chat).await.status, 200);
+    }
+    let issuers: std::collections::BTreeSet<String> =
+        google.exchanges().iter().filter_map(|e| e.claims["iss"].as_str().map(str::to_owned)).collect();
+    let expected = ["gateway@mock-project.iam.gserviceaccount.com", "second@mock-project.iam.gserviceaccount.com"];
+    assert_eq!(issuers, expected.map(str::to_owned).into(), "one exchange per key");
+    assert_eq!(google.exchanges().len(), 2, "each key's token is reused");
+    let tokens: std::collections::BTreeSet<String> =
+        f.upstream.requests().iter().filter_map(|r| r.header("authorization").map(str::to_owned)).collect();
+    assert_eq!(tokens.len(), 2, "calls alternate between the two keys' tokens");
 }

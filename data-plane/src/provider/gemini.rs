@@ -23,7 +23,6 @@ pub fn generate_method(stream: bool) -> &'static str {
 
 /// Where `countTokens` for `model` goes (a `generateContent` body, or
 /// `{"contents": …}`, answered with `totalTokens`).
-#[allow(dead_code)] // for the Gemini count-tokens handler, being wired
 pub fn count_tokens_path(model: &str) -> String {
     path(model, "countTokens", false)
 }

@@ -51,7 +51,6 @@ pub fn chat_call(channel: &Channel, upstream_model: &str, stream: bool) -> ChatC
 /// Where token counts of `upstream_model` are asked for: Anthropic's
 /// `count-tokens:rawPredict` (a messages count body with `model` and
 /// `anthropic_version`, see `count_tokens_edit`) or Gemini's `countTokens`.
-#[allow(dead_code)] // for the count-tokens handlers, being wired
 pub fn count_tokens_path(channel: &Channel, upstream_model: &str) -> String {
     if is_anthropic(upstream_model) {
         format!("{}/publishers/anthropic/models/count-tokens:rawPredict", scope(channel))
