@@ -50,6 +50,23 @@ pub struct Request {
     /// carry their own): a tool, an image, a tool call or result. Added for
     /// chat clients that mark those (they reach messages upstreams).
     pub cache_marks: Vec<(CacheAt, CacheMark)>,
+    /// System instructions that stood between messages in the client's
+    /// request (`system` and `developer` turns inside the conversation, as
+    /// coding agents send). Their parts are in `system` too, so encoders of
+    /// dialects with one system prompt need not look here; chat's puts them
+    /// back where they stood.
+    pub system_turns: Vec<SystemTurn>,
+}
+
+/// A system turn that stood before `Request::messages[before]` (or after
+/// the last message, when `before` is their count): the parts
+/// `Request::system[parts]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemTurn {
+    pub before: usize,
+    pub parts: std::ops::Range<usize>,
+    /// The client named the turn `developer`.
+    pub developer: bool,
 }
 
 /// Where a prompt-cache breakpoint of `Request::cache_marks` is.

@@ -383,19 +383,35 @@ fn a_chat_request_without_a_limit_gets_the_default_max_tokens() {
 }
 
 #[test]
-fn system_and_developer_turns_join_the_system_prompt() {
-    let request = json!({ "messages": [
+fn system_and_developer_turns_stay_where_they_are_for_chat_and_join_the_prompt_elsewhere() {
+    let request = json!({ "system": "z", "messages": [
         { "role": "user", "content": "a" },
         { "role": "system", "content": [{ "type": "text", "text": "b" }, { "type": "text", "text": "c" }] },
         { "role": "developer", "content": "d" },
         { "role": "system", "content": "" },
     ] });
     let (out, dropped) = messages_to_chat_request_noted(&request).unwrap();
-    assert_eq!(
-        out["messages"],
-        json!([{ "role": "system", "content": "b\n\nc\n\nd" }, { "role": "user", "content": "a" }])
-    );
+    let expected = json!([
+        { "role": "system", "content": "z" },
+        { "role": "user", "content": "a" },
+        { "role": "system", "content": "b\n\nc" },
+        { "role": "developer", "content": "d" },
+    ]);
+    assert_eq!(out["messages"], expected, "an empty system turn is left out");
     assert!(dropped.is_empty(), "{dropped}");
+    let (form, _) = chat::request::decode(&out).unwrap();
+    assert_eq!(form.system.len(), 3, "chat's turn is one text");
+    assert_eq!(form.system_turns.len(), 2);
+    let mut dropped = Dropped::new();
+    assert_eq!(chat::request::encode(&form, &mut dropped)["messages"], expected, "chat keeps turns in place");
+    let mut dropped = Dropped::new();
+    let messages = messages::request::encode(&form, &mut dropped);
+    let system = json!([
+        { "type": "text", "text": "z" },
+        { "type": "text", "text": "b\n\nc" },
+        { "type": "text", "text": "d" },
+    ]);
+    assert_eq!(messages["system"], system, "one system prompt elsewhere");
 }
 
 #[test]

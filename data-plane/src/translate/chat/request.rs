@@ -1,7 +1,9 @@
 //! Chat-completions request bodies and the internal form.
 //!
-//! Decoding: `system` and `developer` messages anywhere become
-//! `Request::system` (the form has one system prompt); a `tool` message
+//! Decoding: `system` and `developer` messages become `Request::system`
+//! (the form has one system prompt); those after the conversation began
+//! are noted as turns where they stood (`Request::system_turns`), so the
+//! encoder puts them back. A `tool` message
 //! becomes a user message holding one tool result, named after the call it
 //! answers; tool-call arguments are parsed (`{}` when they are not a JSON
 //! object); `image_url` data URLs become base64 images, other URLs stay
@@ -13,7 +15,8 @@
 //! `Request::extra`.
 //!
 //! Encoding: the system prompt is one leading system message (parts joined
-//! by a blank line); a user message's tool results become `tool` messages
+//! by a blank line), system turns a message each where they stood; a user
+//! message's tool results become `tool` messages
 //! before the rest of it (images in a result, which a `tool` message cannot
 //! hold, join that rest); `max_tokens` is written as
 //! `max_completion_tokens`, the field current models require; a reasoning
@@ -25,7 +28,7 @@ use serde_json::{Map, Value, json};
 
 use super::super::{
     Dropped, TranslateError, arguments_to_input, cache_mark, invalid,
-    ir::{self, CacheAt, Effort, Media, Message, Part, Reasoning, ResponseFormat, Role, Tool, ToolChoice},
+    ir::{self, CacheAt, Effort, Media, Message, Part, Reasoning, ResponseFormat, Role, SystemTurn, Tool, ToolChoice},
     meaningful, media_url, messages, parse_data_url, str_field,
 };
 
@@ -89,7 +92,8 @@ pub fn decode(body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
         ir::Request { model: str_field_map(body, "model").unwrap_or_default().to_owned(), ..ir::Request::default() };
     for (i, message) in messages.iter().enumerate() {
         let content = message.get("content");
-        let (role, parts) = match str_field(message, "role") {
+        let role_name = str_field(message, "role");
+        let (role, parts) = match role_name {
             Some("system" | "developer") => (None, text_parts(content, &mut dropped)),
             Some("user") => (Some(Role::User), user_parts(content, &mut dropped)),
             Some("assistant") => (Some(Role::Assistant), assistant_parts(message, &mut dropped)),
@@ -122,6 +126,14 @@ pub fn decode(body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
             out.push(part);
         }
         match role {
+            // Instructions after the conversation began are a turn there.
+            None if !request.messages.is_empty() && !out.is_empty() => {
+                let start = request.system.len();
+                request.system.extend(out);
+                let parts = start..request.system.len();
+                let developer = role_name == Some("developer");
+                request.system_turns.push(SystemTurn { before: request.messages.len(), parts, developer });
+            }
             None => request.system.extend(out),
             Some(_) if out.is_empty() => {}
             Some(role) => request.messages.push(Message { role, parts: out }),
@@ -333,14 +345,28 @@ pub fn encode(request: &ir::Request, dropped: &mut Dropped) -> Value {
         out.insert("model".into(), request.model.clone().into());
     }
     let mut messages = Vec::new();
-    let system = system_text(&request.system, dropped);
+    let in_turn = |i: &usize| request.system_turns.iter().any(|turn| turn.parts.contains(i));
+    let leading: Vec<Part> =
+        request.system.iter().enumerate().filter(|(i, _)| !in_turn(i)).map(|(_, part)| part.clone()).collect();
+    let system = system_text(&leading, dropped);
     if !system.is_empty() {
         messages.push(json!({ "role": "system", "content": system }));
     }
     if !request.cache_marks.is_empty() {
         dropped.note("cache_control");
     }
-    for message in &request.messages {
+    for at in 0..=request.messages.len() {
+        for turn in request.system_turns.iter().filter(|turn| turn.before == at) {
+            let parts = request.system.get(turn.parts.clone()).unwrap_or_default();
+            let text = system_text(parts, dropped);
+            if !text.is_empty() {
+                let role = if turn.developer { "developer" } else { "system" };
+                messages.push(json!({ "role": role, "content": text }));
+            }
+        }
+        let Some(message) = request.messages.get(at) else {
+            break;
+        };
         match message.role {
             Role::User => encode_user(&message.parts, &mut messages, dropped),
             Role::Assistant => messages.extend(encode_assistant(&message.parts, dropped)),

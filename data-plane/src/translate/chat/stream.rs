@@ -76,6 +76,7 @@ pub struct Encoder {
 // === impl Decoder ===
 
 impl Decoder {
+    /// A decoder for one stream.
     pub fn new() -> Decoder {
         Decoder::default()
     }
@@ -236,6 +237,8 @@ impl Decode for Decoder {
 // === impl Encoder ===
 
 impl Encoder {
+    /// An encoder for one stream answering the request `answering`
+    /// describes (its model, `created`, whether it wants the usage chunk).
     pub fn new(answering: &Answering) -> Encoder {
         Encoder {
             include_usage: answering.include_usage,

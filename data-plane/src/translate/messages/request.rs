@@ -1,7 +1,8 @@
 //! Messages request bodies and the internal form.
 //!
-//! Decoding: `system` and `developer` turns inside `messages` (as some
-//! coding agents send) join the system prompt, which the form keeps whole;
+//! Decoding: `system` and `developer` turns inside `messages` (as coding
+//! agents send) join the system prompt and are noted as turns where they
+//! stood (`Request::system_turns`);
 //! `cache_control` stays on the part, tool or block it marks; a
 //! `tool_result` is named after the `tool_use` it answers; server tools
 //! (`web_search_…`, `bash_…`, …) and their blocks run inside the provider
@@ -23,7 +24,7 @@ use super::super::{
     Dropped, TranslateError, cache_mark,
     chat::request::{CHAT_ONLY, empty_schema},
     encode_cache_mark, invalid,
-    ir::{self, CacheAt, CacheMark, Media, Message, Part, Reasoning, Role, Tool, ToolChoice},
+    ir::{self, CacheAt, CacheMark, Media, Message, Part, Reasoning, Role, SystemTurn, Tool, ToolChoice},
     meaningful, str_field,
 };
 
@@ -82,9 +83,14 @@ pub fn decode(body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
         let role = match str_field(turn, "role") {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
-            Some("system" | "developer") => {
-                let parts = system_parts(content, &mut dropped);
-                request.system.extend(parts);
+            Some(role @ ("system" | "developer")) => {
+                let start = request.system.len();
+                request.system.extend(system_parts(content, &mut dropped));
+                let parts = start..request.system.len();
+                if !parts.is_empty() {
+                    let before = request.messages.len();
+                    request.system_turns.push(SystemTurn { before, parts, developer: role == "developer" });
+                }
                 continue;
             }
             _ => {

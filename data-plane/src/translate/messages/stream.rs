@@ -72,6 +72,7 @@ pub struct Encoder {
 // === impl Decoder ===
 
 impl Decoder {
+    /// A decoder for one stream.
     pub fn new() -> Decoder {
         Decoder::default()
     }
@@ -278,6 +279,8 @@ impl Decode for Decoder {
 // === impl Encoder ===
 
 impl Encoder {
+    /// An encoder for one stream answering the request `answering`
+    /// describes (its model).
     pub fn new(answering: &Answering) -> Encoder {
         Encoder { client_model: answering.model.clone(), ..Encoder::default() }
     }
