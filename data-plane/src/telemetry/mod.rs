@@ -82,6 +82,7 @@ impl Default for Traced {
 pub fn operation(path: &str) -> Option<&'static str> {
     match path {
         "/v1/chat/completions" | "/v1/messages" | "/v1/responses" | "/v1/responses/compact" => Some("chat"),
+        "/v1beta/models:generateContent" | "/v1beta/models:streamGenerateContent" => Some("chat"),
         "/v1/completions" => Some("text_completion"),
         "/v1/embeddings" => Some("embeddings"),
         p if p.starts_with("/v1/images/") || p.starts_with("/v1/audio/") => Some("generate_content"),
@@ -322,6 +323,7 @@ mod tests {
     fn paths_map_to_genai_operations() {
         assert_eq!(operation("/v1/chat/completions"), Some("chat"));
         assert_eq!(operation("/v1/messages"), Some("chat"));
+        assert_eq!(operation("/v1beta/models:streamGenerateContent"), Some("chat"));
         assert_eq!(operation("/v1/embeddings"), Some("embeddings"));
         assert_eq!(operation("/v1/images/generations"), Some("generate_content"));
         assert_eq!(operation("/v1/models"), None);

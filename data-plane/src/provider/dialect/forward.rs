@@ -18,7 +18,10 @@ use axum::{
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{note_dropped, through::Through};
+use super::{
+    note_dropped,
+    through::{Metered, Through},
+};
 use crate::{
     error::ProxyError,
     json_body::JsonBody,
@@ -87,7 +90,7 @@ pub async fn forward(
     let mut meter = Meter::new(charge, app.usage.clone(), raw.len());
     meter.estimate_prompt_from(raw);
     if call.stream && streams(&target, response.headers()) {
-        return Ok(stream(app, &channel, &target, call, response, meter));
+        return Ok(stream(app, &channel, &target, call, same, response, meter));
     }
     let bytes = match app.upstreams.read_body(&channel, response).await {
         Ok(bytes) => bytes,
@@ -109,6 +112,17 @@ pub async fn forward(
         None => meter.add_text(&decoded.text()),
     }
     meter.finish(200).wait().await;
+    if call.stream {
+        // A stream was asked for and a whole answer came: sent as the
+        // stream of it, in the client's framing.
+        let mut encoder = codec::stream_encoder(call.dialect, &call.answering);
+        let mut out = Vec::new();
+        for event in decoded.events() {
+            encoder.push(&event, &mut out);
+        }
+        encoder.finish(&mut out);
+        return Ok(provider::reply(StatusCode::OK, stream_type(call), Body::from(out), true));
+    }
     let body = if same {
         bytes
     } else {
@@ -131,29 +145,41 @@ fn streams(target: &ChatCall, headers: &HeaderMap) -> bool {
 
 /// The streamed client response: the upstream's events decoded in its
 /// dialect and encoded in the client's (SSE framing; AWS event streams
-/// through the Bedrock adapter's frame reader).
+/// through the Bedrock adapter's frame reader), or, in the client's own
+/// dialect and framing, passed untouched and read only to meter.
 fn stream(
     app: Attempt<'_>,
     channel: &Channel,
     target: &ChatCall,
     call: &ClientCall<'_>,
+    same: bool,
     response: provider::client::Response,
     meter: Meter,
 ) -> Response {
     let idle = app.upstreams.idle_timeout(channel);
     let status = response.status().as_u16();
-    let relay =
-        Through::new(codec::stream_decoder(target.dialect), codec::stream_encoder(call.dialect, &call.answering));
+    let decoder = codec::stream_decoder(target.dialect);
     let upstream = Box::pin(response.bytes_stream());
     let body = match target.framing {
-        Framing::Sse => Body::from_stream(pump(upstream, Events::new(relay), Some(meter), idle, status)),
+        Framing::Sse if same && stream_type(call).is_none() => {
+            Body::from_stream(pump(upstream, Events::new(Metered::new(decoder)), Some(meter), idle, status))
+        }
+        Framing::Sse => {
+            let relay = Through::new(decoder, codec::stream_encoder(call.dialect, &call.answering));
+            Body::from_stream(pump(upstream, Events::new(relay), Some(meter), idle, status))
+        }
         Framing::EventStream => {
+            let relay = Through::new(decoder, codec::stream_encoder(call.dialect, &call.answering));
             Body::from_stream(pump(upstream, provider::bedrock::Frames::new(relay), Some(meter), idle, status))
         }
     };
-    let content_type = (call.dialect == Dialect::Gemini && call.answering.json_array)
-        .then(|| HeaderValue::from_static("application/json"));
-    provider::reply(StatusCode::OK, content_type, body, true)
+    provider::reply(StatusCode::OK, stream_type(call), body, true)
+}
+
+/// The content type of a streamed answer that is not SSE: Gemini's
+/// JSON-array stream.
+fn stream_type(call: &ClientCall<'_>) -> Option<HeaderValue> {
+    (call.dialect == Dialect::Gemini && call.answering.json_array).then(|| HeaderValue::from_static("application/json"))
 }
 
 /// The headers of the upstream request: JSON, and for messages-native

@@ -3,6 +3,8 @@
 //! and usage, whatever the dialects), and the client dialect's encoder.
 //! Framing of the upstream is the caller's: SSE goes through
 //! `meter::pump::Events`, which hands this relay one payload at a time.
+//! `Metered` is the same without the encoder, for an SSE stream already in
+//! the client's dialect: its bytes pass untouched, read only to meter.
 
 use bytes::Bytes;
 
@@ -15,6 +17,13 @@ use crate::{
 pub struct Through<D, E> {
     decoder: D,
     encoder: E,
+    ended: bool,
+}
+
+/// An upstream stream in the client's dialect, passed on byte for byte and
+/// decoded by `D` only to meter it.
+pub struct Metered<D> {
+    decoder: D,
     ended: bool,
 }
 
@@ -72,6 +81,45 @@ impl<D: Decode, E: Encode> EventRelay for Through<D, E> {
     fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes {
         let events = self.decoder.finish();
         self.emit(events, meter)
+    }
+
+    fn complete(&self) -> bool {
+        self.ended
+    }
+}
+
+// === impl Metered ===
+
+impl<D: Decode> Metered<D> {
+    pub fn new(decoder: D) -> Metered<D> {
+        Metered { decoder, ended: false }
+    }
+
+    fn meter(&mut self, events: &[Event], meter: Option<&mut Meter>) {
+        if let Some(meter) = meter {
+            events.iter().for_each(|event| meter_event(event, meter));
+        }
+        self.ended |= events.contains(&Event::End);
+    }
+}
+
+impl<D: Decode> EventRelay for Metered<D> {
+    fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+        if !data.is_empty() {
+            let mut meter = meter;
+            if let Some(meter) = meter.as_deref_mut() {
+                meter.read_event(data);
+            }
+            let events = self.decoder.push(data);
+            self.meter(&events, meter);
+        }
+        raw
+    }
+
+    fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes {
+        let events = self.decoder.finish();
+        self.meter(&events, meter);
+        Bytes::new()
     }
 
     fn complete(&self) -> bool {
