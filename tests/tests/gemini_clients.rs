@@ -302,9 +302,13 @@ async fn google_genai_sdk_with_an_unknown_key_is_refused_in_geminis_error_shape(
 /// `gemini -p <prompt> -m MODEL` against the tap with a gateway token as
 /// its Gemini API key, in a fresh HOME whose settings pick API-key auth
 /// and turn off usage statistics, telemetry and update checks; the working
-/// directory is trusted by environment so headless mode runs.
-async fn gemini_cli(tap: &Tap, key: &str, prompt: &str) -> cli::Run {
+/// directory (holding `files`, name and text) is trusted by environment so
+/// headless mode runs.
+async fn gemini_cli(tap: &Tap, key: &str, prompt: &str, files: &[(&str, &str)]) -> cli::Run {
     let (home, work) = cli::home();
+    for (name, text) in files {
+        std::fs::write(work.join(name), text).expect("a file for the CLI");
+    }
     let settings = json!({
         "security": { "auth": { "selectedType": "gemini-api-key" } },
         "privacy": { "usageStatisticsEnabled": false },
@@ -327,7 +331,7 @@ async fn gemini_cli(tap: &Tap, key: &str, prompt: &str) -> cli::Run {
 async fn gemini_cli_round(kind: Kind) {
     let f = fixture(kind).await;
     let tap = Tap::start(f.gw.cluster.data_planes[0].addr).await.expect("tap");
-    let run = gemini_cli(&tap, &f.gw.key, "Count the pebbles.").await;
+    let run = gemini_cli(&tap, &f.gw.key, "Count the pebbles.", &[]).await;
     cli::assert_answered(&run, REPLY, &tap);
     let sent: Vec<Recorded> = f.upstream.requests().into_iter().filter(|r| kind.is_chat_call(r)).collect();
     assert!(!sent.is_empty(), "{:#?}", f.upstream.requests());
@@ -367,4 +371,29 @@ async fn gemini_cli_answers_through_an_openai_channel_and_is_billed() {
 #[tokio::test]
 async fn gemini_cli_answers_through_an_anthropic_channel_and_is_billed() {
     gemini_cli_round(Kind::Anthropic).await;
+}
+
+#[tokio::test]
+async fn gemini_cli_runs_a_tool_the_model_calls_and_sends_its_result_back_through_a_gemini_channel() {
+    let f = fixture(Kind::Gemini).await;
+    let tool = ToolUse { name: Some("read_file".into()), input: json!({ "file_path": "pebbles.txt" }) };
+    f.upstream.set_script(script(Some(tool)));
+    let tap = Tap::start(f.gw.cluster.data_planes[0].addr).await.expect("tap");
+    let run =
+        gemini_cli(&tap, &f.gw.key, "How many pebbles are in pebbles.txt?", &[("pebbles.txt", "42 pebbles\n")]).await;
+    cli::assert_answered(&run, REPLY, &tap);
+    let sent: Vec<Recorded> = f.upstream.requests().into_iter().filter(|r| f.kind.is_chat_call(r)).collect();
+    assert_eq!(sent.len(), 2, "the call, then its result:{}", tap.report());
+    let turns = sent[1].body["contents"].as_array().cloned().unwrap_or_default();
+    let parts = |turn: Option<&Value>| turn.and_then(|t| t["parts"].as_array().cloned()).unwrap_or_default();
+    let call = parts(turns.iter().rev().nth(1)).into_iter().find(|p| p.get("functionCall").is_some());
+    assert_eq!(call.map(|p| p["functionCall"]["name"].clone()), Some(json!("read_file")), "{}", sent[1].body);
+    let result = parts(turns.last()).into_iter().find(|p| p.get("functionResponse").is_some()).unwrap_or_default();
+    assert_eq!(result["functionResponse"]["name"], "read_file", "{}", sent[1].body);
+    assert!(
+        result["functionResponse"].to_string().contains("42 pebbles"),
+        "the file's text went back: {}",
+        sent[1].body
+    );
+    assert_billed(&f, 2).await;
 }
