@@ -56,6 +56,9 @@ pub struct Request {
     /// dialects with one system prompt need not look here; chat's puts them
     /// back where they stood.
     pub system_turns: Vec<SystemTurn>,
+    /// The names documents were given (chat's `filename`, messages'
+    /// `title`): `(message, part, name)` for `messages[message].parts[part]`.
+    pub document_names: Vec<(usize, usize, String)>,
 }
 
 /// A system turn that stood before `Request::messages[before]` (or after

@@ -79,6 +79,7 @@ fn chat_request() -> Request {
         }),
         user: Some("u1".into()),
         extra,
+        document_names: vec![(0, 3, "report.pdf".into())],
         ..Request::default()
     }
 }
@@ -137,6 +138,7 @@ fn messages_request() -> Request {
             (CacheAt::Part { message: 2, part: 1 }, CacheMark::OneHour),
             (CacheAt::Tool(1), CacheMark::FiveMinutes),
         ],
+        document_names: vec![(0, 1, "a.pdf".into())],
         ..Request::default()
     }
 }

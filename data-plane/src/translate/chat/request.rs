@@ -95,7 +95,13 @@ pub fn decode(body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
         let role_name = str_field(message, "role");
         let (role, parts) = match role_name {
             Some("system" | "developer") => (None, text_parts(content, &mut dropped)),
-            Some("user") => (Some(Role::User), user_parts(content, &mut dropped)),
+            Some("user") => {
+                let mut names = Vec::new();
+                let parts = user_parts(content, &mut names, &mut dropped);
+                let at = request.messages.len();
+                request.document_names.extend(names.into_iter().map(|(part, name)| (at, part, name)));
+                (Some(Role::User), parts)
+            }
             Some("assistant") => (Some(Role::Assistant), assistant_parts(message, &mut dropped)),
             Some("tool") => (Some(Role::User), vec![tool_result(message, &request, &mut dropped)]),
             Some("function") => {
@@ -221,7 +227,9 @@ fn text_part(text: &str) -> Part {
     Part::Text { text: text.to_owned(), cache: None }
 }
 
-fn user_parts(content: Option<&Value>, dropped: &mut Dropped) -> Vec<Marked> {
+/// A user message's parts; the names of its documents go to `names`, by
+/// part.
+fn user_parts(content: Option<&Value>, names: &mut Vec<(usize, String)>, dropped: &mut Dropped) -> Vec<Marked> {
     let Some(Value::Array(parts)) = content else {
         return text_parts(content, dropped);
     };
@@ -245,7 +253,13 @@ fn user_parts(content: Option<&Value>, dropped: &mut Dropped) -> Vec<Marked> {
             _ => None,
         };
         match decoded {
-            Some(decoded) => out.push((decoded, cache_mark(part.get("cache_control")))),
+            Some(decoded) => {
+                let name = part.get("file").and_then(|f| str_field(f, "filename"));
+                if let (Part::Document(_), Some(name)) = (&decoded, name) {
+                    names.push((out.len(), name.to_owned()));
+                }
+                out.push((decoded, cache_mark(part.get("cache_control"))));
+            }
             None => dropped.note_part(kind),
         }
     }
@@ -368,7 +382,13 @@ pub fn encode(request: &ir::Request, dropped: &mut Dropped) -> Value {
             break;
         };
         match message.role {
-            Role::User => encode_user(&message.parts, &mut messages, dropped),
+            Role::User => {
+                let name = |part: usize| {
+                    let name = request.document_names.iter().find(|(m, p, _)| (*m, *p) == (at, part));
+                    name.map(|(_, _, name)| name.as_str())
+                };
+                encode_user(&message.parts, name, &mut messages, dropped);
+            }
             Role::Assistant => messages.extend(encode_assistant(&message.parts, dropped)),
         }
     }
@@ -472,9 +492,14 @@ fn note_part(part: &Part, dropped: &mut Dropped) {
 
 /// A user message: its tool results first, as `tool` messages, then the
 /// rest as one user message.
-fn encode_user(parts: &[Part], out: &mut Vec<Value>, dropped: &mut Dropped) {
+fn encode_user<'a>(
+    parts: &[Part],
+    name: impl Fn(usize) -> Option<&'a str>,
+    out: &mut Vec<Value>,
+    dropped: &mut Dropped,
+) {
     let mut content = Vec::new();
-    for part in parts {
+    for (p, part) in parts.iter().enumerate() {
         match part {
             Part::ToolResult { id, content: result, is_error, .. } => {
                 if *is_error {
@@ -489,7 +514,7 @@ fn encode_user(parts: &[Part], out: &mut Vec<Value>, dropped: &mut Dropped) {
                             }
                             texts.push(text.as_str());
                         }
-                        other => match content_part(other, dropped) {
+                        other => match content_part(other, None, dropped) {
                             Some(part) => content.push(part),
                             None => note_part(other, dropped),
                         },
@@ -498,7 +523,7 @@ fn encode_user(parts: &[Part], out: &mut Vec<Value>, dropped: &mut Dropped) {
                 out.push(json!({ "role": "tool", "tool_call_id": id, "content": texts.join("\n") }));
             }
             other => {
-                if let Some(part) = content_part(other, dropped) {
+                if let Some(part) = content_part(other, name(p), dropped) {
                     content.push(part);
                 } else {
                     note_part(other, dropped);
@@ -511,9 +536,10 @@ fn encode_user(parts: &[Part], out: &mut Vec<Value>, dropped: &mut Dropped) {
     }
 }
 
-/// A text, image or document part as a chat content part; `None` for any
-/// other, and for documents by URL, which chat cannot reference.
-fn content_part(part: &Part, dropped: &mut Dropped) -> Option<Value> {
+/// A text, image or document part (named `name`) as a chat content part;
+/// `None` for any other, and for documents by URL, which chat cannot
+/// reference.
+fn content_part(part: &Part, name: Option<&str>, dropped: &mut Dropped) -> Option<Value> {
     match part {
         Part::Text { text, cache } => {
             if cache.is_some() {
@@ -524,7 +550,7 @@ fn content_part(part: &Part, dropped: &mut Dropped) -> Option<Value> {
         Part::Image(media) => Some(json!({ "type": "image_url", "image_url": { "url": media_url(media) } })),
         Part::Document(media @ Media::Base64 { .. }) => Some(json!({
             "type": "file",
-            "file": { "filename": "document.pdf", "file_data": media_url(media) },
+            "file": { "filename": name.unwrap_or("document.pdf"), "file_data": media_url(media) },
         })),
         _ => None,
     }
@@ -537,7 +563,7 @@ fn encode_assistant(parts: &[Part], dropped: &mut Dropped) -> Option<Value> {
     let mut calls = Vec::new();
     for part in parts {
         match part {
-            Part::Text { .. } => content.extend(content_part(part, dropped)),
+            Part::Text { .. } => content.extend(content_part(part, None, dropped)),
             Part::ToolCall { id, name, arguments } => calls.push(json!({
                 "id": id,
                 "type": "function",

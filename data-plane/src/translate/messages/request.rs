@@ -193,7 +193,13 @@ fn blocks(content: &Value, at: usize, request: &mut ir::Request, dropped: &mut D
         let part = match kind {
             Some("text") => text_block(block, dropped),
             Some("image") => media(block.get("source")).map(Part::Image),
-            Some("document") => document(block),
+            Some("document") => {
+                let document = document(block);
+                if let (Some(Part::Document(_)), Some(title)) = (&document, str_field(block, "title")) {
+                    request.document_names.push((at, parts.len(), title.to_owned()));
+                }
+                document
+            }
             Some("tool_use") => Some(Part::ToolCall {
                 id: str_field(block, "id").unwrap_or_default().to_owned(),
                 name: str_field(block, "name").unwrap_or_default().to_owned(),
@@ -329,6 +335,9 @@ pub fn encode(request: &ir::Request, dropped: &mut Dropped) -> Value {
             if let Some(mut block) = encode_part(part, dropped) {
                 if let Some((_, mark)) = mark {
                     block["cache_control"] = encode_cache_mark(*mark);
+                }
+                if let Some((_, _, name)) = request.document_names.iter().find(|(at, n, _)| (*at, *n) == (m, p)) {
+                    block["title"] = name.clone().into();
                 }
                 blocks.push(block);
             }
