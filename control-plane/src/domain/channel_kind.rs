@@ -41,6 +41,7 @@ pub fn prepare(channel: &mut Channel) -> Result<(), Invalid> {
         base_url
     };
     crate::domain::validate::check_base_url(&channel.base_url)?;
+    channel.api_key = compact_json(&channel.api_key);
     if !channel.api_key.is_empty() {
         check_key(channel, &channel.api_key)?;
     }
@@ -231,6 +232,18 @@ fn azure_endpoint(url: &str) -> String {
     url.to_owned()
 }
 
+/// `key` on one line when it is a JSON object (a service account's key
+/// file, pretty-printed): JSON keeps its private key's line breaks escaped,
+/// so the compact form holds no control character. Other keys as given.
+pub fn compact_json(key: &str) -> String {
+    if key.trim_start().starts_with('{')
+        && let Ok(value) = serde_json::from_str::<serde_json::Value>(key)
+    {
+        return value.to_string();
+    }
+    key.to_owned()
+}
+
 /// Whether `key` has the shape `channel`'s kind and auth need. The error
 /// says what shape is expected, never what was given.
 pub fn check_key(channel: &Channel, key: &str) -> Result<(), Invalid> {
@@ -415,6 +428,18 @@ mod tests {
         let mut pooled = channel("vertex", &vertex, "");
         pooled.keys.push(crate::domain::ChannelKey::new("k_1".into(), "nope".into(), 0));
         assert!(prepare(&mut pooled).is_err(), "every pool key is checked");
+    }
+
+    #[test]
+    fn a_pretty_printed_service_account_is_kept_on_one_line() {
+        let pretty = serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(SA).unwrap()).unwrap();
+        assert!(pretty.contains('\n'));
+        let compact = compact_json(&pretty);
+        assert!(!compact.chars().any(char::is_control), "{compact}");
+        assert_eq!(service_account_email(&compact), service_account_email(SA));
+        assert_eq!(compact_json("sk-1 "), "sk-1 ");
+        let vertex = prepared("vertex", &[("project", "p"), ("location", "global")], &pretty).unwrap();
+        assert_eq!(vertex.api_key, compact);
     }
 
     #[test]

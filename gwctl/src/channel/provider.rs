@@ -308,7 +308,8 @@ fn service_account(path: &Path) -> Result<ServiceAccount> {
             path.display()
         );
     }
-    Ok(ServiceAccount { project: text("project_id").map(str::to_owned), json: json.trim().to_owned() })
+    // On one line: the control plane refuses keys with control characters.
+    Ok(ServiceAccount { project: text("project_id").map(str::to_owned), json: value.to_string() })
 }
 
 /// Prints a warning when the group or others may read `path`.
@@ -431,7 +432,8 @@ mod tests {
         std::fs::write(&file, SA).unwrap();
         let path = file.to_str().unwrap();
         let provided = resolve("vertex", &["--service-account-file", path, "--location", "global"], &no_env).unwrap();
-        assert_eq!(provided.key.as_deref(), Some(SA));
+        let key: serde_json::Value = serde_json::from_str(provided.key.as_deref().unwrap()).unwrap();
+        assert_eq!(key, serde_json::from_str::<serde_json::Value>(SA).unwrap());
         assert_eq!(provided.settings, settings(&[("project", "acme-ai"), ("location", "global")]));
         let own = resolve("vertex", &["--service-account-file", path, "--project", "other"], &no_env).unwrap();
         assert_eq!(own.settings["project"], "other", "--project wins over the file's project_id");

@@ -24,7 +24,8 @@ pub(super) async fn add(api: &AdminApi, request: Request<pb::AddChannelKeyReques
     let caller = crate::api::guard::caller_of(&request)?;
     let r = request.into_inner();
     caller.target(&r.channel_id);
-    let key = r.key.trim().to_owned();
+    // A service account's pretty-printed JSON key goes on one line.
+    let key = crate::domain::channel_kind::compact_json(r.key.trim());
     if key.is_empty() {
         return Err(Status::invalid_argument("the upstream key is empty"));
     }
