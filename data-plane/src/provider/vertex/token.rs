@@ -5,7 +5,8 @@
 //!
 //! Invariants: one token per (channel, key), reused until less than
 //! `REFRESH_BEFORE` (or a quarter of its lifetime, when shorter) remains;
-//! requests that find it due wait for one shared exchange (single flight);
+//! one request that finds it due exchanges while the others keep using it
+//! as long as it is valid, or wait for that one exchange (single flight);
 //! a failed exchange is remembered for `RETRY_AFTER_FAILURE`, so a broken
 //! key does not cost every request a round trip, and a token still valid
 //! is used meanwhile. Nothing logged here carries the key, the assertion or
@@ -42,6 +43,8 @@ const GRANT_TYPE: &str = "urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer"
 const ASSERTION_LIFETIME_SECS: i64 = 3600;
 /// A token is refreshed once less than this remains of it.
 const REFRESH_BEFORE: Duration = Duration::from_secs(300);
+/// Life a token must have left to be sent while its refresh is pending.
+const STILL_VALID: Duration = Duration::from_secs(10);
 /// How long a failed exchange is remembered before the next is tried.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
 /// A token the endpoint gives without `expires_in` is taken to last this long.
@@ -156,7 +159,15 @@ impl AccessTokens {
         if let Some(token) = slot.fresh(Instant::now()) {
             return Ok(token);
         }
-        let _turn = slot.refresh.lock().await;
+        let _turn = match slot.refresh.try_lock() {
+            Ok(turn) => turn,
+            // Another request is refreshing: a token still valid serves
+            // meanwhile, so no request waits for an exchange it need not.
+            Err(_) => match slot.valid(Instant::now()) {
+                Some(token) => return Ok(token),
+                None => slot.refresh.lock().await,
+            },
+        };
         // Another request may have refreshed while this one waited.
         let now = Instant::now();
         if let Some(token) = slot.fresh(now) {
@@ -181,9 +192,8 @@ impl AccessTokens {
                     state.failed_at = Some(Instant::now());
                 }
                 let error = mask_channel(&crate::error::error_chain(&error), channel);
-                let still_valid =
-                    state.token.as_ref().filter(|t| t.expires_at > Instant::now() + Duration::from_secs(10));
-                if let Some(token) = still_valid {
+                let now = Instant::now();
+                if let Some(token) = state.token.as_ref().filter(|t| t.usable(now)) {
                     tracing::warn!(channel = %channel.id, key = %channel.key_id, %error, "vertex token refresh failed; the current token is still valid");
                     return Ok(token.value.clone());
                 }
@@ -231,6 +241,21 @@ impl Slot {
     /// The token, when it is not yet due for a refresh at `now`.
     fn fresh(&self, now: Instant) -> Option<HeaderValue> {
         self.lock().token.as_ref().filter(|t| t.refresh_at > now).map(|t| t.value.clone())
+    }
+
+    /// The token, when it is due for a refresh but still usable at `now`.
+    fn valid(&self, now: Instant) -> Option<HeaderValue> {
+        self.lock().token.as_ref().filter(|t| t.usable(now)).map(|t| t.value.clone())
+    }
+}
+
+// === impl Token ===
+
+impl Token {
+    /// Whether a call sent at `now` still has `STILL_VALID` of the token's
+    /// life ahead of it.
+    fn usable(&self, now: Instant) -> bool {
+        self.expires_at > now + STILL_VALID
     }
 }
 
@@ -416,5 +441,29 @@ mod tests {
         assert!(Arc::ptr_eq(&slot, &tokens.slot(&channel)), "one slot per key");
         channel.api_key = "another-secret".into();
         assert!(!Arc::ptr_eq(&slot, &tokens.slot(&channel)), "a changed key gets its own slot");
+    }
+
+    #[tokio::test]
+    async fn a_token_due_for_refresh_serves_while_it_is_valid_and_a_failed_refresh_keeps_it() {
+        let upstreams = Upstreams::default();
+        let mut channel = crate::policy::snapshot::tests::channel("c", 0, 1, &["g"], &["m"]);
+        channel.api_key = "not-a-service-account".into();
+        let tokens = AccessTokens::default();
+        let slot = tokens.slot(&channel);
+        let now = Instant::now();
+        let value = HeaderValue::from_static("Bearer old");
+        slot.lock().token = Some(Token { value, refresh_at: now, expires_at: now + Duration::from_secs(60) });
+
+        let refreshing = slot.refresh.lock().await;
+        assert_eq!(tokens.bearer(&upstreams, &channel).await.unwrap(), "Bearer old", "no wait while another refreshes");
+        drop(refreshing);
+        assert_eq!(tokens.bearer(&upstreams, &channel).await.unwrap(), "Bearer old", "a failed refresh keeps it");
+        assert!(slot.lock().failed_at.is_some());
+
+        if let Some(token) = slot.lock().token.as_mut() {
+            token.expires_at = Instant::now() + STILL_VALID / 2;
+        }
+        let error = tokens.bearer(&upstreams, &channel).await.unwrap_err();
+        assert!(matches!(error, ProxyError::UpstreamConnect), "a token about to expire is not sent");
     }
 }
