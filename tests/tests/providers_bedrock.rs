@@ -109,7 +109,7 @@ fn mock_config() -> Value {
 async fn post(gw: &Gateway, path: &str, body: &Value) -> Reply {
     let url = format!("http://{}{path}", gw.cluster.data_planes[0].addr);
     let mut request = gw.cluster.http().post(url).json(body);
-    if path == "/v1/messages" {
+    if path.starts_with("/v1/messages") {
         request = request
             .header("x-api-key", &gw.key)
             .header("anthropic-version", "2023-06-01")
@@ -532,4 +532,32 @@ async fn a_channel_made_with_gwctls_aws_flags_signs_with_its_session_token() {
     assert_eq!(requests[0]["refused"], false, "{}", requests[0]);
     assert_eq!(requests[0]["headers"]["x-amz-security-token"], TOKEN);
     billed_exactly(&gw, 1).await;
+}
+
+#[tokio::test]
+async fn tokens_are_counted_by_bedrocks_count_tokens_where_it_counts_and_here_otherwise() {
+    let mock = BedrockMock::start(&mock_config()).await.expect("bedrock mock");
+    let gw = gateway(&mock, &format!("{AKID}:{SECRET}"), &[]).await;
+    let body = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "count me please"}]});
+
+    let reply = post(&gw, "/v1/messages/count_tokens", &body("claude")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    // The mock counts a token per four characters of the messages as
+    // Python writes them.
+    let counted = r#"[{"role": "user", "content": "count me please"}]"#.len() / 4;
+    assert_eq!(reply.json()["input_tokens"], counted, "Bedrock's count, not ours");
+    let requests = mock.requests().await;
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0]["operation"], "count-tokens");
+    assert_eq!(requests[0]["refused"], false, "signed: {}", requests[0]);
+    assert_eq!(requests[0]["model"], "anthropic.claude-sonnet-4-5-20250929-v1:0", "the foundation model, no profile");
+
+    // An ARN names no foundation model: counted here, Bedrock not asked.
+    let reply = post(&gw, "/v1/messages/count_tokens", &body("haiku-arn")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert!(reply.json()["input_tokens"].as_i64().is_some_and(|n| n > 0), "{}", reply.text);
+    assert_eq!(mock.requests().await.len(), 1, "no second call");
+    let usage = pb::ListUsageRequest { limit: 10, ..Default::default() };
+    let records = gw.admin().list_usage(usage).await.expect("usage").into_inner().items;
+    assert!(records.is_empty(), "counting is free: {records:?}");
 }

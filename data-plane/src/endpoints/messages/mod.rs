@@ -25,7 +25,7 @@ use crate::{
     error::ProxyError,
     pipeline::{self, Admitted, App},
     policy::auth::Access,
-    policy::domain::ChannelKind,
+    policy::domain::{Channel, ChannelKind},
     provider, tokens,
 };
 
@@ -61,7 +61,10 @@ pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
     let (app, call) = (&*app, &call);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| async move {
         if channel.kind != ChannelKind::Anthropic {
-            let input_tokens = tokens::count_messages_input(&call.model, &call.json()?);
+            let input_tokens = match upstream_count(app, &channel, call).await {
+                Some(counted) => counted,
+                None => tokens::count_messages_input(&call.model, &call.json()?),
+            };
             return Ok(provider::reply(
                 StatusCode::OK,
                 None,
@@ -79,6 +82,48 @@ pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
         Ok(provider::reply(status, None, bytes.into(), false))
     })
     .await
+}
+
+/// The count `channel`'s provider gives for `call`, where it has an
+/// endpoint for Claude models: Bedrock's `CountTokens` and Vertex's
+/// `count-tokens:rawPredict`. `None` (count locally) for other kinds and
+/// models, and when the provider refuses or fails (Bedrock cannot count
+/// every model), logged.
+async fn upstream_count(app: &App, channel: &Channel, call: &MessagesCall) -> Option<i64> {
+    let upstream_model = channel.upstream_model(&call.model);
+    let (path, body, read): (String, Bytes, fn(&Value) -> Option<i64>) = match channel.kind {
+        ChannelKind::Bedrock => {
+            let path = provider::bedrock::count_tokens_path(upstream_model)?;
+            let target = provider::chat_call(channel, upstream_model, false);
+            if target.dialect != crate::translate::Dialect::Messages {
+                return None;
+            }
+            let edit = provider::body_edit(channel, &target, upstream_model, &call.headers);
+            let body = provider::bedrock::count_tokens_body(&call.body.edit(&edit));
+            (path, Bytes::from(body.to_string()), provider::bedrock::count_tokens_answer)
+        }
+        ChannelKind::Vertex if upstream_model.starts_with("claude") => {
+            let path = provider::vertex::count_tokens_path(channel, upstream_model);
+            let body = call.body.edit(&provider::vertex::count_tokens_edit(upstream_model));
+            (path, body, |answer| answer.get("input_tokens").and_then(Value::as_i64))
+        }
+        _ => return None,
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    let counted = async {
+        let response = app.upstreams.send(channel, &path, headers, body, false).await?;
+        let response = provider::accept(&app.upstreams, channel, response).await?;
+        let bytes = app.upstreams.read_body(channel, response).await?;
+        Ok::<_, ProxyError>(serde_json::from_slice::<Value>(&bytes).ok().as_ref().and_then(read))
+    };
+    match counted.await {
+        Ok(Some(count)) => Some(count),
+        Ok(None) | Err(_) => {
+            tracing::info!(channel = %channel.id, "the provider did not count the tokens; counted here");
+            None
+        }
+    }
 }
 
 /// Admits a messages request and validates its headers and body.

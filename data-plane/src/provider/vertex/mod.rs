@@ -62,7 +62,6 @@ pub fn count_tokens_path(channel: &Channel, upstream_model: &str) -> String {
 /// What a messages count-tokens body needs for Anthropic's
 /// `count-tokens:rawPredict`: unlike `rawPredict`, the model stays in the
 /// body (as `upstream_model`), beside `anthropic_version`.
-#[allow(dead_code)] // for the count-tokens handlers, being wired
 pub fn count_tokens_edit(upstream_model: &str) -> BodyEdit {
     let mut edit = BodyEdit::default();
     edit.set_str("model", upstream_model);
