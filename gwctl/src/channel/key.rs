@@ -113,7 +113,7 @@ impl Render for pb::ChannelKey {
     fn row(&self) -> Vec<String> {
         vec![
             self.id.clone(),
-            format!("{}…", self.prefix),
+            super::shown_prefix(&self.prefix),
             self.status.clone(),
             output::time(self.disabled_at),
             if self.disabled_reason.is_empty() { "-".to_owned() } else { self.disabled_reason.clone() },
@@ -124,7 +124,7 @@ impl Render for pb::ChannelKey {
     fn fields(&self) -> Vec<(&'static str, String)> {
         vec![
             ("id", self.id.clone()),
-            ("prefix", format!("{}…", self.prefix)),
+            ("prefix", super::shown_prefix(&self.prefix)),
             ("status", self.status.clone()),
             ("disabled at", output::time(self.disabled_at)),
             ("disabled reason", self.disabled_reason.clone()),

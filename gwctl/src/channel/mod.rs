@@ -405,8 +405,15 @@ fn model_map(channel: &pb::Channel) -> String {
 
 /// The pool for people: `k_1 (sk-abc…, enabled), …`.
 fn keys(channel: &pb::Channel) -> String {
-    let keys: Vec<String> = channel.keys.iter().map(|k| format!("{} ({}…, {})", k.id, k.prefix, k.status)).collect();
+    let keys: Vec<String> =
+        channel.keys.iter().map(|k| format!("{} ({}, {})", k.id, shown_prefix(&k.prefix), k.status)).collect();
     output::list(&keys, "-")
+}
+
+/// A key's prefix for people: the first characters and `…`; a service
+/// account's email or an AWS access key id (a whole public part) as is.
+pub(crate) fn shown_prefix(prefix: &str) -> String {
+    if prefix.contains('@') || prefix.len() >= 16 { prefix.to_owned() } else { format!("{prefix}…") }
 }
 
 fn timeout(ms: u32) -> String {
