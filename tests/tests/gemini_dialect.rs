@@ -234,9 +234,18 @@ async fn tokens_are_counted_free_and_models_are_listed_in_geminis_shape() {
     ] {
         let reply = send(&gw, &path, Key::Goog(&gw.key), Some(&body)).await;
         assert_eq!(reply.status, 200, "{path}: {}", reply.text);
-        assert!(reply.json()["totalTokens"].as_i64().is_some_and(|n| n > 0), "{}", reply.text);
+        let prompt = gw_tests::mock::upstream::Script::default().prompt_tokens;
+        assert_eq!(reply.json()["totalTokens"], prompt, "the channel's own count: {}", reply.text);
     }
-    assert_eq!(upstream.request_count(), 0, "an anthropic channel cannot count Gemini bodies: counted here");
+    // Translated to the messages API's count, which the channel answers.
+    let asked = upstream.requests();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    for request in &asked {
+        assert!(request.path.ends_with("/messages/count_tokens"), "{}", request.path);
+        assert_eq!(request.body["model"], "upstream-model", "the channel's name for it: {}", request.body);
+        assert!(request.body["messages"][0]["content"].to_string().contains("hi"), "{}", request.body);
+        assert!(request.body.get("max_tokens").is_none(), "a count takes no max_tokens: {}", request.body);
+    }
 
     let list = send(&gw, "/v1beta/models", Key::Goog(&gw.key), None).await;
     assert_eq!(list.status, 200, "{}", list.text);

@@ -22,13 +22,13 @@ use serde_json::{Value, json};
 
 use crate::{
     error::ProxyError,
-    json_body::{JsonBody, Kind},
+    json_body::{BodyEdit, JsonBody, Kind},
     now_unix,
     pipeline::{self, Admitted, App},
     policy::{auth::Access, domain::ChannelKind, domain::Model},
     provider::{self, dialect},
     tokens,
-    translate::{Answering, Dialect},
+    translate::{Answering, Dialect, codec},
 };
 
 /// The endpoints usage records and routing name.
@@ -119,7 +119,7 @@ async fn count_tokens(app: &App, model: String, request: Request) -> Result<Resp
         return Err(ProxyError::InvalidJson("the body must be a JSON object".into()));
     }
     let (_, candidates) = pipeline::route(&admitted, &model, COUNT)?;
-    let (model, json) = (&model, &json);
+    let (model, json, headers) = (&model, &json, &admitted.parts.headers);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| async move {
         let upstream_model = channel.upstream_model(model).to_owned();
         let speaks_gemini = provider::chat_call(&channel, &upstream_model, false).dialect == Dialect::Gemini;
@@ -127,7 +127,11 @@ async fn count_tokens(app: &App, model: String, request: Request) -> Result<Resp
             ChannelKind::Gemini if speaks_gemini => provider::gemini::count_tokens_path(&upstream_model),
             ChannelKind::Vertex if speaks_gemini => provider::vertex::count_tokens_path(&channel, &upstream_model),
             _ => {
-                let total = tokens::count_request(model, json.to_string().as_bytes());
+                let counted = match as_messages_count(json) {
+                    Some(body) => super::messages::provider_count(app, &channel, model, &body, headers).await,
+                    None => None,
+                };
+                let total = counted.unwrap_or_else(|| tokens::count_request(model, json.to_string().as_bytes()));
                 return Ok(Json(json!({ "totalTokens": total })).into_response());
             }
         };
@@ -141,6 +145,21 @@ async fn count_tokens(app: &App, model: String, request: Request) -> Result<Resp
         Ok(provider::reply(status, None, bytes.into(), false))
     })
     .await
+}
+
+/// A `countTokens` body as a messages `count_tokens` body (what a
+/// messages-native provider counts), when it translates.
+fn as_messages_count(json: &Value) -> Option<JsonBody> {
+    let request = json.get("generateContentRequest").filter(|inner| inner.is_object()).unwrap_or(json);
+    let (request, mut dropped) = codec::decode_request(Dialect::Gemini, request).ok()?;
+    let mut body = codec::encode_request(Dialect::Messages, &request, &mut dropped).ok()?;
+    // Fields of a generate request that a count refuses.
+    let edit = BodyEdit {
+        drop: vec!["max_tokens", "stream", "temperature", "top_p", "top_k", "stop_sequences", "metadata"],
+        set: Vec::new(),
+    };
+    edit.apply(&mut body);
+    JsonBody::parse(Bytes::from(body.to_string())).ok()
 }
 
 /// A `countTokens` body for a channel: a `generateContentRequest` names
@@ -182,6 +201,13 @@ fn parse(model: String, raw: Bytes) -> Result<Call, ProxyError> {
     Ok(Call { model, body, max_tokens })
 }
 
+/// Whether `request` carries its key as Gemini clients do (`x-goog-api-key`
+/// or `key=`), so that a path both APIs share answers in Gemini's shape.
+pub fn keyed(request: &Request) -> bool {
+    request.headers().contains_key("x-goog-api-key")
+        || request.uri().query().unwrap_or_default().split('&').any(|pair| pair.starts_with("key="))
+}
+
 /// Whether the query has `name=value`.
 fn query_has(admitted: &Admitted, name: &str, value: &str) -> bool {
     let query = admitted.parts.uri.query().unwrap_or_default();
@@ -192,15 +218,7 @@ fn query_has(admitted: &Admitted, name: &str, value: &str) -> bool {
 /// in Gemini's model-list shape (all in one page).
 pub async fn list_models(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
     let (admitted, _) = pipeline::admit(&app, request, Access::Read).await?;
-    let caller = &admitted.caller;
-    let allowlist = &caller.token.restrictions().models;
-    let models: Vec<Value> = admitted
-        .snapshot
-        .group_models(&caller.group.name)
-        .into_iter()
-        .filter(|m| allowlist.is_empty() || allowlist.contains(&m.id))
-        .map(|m| model_object(m))
-        .collect();
+    let models: Vec<Value> = pipeline::models(&admitted).into_iter().map(|m| model_object(m)).collect();
     Ok(Json(json!({ "models": models })).into_response())
 }
 
@@ -214,15 +232,7 @@ pub async fn get_model(
 ) -> Result<Response, ProxyError> {
     let id = id.strip_prefix("models/").unwrap_or(&id).to_owned();
     let (admitted, _) = pipeline::admit(&app, request, Access::Read).await?;
-    admitted.trail.update(|t| t.model = Some(id.clone()));
-    let caller = &admitted.caller;
-    let allowlist = &caller.token.restrictions().models;
-    if !allowlist.is_empty() && !allowlist.contains(&id) {
-        return Err(ProxyError::ModelForbidden { model: id });
-    }
-    let models = admitted.snapshot.group_models(&caller.group.name);
-    let model = models.into_iter().find(|m| m.id == id).ok_or(ProxyError::ModelNotFound { model: id })?;
-    Ok((StatusCode::OK, Json(model_object(model))).into_response())
+    Ok((StatusCode::OK, Json(model_object(pipeline::model(&admitted, &id)?))).into_response())
 }
 
 /// One model as Gemini's models API shows it; the methods are those its

@@ -158,18 +158,15 @@ async fn invalid_url(method: Method, uri: Uri) -> ProxyError {
     ProxyError::InvalidUrl { method: method.to_string(), path: uri.path().to_owned() }
 }
 
-/// `GET /v1/models`: the catalogue models the caller's token may use.
+/// `GET /v1/models`: the catalogue models the caller's token may use, in
+/// Gemini's shape for a Gemini client (its key in `x-goog-api-key` or
+/// `key=`: google-genai lists models at `/v1` by default).
 async fn list_models(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
+    if endpoints::gemini::keyed(&request) {
+        return endpoints::gemini::list_models(State(app), request).await;
+    }
     let (admitted, _) = pipeline::admit(&app, request, Access::Read).await?;
-    let caller = &admitted.caller;
-    let allowlist = &caller.token.restrictions().models;
-    let data: Vec<_> = admitted
-        .snapshot
-        .group_models(&caller.group.name)
-        .into_iter()
-        .filter(|m| allowlist.is_empty() || allowlist.contains(&m.id))
-        .map(|m| model_object(m))
-        .collect();
+    let data: Vec<_> = pipeline::models(&admitted).into_iter().map(|m| model_object(m)).collect();
     Ok(Json(json!({ "object": "list", "data": data })).into_response())
 }
 
@@ -181,16 +178,11 @@ async fn get_model(
     Path(id): Path<String>,
     request: Request,
 ) -> Result<Response, ProxyError> {
-    let (admitted, _) = pipeline::admit(&app, request, Access::Read).await?;
-    admitted.trail.update(|t| t.model = Some(id.clone()));
-    let caller = &admitted.caller;
-    let allowlist = &caller.token.restrictions().models;
-    if !allowlist.is_empty() && !allowlist.contains(&id) {
-        return Err(ProxyError::ModelForbidden { model: id });
+    if endpoints::gemini::keyed(&request) {
+        return endpoints::gemini::get_model(State(app), Path(id), request).await;
     }
-    let models = admitted.snapshot.group_models(&caller.group.name);
-    let model = models.into_iter().find(|m| m.id == id).ok_or(ProxyError::ModelNotFound { model: id })?;
-    Ok(Json(model_object(model)).into_response())
+    let (admitted, _) = pipeline::admit(&app, request, Access::Read).await?;
+    Ok(Json(model_object(pipeline::model(&admitted, &id)?)).into_response())
 }
 
 /// One model as the OpenAI models API shows it.

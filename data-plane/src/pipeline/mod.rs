@@ -18,7 +18,7 @@ pub use self::{
     attempts::{Scope, run as attempts},
     body::read_body,
     reserve::{Bound, reserve},
-    route::route,
+    route::{model, models, route},
 };
 
 use std::sync::Arc;

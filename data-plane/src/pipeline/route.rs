@@ -41,6 +41,29 @@ pub fn route<'a>(
     Ok((entry, candidates))
 }
 
+/// The catalogue models `admitted`'s token may use (its group's, within
+/// its allowlist), by id.
+pub fn models(admitted: &Admitted) -> Vec<&Arc<Model>> {
+    let caller = &admitted.caller;
+    let allowlist = &caller.token.restrictions().models;
+    let mut models = admitted.snapshot.group_models(&caller.group.name);
+    models.retain(|m| allowlist.is_empty() || allowlist.contains(&m.id));
+    models
+}
+
+/// Model `id` when `admitted`'s token may use it: 403 outside its
+/// allowlist, 404 when its group is not served it.
+pub fn model<'a>(admitted: &'a Admitted, id: &str) -> Result<&'a Arc<Model>, ProxyError> {
+    admitted.trail.update(|t| t.model = Some(id.to_owned()));
+    let caller = &admitted.caller;
+    let allowlist = &caller.token.restrictions().models;
+    if !allowlist.is_empty() && !allowlist.iter().any(|m| m == id) {
+        return Err(ProxyError::ModelForbidden { model: id.to_owned() });
+    }
+    let models = admitted.snapshot.group_models(&caller.group.name);
+    models.into_iter().find(|m| m.id == id).ok_or_else(|| ProxyError::ModelNotFound { model: id.to_owned() })
+}
+
 /// The category an entry without one has (the control plane's default).
 fn category_name(category: &str) -> &str {
     if category.is_empty() { "chat" } else { category }

@@ -61,7 +61,7 @@ pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
     let (app, call) = (&*app, &call);
     pipeline::attempts(&app.upstreams, admitted.scope(), candidates, |channel| async move {
         if channel.kind != ChannelKind::Anthropic {
-            let input_tokens = match upstream_count(app, &channel, call).await {
+            let input_tokens = match provider_count(app, &channel, &call.model, &call.body, &call.headers).await {
                 Some(counted) => counted,
                 None => tokens::count_messages_input(&call.model, &call.json()?),
             };
@@ -84,33 +84,47 @@ pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
     .await
 }
 
-/// The count `channel`'s provider gives for `call`, where it has an
-/// endpoint for Claude models: Bedrock's `CountTokens` and Vertex's
-/// `count-tokens:rawPredict`. `None` (count locally) for other kinds and
-/// models, and when the provider refuses or fails (Bedrock cannot count
-/// every model), logged.
-async fn upstream_count(app: &App, channel: &Channel, call: &MessagesCall) -> Option<i64> {
-    let upstream_model = channel.upstream_model(&call.model);
+/// The count `channel`'s provider gives for the messages body `body` (of a
+/// request for `model`, with the client's `headers`), where it has an
+/// endpoint for Claude models: the messages API's `count_tokens`,
+/// Bedrock's `CountTokens` and Vertex's `count-tokens:rawPredict`. `None`
+/// (count locally) for other kinds and models, and when the provider
+/// refuses or fails (Bedrock cannot count every model), logged.
+pub async fn provider_count(
+    app: &App,
+    channel: &Channel,
+    model: &str,
+    body: &JsonBody,
+    client: &HeaderMap,
+) -> Option<i64> {
+    let upstream_model = channel.upstream_model(model);
+    let messages_count = |answer: &Value| answer.get("input_tokens").and_then(Value::as_i64);
+    let mut headers = HeaderMap::new();
+    headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
     let (path, body, read): (String, Bytes, fn(&Value) -> Option<i64>) = match channel.kind {
+        ChannelKind::Anthropic => {
+            headers = provider::anthropic::headers(client);
+            let mut edit = crate::json_body::BodyEdit::default();
+            edit.set_str("model", upstream_model);
+            (provider::anthropic::COUNT_TOKENS_PATH.to_owned(), body.edit(&edit), messages_count)
+        }
         ChannelKind::Bedrock => {
             let path = provider::bedrock::count_tokens_path(upstream_model)?;
             let target = provider::chat_call(channel, upstream_model, false);
             if target.dialect != crate::translate::Dialect::Messages {
                 return None;
             }
-            let edit = provider::body_edit(channel, &target, upstream_model, &call.headers);
-            let body = provider::bedrock::count_tokens_body(&call.body.edit(&edit));
+            let edit = provider::body_edit(channel, &target, upstream_model, client);
+            let body = provider::bedrock::count_tokens_body(&body.edit(&edit));
             (path, Bytes::from(body.to_string()), provider::bedrock::count_tokens_answer)
         }
         ChannelKind::Vertex if upstream_model.starts_with("claude") => {
             let path = provider::vertex::count_tokens_path(channel, upstream_model);
-            let body = call.body.edit(&provider::vertex::count_tokens_edit(upstream_model));
-            (path, body, |answer| answer.get("input_tokens").and_then(Value::as_i64))
+            let body = body.edit(&provider::vertex::count_tokens_edit(upstream_model));
+            (path, body, messages_count)
         }
         _ => return None,
     };
-    let mut headers = HeaderMap::new();
-    headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
     let counted = async {
         let response = app.upstreams.send(channel, &path, headers, body, false).await?;
         let response = provider::accept(&app.upstreams, channel, response).await?;
