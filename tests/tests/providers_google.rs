@@ -485,3 +485,56 @@ async fn each_service_account_of_a_pool_gets_its_own_token() {
         f.upstream.requests().iter().filter_map(|r| r.header("authorization").map(str::to_owned)).collect();
     assert_eq!(tokens.len(), 2, "calls alternate between the two keys' tokens");
 }
+
+#[tokio::test]
+async fn openai_embeddings_reach_a_gemini_channel_through_embed_content_as_floats_or_base64() {
+    let gw = Gateway::start(1).await;
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let embedder = pb::Model {
+        id: "gemini-embedding-001".into(),
+        category: "embedding".into(),
+        input_price_micros: 150_000,
+        ..Default::default()
+    };
+    gw.admin().create_model(embedder).await.expect("model create");
+    let mut gemini = channel("gemini", "gemini", upstream.google().gemini_base_url(), GEMINI_KEY.into(), 0);
+    gemini.models = vec!["gemini-embedding-001".into()];
+    gw.admin().create_channel(gemini).await.expect("channel create");
+    gw.synced().await;
+
+    let url = format!("http://{}/v1/embeddings", gw.cluster.data_planes[0].addr);
+    let ask = |body: Value| gw.cluster.http().post(&url).bearer_auth(&gw.key).json(&body).send();
+    let floats =
+        ask(json!({"model": "gemini-embedding-001", "input": ["a heron", "forty two pebbles"], "dimensions": 8}))
+            .await
+            .expect("embeddings");
+    assert_eq!(floats.status(), 200);
+    let floats: Value = floats.json().await.expect("json");
+    assert_eq!(floats["object"], "list", "{floats}");
+    assert_eq!(floats["data"].as_array().map(Vec::len), Some(2), "{floats}");
+    assert_eq!(floats["data"][1]["index"], 1);
+    assert_eq!(floats["data"][0]["embedding"].as_array().map(Vec::len), Some(8), "outputDimensionality sent");
+    let prompt = floats["usage"]["prompt_tokens"].as_i64().expect("usage");
+    assert!(prompt > 0, "{floats}");
+
+    // The OpenAI SDKs ask for base64: little-endian f32s.
+    let packed = ask(json!({"model": "gemini-embedding-001", "input": "a heron", "encoding_format": "base64"}))
+        .await
+        .expect("embeddings");
+    let packed: Value = packed.json().await.expect("json");
+    let text = packed["data"][0]["embedding"].as_str().expect("a base64 string");
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(text).expect("base64");
+    assert!(!bytes.is_empty() && bytes.len() % 4 == 0, "{} bytes", bytes.len());
+
+    let calls = sent_to(&upstream, ":embedContent");
+    assert_eq!(calls.len(), 3, "one embedContent per input");
+    assert_eq!(calls[0].body["content"]["parts"][0]["text"], "a heron");
+    let records = gw.wait_for_usage(2).await;
+    for record in &records {
+        assert_eq!(record["model"], "gemini-embedding-001", "{record}");
+        assert_eq!(record["estimated"], true, "Gemini reports no counts for embeddings: {record}");
+    }
+    let tokens = records.iter().map(|r| r["prompt_tokens"].as_i64().unwrap_or(0)).max().unwrap_or(0);
+    assert_eq!(tokens, prompt, "billed what the answer says");
+}

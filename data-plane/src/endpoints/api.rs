@@ -33,6 +33,7 @@ use axum::{
 use bytes::Bytes;
 use serde_json::Value;
 
+mod embeddings;
 mod responses;
 
 use super::multipart::{self, Form};
@@ -141,8 +142,11 @@ async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) 
             (CallBody::Json(body), Api::Responses) => {
                 responses::translated(app, channel, body, &call.model, call.stream, charge).await
             }
+            (CallBody::Json(body), Api::Embeddings) if channel.kind == ChannelKind::Gemini => {
+                embeddings::on_gemini(app, channel, body, &call.model, charge).await
+            }
             _ => Err(ProxyError::Untranslatable(format!(
-                "{} is served by openai and azure channels only, and this model's channel is {}",
+                "{} is served by openai and azure channels (embeddings also by gemini ones), and this model's channel is {}",
                 call.api.path(),
                 channel.kind.name()
             ))),

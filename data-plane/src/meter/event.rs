@@ -66,11 +66,6 @@ pub fn usage_field(data: &[u8]) -> Option<Value> {
     serde_json::from_slice::<UsageField>(data).ok()?.0
 }
 
-/// The answer text in one messages event (`text_delta`, tool arguments).
-pub fn messages_event_text(data: &[u8]) -> Option<String> {
-    MessagesEvent::read(data).text(data).map(str::to_owned)
-}
-
 /// Whether `data` holds `needle` anywhere.
 fn holds(data: &[u8], needle: &[u8]) -> bool {
     data.windows(needle.len()).any(|w| w == needle)

@@ -28,7 +28,6 @@ pub fn count_tokens_path(model: &str) -> String {
 }
 
 /// Where `embedContent` for `model` goes.
-#[allow(dead_code)] // for Gemini embeddings, being wired
 pub fn embed_path(model: &str) -> String {
     path(model, "embedContent", false)
 }

@@ -204,7 +204,8 @@ pub enum Stop {
     #[default]
     EndTurn,
     MaxTokens,
-    StopSequence,
+    /// One of the request's stop sequences was generated.
+    Sequence,
     ToolUse,
     /// Filtered by the provider's safety system.
     Refusal,
@@ -425,6 +426,7 @@ impl Response {
     }
 }
 
+#[cfg(test)]
 /// Collects a stream's events into the whole answer, so a client that
 /// asked for one answer can be served from a streamed upstream (Gemini CLI
 /// and Bedrock's converse-stream both stream).
@@ -438,6 +440,7 @@ pub struct Collect {
 
 // === impl Collect ===
 
+#[cfg(test)]
 impl Collect {
     pub fn new() -> Collect {
         Collect::default()

@@ -171,11 +171,11 @@ mod tests {
 
     #[test]
     fn stops_round_trip_where_each_dialect_has_a_word() {
-        for stop in [Stop::EndTurn, Stop::MaxTokens, Stop::StopSequence, Stop::ToolUse, Stop::Refusal] {
+        for stop in [Stop::EndTurn, Stop::MaxTokens, Stop::Sequence, Stop::ToolUse, Stop::Refusal] {
             assert_eq!(messages::response::stop(messages::response::stop_reason(stop)), stop);
             let finish = chat::response::finish_reason(stop);
             let back = chat::response::answer_stop(Some(finish), false, false);
-            assert_eq!(back, if stop == Stop::StopSequence { Stop::EndTurn } else { stop });
+            assert_eq!(back, if stop == Stop::Sequence { Stop::EndTurn } else { stop });
         }
         assert_eq!(messages::response::stop("something_new"), Stop::EndTurn);
         assert_eq!(messages::response::stop("pause_turn"), Stop::EndTurn);

@@ -84,6 +84,9 @@ pub async fn count_tokens(State(app): State<Arc<App>>, request: Request) -> Resu
     .await
 }
 
+/// Reads the count out of a provider's token-count answer.
+type CountReader = fn(&Value) -> Option<i64>;
+
 /// The count `channel`'s provider gives for the messages body `body` (of a
 /// request for `model`, with the client's `headers`), where it has an
 /// endpoint for Claude models: the messages API's `count_tokens`,
@@ -101,7 +104,7 @@ pub async fn provider_count(
     let messages_count = |answer: &Value| answer.get("input_tokens").and_then(Value::as_i64);
     let mut headers = HeaderMap::new();
     headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
-    let (path, body, read): (String, Bytes, fn(&Value) -> Option<i64>) = match channel.kind {
+    let (path, body, read): (String, Bytes, CountReader) = match channel.kind {
         ChannelKind::Anthropic => {
             headers = provider::anthropic::headers(client);
             let mut edit = crate::json_body::BodyEdit::default();

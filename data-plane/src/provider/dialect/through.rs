@@ -45,7 +45,9 @@ impl<D: Decode, E: Encode> Through<D, E> {
             if *event == Event::End && !self.ended {
                 self.ended = true;
                 self.encoder.finish(&mut out);
-                super::note_dropped(&self.encoder.dropped(), "stream");
+                let mut dropped = self.decoder.dropped();
+                dropped.extend(&self.encoder.dropped());
+                super::note_dropped(&dropped, "stream");
             }
         }
         Bytes::from(out)

@@ -82,7 +82,7 @@ pub(crate) fn answer_stop(finish_reason: Option<&str>, called_tools: bool, refus
 /// A stop as a chat `finish_reason`.
 pub(crate) fn finish_reason(stop: Stop) -> &'static str {
     match stop {
-        Stop::EndTurn | Stop::StopSequence => "stop",
+        Stop::EndTurn | Stop::Sequence => "stop",
         Stop::MaxTokens => "length",
         Stop::ToolUse => "tool_calls",
         Stop::Refusal => "content_filter",

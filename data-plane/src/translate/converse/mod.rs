@@ -28,7 +28,7 @@ fn stop_of(reason: &str) -> Stop {
     match reason {
         "tool_use" => Stop::ToolUse,
         "max_tokens" | "model_context_window_exceeded" => Stop::MaxTokens,
-        "stop_sequence" => Stop::StopSequence,
+        "stop_sequence" => Stop::Sequence,
         "guardrail_intervened" | "content_filtered" => Stop::Refusal,
         _ => Stop::EndTurn,
     }
@@ -40,7 +40,7 @@ fn stop_reason(stop: Stop) -> &'static str {
         Stop::EndTurn => "end_turn",
         Stop::ToolUse => "tool_use",
         Stop::MaxTokens => "max_tokens",
-        Stop::StopSequence => "stop_sequence",
+        Stop::Sequence => "stop_sequence",
         Stop::Refusal => "content_filtered",
     }
 }

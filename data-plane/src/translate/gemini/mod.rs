@@ -48,7 +48,7 @@ fn stop_of(finish_reason: &str, called_tools: bool) -> Stop {
 /// The internal stop as a Gemini `finishReason`.
 fn finish_reason(stop: Stop) -> &'static str {
     match stop {
-        Stop::EndTurn | Stop::StopSequence | Stop::ToolUse => "STOP",
+        Stop::EndTurn | Stop::Sequence | Stop::ToolUse => "STOP",
         Stop::MaxTokens => "MAX_TOKENS",
         Stop::Refusal => "SAFETY",
     }

@@ -61,7 +61,7 @@ pub fn decode(response: &Value) -> (ir::Response, Dropped) {
 pub(crate) fn stop(stop_reason: &str) -> Stop {
     match stop_reason {
         "max_tokens" | "model_context_window_exceeded" => Stop::MaxTokens,
-        "stop_sequence" => Stop::StopSequence,
+        "stop_sequence" => Stop::Sequence,
         "tool_use" => Stop::ToolUse,
         "refusal" => Stop::Refusal,
         _ => Stop::EndTurn,
@@ -73,7 +73,7 @@ pub(crate) fn stop_reason(stop: Stop) -> &'static str {
     match stop {
         Stop::EndTurn => "end_turn",
         Stop::MaxTokens => "max_tokens",
-        Stop::StopSequence => "stop_sequence",
+        Stop::Sequence => "stop_sequence",
         Stop::ToolUse => "tool_use",
         Stop::Refusal => "refusal",
     }
