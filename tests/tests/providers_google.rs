@@ -525,7 +525,7 @@ async fn openai_embeddings_reach_a_gemini_channel_through_embed_content_as_float
     let text = packed["data"][0]["embedding"].as_str().expect("a base64 string");
     use base64::Engine as _;
     let bytes = base64::engine::general_purpose::STANDARD.decode(text).expect("base64");
-    assert!(!bytes.is_empty() && bytes.len() % 4 == 0, "{} bytes", bytes.len());
+    assert!(!bytes.is_empty() && bytes.len().is_multiple_of(4), "{} bytes", bytes.len());
 
     let calls = sent_to(&upstream, ":embedContent");
     assert_eq!(calls.len(), 3, "one embedContent per input");
