@@ -39,10 +39,14 @@ pub enum TranslateError {
     Unsupported(codec::Dialect),
 }
 
-// === pairings kept for callers of the pairwise API ===
+// === pairings the golden tests compose ===
+//
+// Every pairing in service goes through `codec`'s table; these name the
+// chat/messages ones for the golden files and fuzz tests.
 
 /// A messages request as a chat-completions request, and what it dropped:
 /// the messages decoder and the chat encoder.
+#[cfg(test)]
 pub fn messages_to_chat_request_noted(request: &Value) -> Result<(Value, Dropped), TranslateError> {
     let (form, mut dropped) = messages::request::decode(request)?;
     let body = chat::request::encode(&form, &mut dropped);
@@ -51,6 +55,7 @@ pub fn messages_to_chat_request_noted(request: &Value) -> Result<(Value, Dropped
 
 /// A chat-completions request as a messages request, and what it dropped:
 /// the chat decoder and the messages encoder.
+#[cfg(test)]
 pub fn chat_to_messages_request_noted(request: &Value) -> Result<(Value, Dropped), TranslateError> {
     let (form, mut dropped) = chat::request::decode(request)?;
     let body = messages::request::encode(&form, &mut dropped);
@@ -59,12 +64,14 @@ pub fn chat_to_messages_request_noted(request: &Value) -> Result<(Value, Dropped
 
 /// A chat completion as a messages response (the upstream's `id` and
 /// `model` kept).
+#[cfg(test)]
 pub fn chat_to_messages_response(completion: &Value) -> Value {
     messages::response::encode(&chat::response::decode(completion), &Answering::default()).0
 }
 
 /// A messages response as a chat completion created at `created` (Unix
 /// seconds), and what it dropped.
+#[cfg(test)]
 pub fn messages_to_chat_response_noted(response: &Value, created: i64) -> (Value, Dropped) {
     let (form, mut dropped) = messages::response::decode(response);
     let answering = Answering { created, ..Answering::default() };
@@ -74,6 +81,7 @@ pub fn messages_to_chat_response_noted(response: &Value, created: i64) -> (Value
 }
 
 /// The stream decoder and encoder of a chat upstream for a messages client.
+#[cfg(test)]
 pub fn chat_to_messages_stream() -> (chat::Decoder, messages::Encoder) {
     (chat::Decoder::new(), messages::Encoder::new(&Answering::default()))
 }
@@ -81,6 +89,7 @@ pub fn chat_to_messages_stream() -> (chat::Decoder, messages::Encoder) {
 /// The stream decoder and encoder of a messages upstream for a chat client
 /// whose chunks say they were `created` then; the usage chunk is sent when
 /// the client asked (`include_usage`).
+#[cfg(test)]
 pub fn messages_to_chat_stream(include_usage: bool, created: i64) -> (messages::Decoder, chat::Encoder) {
     let answering = Answering { include_usage, created, ..Answering::default() };
     (messages::Decoder::new(), chat::Encoder::new(&answering))

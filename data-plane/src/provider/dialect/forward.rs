@@ -20,13 +20,14 @@ use serde_json::Value;
 
 use super::{
     note_dropped,
+    relay::PassMessages,
     through::{Metered, Through},
 };
 use crate::{
     error::ProxyError,
     json_body::JsonBody,
     meter::{
-        Charge, Meter,
+        Charge, Meter, answer,
         pump::{Events, pump},
     },
     policy::domain::{Channel, ChannelKind},
@@ -99,13 +100,27 @@ pub async fn forward(
             return Err(error);
         }
     };
+    meter.answered(&bytes);
+    if same && !call.stream {
+        // Passed through: only the usage is read, by the lean readers where
+        // the dialect has one.
+        let usage = match target.dialect {
+            Dialect::Messages => answer::messages_body_usage(&bytes),
+            Dialect::Chat => answer::response_usage(&bytes),
+            _ => None,
+        };
+        if let Some(usage) = usage {
+            meter.observe(usage);
+            meter.finish(200).wait().await;
+            return Ok(provider::reply(StatusCode::OK, None, Body::from(bytes), false));
+        }
+    }
     let Ok(answer) = serde_json::from_slice::<Value>(&bytes) else {
         meter.cancel();
         tracing::warn!(channel = %channel.id, "upstream answered with a body that is not JSON");
         let message = "upstream answer is not JSON".to_owned();
         return Err(ProxyError::UpstreamStatus { status: StatusCode::BAD_GATEWAY, message });
     };
-    meter.answered(&bytes);
     let decoded = codec::decode_response(target.dialect, &answer);
     match decoded.usage {
         Some(usage) => meter.observe(usage),
@@ -161,6 +176,11 @@ fn stream(
     let decoder = codec::stream_decoder(target.dialect);
     let upstream = Box::pin(response.bytes_stream());
     let body = match target.framing {
+        // Messages events are read by their own lean reader: the stream
+        // coding agents send most.
+        Framing::Sse if same && target.dialect == Dialect::Messages => {
+            Body::from_stream(pump(upstream, Events::new(PassMessages::default()), Some(meter), idle, status))
+        }
         Framing::Sse if same && stream_type(call).is_none() => {
             Body::from_stream(pump(upstream, Events::new(Metered::new(decoder)), Some(meter), idle, status))
         }

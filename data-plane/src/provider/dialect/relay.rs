@@ -1,18 +1,14 @@
-//! The event relays of the messages dialect, for the one streaming pump
-//! (`meter::pump`): messages events passed through byte for byte, and the
-//! two translations between chat and messages, each a decoder into the
-//! internal form and an encoder out of it run by [`Through`]. Usage and
-//! answer text go to the meter as they pass; each relay knows the event that
-//! ends its stream.
+//! The relay of messages events passed through byte for byte, for the one
+//! streaming pump (`meter::pump`): the stream coding agents send most, read
+//! by the lean messages-event reader for its usage and text (translated
+//! streams go through `through::Through`).
 
 use bytes::Bytes;
 
-use super::through::Through;
 use crate::{
     meter::answer::MessagesStreamUsage,
     meter::event::MessagesEvent,
     meter::{Meter, pump::EventRelay},
-    translate::{self, ir::Decode, ir::Encode},
 };
 
 /// Messages events passed through untouched, usage read on the way.
@@ -21,12 +17,6 @@ pub struct PassMessages {
     usage: MessagesStreamUsage,
     done: bool,
 }
-
-/// A chat-completions stream from the upstream, as messages events.
-pub struct ChatAsMessages(Through<Box<dyn Decode>, Box<dyn Encode>>);
-
-/// A messages stream from the upstream, as chat-completion chunks.
-pub struct MessagesAsChat(Through<Box<dyn Decode>, Box<dyn Encode>>);
 
 /// Whether a messages event is the stream's last (`message_stop`).
 fn is_message_stop(data: &[u8]) -> bool {
@@ -65,55 +55,6 @@ impl EventRelay for PassMessages {
     }
 }
 
-// === impl ChatAsMessages ===
-
-impl ChatAsMessages {
-    /// A relay for one stream.
-    pub fn new() -> ChatAsMessages {
-        let (decoder, encoder) = translate::chat_to_messages_stream();
-        ChatAsMessages(Through::new(Box::new(decoder), Box::new(encoder)))
-    }
-}
-
-impl EventRelay for ChatAsMessages {
-    fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
-        self.0.event(raw, data, meter)
-    }
-
-    fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes {
-        self.0.finish(meter)
-    }
-
-    fn complete(&self) -> bool {
-        self.0.complete()
-    }
-}
-
-// === impl MessagesAsChat ===
-
-impl MessagesAsChat {
-    /// A relay whose chunks say they were `created` then; the usage chunk
-    /// is sent only if the client asked (`include_usage`).
-    pub fn new(include_usage: bool, created: i64) -> MessagesAsChat {
-        let (decoder, encoder) = translate::messages_to_chat_stream(include_usage, created);
-        MessagesAsChat(Through::new(Box::new(decoder), Box::new(encoder)))
-    }
-}
-
-impl EventRelay for MessagesAsChat {
-    fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
-        self.0.event(raw, data, meter)
-    }
-
-    fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes {
-        self.0.finish(meter)
-    }
-
-    fn complete(&self) -> bool {
-        self.0.complete()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use tokio::sync::mpsc;
@@ -145,8 +86,10 @@ mod tests {
         ) {
             let passed = relay(PassMessages::default(), &chunks);
             proptest::prop_assert_eq!(passed, chunks.concat(), "messages events pass byte for byte");
-            let _ = relay(ChatAsMessages::new(), &chunks);
-            let _ = relay(MessagesAsChat::new(include_usage, 0), &chunks);
+            let (decoder, encoder) = crate::translate::chat_to_messages_stream();
+            let _ = relay(super::super::through::Through::new(decoder, encoder), &chunks);
+            let (decoder, encoder) = crate::translate::messages_to_chat_stream(include_usage, 0);
+            let _ = relay(super::super::through::Through::new(decoder, encoder), &chunks);
         }
     }
 }
