@@ -40,20 +40,18 @@ pub struct Answering {
 
 /// `body` in `dialect` as the internal form, with what could not be carried.
 pub fn decode_request(dialect: Dialect, body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
-    let _ = body;
     match dialect {
         Dialect::Chat => super::chat::request::decode(body),
         Dialect::Messages => super::messages::request::decode(body),
         Dialect::Responses => super::responses::decode_request(body),
         Dialect::Gemini => super::gemini::decode_request(body),
-        Dialect::Converse => Err(TranslateError::Unsupported(dialect)),
+        Dialect::Converse => Err(TranslateError::NotClientFacing(dialect)),
     }
 }
 
 /// `request` as a body in `dialect`; what the dialect cannot carry is noted
 /// in `dropped`.
 pub fn encode_request(dialect: Dialect, request: &ir::Request, dropped: &mut Dropped) -> Result<Value, TranslateError> {
-    let _ = (request, &dropped);
     match dialect {
         Dialect::Chat => Ok(super::chat::request::encode(request, dropped)),
         Dialect::Messages => Ok(super::messages::request::encode(request, dropped)),
@@ -65,7 +63,6 @@ pub fn encode_request(dialect: Dialect, request: &ir::Request, dropped: &mut Dro
 
 /// A whole answer in `dialect` as the internal form.
 pub fn decode_response(dialect: Dialect, body: &Value) -> ir::Response {
-    let _ = body;
     match dialect {
         Dialect::Chat => super::chat::response::decode(body),
         Dialect::Messages => super::messages::response::decode(body).0,
@@ -77,7 +74,6 @@ pub fn decode_response(dialect: Dialect, body: &Value) -> ir::Response {
 
 /// `response` as a whole answer in `dialect`.
 pub fn encode_response(dialect: Dialect, response: &ir::Response, answering: &Answering) -> Value {
-    let _ = (response, answering);
     match dialect {
         Dialect::Chat => super::chat::response::encode(response, answering).0,
         Dialect::Messages => super::messages::response::encode(response, answering).0,
@@ -100,27 +96,18 @@ pub fn stream_decoder(dialect: Dialect) -> Box<dyn Decode> {
 
 /// An encoder of streamed answers in `dialect` for the client.
 pub fn stream_encoder(dialect: Dialect, answering: &Answering) -> Box<dyn Encode> {
-    let _ = answering;
     match dialect {
         Dialect::Chat => Box::new(super::chat::Encoder::new(answering)),
         Dialect::Messages => Box::new(super::messages::Encoder::new(answering)),
         Dialect::Responses => Box::new(super::responses::Encoder::new(answering)),
         Dialect::Gemini => Box::new(super::gemini::Encoder::new(answering)),
+        // Never a client's dialect: nothing is written in it.
         Dialect::Converse => Box::new(Nothing),
     }
 }
 
-/// The placeholder of a dialect whose codec is not written yet.
+/// The encoder of a dialect no client speaks (Converse): writes nothing.
 struct Nothing;
-
-impl Decode for Nothing {
-    fn push(&mut self, _payload: &[u8]) -> Vec<ir::Event> {
-        Vec::new()
-    }
-    fn finish(&mut self) -> Vec<ir::Event> {
-        Vec::new()
-    }
-}
 
 impl Encode for Nothing {
     fn push(&mut self, _event: &ir::Event, _out: &mut Vec<u8>) {}

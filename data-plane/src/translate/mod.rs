@@ -35,8 +35,8 @@ pub enum TranslateError {
     NotAnObject,
     #[error("invalid {field}: {reason}")]
     Invalid { field: String, reason: &'static str },
-    #[error("{0:?} requests cannot be translated yet")]
-    Unsupported(codec::Dialect),
+    #[error("{0:?} is spoken to channels, never by clients")]
+    NotClientFacing(codec::Dialect),
 }
 
 // === pairings the golden tests compose ===
