@@ -32,8 +32,11 @@ pub struct Exchange {
     pub target: String,
     /// Headers worth reading in a report, credentials masked.
     pub headers: Vec<(String, String)>,
-    /// The body's outline (top-level fields, model, first bytes).
+    /// The body's outline (top-level fields, model, message shapes, first
+    /// bytes).
     pub body: String,
+    /// The `role` of each entry of the body's `messages`.
+    pub roles: Vec<String>,
     pub status: u16,
     /// The answer's content type, and its body when it is not a success.
     pub answer: String,
@@ -119,6 +122,7 @@ async fn forward(State(tap): State<Arc<TapState>>, request: Request) -> Response
         target: target.clone(),
         headers: interesting(&parts.headers),
         body: outline(&body),
+        roles: roles(&body),
         status: 0,
         answer: String::new(),
     };
@@ -183,21 +187,56 @@ fn interesting(headers: &HeaderMap) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A JSON body's top-level fields and model, and its first 300 characters.
+/// A JSON body's outline (fields, roles and block types of each message,
+/// tools offered) and its first 300 characters.
 fn outline(body: &Bytes) -> String {
     let text = String::from_utf8_lossy(body);
     let head: String = text.chars().take(300).collect();
     let Ok(Value::Object(json)) = serde_json::from_slice::<Value>(body) else {
-        return format!("{} bytes: {head:?}", body.len());
+        return format!("{} bytes: {head}", body.len());
     };
     let fields: Vec<&str> = json.keys().map(String::as_str).collect();
     let mut outline = format!("{} bytes, fields {fields:?}", body.len());
-    for key in ["model", "stream", "generationConfig"] {
+    for key in ["model", "stream", "max_tokens", "max_output_tokens", "generationConfig"] {
         if let Some(value) = json.get(key) {
             outline.push_str(&format!(", {key}={value}"));
         }
     }
+    for key in ["messages", "input"] {
+        if let Some(Value::Array(items)) = json.get(key) {
+            let shapes: Vec<String> = items
+                .iter()
+                .map(|m| {
+                    let role = m.get("role").or_else(|| m.get("type")).and_then(Value::as_str).unwrap_or("?");
+                    let blocks: Vec<&str> = match m.get("content") {
+                        Some(Value::Array(blocks)) => {
+                            blocks.iter().map(|b| b["type"].as_str().unwrap_or("?")).collect()
+                        }
+                        Some(Value::String(_)) => vec!["string"],
+                        _ => vec![],
+                    };
+                    format!("{role}[{}]", blocks.join(","))
+                })
+                .collect();
+            outline.push_str(&format!(", {key}=[{}]", shapes.join(" ")));
+        }
+    }
+    if let Some(Value::Array(tools)) = json.get("tools") {
+        outline.push_str(&format!(", {} tools", tools.len()));
+    }
+    let messages = json.get("messages").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    if let Some(turn) = messages.iter().find(|m| m["role"] == "system") {
+        let turn: String = turn.to_string().chars().take(200).collect();
+        outline.push_str(&format!(", first system turn {turn}"));
+    }
     format!("{outline}; starts {head:?}")
+}
+
+/// The `role` of each entry of a JSON body's `messages`.
+fn roles(body: &Bytes) -> Vec<String> {
+    let json: Value = serde_json::from_slice(body).unwrap_or_default();
+    let messages = json["messages"].as_array().cloned().unwrap_or_default();
+    messages.iter().map(|m| m["role"].as_str().unwrap_or_default().to_owned()).collect()
 }
 
 /// A fresh directory to be a run's HOME, with `work/` inside it as the
