@@ -3,12 +3,15 @@
 //! model list (`GET <base_url>/models`, Azure's under `/openai`) with its
 //! own key and re-enables those that answer 2xx; the change reaches every
 //! data plane through the snapshot. Bedrock and Vertex channels, whose
-//! requests only the data plane signs, are not probed: an operator enables
-//! them. A channel an operator disabled is never touched, and neither URLs
-//! nor keys are logged. Several replicas may probe at once: re-enabling is
+//! requests only the data plane signs, cannot be probed from here: they are
+//! put back on trial instead, after four intervals auto-disabled (doubling
+//! each time the data planes take one out again, up to an hour), and the
+//! data planes' failure reports disable them again if they still fail. A
+//! channel an operator disabled is never touched, and neither URLs nor keys
+//! are logged. Several replicas may probe at once: re-enabling is
 //! idempotent.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use futures_util::future::join_all;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
@@ -38,6 +41,48 @@ impl Default for Config {
     }
 }
 
+/// The longest a channel that cannot be probed waits for its trial.
+const MAX_TRIAL_WAIT: Duration = Duration::from_secs(3_600);
+
+/// Channels of kinds the probe cannot test, and when each goes on trial.
+#[derive(Debug)]
+pub struct Trials {
+    /// The first wait; it doubles each time a channel is tried again.
+    first: Duration,
+    channels: HashMap<String, Trial>,
+}
+
+#[derive(Debug)]
+struct Trial {
+    /// When the probe first saw the channel auto-disabled this time;
+    /// `None` while it is in rotation.
+    since: Option<tokio::time::Instant>,
+    wait: Duration,
+}
+
+// === impl Trials ===
+
+impl Trials {
+    /// Trials after `first` (four probe intervals in the task).
+    pub fn new(first: Duration) -> Trials {
+        Trials { first, channels: HashMap::new() }
+    }
+
+    /// Whether auto-disabled `id` has waited long enough to be tried again;
+    /// if so its next wait doubles.
+    fn due(&mut self, id: &str, now: tokio::time::Instant) -> bool {
+        let first = self.first;
+        let trial = self.channels.entry(id.to_owned()).or_insert(Trial { since: None, wait: first });
+        let since = *trial.since.get_or_insert(now);
+        if now.duration_since(since) < trial.wait {
+            return false;
+        }
+        trial.since = None;
+        trial.wait = (trial.wait * 2).min(MAX_TRIAL_WAIT);
+        true
+    }
+}
+
 /// Spawns the probe task; it ends when `shutdown` turns true (or its sender
 /// is dropped). Fails only if the HTTP client cannot be built.
 pub fn spawn(
@@ -55,10 +100,11 @@ pub fn spawn(
         let every = config.interval.max(Duration::from_millis(10));
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut trials = Trials::new(every * 4);
         loop {
             tokio::select! {
                 _ = ticks.tick() => {
-                    if let Err(error) = round(store.as_ref(), &client).await {
+                    if let Err(error) = round(store.as_ref(), &client, &mut trials).await {
                         tracing::warn!(error = %error_chain(&error), "channel probe round failed");
                     }
                 }
@@ -72,9 +118,14 @@ pub fn spawn(
     }))
 }
 
-/// Probes every auto-disabled channel once, concurrently; returns the ids of
-/// the channels it re-enabled.
-pub async fn round(store: &dyn Store, client: &reqwest::Client) -> Result<Vec<String>, crate::store::StoreError> {
+/// Probes every auto-disabled channel once, concurrently, and puts those
+/// that cannot be probed on trial when `trials` says they are due; returns
+/// the ids of the channels it re-enabled.
+pub async fn round(
+    store: &dyn Store,
+    client: &reqwest::Client,
+    trials: &mut Trials,
+) -> Result<Vec<String>, crate::store::StoreError> {
     let channels: Vec<Channel> = store
         .list(Kind::Channel)
         .await?
@@ -84,10 +135,16 @@ pub async fn round(store: &dyn Store, client: &reqwest::Client) -> Result<Vec<St
             _ => None,
         })
         .collect();
-    let healthy = join_all(channels.iter().map(|channel| answers(client, channel))).await;
+    let answered = join_all(channels.iter().map(|channel| answers(client, channel))).await;
+    let now = tokio::time::Instant::now();
     let mut enabled = Vec::new();
-    for (channel, healthy) in channels.into_iter().zip(healthy) {
-        if !healthy {
+    for (channel, answered) in channels.into_iter().zip(answered) {
+        let back = match answered {
+            Answer::Healthy => true,
+            Answer::Failing => false,
+            Answer::Untestable => trials.due(&channel.id, now),
+        };
+        if !back {
             continue;
         }
         // Only if still auto-disabled: an operator may have changed it while
@@ -95,36 +152,41 @@ pub async fn round(store: &dyn Store, client: &reqwest::Client) -> Result<Vec<St
         if !store::switch_channel_status(store, &channel.id, AUTO_DISABLED, ENABLED).await? {
             continue;
         }
-        tracing::info!(channel = %channel.id, "auto-disabled channel answers again; back in rotation");
+        if answered == Answer::Untestable {
+            tracing::info!(channel = %channel.id, kind = %channel.kind, "auto-disabled channel back in rotation on trial");
+        } else {
+            tracing::info!(channel = %channel.id, "auto-disabled channel answers again; back in rotation");
+        }
         enabled.push(channel.id);
     }
     Ok(enabled)
 }
 
-/// Whether `channel`'s upstream answers its model list with 2xx; false
-/// for a kind the probe cannot reach.
-async fn answers(client: &reqwest::Client, channel: &Channel) -> bool {
+/// What a probe learned of one channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Healthy,
+    Failing,
+    /// A kind the probe cannot reach (see `Trials`).
+    Untestable,
+}
+
+/// Whether `channel`'s upstream answers its model list with 2xx.
+async fn answers(client: &reqwest::Client, channel: &Channel) -> Answer {
     let request = match probe_request(client, channel) {
         Probe::Send(request) => *request,
-        Probe::Unusable => return false,
-        Probe::Unsupported => {
-            tracing::debug!(
-                channel = %channel.id,
-                kind = %channel.kind,
-                "auto-disabled channel not probed: its requests are signed by the data plane; enable it with gwctl channel enable"
-            );
-            return false;
-        }
+        Probe::Unusable => return Answer::Failing,
+        Probe::Unsupported => return Answer::Untestable,
     };
     match request.send().await {
         Ok(response) => {
             let status = response.status();
             tracing::debug!(channel = %channel.id, status = status.as_u16(), "probed auto-disabled channel");
-            status.is_success()
+            if status.is_success() { Answer::Healthy } else { Answer::Failing }
         }
         Err(error) => {
             tracing::debug!(channel = %channel.id, timeout = error.is_timeout(), "probe of auto-disabled channel failed");
-            false
+            Answer::Failing
         }
     }
 }
@@ -135,7 +197,7 @@ enum Probe {
     /// The key cannot be a header value.
     Unusable,
     /// Bedrock (SigV4) and Vertex (service-account tokens): the signing
-    /// lives in the data plane, so these are left for an operator.
+    /// lives in the data plane, so these are put on trial instead.
     Unsupported,
 }
 
@@ -244,10 +306,42 @@ mod tests {
     }
 
     #[test]
-    fn bedrock_and_vertex_channels_are_left_to_an_operator() {
+    fn bedrock_and_vertex_channels_cannot_be_probed_from_here() {
         for kind in ["bedrock", "vertex"] {
             let probe = probe_request(&reqwest::Client::new(), &channel(kind, "http://u", &[]));
             assert!(matches!(probe, Probe::Unsupported), "{kind}");
         }
+    }
+
+    #[test]
+    fn an_untestable_channel_is_due_after_a_wait_that_doubles_each_trial() {
+        let mut trials = Trials::new(Duration::from_secs(60));
+        let start = tokio::time::Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        assert!(!trials.due("c", at(0)), "first seen");
+        assert!(!trials.due("c", at(59)));
+        assert!(trials.due("c", at(60)), "tried after 60 s");
+        assert!(!trials.due("c", at(100)), "taken out again: seen anew");
+        assert!(!trials.due("c", at(219)));
+        assert!(trials.due("c", at(220)), "then after 120 s");
+        for _ in 0..20 {
+            let wait = trials.channels["c"].wait;
+            assert!(wait <= MAX_TRIAL_WAIT);
+            let _ = trials.due("c", at(0));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_due_bedrock_channel_is_put_back_in_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::embedded::EmbeddedStore::open(&dir.path().join("s.redb")).unwrap();
+        let mut bedrock = channel("bedrock", "http://127.0.0.1:9", &[("region", "us-east-1")]);
+        bedrock.status = AUTO_DISABLED.into();
+        store.create(Resource::Channel(bedrock.clone())).await.unwrap();
+        let mut trials = Trials::new(Duration::ZERO);
+        let enabled = round(&store, &reqwest::Client::new(), &mut trials).await.unwrap();
+        assert_eq!(enabled, [bedrock.id.clone()]);
+        let stored = store.get(Kind::Channel, &bedrock.id).await.unwrap();
+        assert!(matches!(stored, Some(Resource::Channel(c)) if c.status == ENABLED));
     }
 }
