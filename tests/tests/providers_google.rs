@@ -538,3 +538,23 @@ async fn openai_embeddings_reach_a_gemini_channel_through_embed_content_as_float
     let tokens = records.iter().map(|r| r["prompt_tokens"].as_i64().unwrap_or(0)).max().unwrap_or(0);
     assert_eq!(tokens, prompt, "billed what the answer says");
 }
+
+#[tokio::test]
+async fn a_gemini_key_refused_as_api_key_invalid_moves_the_pool_to_its_next_key() {
+    let f = fixture(Upstream::Gemini).await;
+    f.upstream.google().set_api_key("AIza-the-good-one");
+    let request = pb::AddChannelKeyRequest { channel_id: f.channel.clone(), key: "AIza-the-good-one".into() };
+    f.gw.admin().add_channel_key(request).await.expect("add key");
+    f.gw.synced().await;
+    for _ in 0..4 {
+        let reply = send(&f.gw, Client::Chat, &body(Client::Chat, GEMINI, false, false)).await;
+        assert_eq!(reply.status, 200, "the pool's other key answers: {}", reply.text);
+    }
+    let refused = f
+        .upstream
+        .requests()
+        .into_iter()
+        .filter(|r| r.headers.iter().any(|(n, v)| n == "x-goog-api-key" && v == GEMINI_KEY))
+        .count();
+    assert!(refused <= 1, "the refused key is set aside after its 400 API_KEY_INVALID, not tried each time: {refused}");
+}

@@ -199,9 +199,23 @@ pub async fn accept(
         }
     }
     let bytes = read_capped(response, MAX_ERROR_BODY_BYTES).await;
+    let status = key_refusal(channel, status, &bytes);
     let message = error_message(status, &bytes, channel);
     tracing::warn!(channel = %channel.id, status = status.as_u16(), %message, "upstream refused the request");
     Err(ProxyError::UpstreamStatus { status, message })
+}
+
+/// `status`, or 401 where the upstream refused the channel's key under
+/// another status: Google's APIs answer a bad key with 400
+/// `API_KEY_INVALID`, and a refused key must count as one (its pool moves
+/// on, the control plane hears of it).
+fn key_refusal(channel: &Channel, status: StatusCode, body: &[u8]) -> StatusCode {
+    let google = matches!(channel.kind, ChannelKind::Gemini | ChannelKind::Vertex);
+    if google && status == StatusCode::BAD_REQUEST && body.windows(15).any(|w| w == b"API_KEY_INVALID") {
+        StatusCode::UNAUTHORIZED
+    } else {
+        status
+    }
 }
 
 /// A client response: `status`, the upstream's content type (else JSON or
