@@ -558,3 +558,21 @@ async fn a_gemini_key_refused_as_api_key_invalid_moves_the_pool_to_its_next_key(
         .count();
     assert!(refused <= 1, "the refused key is set aside after its 400 API_KEY_INVALID, not tried each time: {refused}");
 }
+
+#[tokio::test]
+async fn a_revoked_vertex_token_is_exchanged_again_without_setting_the_key_aside() {
+    let f = fixture(Upstream::Vertex).await;
+    let request = body(Client::Chat, GEMINI, false, false);
+    let ask = || send(&f.gw, Client::Chat, &request);
+    assert_eq!(ask().await.status, 200);
+    assert_eq!(f.upstream.google().tokens_granted(), 1);
+    f.upstream.google().revoke_tokens();
+    let reply = ask().await;
+    assert_eq!(reply.status, 200, "the attempt is made again with a new token: {}", reply.text);
+    assert_eq!(f.upstream.google().tokens_granted(), 2);
+    let refused = f.upstream.requests().iter().filter(|r| r.path.contains(":generateContent")).count();
+    assert_eq!(refused, 3, "the call with the revoked token, then its retry");
+    for _ in 0..3 {
+        assert_eq!(ask().await.status, 200, "the service account was not set aside");
+    }
+}

@@ -198,6 +198,14 @@ pub async fn accept(
             upstreams.health.throttled(&channel.id, retry_after);
         }
     }
+    if channel.kind == ChannelKind::Vertex && status == StatusCode::UNAUTHORIZED {
+        // The access token, not the service account, was refused (tokens
+        // are renewed well before they expire, so it was revoked): the next
+        // call exchanges a new one, and this attempt moves on.
+        upstreams.vertex_tokens.forget(channel);
+        tracing::warn!(channel = %channel.id, "vertex refused the access token; a new one will be exchanged");
+        return Err(ProxyError::UpstreamConnect);
+    }
     let bytes = read_capped(response, MAX_ERROR_BODY_BYTES).await;
     let status = key_refusal(channel, status, &bytes);
     let message = error_message(status, &bytes, channel);

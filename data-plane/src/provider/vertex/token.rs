@@ -207,6 +207,12 @@ impl AccessTokens {
         }
     }
 
+    /// Drops the token of `channel`'s current key (Vertex refused it: it
+    /// was revoked), so the next call exchanges a new one.
+    pub fn forget(&self, channel: &Channel) {
+        self.slot(channel).lock().token = None;
+    }
+
     /// The slot of `channel`'s current key, made on first use.
     fn slot(&self, channel: &Channel) -> Arc<Slot> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);

@@ -156,6 +156,12 @@ impl MockGoogle {
         self.lock().exchanges.clone()
     }
 
+    /// Revokes every access token granted so far (Vertex then answers
+    /// 401 to them).
+    pub fn revoke_tokens(&self) {
+        self.lock().tokens.clear();
+    }
+
     /// How many exchanges were granted.
     pub fn tokens_granted(&self) -> usize {
         self.lock().exchanges.iter().filter(|e| e.granted).count()
