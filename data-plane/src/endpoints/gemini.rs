@@ -14,7 +14,7 @@ use std::sync::Arc;
 use axum::{
     Json,
     extract::{Path, Request, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderMap, StatusCode},
     response::{IntoResponse as _, Response},
 };
 use bytes::Bytes;
@@ -136,9 +136,7 @@ async fn count_tokens(app: &App, model: String, request: Request) -> Result<Resp
             }
         };
         let body = count_body(json, &upstream_model, channel.kind);
-        let mut headers = HeaderMap::new();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let response = app.upstreams.send(&channel, &path, headers, body, false).await?;
+        let response = app.upstreams.send(&channel, &path, provider::json_headers(), body, false).await?;
         let response = provider::accept(&app.upstreams, &channel, response).await?;
         let status = response.status();
         let bytes = app.upstreams.read_body(&channel, response).await?;

@@ -213,6 +213,13 @@ pub async fn accept(
     Err(ProxyError::UpstreamStatus { status, message })
 }
 
+/// Headers of a JSON request body, the start of most upstream calls' own.
+pub fn json_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    headers
+}
+
 /// `status`, or 401 where the upstream refused the channel's key under
 /// another status: Google's APIs answer a bad key with 400
 /// `API_KEY_INVALID`, and a refused key must count as one (its pool moves

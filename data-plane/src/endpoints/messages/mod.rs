@@ -102,11 +102,12 @@ pub async fn provider_count(
 ) -> Option<i64> {
     let upstream_model = channel.upstream_model(model);
     let messages_count = |answer: &Value| answer.get("input_tokens").and_then(Value::as_i64);
-    let mut headers = HeaderMap::new();
-    headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    let headers = match channel.kind {
+        ChannelKind::Anthropic => provider::anthropic::headers(client),
+        _ => provider::json_headers(),
+    };
     let (path, body, read): (String, Bytes, CountReader) = match channel.kind {
         ChannelKind::Anthropic => {
-            headers = provider::anthropic::headers(client);
             let mut edit = crate::json_body::BodyEdit::default();
             edit.set_str("model", upstream_model);
             (provider::anthropic::COUNT_TOKENS_PATH.to_owned(), body.edit(&edit), messages_count)

@@ -210,20 +210,14 @@ fn upstream_headers(channel: &Channel, target: &ChatCall, same: bool, client: &H
         (ChannelKind::Anthropic, _) if same => anthropic::headers(client),
         (ChannelKind::Anthropic, _) => anthropic::headers(&HeaderMap::new()),
         (ChannelKind::Vertex, Dialect::Messages) => {
-            let mut headers = json_headers();
+            let mut headers = provider::json_headers();
             if same && let Some(beta) = client.get("anthropic-beta") {
                 headers.insert("anthropic-beta", beta.clone());
             }
             headers
         }
-        _ => json_headers(),
+        _ => provider::json_headers(),
     }
-}
-
-fn json_headers() -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers
 }
 
 fn untranslatable(error: crate::translate::TranslateError) -> ProxyError {
