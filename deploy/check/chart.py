@@ -1,10 +1,14 @@
 """The Helm chart: `helm lint` and `helm template` with each values file in
 its ci/ directory, every rendered object valid for Kubernetes
-(`kubernetes-validate --strict`), and what the chart promises: replicas,
-probes, autoscaling and disruption budgets, locked-down pods, keys only as
-mounted files, TOML configuration the binaries accept, existing Secrets
-honoured, and bad values refused."""
+(`kubernetes-validate --strict`; the Prometheus Operator and Gateway API
+objects, which it has no schema for, checked field by field here), and what
+the chart promises: replicas, probes, autoscaling and disruption budgets,
+locked-down pods, keys only as mounted files, TOML configuration the
+binaries accept, existing Secrets honoured, metrics only on in-cluster
+Services, network policies, monitoring objects that match the alert rules,
+values checked by values.schema.json, and bad values refused."""
 
+import shutil
 import sys
 import tempfile
 import tomllib
@@ -16,6 +20,10 @@ from common import ROOT, SECRET_FLAGS, SECRET_VARIABLES, config_keys, run
 
 CHART = ROOT / "deploy/helm/gateway"
 KUBERNETES = "1.35.0"
+ALERTS = ROOT / "deploy/observability/alerts.yml"
+# Kinds of custom resources the chart can render: kubernetes-validate knows
+# only the built-in ones.
+CUSTOM = {"ServiceMonitor", "PrometheusRule", "HTTPRoute"}
 
 
 class Rendered:
@@ -47,11 +55,18 @@ def check(report, helm, toml_out):
         out = template(helm, "-f", str(values))
         if not report.check(out.returncode == 0, "helm template" + ("" if out.returncode == 0 else f"\n{out.stderr}")):
             continue
-        validate(report, out.stdout)
         rendered = Rendered(out.stdout)
+        validate(report, yaml.safe_dump_all([o for o in rendered.objects if o.get("kind") not in CUSTOM]))
         user_values = yaml.safe_load(values.read_text()) or {}
         toml_out[values.stem] = tomls(report, rendered, values.name)
         properties(report, rendered, user_values, toml_out[values.stem])
+        exposure(report, rendered, user_values)
+        monitoring(report, rendered, user_values)
+        routes(report, rendered, user_values)
+    report.check(
+        (CHART / "files/alerts.yml").read_bytes() == ALERTS.read_bytes(),
+        "the chart's files/alerts.yml is deploy/observability/alerts.yml",
+    )
     refusals(report, helm)
 
 
@@ -90,7 +105,7 @@ def properties(report, r, values, tomls):
     report.check(dig(cp, "spec", "replicas") == expected_cp, f"control plane runs {expected_cp} replicas")
     report.check(r.one("Service", "-control-plane") is not None, "control plane Service")
     cp_ports = {p["name"] for p in dig(r.one("Service", "-control-plane") or {}, "spec", "ports", default=[])}
-    report.check({"grpc", "metrics"} <= cp_ports, f"control plane Service has grpc and metrics ports ({sorted(cp_ports)})")
+    report.check("grpc" in cp_ports, f"control plane Service has the grpc port ({sorted(cp_ports)})")
     report.check(r.one("Service", "-data-plane") is not None, "data plane Service")
     report.check(r.one("PodDisruptionBudget", "-control-plane") is not None, "control plane PodDisruptionBudget (policy/v1)")
     report.check(r.one("PodDisruptionBudget", "-data-plane") is not None, "data plane PodDisruptionBudget (policy/v1)")
@@ -108,6 +123,12 @@ def properties(report, r, values, tomls):
     cpc = dig(cp, "spec", "template", "spec", "containers", 0)
     report.check(dig(dpc, "readinessProbe", "httpGet", "path") == "/ready", "data plane readiness probe GET /ready")
     report.check(dig(dpc, "livenessProbe", "httpGet", "path") == "/healthz", "data plane liveness probe GET /healthz")
+    report.check(
+        dpc.get("startupProbe") is not None and cpc.get("startupProbe") is not None, "both planes have a startup probe"
+    )
+    given = dig(values, "dataPlane", "probes", "readiness")
+    if given:
+        report.check(dpc.get("readinessProbe") == given, "dataPlane.probes.readiness replaces the chart's probe")
     tls = dig(values, "tls", "enabled", default=False)
     if tls:
         report.check(
@@ -126,6 +147,27 @@ def properties(report, r, values, tomls):
         report.check(
             dig(pod, "securityContext", "runAsNonRoot") is True and sc.get("runAsNonRoot") is True,
             f"{name}: runAsNonRoot",
+        )
+        key = "controlPlane" if name == "control plane" else "dataPlane"
+        if dig(values, key, "podSecurityContext") and "runAsUser" in values[key]["podSecurityContext"]:
+            wanted = values[key]["podSecurityContext"]["runAsUser"]
+            report.check(
+                dig(pod, "securityContext", "runAsUser") == wanted,
+                f"{name}: podSecurityContext.runAsUser is {wanted} as given (null leaves the UID to the platform)",
+            )
+        env_names = [e["name"] for e in container.get("env") or []]
+        extra = [e["name"] for e in dig(values, key, "extraEnv", default=[])]
+        report.check(all(n in env_names for n in extra), f"{name}: extraEnv added ({extra})")
+        mounts_given = [m["name"] for m in dig(values, key, "extraVolumeMounts", default=[])]
+        report.check(
+            all(any(m["name"] == n for m in container.get("volumeMounts", [])) for n in mounts_given)
+            and all(any(v["name"] == n for v in pod.get("volumes", [])) for n in mounts_given),
+            f"{name}: extraVolumes and extraVolumeMounts added ({mounts_given})",
+        )
+        common = dig(values, "commonLabels", default={})
+        report.check(
+            all(dig(deployment, "metadata", "labels", k) == v and dig(deployment, "spec", "template", "metadata", "labels", k) == v for k, v in common.items()),
+            f"{name}: commonLabels on the Deployment and its pods",
         )
         report.check(sc.get("readOnlyRootFilesystem") is True, f"{name}: readOnlyRootFilesystem")
         report.check(dig(sc, "capabilities", "drop") == ["ALL"], f"{name}: drops ALL capabilities")
@@ -183,6 +225,152 @@ def properties(report, r, values, tomls):
         )
 
 
+def exposure(report, r, values):
+    """Metrics stay in the cluster; network policies say who reaches what."""
+    for plane in ("control-plane", "data-plane"):
+        service = r.one("Service", f"-{plane}")
+        metrics = r.one("Service", f"-{plane}-metrics")
+        ports = {p["name"] for p in dig(service or {}, "spec", "ports", default=[])}
+        report.check("metrics" not in ports, f"{plane}: the {dig(service, 'spec', 'type')} Service carries no metrics port ({sorted(ports)})")
+        report.check(
+            metrics is not None and dig(metrics, "spec", "type") == "ClusterIP" and [p["name"] for p in metrics["spec"]["ports"]] == ["metrics"],
+            f"{plane}: /metrics on a ClusterIP Service of its own",
+        )
+    common = {**dig(values, "commonLabels", default={}), **dig(values, "commonAnnotations", default={})}
+    if common:
+        bare = [
+            f"{o['kind']} {o['metadata']['name']}"
+            for o in r.objects
+            if not all(dig(o, "metadata", "labels", k) == v for k, v in values.get("commonLabels", {}).items())
+            or not all(dig(o, "metadata", "annotations", k) == v for k, v in values.get("commonAnnotations", {}).items())
+        ]
+        report.check(not bare, "commonLabels and commonAnnotations on every object" + (f" (missing on {bare})" if bare else ""))
+    cp, dp = r.one("NetworkPolicy", "-control-plane"), r.one("NetworkPolicy", "-data-plane")
+    if dig(values, "networkPolicy", "enabled", default=True) is False:
+        report.check(not r.of("NetworkPolicy"), "no NetworkPolicy when networkPolicy.enabled is false")
+        return
+    if not report.check(cp is not None and dp is not None, "a NetworkPolicy for each plane"):
+        return
+    components = lambda peers: [dig(p, "podSelector", "matchLabels", "app.kubernetes.io/component") for p in peers]
+    grpc = [rule for rule in dig(cp, "spec", "ingress", default=[]) if any(port["port"] == "grpc" for port in rule.get("ports", []))]
+    extra = dig(values, "networkPolicy", "controlPlane", "from", default=[])
+    report.check(
+        len(grpc) == 1 and components(grpc[0].get("from", []))[:2] == ["data-plane", "control-plane"] and len(grpc[0]["from"]) == 2 + len(extra),
+        "the control plane's gRPC port admits only data planes, its replicas and networkPolicy.controlPlane.from",
+    )
+    for name, policy in (("control plane", cp), ("data plane", dp)):
+        rules = [rule for rule in dig(policy, "spec", "ingress", default=[]) if any(port["port"] == "metrics" for port in rule.get("ports", []))]
+        report.check(
+            len(rules) == 1 and all("namespaceSelector" in peer for peer in rules[0].get("from", [])) and rules[0].get("from"),
+            f"{name}: metrics reachable only from the monitoring namespaces",
+        )
+        restricted = dig(values, "networkPolicy", "restrictEgress", default=False)
+        report.check(
+            ("Egress" in policy["spec"]["policyTypes"]) == restricted,
+            f"{name}: egress {'restricted' if restricted else 'open'} as networkPolicy.restrictEgress says",
+        )
+    clients = dig(values, "networkPolicy", "clients", "from", default=[])
+    http = [rule for rule in dig(dp, "spec", "ingress", default=[]) if any(port["port"] == "http" for port in rule.get("ports", []))]
+    report.check(
+        len(http) == 1 and (("from" not in http[0]) if not clients else components(http[0]["from"])[-1] == "test"),
+        "clients reach the data planes' port (from networkPolicy.clients.from and the chart's test when given)",
+    )
+
+
+def monitoring(report, r, values):
+    """ServiceMonitors whose job labels the alert rules name, and the rules."""
+    alerts = yaml.safe_load(ALERTS.read_text())
+    monitors = r.of("ServiceMonitor")
+    if dig(values, "metrics", "serviceMonitor", "enabled"):
+        for plane in ("control-plane", "data-plane"):
+            monitor = r.one("ServiceMonitor", f"-{plane}")
+            service = r.one("Service", f"-{plane}-metrics")
+            selector = dig(monitor, "spec", "selector", "matchLabels", default={})
+            endpoint = dig(monitor, "spec", "endpoints", 0, default={})
+            job = [x.get("replacement") for x in endpoint.get("relabelings", []) if x.get("targetLabel") == "job"]
+            report.check(
+                monitor is not None
+                and selector
+                and all(dig(service, "metadata", "labels", k) == v for k, v in selector.items())
+                and not all(dig(r.one("Service", f"-{plane}"), "metadata", "labels", k) == v for k, v in selector.items())
+                and endpoint.get("port") == "metrics"
+                and job == [f"gw-{plane}"]
+                and f'job="gw-{plane}"' in ALERTS.read_text(),
+                f"{plane}: a ServiceMonitor selecting only its metrics Service, with job label gw-{plane} as the alerts expect",
+            )
+            labels = dig(values, "metrics", "serviceMonitor", "labels", default={})
+            report.check(all(dig(monitor, "metadata", "labels", k) == v for k, v in labels.items()), f"{plane}: ServiceMonitor carries metrics.serviceMonitor.labels")
+    else:
+        report.check(not monitors, "no ServiceMonitor unless metrics.serviceMonitor.enabled")
+    rule = r.one("PrometheusRule", "")
+    if dig(values, "metrics", "prometheusRule", "enabled"):
+        report.check(rule is not None and dig(rule, "spec", "groups") == alerts["groups"], "a PrometheusRule carrying deploy/observability/alerts.yml")
+        promtool = shutil.which("promtool")
+        if promtool and rule is not None:
+            with tempfile.NamedTemporaryFile("w", suffix=".yml") as file:
+                yaml.safe_dump(rule["spec"], file)
+                file.flush()
+                result = run([promtool, "check", "rules", file.name])
+            report.check(result.returncode == 0, "promtool check rules on the rendered PrometheusRule" + ("" if result.returncode == 0 else f"\n{result.stdout}{result.stderr}"))
+    else:
+        report.check(rule is None, "no PrometheusRule unless metrics.prometheusRule.enabled")
+
+
+def routes(report, r, values):
+    """Ingress and HTTPRoute reach the data planes (and the console)."""
+    fullname_dp = (r.one("Service", "-data-plane") or {}).get("metadata", {}).get("name")
+    fullname_cp = (r.one("Service", "-control-plane") or {}).get("metadata", {}).get("name")
+    ingress = r.of("Ingress")
+    if dig(values, "ingress", "enabled"):
+        backends = [
+            (rule.get("host"), dig(path, "backend", "service", "name"), dig(path, "backend", "service", "port", "name"))
+            for rule in dig(ingress[0] if ingress else {}, "spec", "rules", default=[])
+            for path in dig(rule, "http", "paths", default=[])
+        ]
+        hosts = [h["host"] for h in values["ingress"].get("hosts", [])]
+        report.check(
+            len(ingress) == 1 and all((h, fullname_dp, "http") in backends for h in hosts),
+            f"Ingress sends {hosts} to the data planes",
+        )
+        console = values["ingress"].get("consoleHost")
+        if console and dig(values, "console", "enabled"):
+            report.check((console, fullname_cp, "console") in backends, f"Ingress sends {console} to the console")
+    else:
+        report.check(not ingress, "no Ingress unless ingress.enabled")
+    routes_ = r.of("HTTPRoute")
+    if dig(values, "httpRoute", "enabled"):
+        main = [x for x in routes_ if not x["metadata"]["name"].endswith("-console")]
+        refs = dig(main[0] if main else {}, "spec", "rules", 0, "backendRefs", default=[])
+        report.check(
+            len(main) == 1
+            and dig(main[0], "apiVersion") == "gateway.networking.k8s.io/v1"
+            and dig(main[0], "spec", "parentRefs") == values["httpRoute"]["parentRefs"]
+            and [x.get("name") for x in refs] == [fullname_dp],
+            "HTTPRoute (gateway.networking.k8s.io/v1) attaches to httpRoute.parentRefs and sends to the data planes",
+        )
+        if dig(values, "console", "enabled") and values["httpRoute"].get("consoleHostnames"):
+            console = [x for x in routes_ if x["metadata"]["name"].endswith("-console")]
+            report.check(
+                len(console) == 1 and dig(console[0], "spec", "rules", 0, "backendRefs", 0, "name") == fullname_cp,
+                "a second HTTPRoute sends the console's hostnames to the console",
+            )
+    else:
+        report.check(not routes_, "no HTTPRoute unless httpRoute.enabled")
+    tests = [o for o in r.of("Pod") if dig(o, "metadata", "annotations", "helm.sh/hook") == "test"]
+    if dig(values, "test", "apiKeySecret"):
+        command = dig(tests[0] if tests else {}, "spec", "containers", 0, "command", default=[])
+        report.check(
+            len(tests) == 1 and command[:2] == ["gwctl", "doctor"] and any(fullname_dp in a for a in command),
+            "helm test: a pod sends a chat through the data planes (gwctl doctor)",
+        )
+    else:
+        report.check(not tests, "no helm test pod without test.apiKeySecret")
+    if dig(values, "console", "enabled"):
+        config = r.one("ConfigMap", "-config")
+        cp_toml = tomllib.loads(dig(config, "data", "control-plane.toml", default=""))
+        report.check("console_listen" in cp_toml and "console_gateway_url" in cp_toml, "console enabled: the control plane listens for it and knows the data planes")
+
+
 def tomls(report, r, where):
     """Each plane's TOML from the ConfigMap, checked; {plane: text}."""
     config = r.one("ConfigMap", "-config")
@@ -210,6 +398,9 @@ def refusals(report, helm):
             "tls.clientIssuer.name",
         ),
         ("a master key that is not 64 hex", ["--set", "masterKey.enabled=true", "--set", "masterKey.value=" + "m" * 64], "64 hex"),
+        ("a misspelt value (values.schema.json)", ["--set", "dataPlane.service.prot=8080"], "additional properties"),
+        ("a sampler the binaries do not know", ["--set", "otel.sampler=sometimes"], "otel/sampler"),
+        ("an HTTPRoute with no Gateway", ["--set", "httpRoute.enabled=true"], "httpRoute.parentRefs"),
     ):
         out = template(helm, *args)
         report.check(out.returncode != 0 and reason in out.stderr, f"helm template fails with {what}, naming {reason}")

@@ -16,6 +16,40 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The metadata of one object: its name, the chart's labels, its component's,
+its own, and commonAnnotations with its own annotations. Pass (dict "root" $
+"name" "…" "component" "data-plane" "labels" (dict) "annotations" (dict));
+component, labels and annotations are optional.
+*/}}
+{{- define "gateway.metadata" -}}
+name: {{ .name }}
+labels:
+  {{- include "gateway.labels" .root | nindent 2 }}
+  {{- with .component }}
+  app.kubernetes.io/component: {{ . }}
+  {{- end }}
+  {{- with .labels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- $annotations := merge (dict) (.annotations | default dict) (.root.Values.commonAnnotations | default dict) }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+One probe: the values' when given (non-empty), else the chart's default.
+Pass (dict "given" $values.probes.readiness "default" (dict …)).
+*/}}
+{{- define "gateway.probe" -}}
+{{- toYaml (ternary .given .default (not (empty .given))) -}}
 {{- end -}}
 
 {{/* Selector labels of one plane: pass (dict "root" $ "component" "data-plane"). */}}
@@ -74,13 +108,22 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
-{{/* Container securityContext shared by both planes. */}}
-{{- define "gateway.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-capabilities:
-  drop: ["ALL"]
-seccompProfile:
-  type: RuntimeDefault
+{{/* Where a plane's pods may run, from its values: pass the plane's values. */}}
+{{- define "gateway.placement" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
