@@ -1,9 +1,13 @@
 """The compose file: `docker compose config` when the plugin is installed,
 and in any case its structure read as YAML: persistent Redis, two control
 planes and two data planes from the image's Dockerfile, each data plane on
-an existing control plane, keys only as compose secrets (files), and TOML
-the binaries accept."""
+an existing control plane, keys only as compose secrets (files), TOML
+the binaries accept, and the observability profile (Prometheus scraping
+every plane under the alert rules' job names, with the rules; Grafana with
+the dashboard; the collector with its configuration)."""
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -41,8 +45,9 @@ def check(report, toml_out):
     report.check((base / "init").exists(), "deploy/compose/init makes the secret files")
 
     configs = spec.get("configs", {})
+    observability(report, spec)
     for name, service in sorted(services.items()):
-        if name == "redis":
+        if name == "redis" or service.get("profiles"):
             continue
         plane = "control-plane" if name.startswith("control-plane") else "data-plane"
         build = service.get("build", {})
@@ -87,6 +92,59 @@ def check(report, toml_out):
         if n in services
     }
     report.check(len(firsts) == 2, "the data planes start on different control-plane replicas")
+
+
+def observability(report, spec):
+    services, configs = spec.get("services", {}), spec.get("configs", {})
+    base = COMPOSE.parent
+    wanted = {"prometheus", "grafana", "otel-collector", "jaeger"}
+    report.check(
+        all(services.get(n, {}).get("profiles") == ["observability"] for n in wanted),
+        f"{sorted(wanted)} start only with --profile observability",
+    )
+    report.check(
+        not any(s.get("profiles") for n, s in services.items() if n not in wanted), "the gateway itself starts without a profile"
+    )
+
+    def mounted(service, target):
+        for mount in services.get(service, {}).get("configs", []):
+            if mount.get("target") == target:
+                return (base / configs.get(mount["source"], {}).get("file", "")).resolve()
+        return None
+
+    observability_dir = ROOT / "deploy/observability"
+    report.check(
+        mounted("otel-collector", "/etc/otelcol/config.yaml") == observability_dir / "otel-collector.yaml",
+        "the collector runs deploy/observability/otel-collector.yaml",
+    )
+    report.check(
+        mounted("grafana", "/var/lib/grafana/dashboards/gateway.json") == observability_dir / "grafana-dashboard.json",
+        "Grafana loads deploy/observability/grafana-dashboard.json",
+    )
+    config_path = mounted("prometheus", "/etc/prometheus/prometheus.yml")
+    rules_path = mounted("prometheus", "/etc/prometheus/alerts.yml")
+    report.check(rules_path == observability_dir / "alerts.yml", "Prometheus loads deploy/observability/alerts.yml")
+    if not report.check(config_path is not None and config_path.exists(), "Prometheus has a configuration file"):
+        return
+    config = yaml.safe_load(config_path.read_text())
+    jobs = {job["job_name"]: [t for sc in job.get("static_configs", []) for t in sc.get("targets", [])] for job in config.get("scrape_configs", [])}
+    for job, prefix in (("gw-data-plane", "data-plane"), ("gw-control-plane", "control-plane")):
+        names = sorted(n for n, s in services.items() if n.startswith(prefix) and not s.get("profiles"))
+        port = "9464" if prefix == "data-plane" else "9465"
+        report.check(
+            sorted(jobs.get(job, [])) == [f"{n}:{port}" for n in names],
+            f"Prometheus job {job} scrapes every {prefix} at its admin listener ({jobs.get(job)})",
+        )
+        report.check(f'job="{job}"' in (rules_path or config_path).read_text(), f"the alert rules name job {job}")
+    promtool = shutil.which("promtool")
+    if promtool and rules_path is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(config_path, Path(tmp) / "prometheus.yml")
+            shutil.copy(rules_path, Path(tmp) / "alerts.yml")
+            result = run([promtool, "check", "config", str(Path(tmp) / "prometheus.yml")])
+        report.check(result.returncode == 0, "promtool check config (with the rules)" + ("" if result.returncode == 0 else f"\n{result.stdout}{result.stderr}"))
+    else:
+        report.note("promtool is not installed: the Prometheus configuration is checked as YAML only")
 
 
 def _has_docker():
