@@ -272,8 +272,8 @@ def exposure(report, r, values):
     clients = dig(values, "networkPolicy", "clients", "from", default=[])
     http = [rule for rule in dig(dp, "spec", "ingress", default=[]) if any(port["port"] == "http" for port in rule.get("ports", []))]
     report.check(
-        len(http) == 1 and (("from" not in http[0]) if not clients else components(http[0]["from"])[-1] == "test"),
-        "clients reach the data planes' port (from networkPolicy.clients.from and the chart's test when given)",
+        len(http) == 1 and (("from" not in http[0]) if not clients else components(http[0]["from"])[-2:] == ["control-plane", "test"]),
+        "clients reach the data planes' port (from networkPolicy.clients.from, the console's playground and the chart's test when given)",
     )
 
 
