@@ -17,7 +17,7 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use crate::{
     api::{admin, health, peer, policy, server},
     domain::{Group, Kind, RateLimit, Resource, calendar, clock, secrets},
-    services::{access, console, continuity, fleet, keys, ledger, mirror, probe, retention, telemetry, video},
+    services::{access, batch, console, continuity, fleet, keys, ledger, mirror, probe, retention, telemetry, video},
     store::Store,
 };
 
@@ -38,6 +38,8 @@ pub struct Config {
     pub node_key: Option<String>,
     /// Video task timing: overall deadline, poller interval, refresh age.
     pub video: video::Config,
+    /// Batch timing: poller interval, refresh age.
+    pub batch: batch::Config,
     /// How often auto-disabled channels are probed back into rotation.
     pub probe: probe::Config,
     /// Refuse to start on a store that keeps nothing across a restart of
@@ -102,6 +104,7 @@ pub struct Handle {
     stop: oneshot::Sender<()>,
     server: JoinHandle<anyhow::Result<()>>,
     video_poller: JoinHandle<()>,
+    batch_poller: JoinHandle<()>,
     prober: JoinHandle<()>,
     pruner: JoinHandle<()>,
     health: JoinHandle<()>,
@@ -123,6 +126,7 @@ impl Config {
             admin_key: None,
             node_key: None,
             video: video::Config::default(),
+            batch: batch::Config::default(),
             probe: probe::Config::default(),
             require_store_persistence: false,
             retention: store::Retention::default(),
@@ -152,6 +156,9 @@ impl Handle {
         // It stops with the server and releases its lock for the next replica.
         if tokio::time::timeout(std::time::Duration::from_secs(5), self.video_poller).await.is_err() {
             tracing::warn!("the video poller did not stop in time");
+        }
+        if tokio::time::timeout(std::time::Duration::from_secs(5), self.batch_poller).await.is_err() {
+            tracing::warn!("the batch poller did not stop in time");
         }
         if tokio::time::timeout(std::time::Duration::from_secs(5), self.prober).await.is_err() {
             tracing::warn!("the channel probe did not stop in time");
@@ -221,6 +228,8 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let ledger = Arc::new(ledger::Ledger::new(store.clone()));
     let videos = Arc::new(video::Videos::new(store.clone(), ledger.clone(), config.video.clone())?);
     let video_poller = video::poller::spawn(videos.clone(), shutdown_rx.clone());
+    let batches = Arc::new(batch::Batches::new(store.clone(), ledger.clone(), config.batch.clone())?);
+    let batch_poller = batch::poller::spawn(batches.clone(), shutdown_rx.clone());
     let prober = probe::spawn(store.clone(), config.probe, shutdown_rx.clone())?;
     let pruner = retention::spawn(store.clone(), shutdown_rx.clone());
     let continuity = continuity::Continuity::new(store.clone());
@@ -253,6 +262,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let policy = policy::PolicyApi::new(store.clone(), ledger, fleet, continuity, shutdown_rx)
         .with_mirror(mirror)
         .with_videos(videos)
+        .with_batches(batches)
         .with_clock(config.clock.clone())
         .with_snapshot_chunk(config.snapshot_chunk);
     let admin_auth = Arc::new(access::Authenticator::new(&keys.admin, store.clone()));
@@ -324,6 +334,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         stop,
         server,
         video_poller,
+        batch_poller,
         prober,
         pruner,
         health: health_task,

@@ -105,6 +105,9 @@ pub enum ProxyError {
     /// The video's content was asked for before the task completed.
     #[error("video task {id:?} is {status}, its content does not exist yet")]
     VideoNotReady { id: String, status: String },
+    /// No file or batch (`what`) of the caller's account has this id.
+    #[error("{what} {id:?} not found")]
+    BatchObjectNotFound { what: &'static str, id: String },
     /// The control plane, the authority on video tasks, did not answer.
     #[error("the control plane is unreachable")]
     ControlPlaneUnavailable,
@@ -122,6 +125,10 @@ pub enum ProxyError {
     /// A request the other chat dialect cannot express; the text says why.
     #[error("request cannot be translated: {0}")]
     Untranslatable(String),
+    /// A WebSocket upgrade of `/v1/responses` where the operator turned
+    /// the mode off: 426, so the client falls back to HTTP at once.
+    #[error("responses over a WebSocket are turned off")]
+    WebSocketOff,
 }
 
 /// An error followed by its sources, for logs.
@@ -174,8 +181,9 @@ impl ProxyError {
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
             RateLimited { .. } | TokensLimited { .. } | InFlightLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             InvalidField { .. } => StatusCode::BAD_REQUEST,
-            VideoNotFound { .. } | VideoNotReady { .. } => StatusCode::NOT_FOUND,
+            VideoNotFound { .. } | VideoNotReady { .. } | BatchObjectNotFound { .. } => StatusCode::NOT_FOUND,
             ControlPlaneUnavailable | BudgetUnavailable | SpoolUnwritable => StatusCode::SERVICE_UNAVAILABLE,
+            WebSocketOff => StatusCode::UPGRADE_REQUIRED,
         }
     }
 
@@ -219,6 +227,7 @@ impl ProxyError {
             InFlightLimited { max_in_flight } => format!("您已达到并发请求数限制:最多同时请求{max_in_flight}次"),
             InvalidField { field, reason } => format!("field \"{field}\" is invalid: {reason}"),
             VideoNotFound { id } => format!("video {id} not found"),
+            BatchObjectNotFound { what, id } => format!("no such {what}: {id}"),
             VideoNotReady { id, status } if status == "failed" => {
                 format!("file does not exist: video {id} failed and has no content")
             }
@@ -235,6 +244,7 @@ impl ProxyError {
             }
             MissingVersionHeader => "header \"anthropic-version\" (or \"compat-version\") is required".into(),
             Untranslatable(reason) => format!("request cannot be translated: {reason}"),
+            WebSocketOff => "responses over a WebSocket are turned off on this gateway; send POST /v1/responses".into(),
         }
     }
 
@@ -256,7 +266,8 @@ impl ProxyError {
             UpstreamStatus { status, .. } if *status == StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             RateLimited { .. } | TokensLimited { .. } | InFlightLimited { .. } => "rate_limit_error",
             InvalidField { .. } | VideoNotFound { .. } | VideoNotReady { .. } => "invalid_request_error",
-            MissingVersionHeader | Untranslatable(_) => "invalid_request_error",
+            BatchObjectNotFound { .. } => "invalid_request_error",
+            MissingVersionHeader | Untranslatable(_) | WebSocketOff => "invalid_request_error",
             ControlPlaneUnavailable | BudgetUnavailable | SpoolUnwritable => "api_error",
             UpstreamConnect | UpstreamTimeout | UpstreamStatus { .. } => "upstream_error",
         }
@@ -306,17 +317,20 @@ impl ProxyError {
             InvalidField { .. } => "invalid_field",
             VideoNotFound { .. } => "video_not_found",
             VideoNotReady { .. } => "video_not_ready",
+            BatchObjectNotFound { .. } => "batch_object_not_found",
             ControlPlaneUnavailable => "control_plane_unavailable",
             BudgetUnavailable => "budget_unavailable",
             SpoolUnwritable => "spool_unwritable",
             MissingVersionHeader => "missing_version_header",
             Untranslatable(_) => "untranslatable",
+            WebSocketOff => "websocket_off",
         }
     }
 
     /// Whether SDKs must be told not to retry (`x-should-retry: false`).
     fn never_retry(&self) -> bool {
-        matches!(self, ProxyError::NoChannel { .. }) || matches!(self.status().as_u16(), 400 | 401 | 403 | 404 | 413)
+        matches!(self, ProxyError::NoChannel { .. })
+            || matches!(self.status().as_u16(), 400 | 401 | 403 | 404 | 413 | 426)
     }
 
     /// Whether another upstream attempt (on another channel, or later on the

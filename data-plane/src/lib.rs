@@ -9,6 +9,7 @@
 
 mod affinity;
 mod backoff;
+mod batches;
 mod config;
 mod control;
 mod durable;
@@ -212,6 +213,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     };
     let discovery = tokio::spawn(discovery.run());
     let videos = control::Videos::new(control.clone(), &node_id);
+    let batches = control::Batches::new(control.clone(), &node_id);
     let permits = control::ControlPlanePermits { control: control.clone(), node_id: node_id.clone() };
     let spend = control::ControlPlaneBudgets { control: control.clone(), node_id: node_id.clone() };
     let slots = control::ControlPlaneSlots { control: control.clone(), node_id: node_id.clone() };
@@ -240,8 +242,10 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         in_flight: policy::inflight::InFlight::new(Arc::new(slots)),
         budgets: policy::budget::Budgets::new(Arc::new(spend), config.budget, Some(data_dir.join("fleet"))),
         videos,
+        batches,
         vitals,
         console: config.console_url.as_deref().and_then(error::ConsoleLinks::new),
+        responses_websocket: config.responses_websocket,
     });
     telemetry::metrics::observe(&app);
     let sweeper = tokio::spawn(app.budgets.clone().sweep_idle(stop_tasks.subscribe()));

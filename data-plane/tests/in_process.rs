@@ -170,6 +170,57 @@ impl PolicyService for FakePolicy {
         Err(Status::unimplemented("video tasks are tested end to end"))
     }
 
+    async fn record_batch_file(
+        &self,
+        _: Request<pb::RecordBatchFileRequest>,
+    ) -> Result<Response<pb::BatchFile>, Status> {
+        Err(Status::unimplemented("files and batches are tested end to end"))
+    }
+
+    async fn get_batch_file(&self, _: Request<pb::BatchRef>) -> Result<Response<pb::BatchFile>, Status> {
+        Err(Status::unimplemented("files and batches are tested end to end"))
+    }
+
+    async fn list_batch_files(
+        &self,
+        _: Request<pb::ListBatchItemsRequest>,
+    ) -> Result<Response<pb::ListBatchFilesResponse>, Status> {
+        Err(Status::unimplemented("files and batches are tested end to end"))
+    }
+
+    async fn delete_batch_file(&self, _: Request<pb::BatchRef>) -> Result<Response<pb::BatchFile>, Status> {
+        Err(Status::unimplemented("files and batches are tested end to end"))
+    }
+
+    async fn create_batch(
+        &self,
+        _: Request<pb::CreateBatchRequest>,
+    ) -> Result<Response<pb::CreateBatchResponse>, Status> {
+        Err(Status::unimplemented("files and batches are tested end to end"))
+    }
+
+    async fn record_batch_upstream(
+        &self,
+        _: Request<pb::RecordBatchUpstreamRequest>,
+    ) -> Result<Response<pb::Batch>, Status> {
+        Err(Status::unimplemented("files and batches are tested end to end"))
+    }
+
+    async fn get_batch(&self, _: Request<pb::BatchRef>) -> Result<Response<pb::Batch>, Status> {
+        Err(Status::unimplemented("files and batches are tested end to end"))
+    }
+
+    async fn list_batches(
+        &self,
+        _: Request<pb::ListBatchItemsRequest>,
+    ) -> Result<Response<pb::ListBatchesResponse>, Status> {
+        Err(Status::unimplemented("files and batches are tested end to end"))
+    }
+
+    async fn cancel_batch(&self, _: Request<pb::BatchRef>) -> Result<Response<pb::Batch>, Status> {
+        Err(Status::unimplemented("files and batches are tested end to end"))
+    }
+
     async fn report_channel_health(
         &self,
         request: Request<pb::ChannelHealthRequest>,

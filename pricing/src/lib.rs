@@ -6,11 +6,16 @@
 //! Prices arrive as plain integers (`Prices`), so this crate depends on no
 //! other crate of the workspace.
 
+mod batch;
 mod cost;
 mod text;
 pub mod wire;
 
-pub use self::cost::{Prices, Units, Usage, bound_micros, cost_micros, tier, units_cost_micros, video_cost_micros};
+pub use self::batch::{DEFAULT_BATCH_PRICE_PPM, batch_cost_micros, batch_share_ppm};
+pub use self::cost::{
+    DOCUMENTS_PER_SEARCH_UNIT, Prices, Units, Usage, bound_micros, cost_micros, search_units, tier, units_cost_micros,
+    video_cost_micros,
+};
 pub use self::text::{
     ParseError, format_ratio, format_usd, format_usd_short, parse_ratio_ppm, parse_usd, parse_usd_non_negative,
 };

@@ -163,6 +163,7 @@ pub fn key_with_secret(k: ChannelKey) -> pb::ChannelKey {
         // A service account's email or an AWS access key id where the key
         // has one (neither is secret), else the first few characters.
         prefix: crate::domain::channel_kind::shown_key(&k.key).unwrap_or_else(|| k.prefix()),
+        fingerprint: key_fingerprint(&k.key),
         id: k.id,
         key: k.key,
         status: k.status,
@@ -170,6 +171,15 @@ pub fn key_with_secret(k: ChannelKey) -> pb::ChannelKey {
         disabled_at: k.disabled_at,
         created_at: k.created_at,
     }
+}
+
+/// The first 16 hex digits of the SHA-256 of `key`: enough to tell whether
+/// a key an operator holds is this one, too little to recover it.
+pub fn key_fingerprint(key: &str) -> String {
+    use sha2::Digest as _;
+    let mut digest = hex::encode(sha2::Sha256::digest(key.as_bytes()));
+    digest.truncate(16);
+    digest
 }
 
 /// A pool key as operators see it: its prefix, never the key.
@@ -222,6 +232,11 @@ impl From<Model> for pb::Model {
             cache_write_5m_price_micros: m.cache_write_5m_price_micros,
             cache_write_1h_price_micros: m.cache_write_1h_price_micros,
             reasoning_price_micros: m.reasoning_price_micros,
+            audio_input_price_micros: m.audio_input_price_micros,
+            audio_output_price_micros: m.audio_output_price_micros,
+            audio_cached_price_micros: m.audio_cached_price_micros,
+            search_unit_price_micros: m.search_unit_price_micros,
+            batch_price_ppm: m.batch_price_ppm,
         }
     }
 }
@@ -245,6 +260,11 @@ impl From<pb::Model> for Model {
             cache_write_5m_price_micros: m.cache_write_5m_price_micros,
             cache_write_1h_price_micros: m.cache_write_1h_price_micros,
             reasoning_price_micros: m.reasoning_price_micros,
+            audio_input_price_micros: m.audio_input_price_micros,
+            audio_output_price_micros: m.audio_output_price_micros,
+            audio_cached_price_micros: m.audio_cached_price_micros,
+            search_unit_price_micros: m.search_unit_price_micros,
+            batch_price_ppm: m.batch_price_ppm,
         }
     }
 }
@@ -273,7 +293,11 @@ impl From<UsageRecord> for pb::UsageRecord {
             cache_write_5m_tokens: u.cache_write_5m_tokens,
             cache_write_1h_tokens: u.cache_write_1h_tokens,
             reasoning_tokens: u.reasoning_tokens,
+            audio_prompt_tokens: u.audio_prompt_tokens,
+            audio_completion_tokens: u.audio_completion_tokens,
+            audio_cached_tokens: u.audio_cached_tokens,
             tier: u.tier,
+            search_units: u.search_units,
         }
     }
 }
@@ -302,7 +326,11 @@ impl From<pb::UsageRecord> for UsageRecord {
             cache_write_5m_tokens: u.cache_write_5m_tokens,
             cache_write_1h_tokens: u.cache_write_1h_tokens,
             reasoning_tokens: u.reasoning_tokens,
+            audio_prompt_tokens: u.audio_prompt_tokens,
+            audio_completion_tokens: u.audio_completion_tokens,
+            audio_cached_tokens: u.audio_cached_tokens,
             tier: u.tier,
+            search_units: u.search_units,
         }
     }
 }

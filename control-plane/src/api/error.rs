@@ -7,6 +7,7 @@ use tonic::Status;
 use crate::domain::validate::Invalid;
 use crate::services::{
     access::{AuthError, CredentialError, Denied},
+    batch::BatchError,
     budget::BudgetError,
     console::{TopupError, UserError},
     continuity::ContinuityError,
@@ -130,6 +131,23 @@ impl From<VideoError> for Status {
                 Status::from(store)
             }
             VideoError::Ledger(ledger) => Status::from(ledger),
+        }
+    }
+}
+
+impl From<BatchError> for Status {
+    fn from(error: BatchError) -> Status {
+        match error {
+            BatchError::NotFound(_) => Status::not_found(error.to_string()),
+            BatchError::Invalid(_) => Status::invalid_argument(error.to_string()),
+            BatchError::TokenQuota | BatchError::UserQuota { .. } => Status::failed_precondition(error.to_string()),
+            BatchError::Busy(_) => Status::aborted(error.to_string()),
+            BatchError::Upstream(_) => Status::unavailable(error.to_string()),
+            BatchError::Store(store) => {
+                tracing::debug!(error = %error_chain(&store), "batch store operation failed");
+                Status::from(store)
+            }
+            BatchError::Ledger(ledger) => Status::from(ledger),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod batch;
 pub mod console;
 pub mod convert;
 pub mod credentials;

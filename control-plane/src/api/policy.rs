@@ -18,6 +18,7 @@ use crate::{
     api::convert,
     domain::error_chain,
     domain::{AUTO_DISABLED, Change, ENABLED, Resource, UsageRecord, now_unix},
+    services::batch::Batches,
     services::budget::Authority,
     services::continuity::Continuity,
     services::fleet::Fleet,
@@ -43,12 +44,14 @@ pub struct PolicyApi {
     continuity: Continuity,
     shutdown: watch::Receiver<bool>,
     videos: Option<Arc<Videos>>,
+    batches: Option<Arc<Batches>>,
     snapshot_chunk: usize,
     /// Full snapshots are served from it while it holds the store.
     mirror: Mirror,
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+type Answer<T> = Result<Response<T>, Status>;
 
 // === impl PolicyApi ===
 
@@ -69,6 +72,7 @@ impl PolicyApi {
             continuity,
             shutdown,
             videos: None,
+            batches: None,
             snapshot_chunk: SNAPSHOT_CHUNK,
             mirror: Mirror::default(),
         }
@@ -109,6 +113,17 @@ impl PolicyApi {
 
     fn videos(&self) -> Result<&Videos, Status> {
         self.videos.as_deref().ok_or_else(|| Status::unavailable("video tasks are not served here"))
+    }
+
+    /// Serves the file and batch RPCs with `batches` (without it they
+    /// answer Unavailable).
+    pub fn with_batches(mut self, batches: Arc<Batches>) -> PolicyApi {
+        self.batches = Some(batches);
+        self
+    }
+
+    fn batches(&self) -> Result<&Batches, Status> {
+        self.batches.as_deref().ok_or_else(|| Status::unavailable("files and batches are not served here"))
     }
 }
 
@@ -270,6 +285,45 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         request: Request<pb::GetVideoTaskRequest>,
     ) -> Result<Response<pb::VideoTask>, Status> {
         crate::api::video::get(self.videos()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn record_batch_file(&self, request: Request<pb::RecordBatchFileRequest>) -> Answer<pb::BatchFile> {
+        crate::api::batch::record_file(self.batches()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn get_batch_file(&self, request: Request<pb::BatchRef>) -> Answer<pb::BatchFile> {
+        crate::api::batch::get_file(self.batches()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn list_batch_files(
+        &self,
+        request: Request<pb::ListBatchItemsRequest>,
+    ) -> Answer<pb::ListBatchFilesResponse> {
+        crate::api::batch::list_files(self.batches()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn delete_batch_file(&self, request: Request<pb::BatchRef>) -> Answer<pb::BatchFile> {
+        crate::api::batch::delete_file(self.batches()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn create_batch(&self, request: Request<pb::CreateBatchRequest>) -> Answer<pb::CreateBatchResponse> {
+        crate::api::batch::create(self.batches()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn record_batch_upstream(&self, request: Request<pb::RecordBatchUpstreamRequest>) -> Answer<pb::Batch> {
+        crate::api::batch::record(self.batches()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn get_batch(&self, request: Request<pb::BatchRef>) -> Answer<pb::Batch> {
+        crate::api::batch::get(self.batches()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn list_batches(&self, request: Request<pb::ListBatchItemsRequest>) -> Answer<pb::ListBatchesResponse> {
+        crate::api::batch::list(self.batches()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn cancel_batch(&self, request: Request<pb::BatchRef>) -> Answer<pb::Batch> {
+        crate::api::batch::cancel(self.batches()?, request.into_inner()).await.map(Response::new)
     }
 
     async fn report_channel_health(

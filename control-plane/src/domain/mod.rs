@@ -6,6 +6,7 @@
 //! so an admin edit can never undo a concurrent charge.
 
 pub mod access;
+pub mod batch;
 pub mod calendar;
 pub mod channel_kind;
 pub mod clock;
@@ -18,6 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::domain::batch::{Batch, BatchFile, BatchKind};
 pub use crate::domain::calendar::{WindowBudget, WindowPeriod};
 
 /// Status of accounts, tokens and channels.
@@ -167,6 +169,21 @@ pub struct Model {
     /// 0 bills reasoning tokens at the output price.
     #[serde(default)]
     pub reasoning_price_micros: i64,
+    /// Realtime audio tokens in, out and read from the cache; 0 bills them
+    /// at the text price of the same kind.
+    #[serde(default)]
+    pub audio_input_price_micros: i64,
+    #[serde(default)]
+    pub audio_output_price_micros: i64,
+    #[serde(default)]
+    pub audio_cached_price_micros: i64,
+    /// One rerank search unit (one query over up to 100 documents).
+    #[serde(default)]
+    pub search_unit_price_micros: i64,
+    /// Share of the regular prices batch lines pay, in millionths; 0 is
+    /// half (`gw_pricing::DEFAULT_BATCH_PRICE_PPM`).
+    #[serde(default)]
+    pub batch_price_ppm: i64,
 }
 
 /// One metered request, applied to the ledger once per `request_id`.
@@ -175,7 +192,7 @@ pub struct Model {
 /// when zero, as they mostly are (a quarter of a record's bytes, kept per
 /// request in the usage list); every field a release before them requires
 /// is always written, so an older control plane still reads the records.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageRecord {
     pub request_id: String,
     pub token_id: String,
@@ -208,9 +225,20 @@ pub struct UsageRecord {
     /// Part of `completion_tokens` spent reasoning.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_tokens: i64,
+    /// Audio parts of `prompt_tokens`, `completion_tokens` and
+    /// `cached_tokens` (realtime sessions).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub audio_prompt_tokens: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub audio_completion_tokens: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub audio_cached_tokens: i64,
     /// The price tier the record was billed at (0 base, 1 long context).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tier: u32,
+    /// Rerank search units (priced per search unit).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub search_units: i64,
 }
 
 /// Whether a stored number is zero, to leave it out (see `UsageRecord`).
@@ -618,14 +646,20 @@ mod tests {
         for field in ["\"cached_tokens\":0", "\"estimated\":false", "\"node_id\":\"n\""] {
             assert!(json.contains(field), "{json}");
         }
-        for field in
-            ["images", "audio_millis", "cache_write_5m_tokens", "cache_write_1h_tokens", "reasoning_tokens", "tier"]
-        {
+        for field in [
+            "images",
+            "audio_millis",
+            "cache_write_5m_tokens",
+            "cache_write_1h_tokens",
+            "reasoning_tokens",
+            "tier",
+            "search_units",
+        ] {
             assert!(!json.contains(field), "{json}");
         }
         assert_eq!(serde_json::from_str::<UsageRecord>(&json).unwrap(), record);
         (record.images, record.audio_millis, record.reasoning_tokens, record.tier) = (2, 3000, 4, 1);
-        (record.cache_write_5m_tokens, record.cache_write_1h_tokens) = (1, 2);
+        (record.cache_write_5m_tokens, record.cache_write_1h_tokens, record.search_units) = (1, 2, 3);
         let json = serde_json::to_string(&record).unwrap();
         assert_eq!(serde_json::from_str::<UsageRecord>(&json).unwrap(), record);
     }

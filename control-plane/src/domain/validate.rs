@@ -14,8 +14,19 @@ use crate::domain::{Model, RateLimit};
 pub struct Invalid(pub String);
 
 /// Model categories the catalogue accepts.
-pub const CATEGORIES: [&str; 9] =
-    ["chat", "completion", "embedding", "image", "audio", "speech", "moderation", "video", "responses"];
+pub const CATEGORIES: [&str; 11] = [
+    "chat",
+    "completion",
+    "embedding",
+    "image",
+    "audio",
+    "speech",
+    "moderation",
+    "video",
+    "responses",
+    "rerank",
+    "realtime",
+];
 /// Channel provider types the data planes can speak (their settings'
 /// rules are in `domain::channel_kind`).
 pub const CHANNEL_TYPES: [&str; 6] = crate::domain::channel_kind::KINDS;
@@ -92,12 +103,19 @@ pub fn check_model(model: &Model) -> Result<(), Invalid> {
         model.cache_write_5m_price_micros,
         model.cache_write_1h_price_micros,
         model.reasoning_price_micros,
+        model.audio_input_price_micros,
+        model.audio_output_price_micros,
+        model.audio_cached_price_micros,
+        model.search_unit_price_micros,
     ];
     if prices.iter().any(|p| *p < 0) {
         return Err(Invalid("prices must not be negative".into()));
     }
     if model.tier_threshold_tokens < 0 {
         return Err(Invalid("tier threshold must not be negative".into()));
+    }
+    if !(0..=gw_pricing::RATIO_ONE_PPM).contains(&model.batch_price_ppm) {
+        return Err(Invalid("batch price share must be between 0 and 1000000 ppm (0: half)".into()));
     }
     Ok(())
 }

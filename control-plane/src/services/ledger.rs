@@ -117,6 +117,19 @@ impl Ledger {
         Ok(())
     }
 
+    /// Charges `record`, priced here (a batch's hold), when its token's
+    /// quota and its account's balance cover it, in one step; once.
+    pub async fn charge_priced(&self, record: &UsageRecord) -> Result<Charged, LedgerError> {
+        Ok(self.store.charge(record, now_unix()).await?)
+    }
+
+    /// Applies records priced here (a batch's cost, the release of its
+    /// hold) whatever the budgets hold, each once per request id.
+    pub async fn apply_priced(&self, records: &[UsageRecord]) -> Result<(), LedgerError> {
+        self.store.apply_usage(records).await?;
+        Ok(())
+    }
+
     /// The catalogue at the store's current revision, reloaded when a
     /// change (of any kind) came since it was read.
     async fn catalogue(&self) -> Result<Arc<Catalogue>, StoreError> {
@@ -158,9 +171,13 @@ impl Catalogue {
             cache_write_5m_tokens: record.cache_write_5m_tokens,
             cache_write_1h_tokens: record.cache_write_1h_tokens,
             reasoning_tokens: record.reasoning_tokens,
+            audio_prompt_tokens: record.audio_prompt_tokens,
+            audio_completion_tokens: record.audio_completion_tokens,
+            audio_cached_tokens: record.audio_cached_tokens,
         };
         record.tier = gw_pricing::tier(record.prompt_tokens, prices);
-        let units = Units { images: record.images, audio_millis: record.audio_millis };
+        let units =
+            Units { images: record.images, audio_millis: record.audio_millis, search_units: record.search_units };
         let cost = gw_pricing::cost_micros(&usage, prices, ratio)
             .saturating_add(gw_pricing::units_cost_micros(&units, prices, ratio));
         if cost != record.cost_micros {
@@ -188,8 +205,12 @@ fn check(record: &UsageRecord, now: i64) -> Result<(), Refusal> {
         record.cache_write_5m_tokens,
         record.cache_write_1h_tokens,
         record.reasoning_tokens,
+        record.audio_prompt_tokens,
+        record.audio_completion_tokens,
+        record.audio_cached_tokens,
         record.images,
         record.audio_millis,
+        record.search_units,
     ];
     // The parts of the prompt cannot add up to more than the prompt.
     let prompt_parts =
@@ -198,6 +219,9 @@ fn check(record: &UsageRecord, now: i64) -> Result<(), Refusal> {
         || counts.iter().any(|n| !(0..=MAX_COUNT).contains(n))
         || prompt_parts > record.prompt_tokens
         || record.reasoning_tokens > record.completion_tokens
+        || record.audio_prompt_tokens > record.prompt_tokens
+        || record.audio_cached_tokens > record.cached_tokens.min(record.audio_prompt_tokens)
+        || record.audio_completion_tokens > record.completion_tokens
     {
         return Err(Refusal::Impossible);
     }
@@ -210,7 +234,8 @@ fn check(record: &UsageRecord, now: i64) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn prices(model: &crate::domain::Model) -> Prices {
+/// The price formula's view of `model`.
+pub(crate) fn prices(model: &crate::domain::Model) -> Prices {
     Prices {
         input_price_micros: model.input_price_micros,
         output_price_micros: model.output_price_micros,
@@ -225,6 +250,10 @@ fn prices(model: &crate::domain::Model) -> Prices {
         cache_write_5m_price_micros: model.cache_write_5m_price_micros,
         cache_write_1h_price_micros: model.cache_write_1h_price_micros,
         reasoning_price_micros: model.reasoning_price_micros,
+        audio_input_price_micros: model.audio_input_price_micros,
+        audio_output_price_micros: model.audio_output_price_micros,
+        audio_cached_price_micros: model.audio_cached_price_micros,
+        search_unit_price_micros: model.search_unit_price_micros,
     }
 }
 
@@ -252,9 +281,13 @@ fn video_record(task: &VideoTask, refund: bool) -> UsageRecord {
         estimated: false,
         images: 0,
         audio_millis: 0,
+        search_units: 0,
         cache_write_5m_tokens: 0,
         cache_write_1h_tokens: 0,
         reasoning_tokens: 0,
+        audio_prompt_tokens: 0,
+        audio_completion_tokens: 0,
+        audio_cached_tokens: 0,
         tier: 0,
     }
 }
@@ -284,9 +317,13 @@ mod tests {
             estimated: false,
             images: 0,
             audio_millis: 0,
+            search_units: 0,
             cache_write_5m_tokens: 0,
             cache_write_1h_tokens: 0,
             reasoning_tokens: 0,
+            audio_prompt_tokens: 0,
+            audio_completion_tokens: 0,
+            audio_cached_tokens: 0,
             tier: 0,
         }
     }
@@ -334,15 +371,34 @@ mod tests {
     }
 
     #[test]
+    fn the_catalogue_prices_search_units_beside_tokens() {
+        let mut catalogue = catalogue();
+        let rerank = Prices { input_price_micros: 50_000, search_unit_price_micros: 2_000, ..Prices::default() };
+        catalogue.prices.insert("rerank".into(), rerank);
+        let mut forged = UsageRecord {
+            model: "rerank".into(),
+            prompt_tokens: 1_000_000,
+            completion_tokens: 0,
+            search_units: 3,
+            cost_micros: 0,
+            ..record("r")
+        };
+        catalogue.price(&mut forged, 1_000_000).unwrap();
+        // (1M × $0.05/M + 3 × 2000 µ$) × ratio 2.
+        assert_eq!(forged.cost_micros, 112_000);
+    }
+
+    #[test]
     fn impossible_old_future_and_unpriced_records_are_refused() {
         let now = 1_000_000;
         type Case = (fn(&mut UsageRecord), Refusal);
-        let cases: [Case; 10] = [
+        let cases: [Case; 11] = [
             (|r| (r.cached_tokens, r.cache_write_5m_tokens) = (600, 600), Refusal::Impossible),
             (|r| r.reasoning_tokens = 501, Refusal::Impossible),
             (|r| (r.cache_write_1h_tokens, r.reasoning_tokens) = (i64::MAX, i64::MAX), Refusal::Impossible),
             (|r| r.cost_micros = -5_000_000, Refusal::Impossible),
             (|r| r.prompt_tokens = -1, Refusal::Impossible),
+            (|r| r.search_units = -1, Refusal::Impossible),
             (|r| r.cached_tokens = 2_000, Refusal::Impossible),
             (|r| r.completion_tokens = MAX_COUNT + 1, Refusal::Impossible),
             (|r| r.created_at = 1_000_000 - IDEMPOTENCY_WINDOW_SECS - 1, Refusal::TooOld(IDEMPOTENCY_WINDOW_SECS)),

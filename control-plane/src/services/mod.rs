@@ -1,10 +1,12 @@
 //! What the control plane does, over the store: the usage ledger, budgets
 //! and leases, access (credentials, roles, the audit log), the fleet of
-//! data planes, the in-memory mirror of policy state, video tasks,
+//! data planes, the in-memory mirror of policy state, video tasks, files and
+//! batches,
 //! retention, token import. Each takes and returns domain types and has its
 //! own error type; the `api` layer above turns them into gRPC answers.
 
 pub mod access;
+pub mod batch;
 pub mod budget;
 pub mod console;
 pub mod continuity;

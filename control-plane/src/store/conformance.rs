@@ -45,6 +45,7 @@ pub async fn run(store: Arc<dyn Store>) {
     concurrent_creates_of_one_name_admit_one(store.clone()).await;
     subscribe_observes_a_write(&*store).await;
     super::video::conformance::run(store.clone()).await;
+    super::batch::conformance::run(store.clone()).await;
     permits_never_exceed_the_limit(store.clone()).await;
     super::budget::conformance::run(store.clone()).await;
     super::slots::conformance::run(store.clone()).await;
@@ -545,6 +546,11 @@ pub fn sample(kind: Kind, id: &str) -> Resource {
             cache_write_5m_price_micros: 3_125_000,
             cache_write_1h_price_micros: 5_000_000,
             reasoning_price_micros: 12_000_000,
+            audio_input_price_micros: 32_000_000,
+            audio_output_price_micros: 64_000_000,
+            audio_cached_price_micros: 400_000,
+            search_unit_price_micros: 2_000,
+            batch_price_ppm: 400_000,
         }),
     }
 }
@@ -618,6 +624,10 @@ pub fn usage(request_id: &str, token_id: &str, account_id: &str, model: &str, co
         cache_write_5m_tokens: 0,
         cache_write_1h_tokens: 0,
         reasoning_tokens: 0,
+        audio_prompt_tokens: 0,
+        audio_completion_tokens: 0,
+        audio_cached_tokens: 0,
+        search_units: 0,
         tier: 0,
     }
 }

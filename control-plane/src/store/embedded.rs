@@ -23,6 +23,7 @@ use crate::domain::{
 };
 
 mod access;
+mod batch;
 mod console;
 mod fleet;
 mod ledger;

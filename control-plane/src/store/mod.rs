@@ -17,6 +17,7 @@
 //! token id on both backends), so one key never opens two tokens.
 
 pub mod access;
+pub mod batch;
 pub mod budget;
 pub mod codec;
 #[cfg(any(test, feature = "conformance"))]
@@ -39,6 +40,7 @@ use tokio::sync::watch;
 use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 pub use self::access::AccessStore;
+pub use self::batch::{BatchFilter, BatchStore, BatchWrite};
 pub use self::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 pub use self::console::ConsoleStore;
 pub use self::embedded::EmbeddedStore;
@@ -173,6 +175,7 @@ pub struct SnapshotPage {
 #[async_trait]
 pub trait Store:
     VideoStore
+    + BatchStore
     + BudgetStore
     + SlotStore
     + LineageStore

@@ -37,6 +37,7 @@ use super::{
 use crate::domain::{Change, Kind, Resource, Snapshot, Token, UsageFilter, UsageOutcome, UsagePage, UsageRecord};
 
 mod access;
+mod batch;
 mod conn;
 mod console;
 mod fleet;

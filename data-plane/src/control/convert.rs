@@ -223,6 +223,10 @@ fn model(m: pb::Model) -> Result<Model, ConvertError> {
         m.cache_write_5m_price_micros,
         m.cache_write_1h_price_micros,
         m.reasoning_price_micros,
+        m.audio_input_price_micros,
+        m.audio_output_price_micros,
+        m.audio_cached_price_micros,
+        m.search_unit_price_micros,
     ] {
         if price < 0 {
             return Err(ConvertError::NegativePrice(price));
@@ -245,6 +249,10 @@ fn model(m: pb::Model) -> Result<Model, ConvertError> {
         cache_write_5m_price_micros: m.cache_write_5m_price_micros,
         cache_write_1h_price_micros: m.cache_write_1h_price_micros,
         reasoning_price_micros: m.reasoning_price_micros,
+        search_unit_price_micros: m.search_unit_price_micros,
+        audio_input_price_micros: m.audio_input_price_micros,
+        audio_output_price_micros: m.audio_output_price_micros,
+        audio_cached_price_micros: m.audio_cached_price_micros,
     })
 }
 
@@ -363,6 +371,12 @@ pub fn to_pb(resource: &Resource) -> pb::Resource {
             cache_write_5m_price_micros: m.cache_write_5m_price_micros,
             cache_write_1h_price_micros: m.cache_write_1h_price_micros,
             reasoning_price_micros: m.reasoning_price_micros,
+            search_unit_price_micros: m.search_unit_price_micros,
+            audio_input_price_micros: m.audio_input_price_micros,
+            audio_output_price_micros: m.audio_output_price_micros,
+            audio_cached_price_micros: m.audio_cached_price_micros,
+            // Batches are priced by the control plane alone.
+            batch_price_ppm: 0,
         }),
     };
     pb::Resource { kind: Some(kind) }

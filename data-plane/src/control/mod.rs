@@ -1,9 +1,10 @@
 //! The data plane's link to the control plane: the channel (`client`) and
 //! every call made over it (the policy watch, leases, health and usage
-//! reports, video tasks), each taking and returning domain types. Protobuf and tonic stop here:
+//! reports, video tasks, files and batches), each taking and returning domain types. Protobuf and tonic stop here:
 //! policy, provider and the video handlers see only the traits and types
 //! they define, implemented in this module.
 
+mod batches;
 mod client;
 pub mod convert;
 mod discovery;
@@ -14,6 +15,7 @@ mod usage;
 mod videos;
 
 pub use self::{
+    batches::Batches,
     client::{ClientTls, ControlPlane, is_retryable},
     discovery::Discovery,
     health::HealthReports,

@@ -3,11 +3,15 @@
 //! on a provider, meter. Handlers never import one another.
 
 mod api;
+pub mod batch;
 pub mod billing;
 pub mod chat;
 pub mod gemini;
 pub mod messages;
 mod multipart;
+pub mod realtime;
+pub mod rerank;
+mod subprotocol;
 pub mod video;
 
 pub use api::routes;

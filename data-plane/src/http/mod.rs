@@ -55,11 +55,15 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/chat/completions", post(endpoints::chat::handle))
         .route("/v1/messages", post(endpoints::messages::handle))
         .route("/v1/messages/count_tokens", post(endpoints::messages::count_tokens))
+        .route(endpoints::rerank::PATH, post(endpoints::rerank::handle))
         .merge(endpoints::video::routes())
+        .merge(endpoints::batch::routes())
         .merge(endpoints::billing::routes())
         .merge(endpoints::routes())
+        .merge(endpoints::realtime::routes())
         .fallback(invalid_url)
         .method_not_allowed_fallback(invalid_url)
+        .layer(middleware::from_fn_with_state(app.clone(), pipeline::keepalive::layer))
         .layer(middleware::from_fn_with_state(app.clone(), request_layer))
         .with_state(app)
 }
@@ -225,8 +229,13 @@ pub(crate) mod tests {
                 crate::control::ControlPlane::new("http://127.0.0.1:1", "test-node-key", &Default::default()).unwrap(),
                 "test-node",
             ),
+            batches: crate::control::Batches::new(
+                crate::control::ControlPlane::new("http://127.0.0.1:1", "test-node-key", &Default::default()).unwrap(),
+                "test-node",
+            ),
             vitals: Arc::default(),
             console: None,
+            responses_websocket: true,
         })
     }
 

@@ -5,11 +5,14 @@
 //! request's bounded cost from the spending budgets) → `attempts` over the
 //! channels with a provider adapter → metering (`meter`, which settles the
 //! reservation). Handlers return
-//! `Result<Response, ProxyError>`; the HTTP layer renders refusals.
+//! `Result<Response, ProxyError>`; the HTTP layer renders refusals. A
+//! streamed answer still waiting for its first token is kept alive
+//! (`keepalive`).
 
 mod admit;
 mod attempts;
 pub(crate) mod body;
+pub mod keepalive;
 mod reserve;
 mod route;
 
@@ -17,7 +20,7 @@ pub use self::{
     admit::{Admitted, admit},
     attempts::{Scope, run as attempts},
     body::read_body,
-    reserve::{Bound, reserve},
+    reserve::{Bound, reserve, reserve_again},
     route::{model, models, route},
 };
 
@@ -47,10 +50,14 @@ pub struct App {
     pub budgets: Budgets,
     /// Video tasks: the control plane's answers and the upstreams' files.
     pub videos: crate::control::Videos,
+    /// Files and batches: the control plane keeps whose each is.
+    pub batches: crate::control::Batches,
     /// Counters the heartbeats report.
     pub vitals: Arc<crate::vitals::Vitals>,
     /// The console pages quota refusals link to; `None` without a console.
     pub console: Option<crate::error::ConsoleLinks>,
+    /// Whether `/v1/responses` takes WebSocket upgrades (else 426).
+    pub responses_websocket: bool,
 }
 
 /// The id of one request, as sent in `x-request-id` and error messages.

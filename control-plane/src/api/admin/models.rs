@@ -81,6 +81,11 @@ impl AdminApi {
                 set(&mut model.cache_write_5m_price_micros, &r.cache_write_5m_price_micros);
                 set(&mut model.cache_write_1h_price_micros, &r.cache_write_1h_price_micros);
                 set(&mut model.reasoning_price_micros, &r.reasoning_price_micros);
+                set(&mut model.audio_input_price_micros, &r.audio_input_price_micros);
+                set(&mut model.audio_output_price_micros, &r.audio_output_price_micros);
+                set(&mut model.audio_cached_price_micros, &r.audio_cached_price_micros);
+                set(&mut model.search_unit_price_micros, &r.search_unit_price_micros);
+                set(&mut model.batch_price_ppm, &r.batch_price_ppm);
                 set(&mut model.category, &category);
                 set(&mut model.owned_by, &owned_by);
                 // Checked on the result, which includes the stored fields.

@@ -16,8 +16,8 @@
 //!   Top-up codes live here too: a redemption marks the code and credits
 //!   the balance in one script.
 //! - `{gw:cred}` the credentials and their indexes, `{gw:audit}` the audit
-//!   log and its sequence, `{gw:video}` video tasks and their indexes,
-//!   `{gw:console}` console users and their indexes: each written by
+//!   log and its sequence, `{gw:video}` video tasks and their indexes, `{gw:batch}` files and
+//!   batches and theirs, `{gw:console}` console users and their indexes: each written by
 //!   scripts of its own, so each gets a slot of its own.
 //! - `gw:fleet`, `gw:lock:<name>`, `gw:permits:<key>:<window>`,
 //!   `gw:slots:<key>`, `gw:session:<hash>`, `gw:ticket:<hash>`: one key per
@@ -58,6 +58,11 @@ pub(super) const AUDIT_SEQ: &str = "{gw:audit}:audit_seq";
 pub(super) const VIDEOS: &str = "{gw:video}:video";
 pub(super) const VIDEOS_BY_TIME: &str = "{gw:video}:video_time";
 pub(super) const VIDEOS_OPEN: &str = "{gw:video}:video_open";
+
+/// Files and batches (`store::batch`); these never had untagged names.
+pub(super) const BATCH_FILES: &str = "{gw:batch}:file";
+pub(super) const BATCHES: &str = "{gw:batch}:batch";
+pub(super) const BATCHES_OPEN: &str = "{gw:batch}:batch_open";
 
 /// Top-up codes, a hash id → JSON; in `{gw}`, with the balances.
 pub(super) const TOPUP: &str = "{gw}:topup";
@@ -104,10 +109,27 @@ pub(super) fn names_key(kind: Kind) -> String {
     format!("{{gw}}:names:{kind}")
 }
 
-/// The idempotency marker of a usage record.
+/// The idempotency marker of a usage record as earlier versions wrote it,
+/// a key of its own expiring after `APPLIED_TTL_SECS`: still read (never
+/// written) until the last of them has expired.
 pub(super) fn applied_key(request_id: &str) -> String {
     // One per usage record: a concatenation, not `format!`'s machinery.
     ["{gw}:applied:", request_id].concat()
+}
+
+/// How many seconds of records (by `created_at`) one hash of idempotency
+/// markers holds.
+pub(super) const APPLIED_BUCKET_SECS: i64 = 3_600;
+/// The starts of the marker hashes that exist, a sorted set scored by
+/// start, so that `prune` finds the old ones.
+pub(super) const APPLIED_BUCKETS: &str = "{gw}:applied_hours";
+
+/// The idempotency markers of the records made in the hour starting at
+/// `start`: a hash request id → 1, without expiry (`prune` removes it
+/// once the ledger rows it guards are gone and no record of its hour can
+/// be applied any more).
+pub(super) fn applied_bucket_key(start: i64) -> String {
+    format!("{{gw}}:applied_hour:{start}")
 }
 
 /// The hash of leases of one budget (`token:<id>` or `account:<id>`).
@@ -132,6 +154,14 @@ pub(super) fn rollup_key(period: &str, start: i64) -> String {
 /// The sorted set of one account's video tasks.
 pub(super) fn videos_of_account(account_id: &str) -> String {
     format!("{{gw:video}}:video_acct:{account_id}")
+}
+
+pub(super) fn batch_files_of_account(account_id: &str) -> String {
+    format!("{{gw:batch}}:file_acct:{account_id}")
+}
+
+pub(super) fn batches_of_account(account_id: &str) -> String {
+    format!("{{gw:batch}}:batch_acct:{account_id}")
 }
 
 /// A console session, a hash expiring with it; a key of its own.

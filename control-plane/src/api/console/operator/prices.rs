@@ -38,7 +38,7 @@ struct Price {
 }
 
 /// Every price a model has, in the order pages show them.
-const PRICES: [Price; 12] = [
+const PRICES: [Price; 16] = [
     Price { field: "input", label: "Input", get: |m| m.input_price_micros, set: |m, v| m.input_price_micros = v },
     Price { field: "output", label: "Output", get: |m| m.output_price_micros, set: |m, v| m.output_price_micros = v },
     Price {
@@ -52,6 +52,24 @@ const PRICES: [Price; 12] = [
         label: "Reasoning (empty: output price)",
         get: |m| m.reasoning_price_micros,
         set: |m, v| m.reasoning_price_micros = v,
+    },
+    Price {
+        field: "audio_input",
+        label: "Audio input (empty: input price)",
+        get: |m| m.audio_input_price_micros,
+        set: |m, v| m.audio_input_price_micros = v,
+    },
+    Price {
+        field: "audio_cached",
+        label: "Audio cached input (empty: cached price)",
+        get: |m| m.audio_cached_price_micros,
+        set: |m, v| m.audio_cached_price_micros = v,
+    },
+    Price {
+        field: "audio_output",
+        label: "Audio output (empty: output price)",
+        get: |m| m.audio_output_price_micros,
+        set: |m, v| m.audio_output_price_micros = v,
     },
     Price {
         field: "write_5m",
@@ -77,6 +95,12 @@ const PRICES: [Price; 12] = [
         label: "Per second",
         get: |m| m.second_price_micros,
         set: |m, v| m.second_price_micros = v,
+    },
+    Price {
+        field: "search_unit",
+        label: "Per rerank search unit (a query over up to 100 documents)",
+        get: |m| m.search_unit_price_micros,
+        set: |m, v| m.search_unit_price_micros = v,
     },
     Price {
         field: "tier_input",
@@ -192,7 +216,7 @@ fn model_form(console: &Console, signed: &crate::services::console::Signed, mode
                 " Free (no price at all)"
             }
             fieldset {
-                legend { "Prices in dollars: per 1M tokens, per request, image or second" }
+                legend { "Prices in dollars: per 1M tokens, per request, image, second or search unit" }
                 @for p in &PRICES {
                     label for={ (prefix) (p.field) } { (p.label) }
                     input id={ (prefix) (p.field) } name=(p.field) inputmode="decimal"
@@ -275,6 +299,12 @@ fn update_of(model: pb::Model) -> pb::UpdateModelRequest {
         cache_write_5m_price_micros: Some(model.cache_write_5m_price_micros),
         cache_write_1h_price_micros: Some(model.cache_write_1h_price_micros),
         reasoning_price_micros: Some(model.reasoning_price_micros),
+        audio_input_price_micros: Some(model.audio_input_price_micros),
+        audio_output_price_micros: Some(model.audio_output_price_micros),
+        audio_cached_price_micros: Some(model.audio_cached_price_micros),
+        search_unit_price_micros: Some(model.search_unit_price_micros),
+        // Set by its own field of the form; kept as stored here.
+        batch_price_ppm: None,
     }
 }
 
@@ -295,13 +325,16 @@ mod tests {
             ("output", "$10"),
             ("cached", ""),
             ("tier_threshold", "200000"),
+            ("search_unit", "0.002"),
         ]))
         .expect("valid");
         assert_eq!(model.id, "gpt-x");
         assert_eq!((model.input_price_micros, model.output_price_micros), (2_500_000, 10_000_000));
         assert_eq!(model.cached_price_micros, 0);
         assert_eq!(model.tier_threshold_tokens, 200_000);
+        assert_eq!(model.search_unit_price_micros, 2_000, "a search unit's price is per unit");
         let update = update_of(model);
+        assert_eq!(update.search_unit_price_micros, Some(2_000));
         assert_eq!(update.input_price_micros, Some(2_500_000));
         assert_eq!(update.cached_price_micros, Some(0));
         assert_eq!(update.owned_by, None);
@@ -322,6 +355,6 @@ mod tests {
             (price.set)(&mut model, n as i64 + 1);
         }
         let values: Vec<i64> = PRICES.iter().map(|p| (p.get)(&model)).collect();
-        assert_eq!(values, (1..=12).collect::<Vec<i64>>());
+        assert_eq!(values, (1..=PRICES.len() as i64).collect::<Vec<i64>>());
     }
 }
