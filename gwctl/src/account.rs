@@ -152,12 +152,15 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
         Command::Topup { account, amount } => {
             let id = resolve::account(admin, &account).await?;
             let request = pb::TopUpRequest { id, amount_micros: amount };
-            output::render_one(out, &admin.top_up_account(request).await.rpc()?)
+            let account = admin.top_up_account(request).await.rpc()?;
+            let what =
+                format!("topped up by {} (balance {})", output::usd(amount), output::usd(account.balance_micros));
+            output::render_changed(out, "account", &account, &what)
         }
         Command::Update(mut args) => {
             args.account = resolve::account(admin, &args.account).await?;
             let request = update_request(args);
-            output::render_one(out, &admin.update_account(request).await.rpc()?)
+            output::render_changed(out, "account", &admin.update_account(request).await.rpc()?, "updated")
         }
         Command::Delete(args) => {
             let id = resolve::account(admin, &args.target).await?;

@@ -126,7 +126,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 tokens_per_minute: args.tokens_per_minute,
                 max_in_flight: args.max_in_flight,
             };
-            output::render_one(out, &admin.update_group(request).await.rpc()?)
+            output::render_changed(out, "group", &admin.update_group(request).await.rpc()?, "updated")
         }
         Command::Delete(args) => {
             let name = admin.get_group(pb::GetRequest { id: args.target.clone() }).await.rpc()?.name;

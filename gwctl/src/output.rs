@@ -79,6 +79,18 @@ pub fn render_one<T: Render>(out: Output, item: &T) -> Result<String> {
     }
 }
 
+/// What a verb that changes one object (update, enable, disable, top-up)
+/// did: one line for people (`token tok_1 disabled`), the whole object with
+/// `-o wide`, `json` or `yaml`, its id with `-o name`. Scripts running such
+/// verbs over many objects get a line each, not a page each.
+pub fn render_changed<T: Render>(out: Output, kind: &str, item: &T, what: &str) -> Result<String> {
+    match out {
+        Output::Table => Ok(format!("{kind} {} {what}\n", item.name())),
+        Output::Wide => Ok(fields_text(&item.fields())),
+        _ => render_one(out, item),
+    }
+}
+
 /// A page of a list: `{"items": […], "continue": …}`, a table, or ids.
 /// `next` is the token of the next page, empty on the last; the table and
 /// name forms print it on stderr.

@@ -207,7 +207,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
         }
         Command::Update(mut args) => {
             args.token = resolve::token(admin, &args.token).await?;
-            output::render_one(out, &admin.update_token(update_request(args)).await.rpc()?)
+            output::render_changed(out, "token", &admin.update_token(update_request(args)).await.rpc()?, "updated")
         }
         Command::Import(args) => crate::import::run(args, admin, out).await,
         Command::Disable { token } => set_status(admin, out, token, Status::Disabled).await,
@@ -226,7 +226,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
 async fn set_status(admin: &mut Admin, out: Output, token: String, status: Status) -> Result<String> {
     let id = resolve::token(admin, &token).await?;
     let request = pb::UpdateTokenRequest { id, status: Some(status.as_str().to_string()), ..Default::default() };
-    output::render_one(out, &admin.update_token(request).await.rpc()?)
+    output::render_changed(out, "token", &admin.update_token(request).await.rpc()?, status.as_str())
 }
 
 fn create_request(args: CreateArgs) -> pb::CreateTokenRequest {

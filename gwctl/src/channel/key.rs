@@ -93,7 +93,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
 async fn set_status(admin: &mut Admin, out: Output, key: KeyRef, status: &str) -> Result<String> {
     let channel_id = resolve::channel(admin, &key.channel).await?;
     let request = pb::UpdateChannelKeyRequest { channel_id, key_id: key.key, status: status.to_owned() };
-    output::render_one(out, &admin.update_channel_key(request).await.rpc()?)
+    output::render_changed(out, "key", &admin.update_channel_key(request).await.rpc()?, status)
 }
 
 // === impl Render for pb::ChannelKey ===

@@ -276,7 +276,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 (None, false) => String::new(),
             };
             let request = update_request(args, &kind, &env_var, read_stdin)?;
-            output::render_one(out, &admin.update_channel(request).await.rpc()?)
+            output::render_changed(out, "channel", &admin.update_channel(request).await.rpc()?, "updated")
         }
         Command::Disable { channel } => set_status(admin, out, channel, Status::Disabled).await,
         Command::Enable { channel } => set_status(admin, out, channel, Status::Enabled).await,
@@ -295,7 +295,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
 async fn set_status(admin: &mut Admin, out: Output, channel: String, status: Status) -> Result<String> {
     let id = resolve::channel(admin, &channel).await?;
     let request = pb::UpdateChannelRequest { id, status: Some(status.as_str().to_string()), ..Default::default() };
-    output::render_one(out, &admin.update_channel(request).await.rpc()?)
+    output::render_changed(out, "channel", &admin.update_channel(request).await.rpc()?, status.as_str())
 }
 
 fn env_var(name: &str) -> Option<String> {
