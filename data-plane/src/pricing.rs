@@ -4,7 +4,7 @@
 
 use crate::policy::domain::Model;
 
-pub use gw_pricing::{Prices, Units, Usage, video_cost_micros};
+pub use gw_pricing::{Prices, Units, Usage, search_units, video_cost_micros};
 
 /// Cost of `usage` on `model` in a group with ratio `ratio_ppm`; see
 /// [`gw_pricing::cost_micros`]: tokens scaled by the ratio and rounded up to
@@ -50,6 +50,10 @@ impl From<&Model> for Prices {
             cache_write_5m_price_micros: model.cache_write_5m_price_micros,
             cache_write_1h_price_micros: model.cache_write_1h_price_micros,
             reasoning_price_micros: model.reasoning_price_micros,
+            search_unit_price_micros: model.search_unit_price_micros,
+            audio_input_price_micros: model.audio_input_price_micros,
+            audio_output_price_micros: model.audio_output_price_micros,
+            audio_cached_price_micros: model.audio_cached_price_micros,
         }
     }
 }
@@ -77,6 +81,10 @@ mod tests {
             cache_write_5m_price_micros: 1_250_000,
             cache_write_1h_price_micros: 2_000_000,
             reasoning_price_micros: 4_000_000,
+            audio_input_price_micros: 0,
+            audio_output_price_micros: 0,
+            audio_cached_price_micros: 0,
+            search_unit_price_micros: 2_000,
         };
         let usage = Usage {
             prompt_tokens: 1_000_000,
@@ -99,7 +107,8 @@ mod tests {
         assert_eq!(tier(2_000_001, &model), 1);
         // The tier's $3/M in and reasoning's $4/M out bound the request.
         assert_eq!(bound_micros(1_000_000, 1_000_000, &model, 1_000_000), 7_000_007);
-        let units = Units { images: 2, audio_millis: 3_250 };
-        assert_eq!(units_cost_micros(&units, &model, 1_000_000), 80_325);
+        // Two images, 3.25 s and three search units at 2000 µ$.
+        let units = Units { images: 2, audio_millis: 3_250, search_units: 3 };
+        assert_eq!(units_cost_micros(&units, &model, 1_000_000), 86_325);
     }
 }

@@ -31,6 +31,10 @@ pub struct UsageRecord {
     pub cache_write_1h_tokens: i64,
     /// Part of `completion_tokens` spent reasoning.
     pub reasoning_tokens: i64,
+    /// Audio parts of `prompt_tokens`, `completion_tokens` and `cached_tokens`.
+    pub audio_prompt_tokens: i64,
+    pub audio_completion_tokens: i64,
+    pub audio_cached_tokens: i64,
     /// The price tier the record was billed at (0 base, 1 long context).
     pub tier: u32,
     pub cost_micros: i64,
@@ -72,6 +76,9 @@ impl From<pb::UsageRecord> for UsageRecord {
             cache_write_5m_tokens: r.cache_write_5m_tokens,
             cache_write_1h_tokens: r.cache_write_1h_tokens,
             reasoning_tokens: r.reasoning_tokens,
+            audio_prompt_tokens: r.audio_prompt_tokens,
+            audio_completion_tokens: r.audio_completion_tokens,
+            audio_cached_tokens: r.audio_cached_tokens,
             tier: r.tier,
             cost_micros: r.cost_micros,
             latency_ms: r.latency_ms,
@@ -79,7 +86,7 @@ impl From<pb::UsageRecord> for UsageRecord {
             created_at: r.created_at,
             node_id: r.node_id.into(),
             estimated: r.estimated,
-            units: Units { images: r.images, audio_millis: r.audio_millis },
+            units: Units { images: r.images, audio_millis: r.audio_millis, search_units: r.search_units },
         }
     }
 }
@@ -100,6 +107,9 @@ pub fn fill(message: &mut pb::UsageRecord, record: &UsageRecord) {
         cache_write_5m_tokens,
         cache_write_1h_tokens,
         reasoning_tokens,
+        audio_prompt_tokens,
+        audio_completion_tokens,
+        audio_cached_tokens,
         tier,
         cost_micros,
         latency_ms,
@@ -128,6 +138,9 @@ pub fn fill(message: &mut pb::UsageRecord, record: &UsageRecord) {
     message.cache_write_5m_tokens = *cache_write_5m_tokens;
     message.cache_write_1h_tokens = *cache_write_1h_tokens;
     message.reasoning_tokens = *reasoning_tokens;
+    message.audio_prompt_tokens = *audio_prompt_tokens;
+    message.audio_completion_tokens = *audio_completion_tokens;
+    message.audio_cached_tokens = *audio_cached_tokens;
     message.tier = *tier;
     message.cost_micros = *cost_micros;
     message.latency_ms = *latency_ms;
@@ -136,6 +149,7 @@ pub fn fill(message: &mut pb::UsageRecord, record: &UsageRecord) {
     message.estimated = *estimated;
     message.images = units.images;
     message.audio_millis = units.audio_millis;
+    message.search_units = units.search_units;
 }
 
 impl From<&UsageRecord> for pb::UsageRecord {

@@ -1,6 +1,7 @@
 //! `gwctl model`: the model catalogue and its prices. Token prices are US
 //! dollars per 1M tokens on the command line and micro-USD per 1M tokens on
-//! the wire; per-request, per-second and per-image prices are US dollars.
+//! the wire; per-request, per-second, per-image and per-search-unit (rerank)
+//! prices are US dollars.
 //! A long-context tier bills the whole request at its prices once the
 //! prompt is more than its threshold; an unset tier, cache-write or
 //! reasoning price falls back to the input (or output) price.
@@ -22,6 +23,7 @@ pub enum Command {
         gwctl model create --id gpt-4o-mini --input-price 0.15 --output-price 0.6 --cached-price 0.075\n  \
         gwctl model create --id dall-e-3 --category image --image-price 0.04\n  \
         gwctl model create --id sora-2 --category video --second-price 0.1\n  \
+        gwctl model create --id rerank-v3.5 --category rerank --search-unit-price 0.002\n  \
         gwctl model create --id claude-sonnet-4 --input-price 3 --output-price 15 --cached-price 0.3 \
         --cache-write-5m-price 3.75 --tier-threshold 200000 --tier-input-price 6 --tier-output-price 22.5")]
     Create(CreateArgs),
@@ -64,13 +66,13 @@ pub struct CreateArgs {
     /// Model name as clients send it.
     #[arg(long)]
     id: String,
-    /// The endpoints the model serves: chat, responses, completion, embedding, image, audio, speech, moderation or video.
+    /// The endpoints the model serves: chat, responses, completion, embedding, image, audio, speech, moderation, video or rerank.
     #[arg(long, default_value = "chat")]
     category: String,
     #[command(flatten)]
     prices: Prices,
     /// Create the model with no price at all: requests for it cost nothing.
-    /// Without it, create needs a token, request, second or image price.
+    /// Without it, create needs a token, request, second, image or search-unit price.
     #[arg(long)]
     free: bool,
     /// Who makes the model, as /v1/models shows it.
@@ -82,7 +84,7 @@ pub struct CreateArgs {
 pub struct UpdateArgs {
     /// Id of the model.
     id: String,
-    /// New category: chat, responses, completion, embedding, image, audio, speech, moderation or video.
+    /// New category: chat, responses, completion, embedding, image, audio, speech, moderation, video or rerank.
     #[arg(long)]
     category: Option<String>,
     #[command(flatten)]
@@ -135,6 +137,18 @@ pub struct Prices {
     /// US dollars per 1M reasoning tokens (0: the output price).
     #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     reasoning_price: Option<i64>,
+    /// US dollars per 1M audio input tokens, realtime (0: the input price).
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
+    audio_input_price: Option<i64>,
+    /// US dollars per 1M audio output tokens, realtime (0: the output price).
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
+    audio_output_price: Option<i64>,
+    /// US dollars per 1M cached audio input tokens, realtime (0: the cached price).
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
+    audio_cached_price: Option<i64>,
+    /// US dollars per rerank search unit (one query over up to 100 documents).
+    #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
+    search_unit_price: Option<i64>,
 }
 
 /// Runs one model verb; returns what to print.
@@ -169,6 +183,10 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 cache_write_5m_price_micros: p.cache_write_5m_price,
                 cache_write_1h_price_micros: p.cache_write_1h_price,
                 reasoning_price_micros: p.reasoning_price,
+                audio_input_price_micros: p.audio_input_price,
+                audio_output_price_micros: p.audio_output_price,
+                audio_cached_price_micros: p.audio_cached_price,
+                search_unit_price_micros: p.search_unit_price,
             };
             output::render_one(out, &admin.update_model(request).await.rpc()?)
         }
@@ -205,7 +223,7 @@ impl Render for pb::Model {
     const COLUMNS: &'static [&'static str] =
         &["ID", "CATEGORY", "INPUT/1M", "OUTPUT/1M", "CACHED/1M", "REQUEST", "SECOND", "IMAGE", "OWNED BY"];
     const WIDE: &'static [&'static str] =
-        &["TIER ABOVE", "TIER IN/1M", "TIER OUT/1M", "TIER CACHED/1M", "WRITE 5M/1M", "WRITE 1H/1M", "REASONING/1M"];
+        &["TIER ABOVE", "TIER IN/1M", "TIER OUT/1M", "TIER CACHED/1M", "WRITE 5M/1M", "WRITE 1H/1M", "REASONING/1M", "AUDIO IN/1M", "AUDIO OUT/1M", "AUDIO CACHED/1M", "SEARCH UNIT"];
 
     type Json = schema::Model;
 
@@ -240,6 +258,10 @@ impl Render for pb::Model {
             price(self.cache_write_5m_price_micros),
             price(self.cache_write_1h_price_micros),
             price(self.reasoning_price_micros),
+            price(self.audio_input_price_micros),
+            price(self.audio_output_price_micros),
+            price(self.audio_cached_price_micros),
+            price(self.search_unit_price_micros),
         ]
     }
 
@@ -260,6 +282,10 @@ impl Render for pb::Model {
             ("5-minute cache write price / 1M tokens", price(self.cache_write_5m_price_micros)),
             ("1-hour cache write price / 1M tokens", price(self.cache_write_1h_price_micros)),
             ("reasoning price / 1M tokens", price(self.reasoning_price_micros)),
+            ("audio input price / 1M tokens", price(self.audio_input_price_micros)),
+            ("audio output price / 1M tokens", price(self.audio_output_price_micros)),
+            ("audio cached price / 1M tokens", price(self.audio_cached_price_micros)),
+            ("search unit price", price(self.search_unit_price_micros)),
             ("owned by", self.owned_by.clone()),
         ]
     }
@@ -270,14 +296,15 @@ impl Render for pb::Model {
 /// it.
 fn new_model(args: CreateArgs) -> Result<pb::Model> {
     let p = args.prices;
-    let priced = [p.input_price, p.output_price, p.request_price, p.second_price, p.image_price]
+    let priced = [p.input_price, p.output_price, p.request_price, p.second_price, p.image_price, p.search_unit_price]
         .iter()
         .any(|price| price.is_some_and(|micros| micros > 0));
     match (priced, args.free) {
         (false, false) => {
             return Err(UsageError(format!(
                 "model {:?} has no price: give --input-price and --output-price (US dollars per 1M tokens), \
-                 --request-price, --second-price or --image-price, or --free for a model that costs nothing",
+                 --request-price, --second-price, --image-price or --search-unit-price, or --free for a model \
+                 that costs nothing",
                 args.id
             ))
             .into());
@@ -304,6 +331,10 @@ fn new_model(args: CreateArgs) -> Result<pb::Model> {
         cache_write_5m_price_micros: p.cache_write_5m_price.unwrap_or(0),
         cache_write_1h_price_micros: p.cache_write_1h_price.unwrap_or(0),
         reasoning_price_micros: p.reasoning_price.unwrap_or(0),
+        audio_input_price_micros: p.audio_input_price.unwrap_or(0),
+        audio_output_price_micros: p.audio_output_price.unwrap_or(0),
+        audio_cached_price_micros: p.audio_cached_price.unwrap_or(0),
+        search_unit_price_micros: p.search_unit_price.unwrap_or(0),
     };
     Ok(model)
 }
@@ -351,6 +382,8 @@ mod tests {
             new_model(create(&["--id", "m", "--input-price", "0.15", "--output-price", "0.6"]).unwrap()).unwrap();
         assert_eq!((priced.input_price_micros, priced.output_price_micros), (150_000, 600_000));
         assert!(new_model(create(&["--id", "img", "--category", "image", "--image-price", "0.04"]).unwrap()).is_ok());
+        let rerank = ["--id", "rerank-v3.5", "--category", "rerank", "--search-unit-price", "0.002"];
+        assert_eq!(new_model(create(&rerank).unwrap()).unwrap().search_unit_price_micros, 2_000);
         let free = new_model(create(&["--id", "m", "--free"]).unwrap()).unwrap();
         assert_eq!((free.input_price_micros, free.request_price_micros), (0, 0));
 

@@ -15,8 +15,12 @@
 /// - `completion_tokens` is the whole output, `reasoning_tokens` a part of
 ///   it (as OpenAI counts them).
 ///
+/// - `audio_prompt_tokens` and `audio_completion_tokens` are the audio
+///   parts of the prompt and the output (realtime sessions), and
+///   `audio_cached_tokens` the audio part of `cached_tokens`.
+///
 /// Parts larger than what is left of their whole are clamped, in the order
-/// reads, 5-minute writes, 1-hour writes.
+/// reads, 5-minute writes, 1-hour writes; audio within each kind after that.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
     pub prompt_tokens: i64,
@@ -29,17 +33,29 @@ pub struct Usage {
     pub cache_write_1h_tokens: i64,
     /// Part of `completion_tokens` spent reasoning.
     pub reasoning_tokens: i64,
+    /// Part of `prompt_tokens` that was audio (cache reads included).
+    pub audio_prompt_tokens: i64,
+    /// Part of `completion_tokens` that was audio.
+    pub audio_completion_tokens: i64,
+    /// Part of `cached_tokens` (and of `audio_prompt_tokens`) that was audio.
+    pub audio_cached_tokens: i64,
 }
 
-/// What a request used besides tokens, priced by the per-image and
-/// per-second prices.
+/// What a request used besides tokens, priced by the per-image,
+/// per-second and per-search-unit prices.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Units {
     /// Images generated or edited.
     pub images: i64,
     /// Audio length in milliseconds.
     pub audio_millis: i64,
+    /// Rerank search units: one query over up to [`DOCUMENTS_PER_SEARCH_UNIT`]
+    /// documents (see [`search_units`]).
+    pub search_units: i64,
 }
+
+/// Documents one search unit covers, as Cohere bills rerank.
+pub const DOCUMENTS_PER_SEARCH_UNIT: i64 = 100;
 
 /// A model's prices in micro-USD: token prices per 1M tokens, the others per
 /// request, per second (audio, video) and per image. Negative prices are
@@ -76,6 +92,16 @@ pub struct Prices {
     /// Reasoning tokens; 0 bills them at the output price (the tier's, when
     /// the tier applies).
     pub reasoning_price_micros: i64,
+    /// Audio prompt tokens; 0 bills them at the input price (the tier's,
+    /// when the tier applies).
+    pub audio_input_price_micros: i64,
+    /// Audio output tokens; 0 bills them at the output price.
+    pub audio_output_price_micros: i64,
+    /// Audio cache reads; 0 bills them at the cache-read rate (and so at
+    /// the input price when that is 0 too).
+    pub audio_cached_price_micros: i64,
+    /// One rerank search unit (see [`Units::search_units`]).
+    pub search_unit_price_micros: i64,
 }
 
 /// The per-1M-token price of each kind of token for one request, after the
@@ -88,6 +114,9 @@ struct Rates {
     write_1h: i128,
     output: i128,
     reasoning: i128,
+    audio_input: i128,
+    audio_cached: i128,
+    audio_output: i128,
 }
 
 /// 10^12: micro-USD per 1M tokens times parts per million.
@@ -123,12 +152,20 @@ pub fn cost_micros(usage: &Usage, prices: &Prices, ratio_ppm: i64) -> i64 {
     let fresh = prompt - cached - write_5m - write_1h;
     let completion = i128::from(usage.completion_tokens.max(0));
     let reasoning = i128::from(usage.reasoning_tokens.max(0)).min(completion);
+    // Audio is a part of the cache reads, of the fresh prompt and of the
+    // output that is not reasoning.
+    let audio_cached = i128::from(usage.audio_cached_tokens.max(0)).min(cached);
+    let audio_fresh = (i128::from(usage.audio_prompt_tokens.max(0)) - audio_cached).clamp(0, fresh);
+    let audio_output = i128::from(usage.audio_completion_tokens.max(0)).min(completion - reasoning);
     let tokens = [
-        (fresh, rates.input),
-        (cached, rates.cached),
+        (fresh - audio_fresh, rates.input),
+        (audio_fresh, rates.audio_input),
+        (cached - audio_cached, rates.cached),
+        (audio_cached, rates.audio_cached),
         (write_5m, rates.write_5m),
         (write_1h, rates.write_1h),
-        (completion - reasoning, rates.output),
+        (completion - reasoning - audio_output, rates.output),
+        (audio_output, rates.audio_output),
         (reasoning, rates.reasoning),
     ]
     .iter()
@@ -147,7 +184,8 @@ pub fn bound_micros(prompt_tokens: i64, completion_tokens: i64, prices: &Prices,
     let base = Rates::of(prices, false);
     let rates = if prices.tier_threshold_tokens > 0 { base.max(Rates::of(prices, true)) } else { base };
     let prompt_rate = rates.input.max(rates.cached).max(rates.write_5m).max(rates.write_1h);
-    let output_rate = rates.output.max(rates.reasoning);
+    let prompt_rate = prompt_rate.max(rates.audio_input).max(rates.audio_cached);
+    let output_rate = rates.output.max(rates.reasoning).max(rates.audio_output);
     let tokens = i128::from(prompt_tokens.max(0))
         .saturating_mul(prompt_rate)
         .saturating_add(i128::from(completion_tokens.max(0)).saturating_mul(output_rate));
@@ -181,13 +219,17 @@ impl Rates {
         } else {
             (price(prices.input_price_micros), price(prices.output_price_micros), prices.cached_price_micros)
         };
+        let cached = or(cached, input);
         Rates {
             input,
-            cached: or(cached, input),
+            cached,
             write_5m: or(prices.cache_write_5m_price_micros, input),
             write_1h: or(prices.cache_write_1h_price_micros, input),
             output,
             reasoning: or(prices.reasoning_price_micros, output),
+            audio_input: or(prices.audio_input_price_micros, input),
+            audio_cached: or(prices.audio_cached_price_micros, cached),
+            audio_output: or(prices.audio_output_price_micros, output),
         }
     }
 
@@ -200,19 +242,36 @@ impl Rates {
             write_1h: self.write_1h.max(other.write_1h),
             output: self.output.max(other.output),
             reasoning: self.reasoning.max(other.reasoning),
+            audio_input: self.audio_input.max(other.audio_input),
+            audio_cached: self.audio_cached.max(other.audio_cached),
+            audio_output: self.audio_output.max(other.audio_output),
         }
     }
 }
 
 /// Cost of `units` at `prices` and `ratio_ppm`: `ceil((images * image_price
-/// + audio_millis / 1000 * second_price) * ratio_ppm / 1e6)`, saturating,
-/// with negative counts, prices and ratios taken as 0. It adds to
-/// [`cost_micros`]; the per-request price is not charged again.
+/// + audio_millis / 1000 * second_price + search_units * search_unit_price)
+/// * ratio_ppm / 1e6)`, saturating, with negative counts, prices and ratios
+/// taken as 0. It adds to [`cost_micros`]; the per-request price is not
+/// charged again. A rerank request is billed its search units here and its
+/// tokens, as prompt tokens, by [`cost_micros`]: a model priced per search
+/// unit bills units, one priced per token bills tokens.
 pub fn units_cost_micros(units: &Units, prices: &Prices, ratio_ppm: i64) -> i64 {
     let images = i128::from(units.images.max(0)) * i128::from(prices.image_price_micros.max(0)) * 1000;
     let audio = i128::from(units.audio_millis.max(0)) * i128::from(prices.second_price_micros.max(0));
-    let scaled = images.saturating_add(audio).saturating_mul(i128::from(ratio_ppm.max(0)));
+    let searches = (i128::from(units.search_units.max(0)) * i128::from(prices.search_unit_price_micros.max(0)))
+        .saturating_mul(1000);
+    let scaled = images.saturating_add(audio).saturating_add(searches).saturating_mul(i128::from(ratio_ppm.max(0)));
     saturate(ceil_div(scaled, UNIT_DIVISOR))
+}
+
+/// The search units of one rerank query over `documents` documents, as
+/// Cohere bills them when the upstream does not say: one per started
+/// [`DOCUMENTS_PER_SEARCH_UNIT`], and at least one (a query over nothing
+/// is still a query).
+pub fn search_units(documents: usize) -> i64 {
+    let per_unit = usize::try_from(DOCUMENTS_PER_SEARCH_UNIT).unwrap_or(usize::MAX);
+    i64::try_from(documents.div_ceil(per_unit)).unwrap_or(i64::MAX).max(1)
 }
 
 /// Cost of a video of `seconds` at `second_price_micros` and `ratio_ppm`:
@@ -320,7 +379,7 @@ mod tests {
     #[test]
     fn images_and_seconds_scale_with_the_ratio_and_round_up() {
         let p = Prices { image_price_micros: 40_000, second_price_micros: 100, ..Prices::default() };
-        let units = |images, audio_millis| Units { images, audio_millis };
+        let units = |images, audio_millis| Units { images, audio_millis, search_units: 0 };
         assert_eq!(units_cost_micros(&units(2, 0), &p, RATIO_ONE), 80_000);
         assert_eq!(units_cost_micros(&units(2, 0), &p, 1_500_000), 120_000);
         // 3.25 s at 100 µ$/s = 325 µ$; 1 ms = 0.1 µ$ → 1 µ$.
@@ -335,7 +394,77 @@ mod tests {
     #[test]
     fn units_ignore_token_and_request_prices() {
         let p = prices(1_000_000, 1_000_000, 0, 7);
-        assert_eq!(units_cost_micros(&Units { images: 3, audio_millis: 3_000 }, &p, RATIO_ONE), 0);
+        assert_eq!(units_cost_micros(&Units { images: 3, audio_millis: 3_000, search_units: 2 }, &p, RATIO_ONE), 0);
+    }
+
+    #[test]
+    fn search_units_cover_a_hundred_documents_each_and_scale_with_the_ratio() {
+        assert_eq!([0, 1, 100, 101, 250].map(search_units), [1, 1, 1, 2, 3]);
+        // $2 per 1000 searches: 2000 µ$ a unit.
+        let p = Prices { search_unit_price_micros: 2_000, input_price_micros: 1_000_000, ..Prices::default() };
+        let units = Units { search_units: 3, ..Units::default() };
+        assert_eq!(units_cost_micros(&units, &p, RATIO_ONE), 6_000);
+        assert_eq!(units_cost_micros(&units, &p, 1_500_000), 9_000);
+        // A fraction of a micro-USD per unit rounds up once, over all units.
+        let cheap = Prices { search_unit_price_micros: 1, ..Prices::default() };
+        assert_eq!(units_cost_micros(&units, &cheap, 500_000), 2, "1.5 µ$ rounds up");
+        assert_eq!(units_cost_micros(&Units { search_units: -1, ..units }, &p, RATIO_ONE), 0);
+        let huge = Units { search_units: i64::MAX, ..units };
+        assert_eq!(units_cost_micros(&huge, &Prices { search_unit_price_micros: i64::MAX, ..p }, i64::MAX), i64::MAX);
+    }
+
+    #[test]
+    fn a_rerank_bills_its_tokens_at_the_input_price_and_its_units_apart() {
+        // 1M tokens at $0.02/M = 20 000 µ$; one unit at $1 per 1000 searches = 1000 µ$.
+        let per_token = Prices { input_price_micros: 20_000, ..Prices::default() };
+        let per_unit = Prices { search_unit_price_micros: 1_000, ..Prices::default() };
+        let usage = Usage { prompt_tokens: 1_000_000, ..Usage::default() };
+        let units = Units { search_units: 1, ..Units::default() };
+        let total = |p: &Prices| cost_micros(&usage, p, RATIO_ONE) + units_cost_micros(&units, p, RATIO_ONE);
+        assert_eq!(total(&per_token), 20_000, "tokens only");
+        assert_eq!(total(&per_unit), 1_000, "the unit only");
+        assert_eq!(total(&Prices { search_unit_price_micros: 1_000, ..per_token }), 21_000, "both when both are set");
+    }
+
+    #[test]
+    fn audio_tokens_bill_at_audio_prices_or_fall_back_to_the_text_ones() {
+        // gpt-realtime's list prices: text $4 in, $0.40 cached, $16 out;
+        // audio $32 in, $0.40 cached, $64 out.
+        let p = Prices {
+            input_price_micros: 4_000_000,
+            cached_price_micros: 400_000,
+            output_price_micros: 16_000_000,
+            audio_input_price_micros: 32_000_000,
+            audio_cached_price_micros: 400_000,
+            audio_output_price_micros: 64_000_000,
+            ..Prices::default()
+        };
+        // 1000 prompt (300 cached, 100 of them audio; 600 audio in all),
+        // 500 out (400 audio): 200 text + 500 audio fresh, 200 text + 100
+        // audio cached, 100 text + 400 audio out.
+        let usage = Usage {
+            prompt_tokens: 1_000,
+            cached_tokens: 300,
+            audio_prompt_tokens: 600,
+            audio_cached_tokens: 100,
+            completion_tokens: 500,
+            audio_completion_tokens: 400,
+            ..Usage::default()
+        };
+        let expected = 200 * 4 + 500 * 32 + 200 * 4 / 10 + 100 * 4 / 10 + 100 * 16 + 400 * 64;
+        assert_eq!(cost_micros(&usage, &p, RATIO_ONE), expected);
+        // Unpriced audio bills as text of the same kind.
+        let text_only =
+            Prices { audio_input_price_micros: 0, audio_cached_price_micros: 0, audio_output_price_micros: 0, ..p };
+        let text = Usage { audio_prompt_tokens: 0, audio_cached_tokens: 0, audio_completion_tokens: 0, ..usage };
+        assert_eq!(cost_micros(&usage, &text_only, RATIO_ONE), cost_micros(&text, &p, RATIO_ONE));
+        // Audio parts larger than their whole are clamped to it.
+        let over =
+            Usage { audio_prompt_tokens: 5_000, audio_cached_tokens: 5_000, audio_completion_tokens: 5_000, ..usage };
+        assert_eq!(cost_micros(&over, &p, RATIO_ONE), 700 * 32 + 300 * 4 / 10 + 500 * 64);
+        // The bound covers every token at the dearest audio rates.
+        assert!(bound_micros(1_000, 500, &p, RATIO_ONE) >= cost_micros(&over, &p, RATIO_ONE));
+        assert_eq!(bound_micros(1_000, 500, &p, RATIO_ONE), 1_000 * 32 + 500 * 64);
     }
 
     #[test]

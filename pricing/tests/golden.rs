@@ -171,23 +171,34 @@ fn price() -> impl Strategy<Value = i64> {
 }
 
 fn prices() -> impl Strategy<Value = Prices> {
-    ((price(), price(), price(), price()), (0i64..400_000, price(), price(), price()), (price(), price(), price()))
-        .prop_map(|((input, output, cached, request), (threshold, t_in, t_out, t_cached), (w5, w1, reasoning))| {
-            Prices {
-                input_price_micros: input,
-                output_price_micros: output,
-                cached_price_micros: cached,
-                request_price_micros: request,
-                tier_threshold_tokens: threshold,
-                tier_input_price_micros: t_in,
-                tier_output_price_micros: t_out,
-                tier_cached_price_micros: t_cached,
-                cache_write_5m_price_micros: w5,
-                cache_write_1h_price_micros: w1,
-                reasoning_price_micros: reasoning,
-                ..Prices::default()
-            }
-        })
+    let audio = (price(), price(), price());
+    (
+        (price(), price(), price(), price()),
+        (0i64..400_000, price(), price(), price()),
+        (price(), price(), price()),
+        audio,
+    )
+        .prop_map(
+            |((input, output, cached, request), (threshold, t_in, t_out, t_cached), (w5, w1, reasoning), audio)| {
+                Prices {
+                    input_price_micros: input,
+                    output_price_micros: output,
+                    cached_price_micros: cached,
+                    request_price_micros: request,
+                    tier_threshold_tokens: threshold,
+                    tier_input_price_micros: t_in,
+                    tier_output_price_micros: t_out,
+                    tier_cached_price_micros: t_cached,
+                    cache_write_5m_price_micros: w5,
+                    cache_write_1h_price_micros: w1,
+                    reasoning_price_micros: reasoning,
+                    audio_input_price_micros: audio.0,
+                    audio_output_price_micros: audio.1,
+                    audio_cached_price_micros: audio.2,
+                    ..Prices::default()
+                }
+            },
+        )
 }
 
 proptest! {
@@ -210,6 +221,10 @@ proptest! {
             cache_write_5m_tokens: part(prompt, w5),
             cache_write_1h_tokens: part(prompt, w1),
             reasoning_tokens: part(completion, reasoning),
+            // Audio parts overlap the others as realtime reports them.
+            audio_prompt_tokens: part(prompt, 100 - p / 2),
+            audio_cached_tokens: part(prompt, r / 2),
+            audio_completion_tokens: part(completion, 100 - c / 2),
         };
         let cost = cost_micros(&usage, &prices, ratio);
         let bound = bound_micros(prompt_bound, completion_bound, &prices, ratio);

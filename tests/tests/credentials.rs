@@ -293,7 +293,11 @@ fn usage(id: &str, token: &str, account: &str) -> UsageRecord {
         cache_write_5m_tokens: 0,
         cache_write_1h_tokens: 0,
         reasoning_tokens: 0,
+        audio_prompt_tokens: 0,
+        audio_completion_tokens: 0,
+        audio_cached_tokens: 0,
         tier: 0,
+        search_units: 0,
     }
 }
 

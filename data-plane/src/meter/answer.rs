@@ -59,6 +59,9 @@ struct Details {
     cache_write_tokens: Option<i64>,
     #[serde(default)]
     reasoning_tokens: Option<i64>,
+    /// Audio in or out (chat completions with audio, realtime).
+    #[serde(default)]
+    audio_tokens: Option<i64>,
 }
 
 /// A streamed chunk, as far as usage stripping needs it.
@@ -89,6 +92,9 @@ impl UsageJson {
             cache_write_5m_tokens: part(prompt, |d| d.cache_write_tokens),
             cache_write_1h_tokens: 0,
             reasoning_tokens: part(completion, |d| d.reasoning_tokens),
+            audio_prompt_tokens: part(prompt, |d| d.audio_tokens),
+            audio_completion_tokens: part(completion, |d| d.audio_tokens),
+            audio_cached_tokens: 0,
         }
     }
 }
@@ -236,6 +242,7 @@ impl MessagesStreamUsage {
             cache_write_5m_tokens: writes - write_1h,
             cache_write_1h_tokens: write_1h,
             reasoning_tokens: 0,
+            ..Usage::default()
         })
     }
 }
@@ -336,6 +343,7 @@ mod tests {
             cache_write_5m_tokens: 10,
             cache_write_1h_tokens: 0,
             reasoning_tokens: 25,
+            ..Usage::default()
         };
         assert_eq!(usage_of(&chat), Some(expected));
         assert_eq!(from_chat(&chat), Some(expected));

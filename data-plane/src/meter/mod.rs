@@ -8,18 +8,21 @@
 //! `spool`); the `Written` it returns resolves once the record is on it, which is what
 //! answers wait for before their last byte. `UsageSink::in_flight` wraps an
 //! upstream attempt in an open entry, so a crash mid-request still bills
-//! its prompt part.
+//! its prompt part; a stream adds a progress entry at most every
+//! `PROGRESS_EVERY` with what the client received so far, so a crash
+//! mid-stream bills that too (to within the last `PROGRESS_EVERY`).
 
 pub mod answer;
 pub mod event;
 pub mod pump;
+pub mod realtime;
 mod reasons;
 pub mod sse;
 
 use std::{
     future::Future,
     sync::{Arc, Mutex, PoisonError},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use tokio::sync::mpsc;
@@ -34,6 +37,9 @@ use crate::{
     telemetry::Answer,
     usage::UsageRecord,
 };
+
+/// How often, at most, a stream's progress is spooled.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Who pays for one request and at what price.
 #[derive(Debug, Clone)]
@@ -98,6 +104,22 @@ pub struct Meter {
     completion_chunks: Vec<bytes::Bytes>,
     /// When the first chunk came, the answer's model and finish reasons.
     answer: Answer,
+    /// What the last progress entry counted.
+    progress: Progress,
+}
+
+/// A stream's progress as last spooled, counted piece by piece so that
+/// each entry tokenizes only the text that came since the one before.
+#[derive(Default)]
+struct Progress {
+    /// When the last entry was written (`None`: none yet).
+    at: Option<Instant>,
+    /// Bytes of `completion_text` and entries of `completion_chunks` counted.
+    text: usize,
+    chunks: usize,
+    completion_tokens: i64,
+    /// The prompt estimate, made once.
+    prompt_tokens: Option<i64>,
 }
 
 // === impl Charge ===
@@ -201,6 +223,14 @@ impl UsageSink {
         written
     }
 
+    /// Appends a progress entry of `charge`'s stream: `usage` so far,
+    /// priced, estimated, with status 0 (a record the request's final one
+    /// replaces). Settles nothing.
+    pub fn progress(&self, charge: &Charge, usage: Usage) -> Written {
+        let cost = cost_micros(&usage, &charge.model, charge.ratio_ppm);
+        spool::append(&self.tx, Kind::Progress, self.record_of(charge, usage, cost, 0, true))
+    }
+
     /// Runs `attempt` with `charge` under an open entry on the spool: the
     /// entry (the prompt part, estimated from `request_bytes` at the
     /// model's input price) is written before `attempt` starts, so the
@@ -248,6 +278,9 @@ impl UsageSink {
             cache_write_5m_tokens: usage.cache_write_5m_tokens,
             cache_write_1h_tokens: usage.cache_write_1h_tokens,
             reasoning_tokens: usage.reasoning_tokens,
+            audio_prompt_tokens: usage.audio_prompt_tokens,
+            audio_completion_tokens: usage.audio_completion_tokens,
+            audio_cached_tokens: usage.audio_cached_tokens,
             tier: crate::pricing::tier(usage.prompt_tokens, &charge.model),
             cost_micros: cost,
             latency_ms: u32::try_from(charge.started.elapsed().as_millis()).unwrap_or(u32::MAX),
@@ -295,6 +328,7 @@ impl Meter {
             completion_text: String::new(),
             completion_chunks: Vec::new(),
             answer: Answer::default(),
+            progress: Progress::default(),
         }
     }
 
@@ -349,6 +383,40 @@ impl Meter {
     /// model and finish reasons, for its span. Reads it only while tracing.
     pub fn answered(&mut self, body: &[u8]) {
         reasons::read_answer(body, &mut self.answer);
+    }
+
+    /// Spools what the client received so far, as what the request is
+    /// billed should the node die before it ends, when the last such entry
+    /// (or the request's start) is `PROGRESS_EVERY` old and more came
+    /// since. Nothing waits for it to be written.
+    pub fn progress(&mut self) {
+        let Some(charge) = &self.charge else { return };
+        let now = Instant::now();
+        if now.duration_since(self.progress.at.unwrap_or(charge.started)) < PROGRESS_EVERY {
+            return;
+        }
+        let model = charge.model.id.as_str();
+        let p = &mut self.progress;
+        let mut text = std::borrow::Cow::Borrowed(self.completion_text.get(p.text..).unwrap_or_default());
+        for chunk in self.completion_chunks.get(p.chunks..).unwrap_or_default() {
+            text.to_mut().push_str(&answer::answer_text(chunk));
+        }
+        let counted = if self.completion_text.is_empty() && self.completion_chunks.is_empty() {
+            self.chunks
+        } else {
+            p.completion_tokens.saturating_add(crate::tokens::count(model, &text))
+        };
+        if p.at.is_some() && counted == p.completion_tokens {
+            return;
+        }
+        p.at = Some(now);
+        (p.text, p.chunks, p.completion_tokens) = (self.completion_text.len(), self.completion_chunks.len(), counted);
+        let prompt_estimate = *p.prompt_tokens.get_or_insert_with(|| {
+            self.prompt_body.as_ref().map_or(self.prompt_estimate, |body| crate::tokens::count_request(model, body))
+        });
+        let mut usage = self.seen.unwrap_or(Usage { prompt_tokens: prompt_estimate, ..Usage::default() });
+        usage.completion_tokens = usage.completion_tokens.max(counted);
+        drop(self.sink.progress(charge, usage));
     }
 
     /// Usage reported by the upstream; the last report wins.

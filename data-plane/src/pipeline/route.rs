@@ -78,6 +78,8 @@ fn wanted(endpoint: &str) -> &'static str {
         "/audio/transcriptions" | "/audio/translations" => "audio",
         "/audio/speech" => "speech",
         "/videos" | "/video/generations" => "video",
+        "/rerank" => "rerank",
+        "/realtime" => "realtime",
         e if e.starts_with("/images/") => "image",
         _ => "chat",
     }
@@ -110,6 +112,8 @@ pub fn serves(category: &str, endpoint: &str) -> bool {
         "audio" => matches!(endpoint, "/audio/transcriptions" | "/audio/translations"),
         "speech" => endpoint == "/audio/speech",
         "video" => matches!(endpoint, "/videos" | "/video/generations"),
+        "rerank" => endpoint == "/rerank",
+        "realtime" => endpoint == "/realtime",
         // A category this data plane does not know yet (a newer control
         // plane): let the upstream decide.
         _ => true,
@@ -132,5 +136,10 @@ mod tests {
         assert!(!serves("speech", "/v1/audio/transcriptions"));
         assert!(serves("video", "/v1/video/generations"));
         assert!(serves("something-new", "/v1/embeddings"));
+        assert!(serves("rerank", "/v1/rerank"));
+        assert!(!serves("rerank", "/v1/chat/completions") && !serves("rerank", "/v1/embeddings"));
+        assert!(!serves("chat", "/v1/rerank") && !serves("embedding", "/v1/rerank"));
+        assert!(serves("realtime", "/v1/realtime") && !serves("realtime", "/v1/chat/completions"));
+        assert!(!serves("chat", "/v1/realtime"));
     }
 }

@@ -231,6 +231,13 @@ pub struct Model {
     pub cache_write_1h_price_micros: i64,
     /// 0 bills reasoning tokens at the output price.
     pub reasoning_price_micros: i64,
+    /// Realtime audio tokens in, out and read from the cache; 0 bills them
+    /// at the text price of the same kind (see `gw_pricing::Prices`).
+    pub audio_input_price_micros: i64,
+    pub audio_output_price_micros: i64,
+    pub audio_cached_price_micros: i64,
+    /// Per rerank search unit (one query over up to 100 documents).
+    pub search_unit_price_micros: i64,
 }
 
 /// Which kind of resource a delete or a rejection names.

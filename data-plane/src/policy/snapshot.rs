@@ -618,6 +618,10 @@ pub(crate) mod tests {
             cache_write_5m_price_micros: 0,
             cache_write_1h_price_micros: 0,
             reasoning_price_micros: 0,
+            search_unit_price_micros: 0,
+            audio_input_price_micros: 0,
+            audio_output_price_micros: 0,
+            audio_cached_price_micros: 0,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod gemini;
 mod health;
 mod keys;
 pub mod openai;
+pub mod realtime;
 mod transport;
 pub mod vertex;
 pub mod video;

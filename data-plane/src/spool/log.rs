@@ -47,6 +47,7 @@ impl Kind {
             2 => Kind::Final,
             3 => Kind::Void,
             4 => Kind::Carried,
+            5 => Kind::Progress,
             _ => return None,
         })
     }
@@ -127,7 +128,8 @@ pub fn segment_path(dir: &Path, seq: u64) -> PathBuf {
 /// Reads every segment (and legacy batch file) in `dir`, oldest first, and
 /// folds them: a final record closes its request, a void entry closes it
 /// without a record (the attempt failed before any answer), an open entry
-/// not closed afterwards becomes its prompt-only record. Removes
+/// not closed afterwards becomes its prompt-only record, or its latest
+/// progress (what the client had received when it was written). Removes
 /// half-written temporaries; a damaged tail is logged and skipped.
 pub fn replay(dir: &Path) -> Result<Replay, SpoolError> {
     let listing = std::fs::read_dir(dir).map_err(|source| SpoolError::io("listing", dir, source))?;
@@ -200,8 +202,15 @@ impl Fold {
                 self.closed.remove(&id);
                 self.open.insert(id, record);
             }
-            Kind::Carried => {
-                if !self.closed.contains(&id) {
+            Kind::Carried | Kind::Progress => {
+                if self.closed.contains(&id) {
+                    return;
+                }
+                // A carried copy may be older than a progress entry in an
+                // earlier segment (several writers): a request's latest
+                // state is the one furthest into it.
+                let newer = self.open.get(&id).is_none_or(|open| record.latency_ms >= open.latency_ms);
+                if newer {
                     self.open.insert(id, record);
                 }
             }
@@ -247,6 +256,9 @@ mod tests {
             cache_write_5m_tokens: 2,
             cache_write_1h_tokens: 4,
             reasoning_tokens: 5,
+            audio_prompt_tokens: 6,
+            audio_completion_tokens: 2,
+            audio_cached_tokens: 1,
             tier: 1,
             cost_micros: 77,
             latency_ms: 9,
@@ -254,7 +266,7 @@ mod tests {
             created_at: 1_700_000_000,
             node_id: "node".into(),
             estimated: true,
-            units: crate::pricing::Units { images: 2, audio_millis: 300 },
+            units: crate::pricing::Units { images: 2, audio_millis: 300, search_units: 1 },
         };
         let short = record("r", 0);
         let mut reused = Encoder::default();
@@ -315,6 +327,33 @@ mod tests {
         encode(Kind::Final, &old, &mut bytes);
         let (entries, _) = decode(&bytes);
         assert_eq!((entries[0].1.reasoning_tokens, entries[0].1.tier), (0, 0));
+    }
+
+    #[test]
+    fn an_unfinished_stream_is_replayed_as_its_latest_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let progress = |id: &str, ms: u32, completion: i64| UsageRecord {
+            latency_ms: ms,
+            completion_tokens: completion,
+            ..record(id, 0)
+        };
+        let mut first = Vec::new();
+        encode(Kind::Open, &record("cut", 0), &mut first);
+        encode(Kind::Open, &record("ended", 0), &mut first);
+        encode(Kind::Progress, &progress("cut", 1_000, 10), &mut first);
+        encode(Kind::Progress, &progress("ended", 1_000, 10), &mut first);
+        encode(Kind::Progress, &progress("cut", 2_000, 20), &mut first);
+        std::fs::write(segment_path(dir.path(), 1), &first).unwrap();
+        // A copy carried forward before the last progress, sealed later.
+        let mut second = Vec::new();
+        encode(Kind::Carried, &progress("cut", 1_000, 10), &mut second);
+        encode(Kind::Final, &UsageRecord { completion_tokens: 30, ..record("ended", 200) }, &mut second);
+        encode(Kind::Progress, &progress("ended", 3_000, 30), &mut second);
+        std::fs::write(segment_path(dir.path(), 2), &second).unwrap();
+        let replay = replay(dir.path()).unwrap();
+        let seen: Vec<_> = replay.records.iter().map(|r| (&*r.request_id, r.status, r.completion_tokens)).collect();
+        assert_eq!(seen, [("ended", 200, 30), ("cut", 0, 20)]);
+        assert_eq!(replay.unfinished, 1);
     }
 
     #[test]

@@ -200,6 +200,7 @@ fn messages_answer() -> Response {
         cache_write_5m_tokens: 10,
         cache_write_1h_tokens: 20,
         reasoning_tokens: 0,
+        ..Usage::default()
     };
     answer(parts, Stop::MaxTokens, usage)
 }

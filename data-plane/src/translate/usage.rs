@@ -72,6 +72,7 @@ mod tests {
             cache_write_5m_tokens: 10,
             cache_write_1h_tokens: 20,
             reasoning_tokens: 30,
+            ..Usage::default()
         };
         // Messages carries the writes and their split, not reasoning apart.
         assert_eq!(from_messages(&to_messages(&usage)), Some(Usage { reasoning_tokens: 0, ..usage }));

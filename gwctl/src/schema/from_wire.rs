@@ -152,6 +152,14 @@ impl From<&pb::Model> for Model {
             cache_write_1h_price_usd: usd(m.cache_write_1h_price_micros),
             reasoning_price_micros: m.reasoning_price_micros,
             reasoning_price_usd: usd(m.reasoning_price_micros),
+            audio_input_price_micros: m.audio_input_price_micros,
+            audio_input_price_usd: usd(m.audio_input_price_micros),
+            audio_output_price_micros: m.audio_output_price_micros,
+            audio_output_price_usd: usd(m.audio_output_price_micros),
+            audio_cached_price_micros: m.audio_cached_price_micros,
+            audio_cached_price_usd: usd(m.audio_cached_price_micros),
+            search_unit_price_micros: m.search_unit_price_micros,
+            search_unit_price_usd: usd(m.search_unit_price_micros),
         }
     }
 }
@@ -174,9 +182,13 @@ impl From<&pb::UsageRecord> for Usage {
             cache_write_5m_tokens: r.cache_write_5m_tokens,
             cache_write_1h_tokens: r.cache_write_1h_tokens,
             reasoning_tokens: r.reasoning_tokens,
+            audio_prompt_tokens: r.audio_prompt_tokens,
+            audio_completion_tokens: r.audio_completion_tokens,
+            audio_cached_tokens: r.audio_cached_tokens,
             tier: r.tier,
             images: r.images,
             audio_millis: r.audio_millis,
+            search_units: r.search_units,
             estimated: r.estimated,
             cost_micros: r.cost_micros,
             cost_usd: usd(r.cost_micros),

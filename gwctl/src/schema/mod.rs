@@ -191,6 +191,17 @@ pub struct Model {
     /// 0: the output price.
     pub reasoning_price_micros: i64,
     pub reasoning_price_usd: String,
+    /// Realtime audio tokens in, out and read from the cache; 0: the text
+    /// price of the same kind (input, output, cached).
+    pub audio_input_price_micros: i64,
+    pub audio_input_price_usd: String,
+    pub audio_output_price_micros: i64,
+    pub audio_output_price_usd: String,
+    pub audio_cached_price_micros: i64,
+    pub audio_cached_price_usd: String,
+    /// One rerank search unit (a query over up to 100 documents).
+    pub search_unit_price_micros: i64,
+    pub search_unit_price_usd: String,
 }
 
 /// One usage record.
@@ -214,10 +225,16 @@ pub struct Usage {
     pub cache_write_1h_tokens: i64,
     /// Part of `completion_tokens` spent reasoning.
     pub reasoning_tokens: i64,
+    /// Audio parts of `prompt_tokens`, `completion_tokens` and `cached_tokens`.
+    pub audio_prompt_tokens: i64,
+    pub audio_completion_tokens: i64,
+    pub audio_cached_tokens: i64,
     /// The price tier billed: 0 base, 1 long context.
     pub tier: u32,
     pub images: i64,
     pub audio_millis: i64,
+    /// Rerank search units (a query over up to 100 documents each).
+    pub search_units: i64,
     /// Token counts were estimated, not reported by the upstream.
     pub estimated: bool,
     pub cost_micros: i64,

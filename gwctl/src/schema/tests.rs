@@ -177,6 +177,10 @@ fn model_json_is_pinned() {
         cache_write_5m_price_micros: 3_125_000,
         cache_write_1h_price_micros: 5_000_000,
         reasoning_price_micros: 0,
+        audio_input_price_micros: 0,
+        audio_output_price_micros: 0,
+        audio_cached_price_micros: 0,
+        search_unit_price_micros: 2_000,
     };
     golden("model", &Model::from(&model));
 }
@@ -205,7 +209,11 @@ fn usage_json_is_pinned_without_scientific_notation() {
         cache_write_5m_tokens: 2,
         cache_write_1h_tokens: 1,
         reasoning_tokens: 5,
+        audio_prompt_tokens: 0,
+        audio_completion_tokens: 0,
+        audio_cached_tokens: 0,
         tier: 0,
+        search_units: 1,
     };
     let list = List { items: vec![Usage::from(&record)], next: Some("12:req_1".into()) };
     let text = json_text(&list).unwrap();

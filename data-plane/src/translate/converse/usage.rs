@@ -36,6 +36,7 @@ pub fn from_converse(usage: &Value) -> Option<Usage> {
         cache_write_5m_tokens: written - written_1h,
         cache_write_1h_tokens: written_1h,
         reasoning_tokens: 0,
+        ..Usage::default()
     })
 }
 

@@ -1,0 +1,187 @@
+//! A mock realtime provider: OpenAI's `/v1/realtime` over a real
+//! WebSocket. It sends `session.created`, and for each `response.create`
+//! a `response.created`, a few transcript and audio deltas and a
+//! `response.done` whose usage is `USAGE`. It records each handshake (the
+//! credential, the model asked for, `OpenAI-Beta`), counts the sessions
+//! open, and can refuse upgrades with a status (a channel that is down).
+
+use std::sync::{
+    Arc, Mutex, PoisonError,
+    atomic::{AtomicU16, AtomicUsize, Ordering},
+};
+
+use axum::{
+    Router,
+    extract::{
+        Query, State,
+        ws::{Message, WebSocket, WebSocketUpgrade},
+    },
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse as _, Response},
+    routing::get,
+};
+use serde_json::{Value, json};
+
+/// The transcript each response speaks, in `DELTAS` parts.
+pub const TRANSCRIPT: &str = "Hello from the realtime mock";
+/// Transcript deltas per response.
+pub const DELTAS: usize = 3;
+/// Every response's usage: 200 in (120 audio; 64 cached, 32 of them audio),
+/// 130 out (100 audio).
+pub const USAGE: Usage =
+    Usage { input: 200, audio_input: 120, cached: 64, audio_cached: 32, output: 130, audio_output: 100 };
+
+/// The token counts of `USAGE`.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    pub input: i64,
+    pub audio_input: i64,
+    pub cached: i64,
+    pub audio_cached: i64,
+    pub output: i64,
+    pub audio_output: i64,
+}
+
+/// One upgrade the mock was asked for.
+#[derive(Debug, Clone)]
+pub struct Handshake {
+    pub authorization: Option<String>,
+    pub api_key: Option<String>,
+    pub beta: Option<String>,
+    /// The query's `model`, or `deployment` for Azure's URL.
+    pub model: Option<String>,
+    pub refused: bool,
+}
+
+/// The running mock.
+pub struct MockRealtime {
+    addr: std::net::SocketAddr,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+struct Shared {
+    handshakes: Mutex<Vec<Handshake>>,
+    open: AtomicUsize,
+    /// Non-zero: refuse upgrades with this status.
+    refuse: AtomicU16,
+}
+
+// === impl MockRealtime ===
+
+impl MockRealtime {
+    /// Starts the mock on a free port.
+    pub async fn start() -> anyhow::Result<MockRealtime> {
+        let shared =
+            Arc::new(Shared { handshakes: Mutex::default(), open: AtomicUsize::new(0), refuse: AtomicU16::new(0) });
+        let app = Router::new().route("/v1/realtime", get(upgrade)).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(MockRealtime { addr, shared, task })
+    }
+
+    /// The base URL a channel names (`http://…/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Refuses every later upgrade with `status` (0: accept again).
+    pub fn refuse_with(&self, status: u16) {
+        self.shared.refuse.store(status, Ordering::SeqCst);
+    }
+
+    /// The handshakes so far, in order.
+    pub fn handshakes(&self) -> Vec<Handshake> {
+        self.shared.handshakes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Sessions open now.
+    pub fn open_sessions(&self) -> usize {
+        self.shared.open.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for MockRealtime {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn upgrade(
+    State(shared): State<Arc<Shared>>,
+    Query(query): Query<Vec<(String, String)>>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let model = query.iter().find(|(k, _)| k == "model" || k == "deployment").map(|(_, v)| v.clone());
+    let refuse = shared.refuse.load(Ordering::SeqCst);
+    shared.handshakes.lock().unwrap_or_else(PoisonError::into_inner).push(Handshake {
+        authorization: header("authorization"),
+        api_key: header("api-key"),
+        beta: header("openai-beta"),
+        model,
+        refused: refuse != 0,
+    });
+    if refuse != 0 {
+        let status = StatusCode::from_u16(refuse).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let body = json!({ "error": { "message": "realtime is down here", "type": "server_error" } });
+        return (status, axum::Json(body)).into_response();
+    }
+    upgrade.on_upgrade(move |socket| session(shared, socket))
+}
+
+async fn session(shared: Arc<Shared>, mut socket: WebSocket) {
+    shared.open.fetch_add(1, Ordering::SeqCst);
+    let created = json!({ "type": "session.created", "event_id": "event_1",
+        "session": { "id": "sess_mock", "object": "realtime.session", "type": "realtime", "model": "gpt-realtime" } });
+    let mut responses = 0;
+    if socket.send(Message::Text(created.to_string().into())).await.is_ok() {
+        while let Some(Ok(message)) = socket.recv().await {
+            let Message::Text(text) = message else { continue };
+            let event: Value = serde_json::from_str(text.as_str()).unwrap_or_default();
+            if event["type"] != "response.create" {
+                continue;
+            }
+            responses += 1;
+            if respond(&mut socket, responses).await.is_err() {
+                break;
+            }
+        }
+    }
+    shared.open.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Sends response `n`'s events.
+async fn respond(socket: &mut WebSocket, n: usize) -> Result<(), axum::Error> {
+    let id = format!("resp_{n}");
+    let mut events = vec![json!({ "type": "response.created", "event_id": format!("event_{n}_0"),
+        "response": { "id": id, "object": "realtime.response", "status": "in_progress", "output": [] } })];
+    let words: Vec<&str> = TRANSCRIPT.split_inclusive(' ').collect();
+    for (i, part) in words.chunks(words.len().div_ceil(DELTAS)).enumerate() {
+        let common = json!({ "response_id": id, "item_id": "item_1", "output_index": 0, "content_index": 0 });
+        let mut transcript = json!({ "type": "response.output_audio_transcript.delta",
+            "event_id": format!("event_{n}_t{i}"), "delta": part.concat() });
+        let mut audio = json!({ "type": "response.output_audio.delta",
+            "event_id": format!("event_{n}_a{i}"), "delta": "AAAAAAAA" });
+        for event in [&mut transcript, &mut audio] {
+            event.as_object_mut().into_iter().for_each(|o| o.extend(common.as_object().cloned().unwrap_or_default()));
+        }
+        events.extend([transcript, audio]);
+    }
+    let u = USAGE;
+    events.push(json!({ "type": "response.done", "event_id": format!("event_{n}_done"),
+        "response": { "id": id, "object": "realtime.response", "status": "completed", "output": [],
+            "usage": { "total_tokens": u.input + u.output, "input_tokens": u.input, "output_tokens": u.output,
+                "input_token_details": { "text_tokens": u.input - u.audio_input, "audio_tokens": u.audio_input,
+                    "cached_tokens": u.cached,
+                    "cached_tokens_details": { "text_tokens": u.cached - u.audio_cached, "audio_tokens": u.audio_cached } },
+                "output_token_details": { "text_tokens": u.output - u.audio_output, "audio_tokens": u.audio_output } } } }));
+    for event in events {
+        socket.send(Message::Text(event.to_string().into())).await?;
+    }
+    Ok(())
+}
