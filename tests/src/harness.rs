@@ -146,6 +146,8 @@ pub struct ControlPlane {
     pub data_dir: PathBuf,
     /// Video task timing (`--video-*` flags of the binary).
     pub video: VideoConfig,
+    /// Batch timing (in-process only).
+    pub batch: gw_control_plane::services::batch::Config,
     /// Extra environment of the process (process mode only).
     pub env: Vec<(String, String)>,
     /// TLS of its gRPC listener (in-process only); clients then trust
@@ -189,6 +191,8 @@ pub struct DataPlane {
     /// The control-plane addresses it dials (`--control-plane`); `None`
     /// dials the cluster's control plane.
     pub control_plane: Option<String>,
+    /// `--stream-keepalive-ms`; `None` keeps the default (15 s).
+    pub stream_keepalive: Option<Duration>,
     running: Option<Running<gw_data_plane::Handle>>,
     /// It answered `/ready` once: its address is its own from then on.
     served: bool,
@@ -337,6 +341,7 @@ impl Cluster {
             store: store.to_owned(),
             data_dir: dir.path().join("control-plane"),
             video: VideoConfig::default(),
+            batch: Default::default(),
             env: Vec::new(),
             tls: None,
             store_ca_file: None,
@@ -376,6 +381,7 @@ impl Cluster {
                 control_plane_tls: Default::default(),
                 node_key: None,
                 control_plane: None,
+                stream_keepalive: None,
                 running: None,
                 served: false,
             };
@@ -469,6 +475,7 @@ impl Cluster {
         config.admin_key = Some(self.admin_key.clone());
         config.node_key = Some(self.node_key.clone());
         config.video = cp.video.clone();
+        config.batch = cp.batch.clone();
         config.tls = cp.tls.clone();
         config.store_ca_file = cp.store_ca_file.clone();
         config.master_keys = cp.master_keys.clone();
@@ -547,6 +554,9 @@ impl Cluster {
                 config.control_plane_tls = dp.control_plane_tls.clone();
                 config.node_id = Some(dp.node_id.clone());
                 config.budget.offline_allowance = dp.offline_allowance;
+                if let Some(interval) = dp.stream_keepalive {
+                    config.upstream.keepalive_interval = interval;
+                }
                 config.admin_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
                 let handle = gw_data_plane::start(config).await.with_context(|| format!("starting data plane {i}"))?;
                 dp.addr = handle.addr;
@@ -567,6 +577,9 @@ impl Cluster {
                     .env("GW_NODE_KEY", &self.node_key);
                 let admin = *dp.admin_addr.get_or_insert_with(|| SocketAddr::from(([127, 0, 0, 1], free_port())));
                 command.arg("--admin-listen").arg(admin.to_string());
+                if let Some(interval) = dp.stream_keepalive {
+                    command.arg("--stream-keepalive-ms").arg(interval.as_millis().to_string());
+                }
                 if let Some(micros) = dp.offline_allowance {
                     command.arg("--offline-allowance").arg(format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000));
                 }

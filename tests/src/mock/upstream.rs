@@ -1,7 +1,8 @@
 //! A scripted OpenAI-compatible upstream for end-to-end tests.
 //!
-//! Serves `POST /v1/chat/completions` (plain and SSE), `GET /v1/models` and
-//! the messages API (`POST /v1/messages` and `/v1/messages/count_tokens`, see
+//! Serves `POST /v1/chat/completions` (plain and SSE), `GET /v1/models`,
+//! `POST /v1/rerank` (see [`crate::mock::rerank`]), the messages API
+//! (`POST /v1/messages` and `/v1/messages/count_tokens`, see
 //! [`crate::mock::messages`]), the Gemini API and Vertex AI (see
 //! [`crate::mock::google`]) on
 //! 127.0.0.1 at a free port, records every request it receives, and replays
@@ -121,6 +122,7 @@ impl MockUpstream {
         });
         let app = Router::new()
             .merge(crate::mock::video::routes(addr))
+            .merge(crate::mock::batches::routes(addr))
             .merge(crate::mock::endpoints::routes(addr))
             .merge(crate::mock::google::auth::routes(shared.google.clone()))
             .merge(crate::mock::azure::routes(addr))
@@ -354,6 +356,7 @@ async fn handle(
             crate::mock::messages::messages(script, id, &headers, &body, on_abandon).await
         }
         (&Method::POST, "/v1/messages/count_tokens") => crate::mock::messages::count_tokens(&script, &headers, &body),
+        (&Method::POST, "/v1/rerank") => crate::mock::rerank::rerank(&body, id),
         _ => error(StatusCode::NOT_FOUND, &format!("Invalid URL ({method} {})", uri.path())),
     }
 }
