@@ -43,7 +43,7 @@ use crate::{
     meter::answer::usage_of,
     meter::{
         Charge, Meter,
-        pump::{Events, Raw, pump},
+        pump::{Events, Raw, primed, pump},
         sse::SseFilter,
     },
     pipeline::{self, App},
@@ -133,6 +133,9 @@ async fn handle(app: Arc<App>, api: Api, request: Request) -> Result<Response, P
         app.usage.in_flight(charge, call.len(), |charge| forward(app, channel, call, charge))
     })
     .await
+    if call.stream {
+        pipeline::keepalive::arm(&admitted);
+    }
 }
 
 /// One attempt on `channel`; it fails, without having sent the client anything, on an upstream error status, a transport failure, or a plain answer that breaks off.
@@ -161,6 +164,7 @@ async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) 
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
     let idle = app.upstreams.idle_timeout(&channel);
+    let sent = tokio::time::Instant::now();
     if provider::is_sse(response.headers()) {
         let filter = match call.api {
             Api::Completions => SseFilter::new(call.client_wants_usage),
@@ -170,7 +174,10 @@ async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) 
         if let CallBody::Json(json) = &call.body {
             meter.estimate_prompt_from(json.raw().clone());
         }
-        let body = pump(Box::pin(response.bytes_stream()), Events::new(filter), Some(meter), idle, status.as_u16());
+        // Committed once the first token came, so a silent channel is failed over.
+        let first_token = app.upstreams.first_token_deadline(&channel, sent);
+        let upstream = Box::pin(response.bytes_stream());
+        let body = primed(upstream, Events::new(filter), Some(meter), idle, status.as_u16(), first_token).await?;
         return Ok(provider::reply(status, content_type, Body::from_stream(body), true));
     }
     if call.api == Api::Speech {

@@ -18,7 +18,7 @@ use crate::{
     error::ProxyError,
     meter::{
         Charge, Meter, answer,
-        pump::{Events, pump},
+        pump::{Events, primed},
         sse::SseFilter,
     },
     openai::ChatRequest,
@@ -39,6 +39,9 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let charge = pipeline::reserve(&app, &admitted, model.clone(), ENDPOINT, bound).await?;
     let (app, chat, charge) = (&*app, &chat, &charge);
     let scope = admitted.scope_in_conversation(app, Some(chat.json()), &chat.model);
+    if chat.stream {
+        pipeline::keepalive::arm(&admitted);
+    }
     pipeline::attempts(&app.upstreams, scope, candidates, |channel| {
         let charge = charge.on_channel(&channel);
         app.usage.in_flight(charge, chat.len(), |charge| forward(app, channel, chat, charge))
@@ -49,7 +52,8 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
 /// One attempt: sends `chat` to `channel` and turns the answer into the
 /// client's response. Fails, without having sent the client anything, on an
 /// upstream error status, a transport failure, or a plain answer whose body
-/// breaks off; a streamed answer is committed once its headers arrived.
+/// breaks off; a streamed answer is committed once its first token came
+/// (`pump::primed`), within the channel's first-byte timeout.
 async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: Charge) -> Result<Response, ProxyError> {
     if !matches!(channel.kind, ChannelKind::OpenAi | ChannelKind::Azure) {
         // Boxed: the translating call is large, and this future would
@@ -57,6 +61,7 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
         return Box::pin(provider::dialect::chat(app.attempt(), channel, chat, charge)).await;
     }
     let body = chat.upstream_body(channel.upstream_model(&chat.model));
+    let sent = tokio::time::Instant::now();
     let response = app.upstreams.chat(&channel, channel.upstream_model(&chat.model), body, chat.stream).await?;
     let response = provider::accept(&app.upstreams, &channel, response).await?;
     let status = response.status();
@@ -65,8 +70,10 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
     meter.estimate_prompt_from(chat.body().clone());
     if provider::is_sse(response.headers()) {
         let idle = app.upstreams.idle_timeout(&channel);
-        let filter = SseFilter::new(chat.client_wants_usage);
-        let body = pump(Box::pin(response.bytes_stream()), Events::new(filter), Some(meter), idle, status.as_u16());
+        let filter = Events::new(SseFilter::new(chat.client_wants_usage));
+        let first_token = app.upstreams.first_token_deadline(&channel, sent);
+        let upstream = Box::pin(response.bytes_stream());
+        let body = primed(upstream, filter, Some(meter), idle, status.as_u16(), first_token).await?;
         return Ok(provider::reply(status, content_type, Body::from_stream(body), true));
     }
     let bytes = match app.upstreams.read_body(&channel, response).await {

@@ -99,6 +99,10 @@ async fn generate(app: &App, model: String, stream: bool, request: Request) -> R
     };
     let (client, charge) = (&client, &charge);
     let scope = admitted.scope_in_conversation(app, Some(&call.body), &call.model);
+    if stream && !json_array {
+        // A JSON-array stream has no comment to keep it alive with.
+        pipeline::keepalive::arm(&admitted);
+    }
     pipeline::attempts(&app.upstreams, scope, candidates, |channel| {
         let charge = charge.on_channel(&channel);
         let bytes = call.body.raw().len();

@@ -79,6 +79,11 @@ impl<'a> MessagesEvent<'a> {
         serde_json::from_slice(data).unwrap_or_default()
     }
 
+    /// The event's `type`, if it names one.
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+
     /// The usage object this event reports, if its type reports one.
     pub fn usage(&self) -> Option<&Value> {
         match self.kind.as_deref() {

@@ -10,17 +10,22 @@
 //! client goes away first. At the natural end the pump holds the final
 //! bytes until the record is on the spool, so no client has a whole answer
 //! whose usage a crash could lose (a body of unknown length ends with its
-//! terminating chunk, which waits the same way).
+//! terminating chunk, which waits the same way). `primed` holds a
+//! stream's opening events back until its first token, so an upstream that
+//! answers its headers at once and then stays silent can still be failed
+//! over before the client saw any of it.
 
 use std::{io, pin::Pin, time::Duration};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt as _, stream};
+use tokio::time::Instant;
 
 use super::{
     Meter,
     sse::{event_data, find_event_end},
 };
+use crate::error::ProxyError;
 
 /// A byte stream from the upstream, failing with the transport's error `E`.
 pub type Upstream<E> = Pin<Box<dyn Stream<Item = Result<Bytes, E>> + Send>>;
@@ -33,6 +38,13 @@ pub trait Relay: Send + 'static {
     fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes;
     /// Whether the answer reached its natural end.
     fn complete(&self) -> bool;
+    /// Whether the answer's first token (or its end) went by: what came
+    /// before (an answer's opening events) may be held back while the
+    /// attempt can still fail over (`primed`). Bodies without tokens have
+    /// begun with their first byte.
+    fn started(&self) -> bool {
+        true
+    }
 }
 
 /// What to send the client for each complete SSE event.
@@ -44,6 +56,11 @@ pub trait EventRelay: Send + 'static {
     fn finish(&mut self, meter: Option<&mut Meter>) -> Bytes;
     /// Whether the terminal event went by.
     fn complete(&self) -> bool;
+    /// Whether the answer's first token (or its end) went by; see
+    /// `Relay::started`.
+    fn started(&self) -> bool {
+        true
+    }
 }
 
 /// An SSE stream split into events for an `EventRelay`.
@@ -71,73 +88,145 @@ pub fn pump<R: Relay, E: std::error::Error + Send + 'static>(
     idle: Duration,
     status: u16,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
-    struct State<R, E> {
-        upstream: Upstream<E>,
-        relay: R,
-        meter: Option<Meter>,
-        idle: Duration,
-        status: u16,
-        span: tracing::Span,
-        done: bool,
+    Pump::new(upstream, relay, meter, idle, status).into_stream(Bytes::new())
+}
+
+/// `pump`, once the answer has begun: reads the upstream until the relay
+/// says its first token went by (`Relay::started`), holding what the relay
+/// makes of the events before it (`message_start`, `response.created`, a
+/// role-only chunk), and returns the body with those held bytes first.
+/// Fails, with nothing sent and nothing metered (the meter is cancelled),
+/// when no token came by `first_token` (`None`: no bound but `idle`
+/// between chunks) or the upstream broke, stalled or ended first: the
+/// attempt can fall over to another channel.
+pub async fn primed<R: Relay, E: std::error::Error + Send + 'static>(
+    upstream: Upstream<E>,
+    relay: R,
+    meter: Option<Meter>,
+    idle: Duration,
+    status: u16,
+    first_token: Option<Instant>,
+) -> Result<impl Stream<Item = io::Result<Bytes>> + Send + 'static, ProxyError> {
+    let mut pump = Pump::new(upstream, relay, meter, idle, status);
+    let mut held = BytesMut::new();
+    while !pump.relay.started() {
+        let wait = first_token.map_or(idle, |at| idle.min(at.saturating_duration_since(Instant::now())));
+        let failed = match tokio::time::timeout(wait, pump.upstream.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                held.extend_from_slice(&pump.relay.push(chunk, pump.meter.as_mut()));
+                if pump.relay.complete() {
+                    pump.end(pump.status, true).await;
+                }
+                continue;
+            }
+            Ok(None) => ProxyError::UpstreamStatus {
+                status: axum::http::StatusCode::BAD_GATEWAY,
+                message: "upstream stream ended before its first token".into(),
+            },
+            Ok(Some(Err(error))) => {
+                tracing::warn!(error = %crate::error::error_chain(&error), "upstream stream failed before its first token");
+                ProxyError::UpstreamConnect
+            }
+            Err(_) => {
+                let waited_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+                tracing::warn!(waited_ms, "upstream sent no first token in time");
+                ProxyError::UpstreamTimeout
+            }
+        };
+        if let Some(meter) = pump.meter.take() {
+            meter.cancel();
+        }
+        return Err(failed);
+    }
+    Ok(pump.into_stream(held.freeze()))
+}
+
+/// The state of one pumped body.
+struct Pump<R, E> {
+    upstream: Upstream<E>,
+    relay: R,
+    meter: Option<Meter>,
+    idle: Duration,
+    status: u16,
+    span: tracing::Span,
+    done: bool,
+}
+
+// === impl Pump ===
+
+impl<R: Relay, E: std::error::Error + Send + 'static> Pump<R, E> {
+    fn new(upstream: Upstream<E>, relay: R, meter: Option<Meter>, idle: Duration, status: u16) -> Pump<R, E> {
+        let span = tracing::Span::current();
+        Pump { upstream, relay, meter, idle, status, span, done: false }
     }
 
-    impl<R: Relay, E> State<R, E> {
-        /// Records with `status`; waits until the record is spooled when
-        /// `wait` (the natural end), otherwise lets the writer take it.
-        async fn end(&mut self, status: u16, wait: bool) {
-            if let Some(meter) = self.meter.take() {
-                let written = meter.finish(status);
-                if wait {
-                    written.wait().await;
-                }
+    /// Records with `status`; waits until the record is spooled when
+    /// `wait` (the natural end), otherwise lets the writer take it.
+    async fn end(&mut self, status: u16, wait: bool) {
+        if let Some(meter) = self.meter.take() {
+            let written = meter.finish(status);
+            if wait {
+                written.wait().await;
             }
         }
     }
 
-    let span = tracing::Span::current();
-    let state = State { upstream, relay, meter, idle, status, span, done: false };
-    stream::unfold(state, |mut st| async move {
-        if st.done {
-            return None;
-        }
+    /// The body: `first` (when not empty), then what the relay makes of the
+    /// rest of the upstream.
+    fn into_stream(self, first: Bytes) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
+        let first = (!first.is_empty()).then_some(Ok(first));
+        stream::iter(first).chain(stream::unfold(self, |mut st| async move {
+            if st.done {
+                return None;
+            }
+            st.next().await.map(|item| (item, st))
+        }))
+    }
+
+    /// The next bytes for the client; `None` once the body ended.
+    async fn next(&mut self) -> Option<io::Result<Bytes>> {
         loop {
-            match tokio::time::timeout(st.idle, st.upstream.next()).await {
+            match tokio::time::timeout(self.idle, self.upstream.next()).await {
                 Ok(Some(Ok(chunk))) => {
-                    let out = st.relay.push(chunk, st.meter.as_mut());
-                    if st.relay.complete() {
-                        st.end(st.status, true).await;
+                    let out = self.relay.push(chunk, self.meter.as_mut());
+                    if self.relay.complete() {
+                        self.end(self.status, true).await;
                     }
                     if !out.is_empty() {
-                        return Some((Ok(out), st));
+                        // A crash from here on bills what the client got.
+                        if let Some(meter) = self.meter.as_mut() {
+                            meter.progress();
+                        }
+                        return Some(Ok(out));
                     }
                 }
                 Ok(None) => {
-                    let out = st.relay.finish(st.meter.as_mut());
-                    st.end(st.status, true).await;
-                    st.done = true;
-                    return (!out.is_empty()).then_some((Ok(out), st));
+                    let out = self.relay.finish(self.meter.as_mut());
+                    self.end(self.status, true).await;
+                    self.done = true;
+                    return (!out.is_empty()).then_some(Ok(out));
                 }
                 Ok(Some(Err(error))) => {
-                    st.span.in_scope(
+                    self.span.in_scope(
                         || tracing::warn!(error = %crate::error::error_chain(&error), "upstream stream failed"),
                     );
-                    st.end(502, false).await;
-                    st.done = true;
+                    self.end(502, false).await;
+                    self.done = true;
                     // hyper drops bytes it has not flushed yet when a body
                     // fails; pending once lets it flush what went before.
                     tokio::task::yield_now().await;
-                    return Some((Err(io::Error::other("upstream stream failed")), st));
+                    return Some(Err(io::Error::other("upstream stream failed")));
                 }
                 Err(_) => {
-                    let idle_ms = u64::try_from(st.idle.as_millis()).unwrap_or(u64::MAX);
-                    st.span.in_scope(|| tracing::warn!(idle_ms, "upstream stream idle too long"));
-                    st.end(504, false).await;
-                    st.done = true;
-                    return Some((Err(io::Error::new(io::ErrorKind::TimedOut, "upstream idle timeout")), st));
+                    let idle_ms = u64::try_from(self.idle.as_millis()).unwrap_or(u64::MAX);
+                    self.span.in_scope(|| tracing::warn!(idle_ms, "upstream stream idle too long"));
+                    self.end(504, false).await;
+                    self.done = true;
+                    return Some(Err(io::Error::new(io::ErrorKind::TimedOut, "upstream idle timeout")));
                 }
             }
         }
-    })
+    }
 }
 
 // === impl Events ===
@@ -178,6 +267,10 @@ impl<E: EventRelay> Relay for Events<E> {
     fn complete(&self) -> bool {
         self.relay.complete()
     }
+
+    fn started(&self) -> bool {
+        self.relay.started()
+    }
 }
 
 // === impl Raw ===
@@ -217,6 +310,66 @@ mod tests {
         let chunks: Vec<Result<Bytes, ClientError>> =
             chunks.iter().map(|c| Ok(Bytes::from_static(c.as_bytes()))).collect();
         Box::pin(futures_util::stream::iter(chunks))
+    }
+
+    /// `events`, each after its delay, then silence until dropped.
+    fn paced(events: &[(u64, &'static str)]) -> Upstream<ClientError> {
+        let events: Vec<(u64, &'static str)> = events.to_vec();
+        let paced = futures_util::stream::iter(events).then(|(ms, event)| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(Bytes::from_static(event.as_bytes()))
+        });
+        Box::pin(paced.chain(futures_util::stream::pending()))
+    }
+
+    const CREATED: &str = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+    const TOKEN: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_is_held_until_its_first_token_and_then_sent_whole() {
+        let (sink, mut rx) = recording_sink();
+        let meter = Meter::new(Charge::test("r1"), sink, 40);
+        let upstream = paced(&[(0, CREATED), (90_000, TOKEN), (10, "data: [DONE]\n\n")]);
+        let first_token = Some(Instant::now() + Duration::from_secs(120));
+        let idle = Duration::from_secs(300);
+        let relay = Events::new(SseFilter::new(false));
+        let started = Instant::now();
+        let mut stream = Box::pin(primed(upstream, relay, Some(meter), idle, 200, first_token).await.unwrap());
+        assert_eq!(started.elapsed(), Duration::from_secs(90), "returned with the first token, not before");
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!(first, format!("{CREATED}{TOKEN}").as_bytes(), "the opening event is held, not lost");
+        assert_eq!(stream.next().await.unwrap().unwrap(), "data: [DONE]\n\n".as_bytes());
+        assert_eq!(rx.recv().await.unwrap().status, 200);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_first_token_by_the_deadline_fails_the_attempt_and_bills_nothing() {
+        let (sink, mut rx) = recording_sink();
+        let meter = Meter::new(Charge::test("r1"), sink.clone(), 40);
+        let first_token = Some(Instant::now() + Duration::from_secs(30));
+        let relay = Events::new(SseFilter::new(false));
+        let started = Instant::now();
+        let failed = primed(paced(&[(0, CREATED)]), relay, Some(meter), Duration::from_secs(300), 200, first_token);
+        assert_eq!(failed.await.err(), Some(ProxyError::UpstreamTimeout));
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        // Without a deadline of its own, the idle timeout bounds the wait.
+        let meter = Meter::new(Charge::test("r2"), sink, 40);
+        let relay = Events::new(SseFilter::new(false));
+        let failed = primed(paced(&[(0, CREATED)]), relay, Some(meter), Duration::from_secs(300), 200, None);
+        assert_eq!(failed.await.err(), Some(ProxyError::UpstreamTimeout));
+        assert_eq!(started.elapsed(), Duration::from_secs(330));
+        tokio::task::yield_now().await;
+        assert!(rx.try_recv().is_err(), "a failed attempt records nothing");
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_or_breaks_before_its_first_token_fails_the_attempt() {
+        let (sink, mut rx) = recording_sink();
+        let meter = Meter::new(Charge::test("r1"), sink, 40);
+        let relay = Events::new(SseFilter::new(false));
+        let failed = primed(upstream(&[CREATED]), relay, Some(meter), Duration::from_secs(5), 200, None).await;
+        assert!(failed.err().is_some_and(|e| e.is_retryable()));
+        assert!(rx.try_recv().is_err(), "a failed attempt records nothing");
     }
 
     #[tokio::test]

@@ -23,6 +23,8 @@ pub struct SseFilter {
     usage_seen: bool,
     /// `id`, `model`, `created` of the first chunk, for an added usage chunk.
     first: Option<ChunkHead>,
+    /// An event past the answer's opening ones went by (see `opening`).
+    started: bool,
     done: bool,
 }
 
@@ -47,6 +49,7 @@ impl SseFilter {
             typed_events: false,
             usage_seen: false,
             first: None,
+            started: false,
             done: false,
         }
     }
@@ -84,6 +87,9 @@ impl SseFilter {
 
 impl EventRelay for SseFilter {
     fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+        if !self.started && !data.is_empty() {
+            self.started = !opening(data, self.typed_events);
+        }
         let Some(meter) = meter else { return raw };
         if data.trim_ascii() == b"[DONE]" {
             self.done = true;
@@ -140,6 +146,42 @@ impl EventRelay for SseFilter {
     fn complete(&self) -> bool {
         self.done
     }
+
+    fn started(&self) -> bool {
+        self.started
+    }
+}
+
+/// Whether the event `data` only opens the answer, before its first token:
+/// a typed event that creates or adds something (`response.created`,
+/// `response.in_progress`, `response.output_item.added`…), or a chat chunk
+/// whose choices carry nothing but the role (or empty content) and no
+/// finish reason, usage or error. Read only until the first token.
+fn opening(data: &[u8], typed_events: bool) -> bool {
+    let Ok(serde_json::Value::Object(event)) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return false;
+    };
+    if typed_events {
+        let kind = event.get("type").and_then(serde_json::Value::as_str).unwrap_or_default();
+        return [".created", ".in_progress", ".added"].iter().any(|end| kind.ends_with(end));
+    }
+    let empty = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => true,
+        serde_json::Value::String(s) => s.is_empty(),
+        serde_json::Value::Array(a) => a.is_empty(),
+        _ => false,
+    };
+    if !event.get("usage").is_none_or(empty) || event.contains_key("error") {
+        return false;
+    }
+    let choices = event.get("choices").and_then(serde_json::Value::as_array).map_or(&[][..], Vec::as_slice);
+    choices.iter().all(|choice| {
+        choice.get("finish_reason").is_none_or(serde_json::Value::is_null)
+            && choice
+                .get("delta")
+                .and_then(serde_json::Value::as_object)
+                .is_none_or(|delta| delta.iter().all(|(key, value)| key == "role" || empty(value)))
+    })
 }
 
 /// Whether `data` mentions a `"usage"` key at all (a byte search, far
@@ -216,6 +258,35 @@ mod tests {
     const CONTENT: &str = "data: {\"id\":\"c1\",\"model\":\"m\",\"created\":5,\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n";
     const USAGE: &str = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\n";
     const DONE: &str = "data: [DONE]\n\n";
+
+    #[test]
+    fn only_the_first_token_starts_a_stream_not_its_opening_events() {
+        let opening_chat = [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}"#,
+            r#"{"choices":[],"prompt_filter_results":[{"prompt_index":0}]}"#,
+            r#"{"choices":[{"delta":{"role":"assistant","content":null,"tool_calls":[]}}]}"#,
+        ];
+        for data in opening_chat {
+            assert!(opening(data.as_bytes(), false), "{data}");
+        }
+        let first_chat = [
+            r#"{"choices":[{"delta":{"content":"hi"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
+            r#"{"error":{"message":"overloaded"}}"#,
+            "[DONE]",
+        ];
+        for data in first_chat {
+            assert!(!opening(data.as_bytes(), false), "{data}");
+        }
+        for kind in ["response.created", "response.in_progress", "response.output_item.added"] {
+            assert!(opening(format!(r#"{{"type":"{kind}"}}"#).as_bytes(), true), "{kind}");
+        }
+        for kind in ["response.output_text.delta", "response.completed", "response.failed", "error"] {
+            assert!(!opening(format!(r#"{{"type":"{kind}"}}"#).as_bytes(), true), "{kind}");
+        }
+    }
 
     fn meter() -> (Meter, mpsc::UnboundedReceiver<crate::spool::Entry>) {
         let (tx, rx) = mpsc::unbounded_channel();

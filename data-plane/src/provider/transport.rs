@@ -26,6 +26,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_TOTAL_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often a streamed request still waiting for its first token sends
+/// the client a keepalive.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 /// Largest non-streamed upstream answer read (images in base64 are the
 /// big ones); a larger one fails the attempt with 502.
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
@@ -39,7 +42,9 @@ pub struct Config {
     /// From sending the request to the response headers, for streamed
     /// requests. A plain request's headers come only once the whole answer
     /// is generated, so it waits up to `total_timeout` unless its channel
-    /// sets a first-byte timeout of its own.
+    /// sets a first-byte timeout of its own. A channel's own first-byte
+    /// timeout also bounds a stream's wait for its first token (see
+    /// `Upstreams::first_token_deadline`).
     pub first_byte_timeout: Duration,
     /// Longest silence between two chunks of a response body.
     pub idle_timeout: Duration,
@@ -55,6 +60,10 @@ pub struct Config {
     pub affinity_capacity: usize,
     /// How long an idle conversation stays remembered.
     pub affinity_idle: Duration,
+    /// How often a streamed request waiting for its first token sends the
+    /// client a keepalive once it waited that long (`pipeline::keepalive`);
+    /// zero sends none.
+    pub keepalive_interval: Duration,
 }
 
 /// Upstream URIs kept (channels × paths; query strings make more).
@@ -93,6 +102,7 @@ impl Default for Config {
             backoff_cap: Duration::from_secs(2),
             affinity_capacity: crate::affinity::DEFAULT_CAPACITY,
             affinity_idle: crate::affinity::DEFAULT_IDLE,
+            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
         }
     }
 }
@@ -150,6 +160,16 @@ impl Upstreams {
     /// The idle timeout for `channel`'s response bodies.
     pub fn idle_timeout(&self, channel: &Channel) -> Duration {
         channel.timeouts.idle.unwrap_or(self.config.idle_timeout)
+    }
+
+    /// When a stream sent to `channel` at `sent` must have brought its
+    /// first token (`meter::pump::primed`): the channel's own first-byte
+    /// timeout after sending, within its total timeout. `None` when the
+    /// channel sets none: reasoning models may think for minutes, so only
+    /// the idle timeout bounds that silence then.
+    pub fn first_token_deadline(&self, channel: &Channel, sent: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let total = channel.timeouts.total.unwrap_or(self.config.total_timeout);
+        channel.timeouts.first_byte.map(|first| sent + first.min(total))
     }
 
     /// This worker's pooled client whose connect timeout is `connect`.

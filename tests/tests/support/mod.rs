@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use gw_proto::pb;
 use gw_tests::{
-    harness::{Admin, Cluster, eventually, json},
+    harness::{Admin, Cluster, DataPlane, Mode, eventually, json},
     redis::RedisServer,
 };
 use reqwest::header::HeaderMap;
@@ -44,6 +44,15 @@ impl Gateway {
     pub async fn start(data_planes: usize) -> Gateway {
         let redis = RedisServer::start().await.expect("redis-server");
         let cluster = Cluster::start(&redis.url(), data_planes).await.expect("cluster");
+        Gateway::customer(cluster, Some(redis)).await
+    }
+
+    /// `start`, with `configure` adjusting each data plane before it starts.
+    pub async fn start_with(data_planes: usize, configure: impl Fn(usize, &mut DataPlane)) -> Gateway {
+        let redis = RedisServer::start().await.expect("redis-server");
+        let cluster = Cluster::start_configured(Mode::InProcess, &redis.url(), data_planes, |_| {}, configure)
+            .await
+            .expect("cluster");
         Gateway::customer(cluster, Some(redis)).await
     }
 

@@ -43,6 +43,9 @@ pub async fn handle(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let charge = pipeline::reserve(&app, &admitted, model.clone(), ENDPOINT, bound).await?;
     let (app, call, charge) = (&*app, &call, &charge);
     let scope = admitted.scope_in_conversation(app, Some(&call.body), &call.model);
+    if call.stream {
+        pipeline::keepalive::arm(&admitted);
+    }
     pipeline::attempts(&app.upstreams, scope, candidates, |channel| {
         let charge = charge.on_channel(&channel);
         let bytes = call.body.raw().len();

@@ -103,6 +103,10 @@ impl<R: EventRelay> Relay for Frames<R> {
     fn complete(&self) -> bool {
         !self.broken && self.relay.complete()
     }
+
+    fn started(&self) -> bool {
+        self.relay.started()
+    }
 }
 
 /// The messages API's error type for a Bedrock exception.

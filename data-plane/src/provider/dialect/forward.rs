@@ -28,7 +28,7 @@ use crate::{
     json_body::JsonBody,
     meter::{
         Charge, Meter, answer,
-        pump::{Events, pump},
+        pump::{Events, primed},
     },
     policy::domain::{Channel, ChannelKind},
     provider::{self, Attempt, ChatCall, Framing, anthropic},
@@ -85,13 +85,16 @@ pub async fn forward(
         _ => target.path.clone(),
     };
     let headers = upstream_headers(&channel, &target, same, call.headers);
+    let sent = tokio::time::Instant::now();
     let response = app.upstreams.send(&channel, &path, headers, body, call.stream).await?;
     let response = provider::accept(app.upstreams, &channel, response).await?;
     let raw = call.body.raw().clone();
     let mut meter = Meter::new(charge, app.usage.clone(), raw.len());
     meter.estimate_prompt_from(raw);
     if call.stream && streams(&target, response.headers()) {
-        return Ok(stream(app, &channel, &target, call, same, response, meter));
+        let idle = app.upstreams.idle_timeout(&channel);
+        let first_token = app.upstreams.first_token_deadline(&channel, sent);
+        return stream(&target, call, same, response, meter, idle, first_token).await;
     }
     let bytes = match app.upstreams.read_body(&channel, response).await {
         Ok(bytes) => bytes,
@@ -161,39 +164,45 @@ fn streams(target: &ChatCall, headers: &HeaderMap) -> bool {
 /// The streamed client response: the upstream's events decoded in its
 /// dialect and encoded in the client's (SSE framing; AWS event streams
 /// through the Bedrock adapter's frame reader), or, in the client's own
-/// dialect and framing, passed untouched and read only to meter.
-fn stream(
-    app: Attempt<'_>,
-    channel: &Channel,
+/// dialect and framing, passed untouched and read only to meter. Returns
+/// once the first token came (`pump::primed`), failing, with nothing sent
+/// or billed, when none came by `first_token` or the stream broke first
+/// (or went silent for `idle`).
+async fn stream(
     target: &ChatCall,
     call: &ClientCall<'_>,
     same: bool,
     response: provider::client::Response,
     meter: Meter,
-) -> Response {
-    let idle = app.upstreams.idle_timeout(channel);
+    idle: std::time::Duration,
+    first_token: Option<tokio::time::Instant>,
+) -> Result<Response, ProxyError> {
     let status = response.status().as_u16();
     let decoder = codec::stream_decoder(target.dialect);
     let upstream = Box::pin(response.bytes_stream());
+    let meter = Some(meter);
     let body = match target.framing {
         // Messages events are read by their own lean reader: the stream
         // coding agents send most.
         Framing::Sse if same && target.dialect == Dialect::Messages => {
-            Body::from_stream(pump(upstream, Events::new(PassMessages::default()), Some(meter), idle, status))
+            let relay = Events::new(PassMessages::default());
+            Body::from_stream(primed(upstream, relay, meter, idle, status, first_token).await?)
         }
         Framing::Sse if same && stream_type(call).is_none() => {
-            Body::from_stream(pump(upstream, Events::new(Metered::new(decoder)), Some(meter), idle, status))
+            let relay = Events::new(Metered::new(decoder));
+            Body::from_stream(primed(upstream, relay, meter, idle, status, first_token).await?)
         }
         Framing::Sse => {
-            let relay = Through::new(decoder, codec::stream_encoder(call.dialect, &call.answering));
-            Body::from_stream(pump(upstream, Events::new(relay), Some(meter), idle, status))
+            let relay = Events::new(Through::new(decoder, codec::stream_encoder(call.dialect, &call.answering)));
+            Body::from_stream(primed(upstream, relay, meter, idle, status, first_token).await?)
         }
         Framing::EventStream => {
             let relay = Through::new(decoder, codec::stream_encoder(call.dialect, &call.answering));
-            Body::from_stream(pump(upstream, provider::bedrock::Frames::new(relay), Some(meter), idle, status))
+            let relay = provider::bedrock::Frames::new(relay);
+            Body::from_stream(primed(upstream, relay, meter, idle, status, first_token).await?)
         }
     };
-    provider::reply(StatusCode::OK, stream_type(call), body, true)
+    Ok(provider::reply(StatusCode::OK, stream_type(call), body, true))
 }
 
 /// The content type of a streamed answer that is not SSE: Gemini's

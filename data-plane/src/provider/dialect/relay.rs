@@ -15,6 +15,9 @@ use crate::{
 #[derive(Default)]
 pub struct PassMessages {
     usage: MessagesStreamUsage,
+    /// An event past the opening ones (`message_start`, the first
+    /// `content_block_start`, `ping`) went by.
+    started: bool,
     done: bool,
 }
 
@@ -30,6 +33,8 @@ impl EventRelay for PassMessages {
         // Read once, for its usage and its text.
         let event = MessagesEvent::read(data);
         self.usage.observe_event(&event);
+        self.started |=
+            !data.is_empty() && !matches!(event.kind(), Some("message_start" | "content_block_start" | "ping"));
         if let Some(meter) = meter {
             meter.read_event(data);
             if let Some(text) = event.text(data) {
@@ -52,6 +57,10 @@ impl EventRelay for PassMessages {
 
     fn complete(&self) -> bool {
         self.done
+    }
+
+    fn started(&self) -> bool {
+        self.started
     }
 }
 

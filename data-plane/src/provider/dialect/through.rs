@@ -17,6 +17,8 @@ use crate::{
 pub struct Through<D, E> {
     decoder: D,
     encoder: E,
+    /// The answer's first token (or its end) was decoded (see `begins`).
+    started: bool,
     ended: bool,
 }
 
@@ -24,6 +26,7 @@ pub struct Through<D, E> {
 /// decoded by `D` only to meter it.
 pub struct Metered<D> {
     decoder: D,
+    started: bool,
     ended: bool,
 }
 
@@ -31,12 +34,13 @@ pub struct Metered<D> {
 
 impl<D: Decode, E: Encode> Through<D, E> {
     pub fn new(decoder: D, encoder: E) -> Through<D, E> {
-        Through { decoder, encoder, ended: false }
+        Through { decoder, encoder, started: false, ended: false }
     }
 
     /// Meters `events` and encodes them for the client.
     pub fn emit(&mut self, events: Vec<Event>, mut meter: Option<&mut Meter>) -> Bytes {
         let mut out = Vec::new();
+        self.started |= events.iter().any(begins);
         for event in &events {
             if let Some(meter) = meter.as_deref_mut() {
                 meter_event(event, meter);
@@ -52,6 +56,14 @@ impl<D: Decode, E: Encode> Through<D, E> {
         }
         Bytes::from(out)
     }
+}
+
+/// Whether `event` is past the answer's opening (its start and the start
+/// of its first block): a token, the end of a block or of the answer, or an
+/// error. Usage alone is not: messages upstreams report the prompt's in
+/// their opening event.
+fn begins(event: &Event) -> bool {
+    !matches!(event, Event::Start { .. } | Event::BlockStart { .. } | Event::Usage(_))
 }
 
 /// What the meter learns from one event: answer text (for an estimate when
@@ -88,19 +100,24 @@ impl<D: Decode, E: Encode> EventRelay for Through<D, E> {
     fn complete(&self) -> bool {
         self.ended
     }
+
+    fn started(&self) -> bool {
+        self.started
+    }
 }
 
 // === impl Metered ===
 
 impl<D: Decode> Metered<D> {
     pub fn new(decoder: D) -> Metered<D> {
-        Metered { decoder, ended: false }
+        Metered { decoder, started: false, ended: false }
     }
 
     fn meter(&mut self, events: &[Event], meter: Option<&mut Meter>) {
         if let Some(meter) = meter {
             events.iter().for_each(|event| meter_event(event, meter));
         }
+        self.started |= events.iter().any(begins);
         self.ended |= events.contains(&Event::End);
     }
 }
@@ -126,5 +143,9 @@ impl<D: Decode> EventRelay for Metered<D> {
 
     fn complete(&self) -> bool {
         self.ended
+    }
+
+    fn started(&self) -> bool {
+        self.started
     }
 }

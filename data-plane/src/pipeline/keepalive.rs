@@ -1,0 +1,204 @@
+//! Keepalives for streamed answers still waiting for their first token, so
+//! proxies and load balancers in front of the client keep the connection
+//! while a reasoning model thinks. A handler arms its request (`arm`) right
+//! before the attempts of a streamed answer; until one whole interval has
+//! passed nothing changes: the answer, or a refusal with its own status,
+//! goes out as it is. After that the layer commits to a `200` event stream
+//! and sends a keepalive each interval (an SSE comment; a `ping` event on
+//! `/v1/messages`, as Anthropic sends) while the attempts go on, failovers
+//! included, then the answer's events, or, when every attempt failed, the
+//! refusal as one error event in the client's dialect. An attempt returns
+//! only once its first token came (`meter::pump::primed`), so nothing but
+//! keepalives reaches the client before then.
+
+use std::{
+    future::Future,
+    io,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use axum::{
+    body::{Body, BodyDataStream},
+    extract::{Request, State},
+    http::{Method, StatusCode},
+    middleware::Next,
+    response::Response,
+};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt as _, stream};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use super::{Admitted, App, RequestId};
+use crate::{
+    error::{self, ProxyError, Refused, Shape},
+    provider,
+};
+
+/// Largest refusal body read to turn it into an error event; they are a
+/// few hundred bytes.
+const MAX_ERROR_BYTES: usize = 64 << 10;
+
+/// Whether the request's answer streams and may be kept alive: a request
+/// extension the layer adds and `arm` sets.
+#[derive(Clone, Default)]
+pub struct Armed(Arc<AtomicBool>);
+
+/// A keepalive in the client's dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Beat {
+    /// `: keepalive`, which SSE readers skip.
+    Comment,
+    /// The messages API's own `ping` event.
+    Ping,
+}
+
+/// The handler's answer, still being worked on.
+type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+/// A committed stream waiting for the handler's answer.
+struct Waiting {
+    answer: Answer,
+    ticks: Interval,
+    beat: Beat,
+    shape: Shape,
+    /// Answers on `/v1/responses` (whose error event is typed).
+    responses: bool,
+    id: RequestId,
+    app: Arc<App>,
+}
+
+/// Where a committed stream is.
+enum Phase {
+    Waiting(Box<Waiting>),
+    Answer(BodyDataStream),
+    Done,
+}
+
+/// Marks `admitted`'s answer as a stream that may be kept alive while it
+/// waits for its first token; a handler calls it right before its attempts
+/// when the client asked for a stream of server-sent events.
+pub fn arm(admitted: &Admitted) {
+    if let Some(armed) = admitted.parts.extensions.get::<Armed>() {
+        armed.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The layer: runs the handler, and once an armed request waited a whole
+/// keepalive interval (`provider::Config::keepalive_interval`; zero: never)
+/// answers `200` at once with a stream of keepalives, followed by the
+/// handler's answer when it comes. Inside `http`'s request layer, which
+/// gives the request its id.
+pub async fn layer(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
+    let interval = app.upstreams.config().keepalive_interval;
+    if interval.is_zero() || request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let armed = Armed::default();
+    request.extensions_mut().insert(armed.clone());
+    let path = request.uri().path();
+    let shape = Shape::for_path(path);
+    let responses = path == "/v1/responses";
+    let beat = if shape == Shape::Messages { Beat::Ping } else { Beat::Comment };
+    let id = request.extensions().get::<RequestId>().cloned().unwrap_or_default();
+    let mut answer: Answer = Box::pin(next.run(request));
+    let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            response = &mut answer => return response,
+            _ = ticks.tick() => if armed.0.load(Ordering::Relaxed) { break },
+        }
+    }
+    let waiting = Waiting { answer, ticks, beat, shape, responses, id, app };
+    let body = stream::iter([Ok(beat.bytes())]).chain(Phase::Waiting(Box::new(waiting)).into_stream());
+    provider::reply(StatusCode::OK, None, Body::from_stream(body), true)
+}
+
+// === impl Beat ===
+
+impl Beat {
+    fn bytes(self) -> Bytes {
+        match self {
+            Beat::Comment => Bytes::from_static(b": keepalive\n\n"),
+            Beat::Ping => Bytes::from_static(b"event: ping\ndata: {\"type\": \"ping\"}\n\n"),
+        }
+    }
+}
+
+// === impl Phase ===
+
+impl Phase {
+    /// The rest of the committed body: keepalives until the answer, then its
+    /// bytes or its refusal as an error event.
+    fn into_stream(self) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
+        stream::unfold(self, |phase| async move {
+            let mut phase = phase;
+            loop {
+                phase = match phase {
+                    Phase::Done => return None,
+                    Phase::Answer(mut body) => {
+                        let item = body.next().await?;
+                        return Some((item.map_err(io::Error::other), Phase::Answer(body)));
+                    }
+                    Phase::Waiting(mut waiting) => {
+                        let mut response = tokio::select! {
+                            response = &mut waiting.answer => response,
+                            _ = waiting.ticks.tick() => return Some((Ok(waiting.beat.bytes()), Phase::Waiting(waiting))),
+                        };
+                        match response.extensions_mut().remove::<Refused>() {
+                            Some(Refused(error)) => return Some((Ok(waiting.error_event(&error).await), Phase::Done)),
+                            None => Phase::Answer(response.into_body().into_data_stream()),
+                        }
+                    }
+                };
+            }
+        })
+    }
+}
+
+// === impl Waiting ===
+
+impl Waiting {
+    /// `error` as the event that ends the stream in the client's dialect:
+    /// the refusal's body as `error.rs` renders it for the path, as the data
+    /// of an `error` event (messages, responses) or of a plain one (chat
+    /// and Gemini streams, whose clients look for an `error` field).
+    fn error_event(&self, error: &ProxyError) -> impl Future<Output = Bytes> + Send + 'static {
+        tracing::warn!(
+            reason = error.reason(),
+            "every attempt failed after keepalives were sent; ending the stream with an error event"
+        );
+        let rendered = error::render_as(error, &self.id.0, self.shape, self.app.console.as_ref());
+        let (responses, named) = (self.responses, self.shape == Shape::Messages || self.responses);
+        async move {
+            let body = axum::body::to_bytes(rendered.into_body(), MAX_ERROR_BYTES).await.unwrap_or_default();
+            let mut data: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            if responses {
+                // The responses API's typed `error` event, its fields beside
+                // the `error` object SDKs look for.
+                let inner = data["error"].clone();
+                data["type"] = "error".into();
+                data["code"] = inner["code"].clone();
+                data["message"] = inner["message"].clone();
+                data["param"] = serde_json::Value::Null;
+            }
+            Bytes::from(format!("{}data: {data}\n\n", if named { "event: error\n" } else { "" }))
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalives_are_what_each_dialects_readers_skip() {
+        assert_eq!(Beat::Comment.bytes(), ": keepalive\n\n");
+        assert_eq!(Beat::Ping.bytes(), "event: ping\ndata: {\"type\": \"ping\"}\n\n");
+    }
+}
