@@ -389,6 +389,33 @@ mod tests {
     }
 
     #[test]
+    fn the_catalogue_prices_realtime_audio_apart_and_refuses_audio_beyond_its_whole() {
+        let mut catalogue = catalogue();
+        let realtime = Prices {
+            input_price_micros: 4_000_000,
+            output_price_micros: 16_000_000,
+            audio_input_price_micros: 32_000_000,
+            audio_output_price_micros: 64_000_000,
+            ..Prices::default()
+        };
+        catalogue.prices.insert("realtime".into(), realtime);
+        let mut forged = UsageRecord {
+            model: "realtime".into(),
+            prompt_tokens: 1_000,
+            audio_prompt_tokens: 600,
+            completion_tokens: 500,
+            audio_completion_tokens: 400,
+            cost_micros: 0,
+            ..record("r")
+        };
+        catalogue.price(&mut forged, 1_000_000).unwrap();
+        // (400 × 4 + 600 × 32 + 100 × 16 + 400 × 64) µ$ × ratio 2.
+        assert_eq!(forged.cost_micros, 96_000);
+        let mut beyond = UsageRecord { audio_completion_tokens: 501, ..forged };
+        assert!(matches!(catalogue.price(&mut beyond, 1_000_000), Err(Refusal::Impossible)));
+    }
+
+    #[test]
     fn impossible_old_future_and_unpriced_records_are_refused() {
         let now = 1_000_000;
         type Case = (fn(&mut UsageRecord), Refusal);
