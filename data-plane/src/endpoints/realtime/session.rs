@@ -101,7 +101,9 @@ impl Session {
         };
         if let End::Refused(error) = end {
             tracing::info!(session = %self.admitted.id.0, reason = error.reason(), "realtime session closed: budget");
-            let _ = client_tx.send(Message::Text(error_event(&error).into())).await;
+            let _ = client_tx
+                .send(Message::Text(error_event(&error, &format!("event_gw_{}", self.admitted.id.0)).into()))
+                .await;
             let close = ws::CloseFrame { code: ws::close_code::POLICY, reason: "budget exhausted".into() };
             let _ = client_tx.send(Message::Close(Some(close))).await;
         }
@@ -121,11 +123,12 @@ impl Session {
     }
 }
 
-/// A realtime `error` event for `error`, in the shape the API sends.
-fn error_event(error: &ProxyError) -> String {
+/// A realtime `error` event for `error`, in the shape the API sends, with
+/// event id `event_id`.
+fn error_event(error: &ProxyError, event_id: &str) -> String {
     json!({
         "type": "error",
-        "event_id": format!("event_gw_{}", crate::http::new_request_id()),
+        "event_id": event_id,
         "error": {
             "type": error.kind(),
             "code": error.code(),
@@ -186,7 +189,7 @@ mod tests {
     #[test]
     fn a_refusal_is_an_error_event() {
         let event: serde_json::Value =
-            serde_json::from_str(&error_event(&ProxyError::InsufficientUserQuota { balance_micros: 0 })).unwrap();
+            serde_json::from_str(&error_event(&ProxyError::InsufficientUserQuota { balance_micros: 0 }, "e1")).unwrap();
         assert_eq!(event["type"], "error");
         assert!(event["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{event}");
         assert!(event["error"]["type"].is_string(), "{event}");
