@@ -60,6 +60,9 @@ pub struct Config {
     /// quota refusals link to its `/tokens` and `/topup` pages. `None` (or
     /// empty): no console, no links.
     pub console_url: Option<String>,
+    /// Whether `GET /v1/responses` may upgrade to a WebSocket (responses
+    /// over a WebSocket); when off the upgrade is refused with 426.
+    pub responses_websocket: bool,
 }
 
 /// The certificate the `/v1` listener presents, read again when its files
@@ -110,6 +113,7 @@ impl Config {
             tls: None,
             control_plane_tls: crate::control::ClientTls::default(),
             console_url: None,
+            responses_websocket: true,
         }
     }
 

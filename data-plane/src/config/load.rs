@@ -58,6 +58,12 @@ pub static SETTINGS: &[Setting] = &[
         None,
         "The console's public base URL (http or https); quota refusals link to its /tokens and /topup pages [default: none, no links]",
     ),
+    Setting::new(
+        "responses_websocket",
+        "GW_DP_RESPONSES_WEBSOCKET",
+        Some("on"),
+        "Whether /v1/responses takes WebSocket upgrades (`on` or `off`; off answers them 426)",
+    ),
     Setting::new("max_attempts", "GW_DP_MAX_ATTEMPTS", Some("3"), "Upstream attempts per request, across channels"),
     Setting::new(
         "affinity_capacity",
@@ -229,6 +235,9 @@ where
             url => super::check_console_url(url).map(|()| Some(url.to_owned())),
         })
         .flatten();
+    if let Some(on) = layers.get("responses_websocket", switch) {
+        config.responses_websocket = on;
+    }
     let upstream = &mut config.upstream;
     if let Some(n) =
         layers.get("max_attempts", |t| positive(t).and_then(|n| u32::try_from(n).map_err(|e| e.to_string())))
@@ -358,6 +367,14 @@ fn path(text: &str) -> Result<PathBuf, String> {
     match text.is_empty() {
         true => Err("must not be empty".to_owned()),
         false => Ok(PathBuf::from(text)),
+    }
+}
+
+fn switch(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err("must be on or off".to_owned()),
     }
 }
 

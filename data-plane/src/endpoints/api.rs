@@ -11,7 +11,9 @@
 //! channels of other kinds translated (`responses`); the other endpoints
 //! are OpenAI's own and refused on them. Answers are JSON, SSE
 //! (completions and responses stream; metered event by event) or, for
-//! speech, binary audio streamed chunk by chunk.
+//! speech, binary audio streamed chunk by chunk. `GET /v1/responses`
+//! takes WebSocket upgrades: each response on the socket is one call of
+//! the same handler (`websocket`).
 //!
 //! Pricing (`bill`): tokens at the model's token prices plus its request
 //! price, as for chat; images at the image price each; transcriptions and
@@ -28,13 +30,14 @@ use axum::{
     extract::{Request, State},
     http::{HeaderMap, HeaderValue, header},
     response::Response,
-    routing::post,
+    routing::{get, post},
 };
 use bytes::Bytes;
 use serde_json::Value;
 
 mod embeddings;
 mod responses;
+mod websocket;
 
 use super::multipart::{self, Form};
 use crate::{
@@ -110,7 +113,9 @@ enum CallBody {
 
 /// The routes of every endpoint served here.
 pub fn routes() -> Router<Arc<App>> {
-    let router = Router::new().route(responses::INPUT_TOKENS_PATH, post(responses::input_tokens));
+    let router = Router::new()
+        .route(responses::INPUT_TOKENS_PATH, post(responses::input_tokens))
+        .route(websocket::PATH, get(websocket::upgrade));
     ALL.into_iter().fold(router, |router, api| {
         router.route(api.path(), post(move |State(app): State<Arc<App>>, request: Request| handle(app, api, request)))
     })
