@@ -90,7 +90,12 @@ async fn customer(cluster: &Cluster, name: &str, balance: i64) -> (String, Strin
         ..Default::default()
     };
     let account = admin.create_account(account).await.expect("account create").into_inner().id;
-    let token = pb::CreateTokenRequest { account_id: account.clone(), group: "default".into(), unlimited: true, ..Default::default() };
+    let token = pb::CreateTokenRequest {
+        account_id: account.clone(),
+        group: "default".into(),
+        unlimited: true,
+        ..Default::default()
+    };
     let created = admin.create_token(token).await.expect("token create").into_inner();
     (account, created.key)
 }
@@ -185,7 +190,10 @@ async fn an_openai_batch_is_billed_once_at_the_batch_price_when_it_completes() {
     let billed = records(&f, &f.account, &format!("batch:{batch}")).await;
     assert_eq!(billed.len(), 1, "billed once: {billed:?}");
     assert_eq!(billed[0].cost_micros, 3 * LINE_BATCH_COST, "half the regular price of three lines");
-    assert_eq!((billed[0].prompt_tokens, billed[0].completion_tokens), (3 * LINE_PROMPT_TOKENS, 3 * LINE_COMPLETION_TOKENS));
+    assert_eq!(
+        (billed[0].prompt_tokens, billed[0].completion_tokens),
+        (3 * LINE_PROMPT_TOKENS, 3 * LINE_COMPLETION_TOKENS)
+    );
     assert_eq!(billed[0].endpoint, "/v1/batches");
     assert_eq!(records(&f, &f.account, "batch-release:").await.len(), 1, "the hold was released once");
 
@@ -213,7 +221,11 @@ async fn a_cancelled_batch_bills_only_its_completed_lines() {
     balance_settles_at(&f, START - LINE_BATCH_COST).await;
     let billed = records(&f, &f.account, &format!("batch:{batch}")).await;
     assert_eq!(billed.len(), 1);
-    assert_eq!((billed[0].cost_micros, billed[0].prompt_tokens), (LINE_BATCH_COST, LINE_PROMPT_TOKENS), "one line of four");
+    assert_eq!(
+        (billed[0].cost_micros, billed[0].prompt_tokens),
+        (LINE_BATCH_COST, LINE_PROMPT_TOKENS),
+        "one line of four"
+    );
     let done = sdk(&f, "openai_batches.py", "retrieve", 0, &f.key, &[("GW_BATCH", &batch)]).await;
     assert_eq!(done["batch"]["status"], "cancelled");
     assert_eq!(done["output"].as_str().map(|o| o.lines().count()), Some(1), "the completed line's answer");
@@ -234,7 +246,11 @@ async fn another_account_never_learns_a_file_or_batch_exists() {
     assert!(f.batches.deleted().is_empty(), "nothing was deleted upstream");
     // The owner still has both, and deletes the file.
     let own = sdk(&f, "openai_batches.py", "foreign", 0, &f.key, &[("GW_BATCH", &batch), ("GW_FILE", &file)]).await;
-    assert_eq!((own["batch"].as_u64(), own["file"].as_u64(), own["delete"].as_u64()), (Some(200), Some(200), Some(200)), "{own}");
+    assert_eq!(
+        (own["batch"].as_u64(), own["file"].as_u64(), own["delete"].as_u64()),
+        (Some(200), Some(200), Some(200)),
+        "{own}"
+    );
     assert_eq!(f.batches.deleted().len(), 1, "the owner's delete reached the upstream");
 }
 

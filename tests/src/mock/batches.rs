@@ -175,7 +175,10 @@ fn rfc3339(secs: u64) -> String {
 }
 
 fn not_found(what: &str) -> Response {
-    (StatusCode::NOT_FOUND, Json(json!({"error": {"message": format!("no such {what}"), "type": "invalid_request_error"}})))
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"error": {"message": format!("no such {what}"), "type": "invalid_request_error"}})),
+    )
         .into_response()
 }
 
@@ -241,7 +244,10 @@ async fn create(State(state): State<Arc<State_>>, headers: axum::http::HeaderMap
         .split(|b| *b == b'\n')
         .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
         .map(|line| {
-            (line["custom_id"].as_str().unwrap_or_default().to_owned(), line["body"]["model"].as_str().unwrap_or_default().to_owned())
+            (
+                line["custom_id"].as_str().unwrap_or_default().to_owned(),
+                line["body"]["model"].as_str().unwrap_or_default().to_owned(),
+            )
         })
         .collect();
     inner.next += 1;
@@ -334,7 +340,12 @@ async fn create_messages(
         .as_array()
         .into_iter()
         .flatten()
-        .map(|r| (r["custom_id"].as_str().unwrap_or_default().to_owned(), r["params"]["model"].as_str().unwrap_or_default().to_owned()))
+        .map(|r| {
+            (
+                r["custom_id"].as_str().unwrap_or_default().to_owned(),
+                r["params"]["model"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
         .collect();
     inner.next += 1;
     let id = format!("msgbatch_up{}", inner.next);

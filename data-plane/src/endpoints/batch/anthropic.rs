@@ -52,7 +52,14 @@ pub async fn create(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let submitted = async {
         let response = app
             .upstreams
-            .request(&channel, Method::POST, "/messages/batches", headers(&admitted), bytes::Bytes::from(body.to_string()).into(), false)
+            .request(
+                &channel,
+                Method::POST,
+                "/messages/batches",
+                headers(&admitted),
+                bytes::Bytes::from(body.to_string()).into(),
+                false,
+            )
             .await?;
         let response = provider::accept(&app.upstreams, &channel, response).await?;
         let answer = provider::read_capped(response, MAX_ANSWER_BYTES).await;
@@ -129,8 +136,10 @@ pub async fn results(
     }
     let channel = holder(&admitted, &batch.channel_id)?;
     let path = format!("/messages/batches/{}/results", provider::video::path_segment(&batch.upstream_id));
-    let upstream =
-        app.upstreams.request(&channel, Method::GET, &path, headers(&admitted), bytes::Bytes::new().into(), true).await?;
+    let upstream = app
+        .upstreams
+        .request(&channel, Method::GET, &path, headers(&admitted), bytes::Bytes::new().into(), true)
+        .await?;
     let upstream = provider::accept(&app.upstreams, &channel, upstream).await?;
     Ok(stream_through(&app, &channel, upstream))
 }

@@ -47,8 +47,11 @@ pub async fn upload(State(app): State<Arc<App>>, request: Request) -> Result<Res
     let lines = lines::read_file(&upload.content)?;
     let (model, channel) = route(&admitted, &lines.model, lines.endpoint, ChannelKind::OpenAi)?;
     let upstream_model = channel.upstream_model(&model.id);
-    let content =
-        if upstream_model == model.id { upload.content.clone() } else { lines::rename_file_model(&upload.content, upstream_model) };
+    let content = if upstream_model == model.id {
+        upload.content.clone()
+    } else {
+        lines::rename_file_model(&upload.content, upstream_model)
+    };
     let boundary = format!("gw-{:032x}", rand::random::<u128>());
     let mut headers = HeaderMap::new();
     let content_type = HeaderValue::from_str(&format!("multipart/form-data; boundary={boundary}"))
@@ -117,7 +120,8 @@ pub async fn content(
     let file = app.batches.file(&admitted.caller, &id).await?;
     let channel = holder(&admitted, &file.channel_id)?;
     let path = format!("/files/{}/content", provider::video::path_segment(&file.upstream_id));
-    let upstream = app.upstreams.request(&channel, Method::GET, &path, HeaderMap::new(), Bytes::new().into(), true).await?;
+    let upstream =
+        app.upstreams.request(&channel, Method::GET, &path, HeaderMap::new(), Bytes::new().into(), true).await?;
     let upstream = provider::accept(&app.upstreams, &channel, upstream).await?;
     Ok(stream_through(&app, &channel, upstream))
 }

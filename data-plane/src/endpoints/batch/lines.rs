@@ -55,9 +55,10 @@ pub fn read_file(bytes: &[u8]) -> Result<Lines, ProxyError> {
             return Err(bad("method must be POST"));
         }
         let url = line_object.get("url").and_then(Value::as_str).unwrap_or_default();
-        let endpoint = ENDPOINTS.into_iter().find(|e| *e == url).ok_or_else(|| {
-            bad(&format!("url must be one of {}", ENDPOINTS.join(", ")))
-        })?;
+        let endpoint = ENDPOINTS
+            .into_iter()
+            .find(|e| *e == url)
+            .ok_or_else(|| bad(&format!("url must be one of {}", ENDPOINTS.join(", "))))?;
         let body = line_object.get("body").and_then(Value::as_object).ok_or_else(|| bad("needs a body object"))?;
         let model = body.get("model").and_then(Value::as_str).filter(|m| !m.is_empty());
         let model = model.ok_or_else(|| bad("the body needs a model"))?;
@@ -159,7 +160,10 @@ mod tests {
         let lines = read_file(file.as_bytes()).expect("a good file");
         assert_eq!((lines.model.as_str(), lines.endpoint), ("m", "/v1/chat/completions"));
         let prompt = (r#"{"max_tokens":10,"model":"m"}"#.len() + r#"{"model":"m"}"#.len()) as i64;
-        assert_eq!(lines.bound, Bound { lines: 2, prompt_tokens: prompt, completion_tokens: 10 + DEFAULT_COMPLETION_TOKENS });
+        assert_eq!(
+            lines.bound,
+            Bound { lines: 2, prompt_tokens: prompt, completion_tokens: 10 + DEFAULT_COMPLETION_TOKENS }
+        );
     }
 
     #[test]
@@ -168,8 +172,14 @@ mod tests {
             format!(r#"{{"custom_id":"{id}","method":"POST","url":"{url}","body":{{"model":"{model}"}}}}"#)
         };
         let cases = [
-            (format!("{}\n{}", line("a", "m", "/v1/chat/completions"), line("a", "m", "/v1/chat/completions")), "line 2"),
-            (format!("{}\n{}", line("a", "m", "/v1/chat/completions"), line("b", "n", "/v1/chat/completions")), "same model"),
+            (
+                format!("{}\n{}", line("a", "m", "/v1/chat/completions"), line("a", "m", "/v1/chat/completions")),
+                "line 2",
+            ),
+            (
+                format!("{}\n{}", line("a", "m", "/v1/chat/completions"), line("b", "n", "/v1/chat/completions")),
+                "same model",
+            ),
             (line("a", "m", "/v1/images/generations"), "url must be"),
             ("not json".to_owned(), "line 1"),
             (String::new(), "no requests"),

@@ -98,7 +98,8 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 fn stream_through(app: &App, channel: &Channel, upstream: crate::provider::client::Response) -> Response {
     let mut response = Response::new(Body::empty());
     for name in [header::CONTENT_TYPE, header::CONTENT_LENGTH, header::CONTENT_DISPOSITION] {
-        if let Some(value) = upstream.headers().get(name.as_str()).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok())
+        if let Some(value) =
+            upstream.headers().get(name.as_str()).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok())
         {
             response.headers_mut().insert(name, value);
         }
@@ -119,9 +120,8 @@ fn page_query(query: Option<&str>) -> Result<(u32, String), ProxyError> {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "limit" => {
-                limit = value.parse().ok().filter(|n| (1..=100).contains(n)).ok_or_else(|| ProxyError::InvalidField {
-                    field: "limit",
-                    reason: "must be a whole number from 1 to 100".into(),
+                limit = value.parse().ok().filter(|n| (1..=100).contains(n)).ok_or_else(|| {
+                    ProxyError::InvalidField { field: "limit", reason: "must be a whole number from 1 to 100".into() }
                 })?;
             }
             "after" | "after_id" => {

@@ -65,14 +65,17 @@ pub async fn create(State(app): State<Arc<App>>, request: Request) -> Result<Res
         bound: Bound::default(),
     };
     let batch = app.batches.create(&admitted.caller, new).await?;
-    let mut upstream_body = json!({"input_file_id": file.upstream_id, "endpoint": endpoint, "completion_window": window});
+    let mut upstream_body =
+        json!({"input_file_id": file.upstream_id, "endpoint": endpoint, "completion_window": window});
     if let Some(metadata) = body.get("metadata").filter(|m| m.is_object()) {
         upstream_body["metadata"] = metadata.clone();
     }
     let submitted = async {
         let body = bytes::Bytes::from(upstream_body.to_string());
-        let response =
-            app.upstreams.request(&channel, Method::POST, "/batches", provider::json_headers(), body.into(), false).await?;
+        let response = app
+            .upstreams
+            .request(&channel, Method::POST, "/batches", provider::json_headers(), body.into(), false)
+            .await?;
         let response = provider::accept(&app.upstreams, &channel, response).await?;
         let answer = provider::read_capped(response, MAX_ANSWER_BYTES).await;
         match serde_json::from_slice::<Value>(&answer) {
