@@ -154,33 +154,38 @@ impl EventRelay for SseFilter {
 
 /// Whether the event `data` only opens the answer, before its first token:
 /// a typed event that creates or adds something (`response.created`,
-/// `response.in_progress`, `response.output_item.added`…), or a chat chunk
-/// whose choices carry nothing but the role (or empty content) and no
-/// finish reason, usage or error. Read only until the first token.
+/// `response.in_progress`, `response.output_item.added`…), or a chunk whose
+/// choices carry nothing but their index and role (empty content, no
+/// finish reason, no completion `text`) and no usage or error. Read only
+/// until the first token.
 fn opening(data: &[u8], typed_events: bool) -> bool {
-    let Ok(serde_json::Value::Object(event)) = serde_json::from_slice::<serde_json::Value>(data) else {
+    use serde_json::Value;
+    let Ok(Value::Object(event)) = serde_json::from_slice::<Value>(data) else {
         return false;
     };
     if typed_events {
-        let kind = event.get("type").and_then(serde_json::Value::as_str).unwrap_or_default();
+        let kind = event.get("type").and_then(Value::as_str).unwrap_or_default();
         return [".created", ".in_progress", ".added"].iter().any(|end| kind.ends_with(end));
     }
-    let empty = |v: &serde_json::Value| match v {
-        serde_json::Value::Null => true,
-        serde_json::Value::String(s) => s.is_empty(),
-        serde_json::Value::Array(a) => a.is_empty(),
+    let empty = |v: &Value| match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
         _ => false,
     };
     if !event.get("usage").is_none_or(empty) || event.contains_key("error") {
         return false;
     }
-    let choices = event.get("choices").and_then(serde_json::Value::as_array).map_or(&[][..], Vec::as_slice);
+    let choices = event.get("choices").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     choices.iter().all(|choice| {
-        choice.get("finish_reason").is_none_or(serde_json::Value::is_null)
-            && choice
-                .get("delta")
-                .and_then(serde_json::Value::as_object)
-                .is_none_or(|delta| delta.iter().all(|(key, value)| key == "role" || empty(value)))
+        choice.as_object().is_none_or(|choice| {
+            choice.iter().all(|(key, value)| match key.as_str() {
+                "index" | "logprobs" => true,
+                "delta" => value.as_object().is_none_or(|d| d.iter().all(|(k, v)| k == "role" || empty(v))),
+                _ => empty(value),
+            })
+        })
     })
 }
 
@@ -265,6 +270,7 @@ mod tests {
             r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}"#,
             r#"{"choices":[],"prompt_filter_results":[{"prompt_index":0}]}"#,
             r#"{"choices":[{"delta":{"role":"assistant","content":null,"tool_calls":[]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant"},"content_filter_results":{}}]}"#,
         ];
         for data in opening_chat {
             assert!(opening(data.as_bytes(), false), "{data}");
@@ -273,6 +279,7 @@ mod tests {
             r#"{"choices":[{"delta":{"content":"hi"}}]}"#,
             r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
             r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"text":"hi","index":0,"finish_reason":null}]}"#,
             r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
             r#"{"error":{"message":"overloaded"}}"#,
             "[DONE]",
