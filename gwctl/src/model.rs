@@ -222,8 +222,19 @@ fn tokens(count: i64) -> String {
 impl Render for pb::Model {
     const COLUMNS: &'static [&'static str] =
         &["ID", "CATEGORY", "INPUT/1M", "OUTPUT/1M", "CACHED/1M", "REQUEST", "SECOND", "IMAGE", "OWNED BY"];
-    const WIDE: &'static [&'static str] =
-        &["TIER ABOVE", "TIER IN/1M", "TIER OUT/1M", "TIER CACHED/1M", "WRITE 5M/1M", "WRITE 1H/1M", "REASONING/1M", "AUDIO IN/1M", "AUDIO OUT/1M", "AUDIO CACHED/1M", "SEARCH UNIT"];
+    const WIDE: &'static [&'static str] = &[
+        "TIER ABOVE",
+        "TIER IN/1M",
+        "TIER OUT/1M",
+        "TIER CACHED/1M",
+        "WRITE 5M/1M",
+        "WRITE 1H/1M",
+        "REASONING/1M",
+        "AUDIO IN/1M",
+        "AUDIO OUT/1M",
+        "AUDIO CACHED/1M",
+        "SEARCH UNIT",
+    ];
 
     type Json = schema::Model;
 

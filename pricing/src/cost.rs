@@ -249,13 +249,14 @@ impl Rates {
     }
 }
 
-/// Cost of `units` at `prices` and `ratio_ppm`: `ceil((images * image_price
-/// + audio_millis / 1000 * second_price + search_units * search_unit_price)
-/// * ratio_ppm / 1e6)`, saturating, with negative counts, prices and ratios
-/// taken as 0. It adds to [`cost_micros`]; the per-request price is not
-/// charged again. A rerank request is billed its search units here and its
-/// tokens, as prompt tokens, by [`cost_micros`]: a model priced per search
-/// unit bills units, one priced per token bills tokens.
+/// Cost of `units` at `prices` and `ratio_ppm`: `ceil((images *
+/// image_price + audio_millis / 1000 * second_price + search_units *
+/// search_unit_price) * ratio_ppm / 1e6)`, saturating, with negative
+/// counts, prices and ratios taken as 0. It adds to [`cost_micros`]; the
+/// per-request price is not charged again. A rerank request is billed its
+/// search units here and its tokens, as prompt tokens, by [`cost_micros`]:
+/// a model priced per search unit bills units, one priced per token bills
+/// tokens.
 pub fn units_cost_micros(units: &Units, prices: &Prices, ratio_ppm: i64) -> i64 {
     let images = i128::from(units.images.max(0)) * i128::from(prices.image_price_micros.max(0)) * 1000;
     let audio = i128::from(units.audio_millis.max(0)) * i128::from(prices.second_price_micros.max(0));
