@@ -13,6 +13,7 @@ mod support;
 
 use std::{path::PathBuf, time::Duration};
 
+use gw_proto::pb;
 use gw_tests::{
     cli::{self, AGENTS_BIN},
     harness::{self, eventually},
@@ -82,10 +83,10 @@ async fn assert_billed(gw: &Gateway, n: usize, tokens: (i64, i64)) -> Vec<Value>
     records
 }
 
-/// What the data plane's admin listener counts of `/v1/responses` answers
-/// with `status` (the upgrade is answered 101).
-async fn responses_answered(gw: &Gateway, status: u16) -> u64 {
-    let admin = gw.cluster.data_planes[0].admin_addr.expect("the data plane's admin listener");
+/// What the data plane with the admin listener `admin` counts of
+/// `/v1/responses` answers with `status` (an upgrade is answered 101).
+async fn responses_answered(admin: Option<std::net::SocketAddr>, status: u16) -> u64 {
+    let admin = admin.expect("the data plane's admin listener");
     let text = reqwest::get(format!("http://{admin}/metrics")).await.expect("/metrics").text().await.expect("body");
     text.lines()
         .filter(|line| line.starts_with("gw_requests_total"))
@@ -111,6 +112,7 @@ async fn data_plane_without_websockets(gw: &Gateway, dir: &std::path::Path) -> g
     let mut config = gw_data_plane::Config::new(listen, cluster.control_plane_url(), dir, cluster.node_key.clone());
     config.node_id = Some("dp-no-websockets".into());
     config.responses_websocket = false;
+    config.admin_listen = Some(listen);
     let handle = gw_data_plane::start(config).await.expect("the data plane without websockets");
     let url = format!("http://{}/v1/models", handle.addr);
     eventually("the data plane to serve the token", Duration::from_secs(15), || async {
@@ -157,6 +159,8 @@ async fn the_sdk_runs_several_responses_on_one_socket_each_billed_once() {
     assert_eq!(roles, ["user", "assistant", "user"], "{second}");
     assert_eq!(second["input"][1]["content"][0]["text"], endpoints::REPLY, "{second}");
     assert!(sent[2].json.get("stream_id").is_none(), "the lane stays on the socket: {}", sent[2].json);
+    assert_eq!(result["after"]["lanes"], serde_json::json!(["lane-7"]), "every event of the lane names it: {result}");
+    assert_eq!(result["first"]["lanes"], serde_json::json!([""]), "{result}");
 
     let tokens = (endpoints::RESPONSE_INPUT_TOKENS, endpoints::RESPONSE_OUTPUT_TOKENS);
     let records = assert_billed(&gw, 3, tokens).await;
@@ -164,7 +168,10 @@ async fn the_sdk_runs_several_responses_on_one_socket_each_billed_once() {
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 3, "one record per response: {records:?}");
-    assert!(responses_answered(&gw, 101).await >= 1, "the gateway upgraded /v1/responses");
+    assert!(
+        responses_answered(gw.cluster.data_planes[0].admin_addr, 101).await >= 1,
+        "the gateway upgraded /v1/responses"
+    );
 }
 
 #[tokio::test]
@@ -202,6 +209,33 @@ async fn a_client_that_leaves_after_asking_is_billed_once() {
     })
     .await;
     assert_eq!(gw.usage().await.len(), 1, "billed once");
+}
+
+#[tokio::test]
+async fn a_token_revoked_mid_socket_is_refused_on_its_next_response() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream, "openai").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (asked, revoked) = (dir.path().join("asked"), dir.path().join("revoked"));
+    let (addr, key) = (gw.cluster.data_planes[0].addr, gw.key.clone());
+    let args = [asked.display().to_string(), revoked.display().to_string()];
+    let script = tokio::spawn(async move { run_sdk(addr, &key, &["revoke", &args[0], &args[1]]).await });
+    eventually("the first response on the socket", Duration::from_secs(60), || async { asked.exists().then_some(()) })
+        .await;
+    let disable =
+        pb::UpdateTokenRequest { id: gw.token.clone(), status: Some("disabled".into()), ..Default::default() };
+    gw.admin().update_token(disable).await.expect("token disable");
+    gw.synced().await;
+    std::fs::write(&revoked, "").expect("the signal to go on");
+    let result = script.await.expect("the SDK script");
+
+    assert_eq!(result["first"]["status"], "completed", "{result}");
+    let error = &result["second"]["error"];
+    assert_eq!(error["status"], 401, "{result}");
+    assert!(error["message"].as_str().unwrap_or_default().starts_with("无效的令牌"), "{result}");
+    assert_eq!(result["closed"]["code"], 1008, "the socket is closed after a refused token: {result}");
+    assert_eq!(responses_requests(&upstream).len(), 1, "the second response never reached the channel");
+    assert_eq!(gw.wait_for_usage(1).await.len(), 1);
 }
 
 #[tokio::test]
@@ -305,7 +339,11 @@ async fn codex_answers_a_turn_over_the_socket_and_is_billed() {
     let gw = gateway(&upstream, "openai").await;
     let run = codex_over_websockets(gw.cluster.data_planes[0].addr, &gw.key, "Count the pebbles.").await;
     assert_codex_answered(&run);
-    assert_eq!(responses_answered(&gw, 101).await, 1, "codex upgraded /v1/responses once");
+    assert_eq!(
+        responses_answered(gw.cluster.data_planes[0].admin_addr, 101).await,
+        1,
+        "codex upgraded /v1/responses once"
+    );
     let sent = responses_requests(&upstream);
     assert!(!sent.is_empty() && sent.iter().all(|r| r.json["stream"] == true), "{sent:?}");
     assert!(sent[0].json["instructions"].is_string(), "codex's own request reached the channel: {}", sent[0].json);
@@ -320,6 +358,7 @@ async fn codex_falls_back_to_http_where_the_mode_is_off() {
     let off = data_plane_without_websockets(&gw, dir.path()).await;
     let run = codex_over_websockets(off.addr, &gw.key, "Count the pebbles.").await;
     assert_codex_answered(&run);
+    assert!(responses_answered(off.admin_addr, 426).await >= 1, "codex asked for the socket first");
     assert!(!responses_requests(&upstream).is_empty(), "the turn went over HTTP");
     off.shutdown().await;
 }
