@@ -294,18 +294,24 @@ async fn an_anthropic_message_batch_is_billed_from_its_results() {
     assert!(batch.starts_with("msgbatch_"), "our id: {created}");
     assert_eq!(created["batch"]["processing_status"], "in_progress");
     let upstream = f.batches.batch_ids().pop().expect("the upstream's batch");
+    // An OpenAI batch of the same account is listed with its own family only.
+    let openai = sdk(&f, "openai_batches.py", "create", 0, &f.key, &[("GW_MODEL", OPENAI_MODEL)]).await;
+    let openai = text(&openai, &["batch", "id"]);
+    let openai_hold = records(&f, &f.account, &format!("batch-hold:{openai}")).await[0].cost_micros;
     assert_eq!(f.batches.key_of(&upstream).as_deref(), Some("sk-upstream-anthropic-0123456789"), "x-api-key");
     assert_eq!(f.batches.models_of(&upstream), [CLAUDE; 3]);
     f.batches.set_done(&upstream, 2);
     let cancelled = sdk(&f, "anthropic_batches.py", "cancel", 1, &f.key, &[("GW_BATCH", &batch)]).await;
     assert_eq!(cancelled["batch"]["id"], batch.as_str());
-    balance_settles_at(&f, START - 2 * LINE_BATCH_COST).await;
+    balance_settles_at(&f, START - 2 * LINE_BATCH_COST - openai_hold).await;
     let done = sdk(&f, "anthropic_batches.py", "retrieve", 1, &f.key, &[("GW_BATCH", &batch)]).await;
     assert_eq!(done["batch"]["processing_status"], "ended");
     let results = done["results"].as_array().expect("results through results_url");
     let kinds: Vec<&str> = results.iter().map(|r| r["result"]["type"].as_str().unwrap_or("")).collect();
     assert_eq!(kinds, ["succeeded", "succeeded", "canceled"]);
-    assert_eq!(done["batches"], serde_json::json!([batch]), "message batches list");
+    assert_eq!(done["batches"], serde_json::json!([batch]), "message batches list, without the OpenAI batch");
+    let listed = sdk(&f, "openai_batches.py", "retrieve", 0, &f.key, &[("GW_BATCH", &openai)]).await;
+    assert_eq!(listed["batches"], serde_json::json!([openai]), "batches list, without the message batch");
     let billed = records(&f, &f.account, &format!("batch:{batch}")).await;
     assert_eq!((billed.len(), billed[0].endpoint.as_str()), (1, "/v1/messages/batches"));
 }

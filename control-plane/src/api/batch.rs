@@ -101,7 +101,13 @@ pub async fn get(batches: &Batches, r: pb::BatchRef) -> Result<pb::Batch, Status
 /// `PolicyService.ListBatches`.
 pub async fn list(batches: &Batches, r: pb::ListBatchItemsRequest) -> Result<pb::ListBatchesResponse, Status> {
     required(&[("account_id", &r.account_id)])?;
-    let (items, has_more) = batches.list(&filter(r)).await?;
+    let kind = match r.kind.as_str() {
+        "" => None,
+        name => {
+            Some(BatchKind::parse(name).ok_or_else(|| Status::invalid_argument("kind must be openai or anthropic"))?)
+        }
+    };
+    let (items, has_more) = batches.list(&filter(r), kind).await?;
     Ok(pb::ListBatchesResponse { items: items.into_iter().map(Into::into).collect(), has_more })
 }
 

@@ -82,8 +82,12 @@ impl Batches {
 
     /// A page of `caller`'s files, newest first.
     pub async fn files(&self, caller: &Caller, limit: u32, after: &str) -> Result<Page<File>, ProxyError> {
-        let message =
-            pb::ListBatchItemsRequest { account_id: caller.account.id.clone(), limit, after: after.to_owned() };
+        let message = pb::ListBatchItemsRequest {
+            account_id: caller.account.id.clone(),
+            limit,
+            after: after.to_owned(),
+            ..Default::default()
+        };
         let page = self.client().list_batch_files(self.request(message, READ_TIMEOUT)).await;
         let page = page.map_err(|status| refused(&status, "file", after))?.into_inner();
         Ok(Page { items: page.items.into_iter().map(Into::into).collect(), has_more: page.has_more })
@@ -170,10 +174,11 @@ impl Batches {
         Ok(batch.map_err(|status| refused(&status, "batch", id))?.into_inner().into())
     }
 
-    /// A page of `caller`'s batches, newest first.
-    pub async fn list(&self, caller: &Caller, limit: u32, after: &str) -> Result<Page<Batch>, ProxyError> {
-        let message =
-            pb::ListBatchItemsRequest { account_id: caller.account.id.clone(), limit, after: after.to_owned() };
+    /// A page of `caller`'s batches of `kind` (`openai`, `anthropic`),
+    /// newest first.
+    pub async fn list(&self, caller: &Caller, kind: &str, limit: u32, after: &str) -> Result<Page<Batch>, ProxyError> {
+        let account_id = caller.account.id.clone();
+        let message = pb::ListBatchItemsRequest { account_id, limit, after: after.to_owned(), kind: kind.to_owned() };
         let page = self.client().list_batches(self.request(message, READ_TIMEOUT)).await;
         let page = page.map_err(|status| refused(&status, "batch", after))?.into_inner();
         Ok(Page { items: page.items.into_iter().map(Into::into).collect(), has_more: page.has_more })

@@ -244,10 +244,23 @@ impl Batches {
         self.stored(id).await
     }
 
-    /// A page of batches by `filter`, newest first, and whether more follow.
-    pub async fn list(&self, filter: &BatchFilter) -> Result<(Vec<Batch>, bool), BatchError> {
+    /// A page of batches by `filter` (of `kind` only, when given), newest
+    /// first, and whether more follow.
+    pub async fn list(&self, filter: &BatchFilter, kind: Option<BatchKind>) -> Result<(Vec<Batch>, bool), BatchError> {
         let limit = page_size(filter.limit);
-        let mut items = self.store.list_batches(&BatchFilter { limit: limit + 1, ..filter.clone() }).await?;
+        let mut items = Vec::new();
+        let mut page = BatchFilter { limit: limit + 1, ..filter.clone() };
+        loop {
+            let read = self.store.list_batches(&page).await?;
+            let exhausted = read.len() < page.limit;
+            if let Some(last) = read.last() {
+                page.after.clone_from(&last.id);
+            }
+            items.extend(read.into_iter().filter(|b| kind.is_none_or(|kind| b.kind == kind)));
+            if exhausted || items.len() > limit {
+                break;
+            }
+        }
         let more = items.len() > limit;
         items.truncate(limit);
         Ok((items, more))

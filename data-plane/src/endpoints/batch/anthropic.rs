@@ -99,9 +99,8 @@ pub async fn retrieve(
 pub async fn list(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
     let (limit, after) = page_query(request.uri().query())?;
     let admitted = reader(&app, request).await?;
-    let page = app.batches.list(&admitted.caller, limit, &after).await?;
-    // One listing holds both families; this one shows the message batches.
-    let items: Vec<&Batch> = page.items.iter().filter(|b| b.id.starts_with("msgbatch_")).collect();
+    let page = app.batches.list(&admitted.caller, "anthropic", limit, &after).await?;
+    let items: Vec<&Batch> = page.items.iter().collect();
     let body = json!({
         "data": items.iter().map(|b| object(&admitted, b)).collect::<Vec<_>>(),
         "has_more": page.has_more,

@@ -115,7 +115,7 @@ pub async fn retrieve(
 pub async fn list(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
     let (limit, after) = page_query(request.uri().query())?;
     let admitted = reader(&app, request).await?;
-    let page = app.batches.list(&admitted.caller, limit, &after).await?;
+    let page = app.batches.list(&admitted.caller, "openai", limit, &after).await?;
     Ok(json_response(StatusCode::OK, &list_object(&page.items, page.has_more)))
 }
 
