@@ -4,6 +4,7 @@ what came back as JSON, for tests/tests/keepalive.rs.
 Usage: keepalive.py CASE, one of
   openai            OpenAI SDK: a streamed chat completion with usage
   openai-error      OpenAI SDK: a streamed chat completion that fails
+  openai-responses  OpenAI SDK: a streamed response, its text and usage
   anthropic         Anthropic SDK: messages.stream, its text and final usage
   anthropic-error   Anthropic SDK: messages.stream that fails
 Environment: GW_HOST (http://host:port), GW_API_KEY, GW_MODEL.
@@ -20,7 +21,18 @@ model = os.environ.get("GW_MODEL", "gpt-4o")
 hello = [{"role": "user", "content": "Say hello"}]
 result = {}
 
-if case.startswith("openai"):
+if case == "openai-responses":
+    import openai
+
+    client = openai.OpenAI(base_url=f"{host}/v1", api_key=key, max_retries=0)
+    text, usage = "", None
+    for event in client.responses.create(model=model, input="Say hello", stream=True):
+        if event.type == "response.output_text.delta":
+            text += event.delta
+        elif event.type == "response.completed":
+            usage = {"input_tokens": event.response.usage.input_tokens, "output_tokens": event.response.usage.output_tokens}
+    result.update(text=text, usage=usage)
+elif case.startswith("openai"):
     import openai
 
     client = openai.OpenAI(base_url=f"{host}/v1", api_key=key, max_retries=0)

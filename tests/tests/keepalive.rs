@@ -67,6 +67,25 @@ fn messages_text(body: &str) -> String {
         .collect()
 }
 
+/// The text of every `response.output_text.delta` of a responses stream.
+fn typed_text(body: &str) -> String {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter(|event| event["type"] == "response.output_text.delta")
+        .filter_map(|event| event["delta"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The text of every part of a Gemini SSE stream.
+fn gemini_text(body: &str) -> String {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|chunk| chunk["candidates"][0]["content"]["parts"][0]["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// `gw.channel.consecutive_failures` of channel `id` on the data plane's
 /// `/metrics`.
 async fn consecutive_failures(gw: &Gateway, id: &str) -> Option<u64> {
@@ -102,6 +121,29 @@ async fn a_silent_upstream_gets_keepalives_in_each_dialect_then_its_answer_bille
     );
     assert_eq!(records[0]["status"], 200);
 
+    // The responses dialect, passed through: comments before its typed events.
+    let body = json!({"model": MODEL, "input": "hi", "stream": true});
+    let reply = gw.post(0, "/v1/responses", Some(&gw.key), &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let (beats, rest) = after_beats(&reply.text, KEEPALIVE);
+    assert!(beats >= 1, "{}", reply.text);
+    assert!(rest.starts_with("event: response.created\n"), "the held opening events come first: {rest}");
+    assert_eq!(typed_text(rest), upstream.reply());
+    assert!(rest.contains("event: response.completed\n"), "{rest}");
+
+    // Gemini's SSE stream, translated from the chat channel.
+    let url = format!("http://{}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse", gw.cluster.data_planes[0].addr);
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    let response = gw.cluster.http().post(url).header("x-goog-api-key", &gw.key).json(&body).send().await;
+    let response = response.expect("request to the data plane");
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.expect("body");
+    let (beats, rest) = after_beats(&text, KEEPALIVE);
+    assert!(beats >= 1 && rest.starts_with("data: {"), "{text}");
+    assert_eq!(gemini_text(rest), upstream.reply());
+    let records = gw.wait_for_usage(3).await;
+    assert!(records.iter().all(|r| r["completion_tokens"].as_i64() == Some(completion.into())), "{records:?}");
+
     // The messages dialect, through a messages-native channel: `ping` events.
     let messages_upstream = Thinking::start("m", THINKING).await.expect("thinking upstream");
     gw.channel("anthropic", &messages_upstream.base_url(), 10, &["--type", "anthropic"]).await;
@@ -112,10 +154,10 @@ async fn a_silent_upstream_gets_keepalives_in_each_dialect_then_its_answer_bille
     assert!(beats >= 1, "no ping while the upstream thought: {}", reply.text);
     assert!(rest.starts_with("event: message_start\n"), "{rest}");
     assert_eq!(messages_text(rest), messages_upstream.reply());
-    let records = gw.wait_for_usage(2).await;
+    let records = gw.wait_for_usage(4).await;
     assert_eq!(records[0]["prompt_tokens"].as_i64(), Some(prompt.into()));
     assert_eq!(records[0]["completion_tokens"].as_i64(), Some(completion.into()));
-    assert_eq!(gw.usage().await.len(), 2, "each stream billed once");
+    assert_eq!(gw.usage().await.len(), 4, "each stream billed once");
 }
 
 #[tokio::test]
@@ -183,6 +225,18 @@ async fn every_channel_silent_ends_the_stream_with_an_error_event_in_the_clients
     assert_eq!(event["type"], "error", "{event}");
     assert!(event["error"]["type"].is_string() && event["error"]["message"].is_string(), "{event}");
 
+    // The responses dialect: a typed `error` event.
+    let body = json!({"model": MODEL, "input": "hi", "stream": true});
+    let reply = gw.post(0, "/v1/responses", Some(&gw.key), &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let (beats, rest) = after_beats(&reply.text, KEEPALIVE);
+    assert!(beats >= 1, "{}", reply.text);
+    let data = rest.strip_prefix("event: error\ndata: ").and_then(|r| r.strip_suffix("\n\n"));
+    let event: Value = serde_json::from_str(data.unwrap_or_else(|| panic!("{rest}"))).expect("an error event");
+    assert_eq!(event["type"], "error", "{event}");
+    assert_eq!(event["message"], event["error"]["message"], "{event}");
+    assert!(event["message"].as_str().is_some_and(|m| m.contains("upstream timed out")), "{event}");
+
     // Nothing was billed: the next answer is the only record.
     let answering = MockUpstream::start().await.expect("mock upstream");
     gw.channel("answering", &answering.base_url(), 20, &[]).await;
@@ -236,7 +290,10 @@ async fn the_official_sdks_read_through_keepalives_and_their_error_events() {
     let said = harness::sdk("keepalive.py", &["openai"], &env).await;
     assert_eq!(said["text"], chat.reply(), "{said}");
     assert_eq!(said["usage"], json!({"prompt_tokens": prompt, "completion_tokens": completion}), "{said}");
-    assert_eq!(gw.wait_for_usage(2).await.len(), 2);
+    let said = harness::sdk("keepalive.py", &["openai-responses"], &env).await;
+    assert_eq!(said["text"], chat.reply(), "{said}");
+    assert_eq!(said["usage"], json!({"input_tokens": prompt, "output_tokens": completion}), "{said}");
+    assert_eq!(gw.wait_for_usage(3).await.len(), 3);
 
     // Every channel silent past its first-byte timeout: each SDK raises.
     chat.set_silence(FOREVER);
@@ -251,5 +308,5 @@ async fn the_official_sdks_read_through_keepalives_and_their_error_events() {
     let said = harness::sdk("keepalive.py", &["anthropic-error"], &env).await;
     assert_eq!(said["error"]["type"], "timeout_error", "{said}");
     assert!(said["error"]["message"].as_str().is_some_and(|m| m.contains("upstream timed out")), "{said}");
-    assert_eq!(gw.usage().await.len(), 2, "the failed streams billed nothing");
+    assert_eq!(gw.usage().await.len(), 3, "the failed streams billed nothing");
 }

@@ -1,8 +1,10 @@
 //! An upstream that thinks before its first token, as reasoning models do:
-//! it answers a streamed chat completion (`POST /v1/chat/completions`) or
-//! messages request (`POST /v1/messages`) with its status line, headers and
-//! opening events at once (the role-only chunk; `message_start`,
-//! `content_block_start` and `ping`), stays silent for the scripted time,
+//! it answers a streamed chat completion (`POST /v1/chat/completions`),
+//! response (`POST /v1/responses`) or messages request (`POST
+//! /v1/messages`) with its status line, headers and opening events at once
+//! (the role-only chunk; `response.created` and `response.in_progress`;
+//! `message_start`, `content_block_start` and `ping`), stays silent for the
+//! scripted time,
 //! then streams the reply one word per event with its usage (11 prompt
 //! tokens, 7 completion tokens). Chunk ids name the upstream, so a test can
 //! tell whose events reached the client. The server stops when the
@@ -60,6 +62,7 @@ impl Thinking {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/messages", post(messages))
+            .route("/v1/responses", post(responses))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -201,5 +204,54 @@ async fn messages(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         }),
     ));
     rest.push(event("message_stop", json!({ "type": "message_stop" })));
+    sse(opening, silence, rest)
+}
+
+async fn responses(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let model = request["model"].as_str().unwrap_or_default().to_owned();
+    let (silence, words) = shared.take();
+    let (prompt, completion) = USAGE;
+    let id = format!("resp_{}", shared.name);
+    let text: String = words.concat();
+    let response = |status: &str, output: Value, usage: Value| {
+        json!({
+            "id": id, "object": "response", "created_at": 1_700_000_000, "model": model, "status": status,
+            "output": output, "usage": usage,
+        })
+    };
+    let mut sequence = 0;
+    let mut event = |kind: &str, mut data: Value| {
+        data["type"] = kind.into();
+        data["sequence_number"] = sequence.into();
+        sequence += 1;
+        format!("event: {kind}\ndata: {data}\n\n")
+    };
+    let opening = vec![
+        event("response.created", json!({ "response": response("in_progress", json!([]), Value::Null) })),
+        event("response.in_progress", json!({ "response": response("in_progress", json!([]), Value::Null) })),
+    ];
+    let item_id = format!("msg_{}", shared.name);
+    let mut rest = vec![event(
+        "response.output_item.added",
+        json!({ "output_index": 0, "item": { "id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": [] } }),
+    )];
+    for word in &words {
+        rest.push(event(
+            "response.output_text.delta",
+            json!({ "item_id": item_id, "output_index": 0, "content_index": 0, "delta": word, "logprobs": [] }),
+        ));
+    }
+    let message = json!({
+        "id": item_id, "type": "message", "role": "assistant", "status": "completed",
+        "content": [{ "type": "output_text", "text": text, "annotations": [], "logprobs": [] }],
+    });
+    let usage = json!({
+        "input_tokens": prompt, "input_tokens_details": { "cached_tokens": 0 },
+        "output_tokens": completion, "output_tokens_details": { "reasoning_tokens": 0 },
+        "total_tokens": prompt + completion,
+    });
+    rest.push(event("response.output_item.done", json!({ "output_index": 0, "item": message })));
+    rest.push(event("response.completed", json!({ "response": response("completed", json!([message]), usage) })));
     sse(opening, silence, rest)
 }
