@@ -18,8 +18,12 @@ const OPENAI_MODEL: &str = "gpt-4o-mini";
 const UPSTREAM_MODEL: &str = "gpt-4o-mini-2024-07-18";
 const CLAUDE: &str = "claude-haiku-4-5";
 /// $1 / $2 per 1M input / output tokens; a completed line (1000 in, 500
-/// out) costs 2000 µ$ at the regular price, 1000 µ$ in a batch.
-const LINE_BATCH_COST: i64 = (LINE_PROMPT_TOKENS + 2 * LINE_COMPLETION_TOKENS) / 2;
+/// out) costs 2000 µ$ at the regular price, 1000 µ$ in a batch (half, the
+/// default share).
+const LINE_REGULAR_COST: i64 = LINE_PROMPT_TOKENS + 2 * LINE_COMPLETION_TOKENS;
+const LINE_BATCH_COST: i64 = LINE_REGULAR_COST / 2;
+/// The Claude model's batch share: a quarter.
+const CLAUDE_BATCH_PPM: i64 = 250_000;
 const START: i64 = 10_000_000;
 
 struct Fixture {
@@ -33,7 +37,7 @@ struct Fixture {
 
 /// A cluster on Redis whose batch poller runs every 200 ms; a chat model
 /// at $1/$2 on an `openai` channel (which maps its name) and a Claude model
-/// at the same prices on an `anthropic` channel, both to the mock; an
+/// at the same prices (a quarter in batches) on an `anthropic` channel, both to the mock; an
 /// account with $10 and a token.
 async fn setup() -> Fixture {
     let redis = RedisServer::start().await.expect("redis-server");
@@ -46,9 +50,10 @@ async fn setup() -> Fixture {
     .await
     .expect("cluster");
     let mut admin = cluster.admin();
-    for id in [OPENAI_MODEL, CLAUDE] {
+    for (id, batch_price_ppm) in [(OPENAI_MODEL, 0), (CLAUDE, CLAUDE_BATCH_PPM)] {
         let model = pb::Model {
             id: id.into(),
+            batch_price_ppm,
             category: "chat".into(),
             input_price_micros: 1_000_000,
             output_price_micros: 2_000_000,
@@ -303,7 +308,8 @@ async fn an_anthropic_message_batch_is_billed_from_its_results() {
     f.batches.set_done(&upstream, 2);
     let cancelled = sdk(&f, "anthropic_batches.py", "cancel", 1, &f.key, &[("GW_BATCH", &batch)]).await;
     assert_eq!(cancelled["batch"]["id"], batch.as_str());
-    balance_settles_at(&f, START - 2 * LINE_BATCH_COST - openai_hold).await;
+    let cost = 2 * LINE_REGULAR_COST * CLAUDE_BATCH_PPM / 1_000_000;
+    balance_settles_at(&f, START - cost - openai_hold).await;
     let done = sdk(&f, "anthropic_batches.py", "retrieve", 1, &f.key, &[("GW_BATCH", &batch)]).await;
     assert_eq!(done["batch"]["processing_status"], "ended");
     let results = done["results"].as_array().expect("results through results_url");
@@ -314,4 +320,5 @@ async fn an_anthropic_message_batch_is_billed_from_its_results() {
     assert_eq!(listed["batches"], serde_json::json!([openai]), "batches list, without the message batch");
     let billed = records(&f, &f.account, &format!("batch:{batch}")).await;
     assert_eq!((billed.len(), billed[0].endpoint.as_str()), (1, "/v1/messages/batches"));
+    assert_eq!(billed[0].cost_micros, cost, "two lines at the model's batch share");
 }
