@@ -4,7 +4,8 @@ first response, a second that continues it by `previous_response_id` (sending
 only its new input), one for a model the gateway does not know (an `error`
 event), and one more, in a lane (`stream_id`), to show the socket is still
 usable. With the argument `leave`, sends one response.create and closes the
-socket without reading. With `revoke <asked> <revoked>`, answers one response,
+socket without reading. With `cut`, closes the socket after the second text
+delta of a response. With `revoke <asked> <revoked>`, answers one response,
 writes the file `asked` and waits for the file `revoked` before asking again,
 then reads until the gateway closes the socket. Prints a JSON summary of what
 each response sent back."""
@@ -58,6 +59,16 @@ if sys.argv[1:] == ["leave"]:
     with client.responses.connect() as connection:
         connection.response.create(model=model, input="Say hello", store=False)
     print(json.dumps({"left": True}))
+    sys.exit(0)
+
+if sys.argv[1:] == ["cut"]:
+    deltas = 0
+    with client.responses.connect() as connection:
+        connection.response.create(model=model, input="Count slowly")
+        while deltas < 2:
+            if connection.recv().type == "response.output_text.delta":
+                deltas += 1
+    print(json.dumps({"deltas": deltas}))
     sys.exit(0)
 
 if sys.argv[1:2] == ["revoke"]:

@@ -212,6 +212,31 @@ async fn a_client_that_leaves_after_asking_is_billed_once() {
 }
 
 #[tokio::test]
+async fn a_client_that_closes_mid_response_pays_for_what_it_got() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = gateway(&upstream, "anthropic").await;
+    let words = (0..40).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+    upstream.set_script(Script { reply: words, chunk_delay: Duration::from_millis(100), ..Script::default() });
+    let result = run_sdk(gw.cluster.data_planes[0].addr, &gw.key, &["cut"]).await;
+    assert_eq!(result["deltas"], 2, "{result}");
+
+    eventually("the upstream stream to be abandoned", Duration::from_secs(10), || async {
+        (upstream.abandoned_streams() == 1).then_some(())
+    })
+    .await;
+    let records = gw.wait_for_usage(1).await;
+    let record = &records[0];
+    assert_eq!(record["status"], 499, "{record}");
+    assert_eq!(record["endpoint"], "/v1/responses", "{record}");
+    assert_eq!(record["prompt_tokens"], 11, "{record}");
+    // What the stream reported before the client left, as for a client
+    // that drops the HTTP stream; never the whole answer.
+    let billed = record["completion_tokens"].as_i64().unwrap_or_default();
+    assert!((1..40).contains(&billed), "billed {billed} tokens of 40 words: {record}");
+    assert!(record["cost_micros"].as_i64().unwrap_or_default() > 0, "{record}");
+}
+
+#[tokio::test]
 async fn a_token_revoked_mid_socket_is_refused_on_its_next_response() {
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let gw = gateway(&upstream, "openai").await;
