@@ -149,6 +149,19 @@ pub struct Prices {
     /// US dollars per rerank search unit (one query over up to 100 documents).
     #[arg(long, allow_negative_numbers = true, value_parser = money::parse_usd_non_negative)]
     search_unit_price: Option<i64>,
+    /// Share of the regular prices batch lines pay (/v1/batches,
+    /// /v1/messages/batches), from 0 to 1; 0 is half, as providers bill batches.
+    #[arg(long, value_parser = parse_batch_ratio)]
+    batch_price_ratio: Option<i64>,
+}
+
+/// A batch price ratio, in millionths: 0 to 1.
+fn parse_batch_ratio(text: &str) -> Result<i64, String> {
+    match gw_pricing::parse_ratio_ppm(text) {
+        Ok(ppm) if ppm <= gw_pricing::RATIO_ONE_PPM => Ok(ppm),
+        Ok(_) => Err("a batch pays at most the regular price (1)".into()),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 /// Runs one model verb; returns what to print.
@@ -187,6 +200,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 audio_output_price_micros: p.audio_output_price,
                 audio_cached_price_micros: p.audio_cached_price,
                 search_unit_price_micros: p.search_unit_price,
+                batch_price_ppm: p.batch_price_ratio,
             };
             output::render_one(out, &admin.update_model(request).await.rpc()?)
         }
@@ -206,6 +220,14 @@ fn price(micros: i64) -> String {
     match micros {
         0 => "-".to_string(),
         micros => output::usd(micros),
+    }
+}
+
+/// A model's batch price ratio for people: 0 is the default half.
+fn batch_ratio(ppm: i64) -> String {
+    match ppm {
+        0 => "0.5 (default)".to_string(),
+        ppm => gw_pricing::format_ratio(ppm),
     }
 }
 
@@ -234,6 +256,7 @@ impl Render for pb::Model {
         "AUDIO OUT/1M",
         "AUDIO CACHED/1M",
         "SEARCH UNIT",
+        "BATCH RATIO",
     ];
 
     type Json = schema::Model;
@@ -273,6 +296,7 @@ impl Render for pb::Model {
             price(self.audio_output_price_micros),
             price(self.audio_cached_price_micros),
             price(self.search_unit_price_micros),
+            batch_ratio(self.batch_price_ppm),
         ]
     }
 
@@ -297,6 +321,7 @@ impl Render for pb::Model {
             ("audio output price / 1M tokens", price(self.audio_output_price_micros)),
             ("audio cached price / 1M tokens", price(self.audio_cached_price_micros)),
             ("search unit price", price(self.search_unit_price_micros)),
+            ("batch price ratio", batch_ratio(self.batch_price_ppm)),
             ("owned by", self.owned_by.clone()),
         ]
     }
@@ -346,6 +371,7 @@ fn new_model(args: CreateArgs) -> Result<pb::Model> {
         audio_output_price_micros: p.audio_output_price.unwrap_or(0),
         audio_cached_price_micros: p.audio_cached_price.unwrap_or(0),
         search_unit_price_micros: p.search_unit_price.unwrap_or(0),
+        batch_price_ppm: p.batch_price_ratio.unwrap_or(0),
     };
     Ok(model)
 }
@@ -395,6 +421,9 @@ mod tests {
         assert!(new_model(create(&["--id", "img", "--category", "image", "--image-price", "0.04"]).unwrap()).is_ok());
         let rerank = ["--id", "rerank-v3.5", "--category", "rerank", "--search-unit-price", "0.002"];
         assert_eq!(new_model(create(&rerank).unwrap()).unwrap().search_unit_price_micros, 2_000);
+        let batch = ["--id", "m", "--input-price", "1", "--batch-price-ratio", "0.25"];
+        assert_eq!(new_model(create(&batch).unwrap()).unwrap().batch_price_ppm, 250_000);
+        assert!(create(&["--id", "m", "--input-price", "1", "--batch-price-ratio", "1.5"]).is_err(), "above 1");
         let free = new_model(create(&["--id", "m", "--free"]).unwrap()).unwrap();
         assert_eq!((free.input_price_micros, free.request_price_micros), (0, 0));
 

@@ -160,6 +160,7 @@ impl From<&pb::Model> for Model {
             audio_cached_price_usd: usd(m.audio_cached_price_micros),
             search_unit_price_micros: m.search_unit_price_micros,
             search_unit_price_usd: usd(m.search_unit_price_micros),
+            batch_price_ppm: m.batch_price_ppm,
         }
     }
 }

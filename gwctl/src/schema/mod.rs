@@ -202,6 +202,8 @@ pub struct Model {
     /// One rerank search unit (a query over up to 100 documents).
     pub search_unit_price_micros: i64,
     pub search_unit_price_usd: String,
+    /// Share of the regular prices batch lines pay, in millionths; 0: half.
+    pub batch_price_ppm: i64,
 }
 
 /// One usage record.

@@ -181,6 +181,7 @@ fn model_json_is_pinned() {
         audio_output_price_micros: 0,
         audio_cached_price_micros: 0,
         search_unit_price_micros: 2_000,
+        batch_price_ppm: 400_000,
     };
     golden("model", &Model::from(&model));
 }
