@@ -160,7 +160,8 @@ pub async fn list(
                 thead { tr {
                     th scope="col" { "Model" } th scope="col" { "Category" }
                     @for p in &PRICES { th scope="col" { (p.label.split(" (").next().unwrap_or(p.label)) } }
-                    th scope="col" { "Long context above" } th scope="col" { "Channels" }
+                    th scope="col" { "Long context above" } th scope="col" { "Batch share" }
+                    th scope="col" { "Channels" }
                     @if writes { th scope="col" { "Edit" } }
                 } }
                 tbody {
@@ -170,6 +171,7 @@ pub async fn list(
                             td { (model.category) }
                             @for p in &PRICES { td { (price((p.get)(model))) } }
                             td { @if model.tier_threshold_tokens > 0 { (model.tier_threshold_tokens) " tokens" } @else { "—" } }
+                            td { (batch_share(model.batch_price_ppm)) }
                             td { (serving(&model.id)) }
                             @if writes {
                                 td {
@@ -225,6 +227,9 @@ fn model_form(console: &Console, signed: &crate::services::console::Signed, mode
                 label for={ (prefix) "tier_threshold" } { "Long-context threshold in prompt tokens (empty: none)" }
                 input id={ (prefix) "tier_threshold" } name="tier_threshold" inputmode="numeric"
                     value=(model.map(|m| m.tier_threshold_tokens).filter(|v| *v != 0).map(|v| v.to_string()).unwrap_or_default());
+                label for={ (prefix) "batch_ratio" } { "Batch share of these prices, 0 to 1 (empty: 0.5, half)" }
+                input id={ (prefix) "batch_ratio" } name="batch_ratio" inputmode="decimal"
+                    value=(model.map(|m| m.batch_price_ppm).filter(|v| *v != 0).map(gw_pricing::format_ratio).unwrap_or_default());
             }
             button type="submit" { @if model.is_some() { "Save prices" } @else { "Add model" } }
         }
@@ -267,6 +272,7 @@ fn read_model(fields: &HashMap<String, String>) -> Result<pb::Model, ConsoleErro
         id: field("id").trim().to_owned(),
         category: field("category").trim().to_owned(),
         tier_threshold_tokens: whole("the long-context threshold", field("tier_threshold"))?,
+        batch_price_ppm: batch_ratio(field("batch_ratio"))?,
         ..Default::default()
     };
     for price in &PRICES {
@@ -278,6 +284,23 @@ fn read_model(fields: &HashMap<String, String>) -> Result<pb::Model, ConsoleErro
         (false, false) => Err(ConsoleError::Invalid("give the model a price, or tick free".into())),
         _ => Ok(model),
     }
+}
+
+/// The batch share typed in the form, in millionths: empty is 0 (half).
+fn batch_ratio(text: &str) -> Result<i64, ConsoleError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(0);
+    }
+    match gw_pricing::parse_ratio_ppm(text) {
+        Ok(ppm) if ppm <= gw_pricing::RATIO_ONE_PPM => Ok(ppm),
+        _ => Err(ConsoleError::Invalid(format!("the batch share {text:?} is not a number from 0 to 1"))),
+    }
+}
+
+/// A model's batch share for the table.
+fn batch_share(ppm: i64) -> String {
+    if ppm == 0 { "0.5 (default)".to_owned() } else { gw_pricing::format_ratio(ppm) }
 }
 
 /// An update that sets every price and the category of `model`.
@@ -303,8 +326,7 @@ fn update_of(model: pb::Model) -> pb::UpdateModelRequest {
         audio_output_price_micros: Some(model.audio_output_price_micros),
         audio_cached_price_micros: Some(model.audio_cached_price_micros),
         search_unit_price_micros: Some(model.search_unit_price_micros),
-        // Set by its own field of the form; kept as stored here.
-        batch_price_ppm: None,
+        batch_price_ppm: Some(model.batch_price_ppm),
     }
 }
 
@@ -326,6 +348,7 @@ mod tests {
             ("cached", ""),
             ("tier_threshold", "200000"),
             ("search_unit", "0.002"),
+            ("batch_ratio", "0.25"),
         ]))
         .expect("valid");
         assert_eq!(model.id, "gpt-x");
@@ -333,7 +356,9 @@ mod tests {
         assert_eq!(model.cached_price_micros, 0);
         assert_eq!(model.tier_threshold_tokens, 200_000);
         assert_eq!(model.search_unit_price_micros, 2_000, "a search unit's price is per unit");
+        assert_eq!(model.batch_price_ppm, 250_000, "the batch share is a ratio");
         let update = update_of(model);
+        assert_eq!(update.batch_price_ppm, Some(250_000));
         assert_eq!(update.search_unit_price_micros, Some(2_000));
         assert_eq!(update.input_price_micros, Some(2_500_000));
         assert_eq!(update.cached_price_micros, Some(0));
@@ -346,6 +371,7 @@ mod tests {
         assert!(read_model(&form(&[("id", "m")])).is_err());
         assert!(read_model(&form(&[("id", "m"), ("free", "on"), ("image", "0.04")])).is_err());
         assert!(read_model(&form(&[("id", "m"), ("input", "-1")])).is_err());
+        assert!(read_model(&form(&[("id", "m"), ("input", "1"), ("batch_ratio", "1.5")])).is_err(), "above 1");
     }
 
     #[test]
