@@ -3,7 +3,9 @@
 //! over a real WebSocket, and as clients the official OpenAI Python SDK's
 //! realtime client (`tests/sdk/openai_realtime.py`) and a plain WebSocket
 //! client for what the SDK cannot show (the subprotocol key, refusals
-//! before the upgrade, a session cut mid-way, concurrent sessions).
+//! before and after the upgrade, a session cut mid-way, concurrent
+//! sessions). Azure channels are served by the same mock at Azure's
+//! addresses, with Azure's `api-key`.
 
 use std::time::Duration;
 
@@ -18,6 +20,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest as _, http::HeaderValue};
 
 const UPSTREAM_KEY: &str = "sk-upstream-realtime-0123456789";
+const AZURE_KEY: &str = "azure-realtime-key-0123456789abcdef";
 const MODEL: &str = "gpt-realtime";
 /// The account's starting balance, $10.
 const START: i64 = 10_000_000;
@@ -25,6 +28,11 @@ const START: i64 = 10_000_000;
 /// at $4 / $32, 32 + 32 cached at $0.40, 30 text + 100 audio out at $16 /
 /// $64: 192 + 2816 + 12.8 + 12.8 + 480 + 6400 = 9913.6 → 9914 µ$.
 const RESPONSE_COST: i64 = 9_914;
+/// What each response reserves before it starts: the data plane's default
+/// output bound (4096 tokens) at the model's highest output price ($64).
+const RESPONSE_BOUND: i64 = 4_096 * 64;
+/// The upstream name of `MODEL` on every channel.
+const UPSTREAM_MODEL: &str = "gpt-realtime-2025-08-28";
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -50,11 +58,25 @@ fn channel(name: &str, base_url: String, priority: i32) -> pb::Channel {
         api_key: UPSTREAM_KEY.into(),
         has_key: true,
         models: vec![MODEL.into()],
-        model_map: [(MODEL.to_owned(), "gpt-realtime-2025-08-28".to_owned())].into(),
+        model_map: [(MODEL.to_owned(), UPSTREAM_MODEL.to_owned())].into(),
         groups: vec!["default".into()],
         weight: 1,
         priority,
         ..Default::default()
+    }
+}
+
+/// An azure channel on `mock`'s resource endpoint with `settings` (the
+/// deployment form or `api_version: v1`), its key sent as `api-key`.
+fn azure_channel(mock: &MockRealtime, settings: &[(&str, &str)]) -> pb::Channel {
+    let mut settings: Vec<(String, String)> = settings.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+    settings.push(("auth".into(), "api-key".into()));
+    pb::Channel {
+        r#type: "azure".into(),
+        base_url: mock.azure_endpoint(),
+        api_key: AZURE_KEY.into(),
+        settings: settings.into_iter().collect(),
+        ..channel("azure-realtime", String::new(), 0)
     }
 }
 
@@ -65,12 +87,17 @@ struct Fixture {
 }
 
 async fn setup() -> Fixture {
+    start(|mock| channel("realtime", mock.base_url(), 0)).await
+}
+
+/// The fixture with the one channel `channel` makes for its mock.
+async fn start(channel: impl FnOnce(&MockRealtime) -> pb::Channel) -> Fixture {
     let redis = RedisServer::start().await.expect("redis-server");
     let mock = MockRealtime::start().await.expect("mock realtime");
     let cluster = Cluster::start(&redis.url(), 1).await.expect("cluster");
     let mut admin = cluster.admin();
     admin.create_model(model()).await.expect("model create");
-    admin.create_channel(channel("realtime", mock.base_url(), 0)).await.expect("channel create");
+    admin.create_channel(channel(&mock)).await.expect("channel create");
     Fixture { _redis: redis, cluster, mock }
 }
 
@@ -185,7 +212,8 @@ async fn the_openai_sdk_holds_a_session_and_each_response_is_billed_once_at_audi
     let handshakes = f.mock.handshakes();
     assert_eq!(handshakes.len(), 1);
     assert_eq!(handshakes[0].authorization.as_deref(), Some(&format!("Bearer {UPSTREAM_KEY}")[..]));
-    assert_eq!(handshakes[0].model.as_deref(), Some("gpt-realtime-2025-08-28"), "the mapped model");
+    assert_eq!(handshakes[0].model.as_deref(), Some(UPSTREAM_MODEL), "the mapped model");
+    assert_eq!(handshakes[0].path, "/v1/realtime");
 
     let records = records(&f.cluster, &token, 2).await;
     let mut ids: Vec<&str> = records.iter().filter_map(|r| r["request_id"].as_str()).collect();
@@ -211,11 +239,11 @@ async fn sessions_are_refused_before_the_upgrade_and_billed_per_response_when_cu
     let (account, token, key) = customer(&f.cluster, START, 1).await;
 
     // A bad key, a model that is not realtime, a budget too small: HTTP answers.
-    let (status, body) = open(&f.cluster, "sk-not-a-key", false).await.err().expect("refused");
+    let (status, body) = open(&f.cluster, "sk-not-a-key", false).await.expect_err("refused");
     assert_eq!(status, 401);
     assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
     let (_, _, poor) = customer(&f.cluster, 100_000, 0).await;
-    let (status, _) = open(&f.cluster, &poor, false).await.err().expect("refused");
+    let (status, _) = open(&f.cluster, &poor, false).await.expect_err("refused");
     assert_eq!(status, 403, "a response's bound is more than the balance");
 
     // The browser form: the key as a subprotocol, only `realtime` echoed.
@@ -226,7 +254,7 @@ async fn sessions_are_refused_before_the_upgrade_and_billed_per_response_when_cu
     assert_eq!(done["response"]["usage"]["input_tokens"], USAGE.input);
 
     // The token may hold one session at a time.
-    let (status, _) = open(&f.cluster, &key, false).await.err().expect("second session refused");
+    let (status, _) = open(&f.cluster, &key, false).await.expect_err("second session refused");
     assert_eq!(status, 429);
 
     // Cut after one response: that response is billed, the slot comes back.
@@ -263,4 +291,114 @@ async fn a_channel_refusing_the_upgrade_is_failed_over() {
     let records = records(&f.cluster, &token, 1).await;
     assert_eq!(records[0]["cost_micros"], RESPONSE_COST);
     assert!(!f.mock.handshakes().is_empty());
+}
+
+#[tokio::test]
+async fn a_session_whose_budget_runs_out_gets_an_error_event_and_is_closed_with_what_it_used_billed() {
+    let f = setup().await;
+    // Enough for the first response's bound, not for the second's once the
+    // first is paid.
+    let balance = RESPONSE_BOUND + RESPONSE_COST / 2;
+    let (account, token, key) = customer(&f.cluster, balance, 1).await;
+    let (mut socket, _) = open(&f.cluster, &key, false).await.expect("the first response is covered");
+    until(&mut socket, "session.created").await;
+    let done = one_response(&mut socket).await;
+    assert_eq!(done["response"]["status"], "completed", "the response in flight is relayed whole");
+
+    let error = until(&mut socket, "error").await;
+    assert!(error["event_id"].as_str().is_some_and(|id| !id.is_empty()), "{error}");
+    assert_eq!(error["error"]["type"], "insufficient_quota", "{error}");
+    assert_eq!(error["error"]["code"], "insufficient_user_quota", "{error}");
+    assert!(error["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{error}");
+    assert!(error["error"].get("param").is_some_and(Value::is_null), "{error}");
+    let close = loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .expect("a close within 10 s")
+            .expect("a close frame before the end")
+            .expect("socket error");
+        match message {
+            tungstenite::Message::Close(frame) => break frame.expect("a close code"),
+            tungstenite::Message::Text(text) => panic!("an event after the refusal: {text}"),
+            _ => {}
+        }
+    };
+    assert_eq!(u16::from(close.code), 1008, "closed for policy");
+
+    let records = records(&f.cluster, &token, 1).await;
+    assert_eq!(records[0]["cost_micros"], RESPONSE_COST, "{records:?}");
+    assert!(records[0]["request_id"].as_str().is_some_and(|id| id.ends_with("-1")), "{records:?}");
+    wait_for_balance(&f.cluster, &account, balance - RESPONSE_COST).await;
+    eventually("the upstream session to close", Duration::from_secs(10), || async {
+        (f.mock.open_sessions() == 0).then_some(())
+    })
+    .await;
+    // The slot came back: the next session is refused for its budget (403),
+    // not for the one in flight (429).
+    let (status, body) = eventually("the in-flight slot to come back", Duration::from_secs(10), || async {
+        open(&f.cluster, &key, false).await.err().filter(|(status, _)| *status != 429)
+    })
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(f.mock.handshakes().len(), 1, "a refused session never reaches the channel");
+    assert_eq!(records.len(), 1);
+}
+
+#[tokio::test]
+async fn an_azure_deployment_holds_an_sdk_session_billed_once() {
+    let settings = [("api_version", "2025-04-01-preview"), ("deployment", "realtime-prod")];
+    let f = start(|mock| azure_channel(mock, &settings)).await;
+    f.mock.azure_key(AZURE_KEY);
+    let (account, token, key) = customer(&f.cluster, START, 0).await;
+    let base_url = f.cluster.base_url(0);
+    let env =
+        [("GW_BASE_URL", base_url.as_str()), ("GW_API_KEY", key.as_str()), ("GW_MODEL", MODEL), ("GW_RESPONSES", "1")];
+    let out = harness::sdk("openai_realtime.py", &[], &env).await;
+
+    let responses = out["responses"].as_array().expect("responses");
+    assert_eq!(responses.len(), 1, "{out}");
+    assert_eq!(responses[0]["transcript"], TRANSCRIPT);
+    let handshakes = f.mock.handshakes();
+    assert_eq!(handshakes.len(), 1, "{handshakes:?}");
+    let handshake = &handshakes[0];
+    assert!(!handshake.refused, "{handshake:?}");
+    assert_eq!(handshake.path, "/openai/realtime");
+    assert_eq!(handshake.api_version.as_deref(), Some("2025-04-01-preview"));
+    assert_eq!(handshake.model.as_deref(), Some("realtime-prod"), "the deployment is addressed");
+    assert_eq!(handshake.api_key.as_deref(), Some(AZURE_KEY));
+    assert_eq!(handshake.authorization, None, "azure keys go as api-key only");
+
+    let records = records(&f.cluster, &token, 1).await;
+    assert_eq!(records[0]["endpoint"], "/v1/realtime");
+    assert_eq!(records[0]["cost_micros"], RESPONSE_COST, "{records:?}");
+    assert_eq!(records[0]["audio_completion_tokens"], USAGE.audio_output);
+    wait_for_balance(&f.cluster, &account, START - RESPONSE_COST).await;
+}
+
+#[tokio::test]
+async fn an_azure_v1_endpoint_is_addressed_by_model_and_refuses_a_wrong_key() {
+    let f = start(|mock| azure_channel(mock, &[("api_version", "v1")])).await;
+    f.mock.azure_key("another-resource-key");
+    let (account, token, key) = customer(&f.cluster, START, 0).await;
+    let (status, body) = open(&f.cluster, &key, false).await.expect_err("the resource refuses our key");
+    assert_eq!(status, 401, "the upstream's refusal, as an HTTP answer before the upgrade: {body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("invalid subscription key") && !message.contains(AZURE_KEY), "{body}");
+    assert!(f.mock.handshakes().iter().all(|h| h.refused && h.api_key.as_deref() == Some(AZURE_KEY)));
+
+    f.mock.azure_key(AZURE_KEY);
+    let (mut socket, _) = eventually("the channel to take sessions again", Duration::from_secs(15), || async {
+        open(&f.cluster, &key, false).await.ok()
+    })
+    .await;
+    until(&mut socket, "session.created").await;
+    one_response(&mut socket).await;
+    let handshake = f.mock.handshakes().into_iter().find(|h| !h.refused).expect("an accepted handshake");
+    assert_eq!(handshake.path, "/openai/v1/realtime");
+    assert_eq!((handshake.model.as_deref(), handshake.api_version), (Some(UPSTREAM_MODEL), None));
+    assert_eq!(handshake.api_key.as_deref(), Some(AZURE_KEY));
+
+    let records = records(&f.cluster, &token, 1).await;
+    assert_eq!(records[0]["cost_micros"], RESPONSE_COST, "{records:?}");
+    wait_for_balance(&f.cluster, &account, START - RESPONSE_COST).await;
 }

@@ -2,8 +2,13 @@
 //! WebSocket. It sends `session.created`, and for each `response.create`
 //! a `response.created`, a few transcript and audio deltas and a
 //! `response.done` whose usage is `USAGE`. It records each handshake (the
-//! credential, the model asked for, `OpenAI-Beta`), counts the sessions
-//! open, and can refuse upgrades with a status (a channel that is down).
+//! path, the credential, the model asked for, `OpenAI-Beta`), counts the
+//! sessions open, and can refuse upgrades with a status (a channel that is
+//! down). It also answers as an Azure OpenAI resource does: at
+//! `/openai/v1/realtime?model=…`, and at the deployment form
+//! `/openai/realtime?api-version=…&deployment=…`, whose parameters it
+//! requires (404 without); once `azure_key` is set, an Azure address without
+//! that `api-key` is refused 401.
 
 use std::sync::{
     Arc, Mutex, PoisonError,
@@ -16,7 +21,7 @@ use axum::{
         Query, State,
         ws::{Message, WebSocket, WebSocketUpgrade},
     },
-    http::{HeaderMap, StatusCode},
+    http::{HeaderMap, StatusCode, Uri},
     response::{IntoResponse as _, Response},
     routing::get,
 };
@@ -45,6 +50,10 @@ pub struct Usage {
 /// One upgrade the mock was asked for.
 #[derive(Debug, Clone)]
 pub struct Handshake {
+    /// The path asked for, without the query.
+    pub path: String,
+    /// The query's `api-version` (Azure's deployment form).
+    pub api_version: Option<String>,
     pub authorization: Option<String>,
     pub api_key: Option<String>,
     pub beta: Option<String>,
@@ -65,6 +74,8 @@ struct Shared {
     open: AtomicUsize,
     /// Non-zero: refuse upgrades with this status.
     refuse: AtomicU16,
+    /// The `api-key` the Azure addresses require, once set.
+    azure_key: Mutex<Option<String>>,
 }
 
 // === impl MockRealtime ===
@@ -72,9 +83,17 @@ struct Shared {
 impl MockRealtime {
     /// Starts the mock on a free port.
     pub async fn start() -> anyhow::Result<MockRealtime> {
-        let shared =
-            Arc::new(Shared { handshakes: Mutex::default(), open: AtomicUsize::new(0), refuse: AtomicU16::new(0) });
-        let app = Router::new().route("/v1/realtime", get(upgrade)).with_state(shared.clone());
+        let shared = Arc::new(Shared {
+            handshakes: Mutex::default(),
+            open: AtomicUsize::new(0),
+            refuse: AtomicU16::new(0),
+            azure_key: Mutex::default(),
+        });
+        let app = Router::new()
+            .route("/v1/realtime", get(upgrade))
+            .route("/openai/v1/realtime", get(upgrade))
+            .route("/openai/realtime", get(upgrade))
+            .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
@@ -83,9 +102,19 @@ impl MockRealtime {
         Ok(MockRealtime { addr, shared, task })
     }
 
-    /// The base URL a channel names (`http://…/v1`).
+    /// The base URL an openai channel names (`http://…/v1`).
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// The resource endpoint an azure channel names (`http://…`).
+    pub fn azure_endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Requires `key` as the `api-key` header on the Azure addresses.
+    pub fn azure_key(&self, key: &str) {
+        *self.shared.azure_key.lock().unwrap_or_else(PoisonError::into_inner) = Some(key.to_owned());
     }
 
     /// Refuses every later upgrade with `status` (0: accept again).
@@ -112,26 +141,58 @@ impl Drop for MockRealtime {
 
 async fn upgrade(
     State(shared): State<Arc<Shared>>,
+    uri: Uri,
     Query(query): Query<Vec<(String, String)>>,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let model = query.iter().find(|(k, _)| k == "model" || k == "deployment").map(|(_, v)| v.clone());
-    let refuse = shared.refuse.load(Ordering::SeqCst);
+    let param = |name: &str| query.iter().find(|(k, v)| k == name && !v.is_empty()).map(|(_, v)| v.clone());
+    let path = uri.path().to_owned();
+    let api_key = header("api-key");
+    let refuse = match shared.refuse.load(Ordering::SeqCst) {
+        0 => refusal(&shared, &path, api_key.as_deref(), &param),
+        status => {
+            Some((StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE), "realtime is down here"))
+        }
+    };
     shared.handshakes.lock().unwrap_or_else(PoisonError::into_inner).push(Handshake {
+        api_version: param("api-version"),
+        model: param("model").or_else(|| param("deployment")),
+        path,
         authorization: header("authorization"),
-        api_key: header("api-key"),
+        api_key,
         beta: header("openai-beta"),
-        model,
-        refused: refuse != 0,
+        refused: refuse.is_some(),
     });
-    if refuse != 0 {
-        let status = StatusCode::from_u16(refuse).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        let body = json!({ "error": { "message": "realtime is down here", "type": "server_error" } });
+    if let Some((status, message)) = refuse {
+        let body =
+            json!({ "error": { "message": message, "type": "server_error", "code": status.as_u16().to_string() } });
         return (status, axum::Json(body)).into_response();
     }
     upgrade.on_upgrade(move |socket| session(shared, socket))
+}
+
+/// Why an Azure resource would refuse an upgrade to `path` with `api_key`
+/// and the query's `param`s, as it answers: `None` when it would not.
+fn refusal(
+    shared: &Shared,
+    path: &str,
+    api_key: Option<&str>,
+    param: &dyn Fn(&str) -> Option<String>,
+) -> Option<(StatusCode, &'static str)> {
+    if !path.starts_with("/openai/") {
+        return None;
+    }
+    let expected = shared.azure_key.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    if expected.is_some_and(|key| api_key != Some(key.as_str())) {
+        return Some((StatusCode::UNAUTHORIZED, "Access denied due to invalid subscription key"));
+    }
+    let addressed = match path {
+        "/openai/v1/realtime" => param("model").is_some(),
+        _ => param("api-version").is_some() && param("deployment").is_some(),
+    };
+    (!addressed).then_some((StatusCode::NOT_FOUND, "Resource not found"))
 }
 
 async fn session(shared: Arc<Shared>, mut socket: WebSocket) {
