@@ -56,9 +56,6 @@ const UPGRADE_HEADERS: [&str; 8] = [
     "content-length",
     "transfer-encoding",
 ];
-/// How long a response may send nothing before the socket is pinged, so
-/// proxies and load balancers keep it while a model thinks.
-const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
 /// The status a response the client left before it began ends with.
 const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
     Ok(status) => status,
@@ -187,6 +184,17 @@ impl Socket {
         }
     }
 
+    /// Resolves once a response has sent nothing for the keepalive
+    /// interval (`--stream-keepalive-ms`), when the socket gets a ping so
+    /// proxies and load balancers keep it while a model thinks; never when
+    /// keepalives are off.
+    async fn quiet(&self) {
+        match self.app.upstreams.config().keepalive_interval {
+            every if every.is_zero() => std::future::pending().await,
+            every => tokio::time::sleep(every).await,
+        }
+    }
+
     /// The request id of the socket's next response.
     fn next_id(&mut self) -> RequestId {
         self.served += 1;
@@ -212,7 +220,7 @@ impl Socket {
             let answered = loop {
                 tokio::select! {
                     answered = &mut answered => break answered,
-                    () = tokio::time::sleep(PING_EVERY) => {
+                    () = self.quiet() => {
                         if ws.send(Message::Ping(Bytes::new())).await.is_err() {
                             return Outcome::Gone { status: CLIENT_CLOSED };
                         }
@@ -304,7 +312,7 @@ impl Socket {
                     // stream ends: metered for what went by.
                     Some(Ok(Message::Close(_)) | Err(_)) | None => return Outcome::Gone { status },
                 },
-                () = tokio::time::sleep(PING_EVERY) => {
+                () = self.quiet() => {
                     if ws.send(Message::Ping(Bytes::new())).await.is_err() {
                         return Outcome::Gone { status };
                     }
