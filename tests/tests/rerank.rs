@@ -4,7 +4,8 @@
 //! SDK's request method as clients. Checks what came back and what reached
 //! the upstream, what was billed (tokens at the input price, search units
 //! at the search-unit price, in the usage record and the balance), the
-//! catalogue's refusals, and failover to a second channel on a 5xx.
+//! catalogue's refusals, failover to a second channel on a 5xx, and the
+//! search-unit price set and changed with gwctl.
 
 mod support;
 
@@ -260,6 +261,42 @@ async fn a_5xx_fails_over_to_the_next_channel_and_bills_once() {
     assert_eq!((records[0]["search_units"].as_i64(), records[0]["cost_micros"].as_i64()), (Some(1), Some(2_000)));
     eventually("the balance to reflect the one rerank", Duration::from_secs(15), || async {
         (gw.balance().await == START - COHERE_UNIT_PRICE).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn gwctl_sets_and_changes_the_search_unit_price_and_the_next_rerank_bills_it() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = Gateway::start(1).await;
+    let args = ["model", "create", "--id", COHERE, "--category", "rerank", "--search-unit-price", "0.002"];
+    let created = gw.cluster.gwctl(&args).await.unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(
+        (created["category"].as_str(), created["search_unit_price_micros"].as_i64()),
+        (Some("rerank"), Some(2_000))
+    );
+    assert_eq!(created["search_unit_price_usd"], "0.002000");
+    channel(&gw, "rerank", "openai", &upstream.base_url(), 0, &[COHERE]).await;
+    gw.synced().await;
+    let body = json!({ "model": COHERE, "query": QUERY, "documents": DOCUMENTS });
+    assert_eq!(rerank(&gw, &body).await.status, 200);
+    // The ledger prices a record when it applies it: the first is in
+    // before the price changes.
+    assert_eq!(gw.wait_for_usage(1).await[0]["cost_micros"], 2_000);
+
+    let updated = gw.cluster.gwctl(&["model", "update", COHERE, "--search-unit-price", "0.005"]).await;
+    assert_eq!(updated.unwrap_or_else(|e| panic!("{e:#}"))["search_unit_price_micros"], 5_000);
+    let negative = gw.cluster.gwctl(&["model", "update", COHERE, "--search-unit-price", "-1"]).await;
+    assert!(negative.is_err_and(|e| e.to_string().contains("must not be negative")));
+    gw.synced().await;
+    assert_eq!(rerank(&gw, &body).await.status, 200);
+
+    let records = gw.wait_for_usage(2).await;
+    let mut costs: Vec<_> = records.iter().map(|r| r["cost_micros"].as_i64().unwrap_or(-1)).collect();
+    costs.sort_unstable();
+    assert_eq!(costs, [2_000, 5_000], "each rerank at the price of its time: {records:#?}");
+    eventually("the balance to reflect both prices", Duration::from_secs(15), || async {
+        (gw.balance().await == START - 7_000).then_some(())
     })
     .await;
 }
