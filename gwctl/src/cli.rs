@@ -7,8 +7,8 @@ use clap::CommandFactory as _;
 
 use crate::config::Global;
 use crate::{
-    account, audit, channel, client, config::contexts, credentials, dataplanes, doctor, group, model, secrets, store,
-    token, topup, up, usage, user, video, whoami,
+    account, audit, channel, client, config::contexts, credentials, dataplanes, declare, doctor, group, model, secrets,
+    store, token, topup, up, usage, user, video, whoami,
 };
 
 /// Operate the LLM API gateway.
@@ -50,6 +50,27 @@ pub enum Command {
     /// Models: the catalogue and prices.
     #[command(subcommand)]
     Model(model::Command),
+    /// Make groups, models, channels, accounts and tokens what YAML or JSON
+    /// documents say (docs/gwctl.md, "Declarative configuration").
+    #[command(after_help = "Examples:\n  \
+        gwctl apply -f gateway/ --dry-run\n  \
+        gwctl apply -f gateway/\n  \
+        gwctl apply -f gateway/ --prune --yes\n  \
+        gwctl export | gwctl apply -f -")]
+    Apply(declare::ApplyArgs),
+    /// What `apply -f` would change, field by field; exit code 1 when
+    /// something would.
+    #[command(after_help = "Examples:\n  \
+        gwctl diff -f gateway/\n  \
+        gwctl diff -f models.yaml -f channels.yaml --prune -o json")]
+    Diff(declare::DiffArgs),
+    /// The current configuration as documents `apply` takes, secrets left
+    /// out.
+    #[command(after_help = "Examples:\n  \
+        gwctl export > gateway.yaml\n  \
+        gwctl export model channel -o json\n  \
+        gwctl export --schema > config.schema.json")]
+    Export(declare::ExportArgs),
     /// Usage records.
     #[command(subcommand)]
     Usage(usage::Command),
@@ -127,6 +148,9 @@ pub async fn run(cli: Cli) -> Result<String> {
         Command::Whoami => whoami::run(&mut client::connect(&global).await?, global.target()?.endpoint, out).await,
         Command::Version => Ok(whoami::version(client::connect(&global).await).await),
         Command::Doctor(args) => doctor::run(args, out).await,
+        Command::Apply(args) => declare::apply(args, &global).await,
+        Command::Diff(args) => declare::diff(args, &global).await,
+        Command::Export(args) => declare::export(args, &global).await,
         Command::Completion { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "gwctl", &mut script);

@@ -11,6 +11,7 @@ mod config;
 mod confirm;
 mod credentials;
 mod dataplanes;
+mod declare;
 mod doctor;
 #[cfg(test)]
 mod e2e;

@@ -56,7 +56,8 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         gwctl channel update main --weight 3 --priority 1\n  \
         gwctl channel update main --key-file ~/.config/openai-new.key\n  \
-        gwctl channel update main --map gpt-4o=gpt-4o-2024-08-06")]
+        gwctl channel update main --map gpt-4o=gpt-4o-2024-08-06\n  \
+        gwctl channel update main --first-byte-timeout-ms 20000")]
     Update(UpdateArgs),
     /// Stop routing to the channel.
     #[command(after_help = "Examples:\n  gwctl channel disable main")]
@@ -188,6 +189,18 @@ pub struct UpdateArgs {
     /// here replace the key pool like --key.
     #[command(flatten)]
     provider: Box<ProviderArgs>,
+    /// Upstream connect timeout in milliseconds (0: the data plane's).
+    #[arg(long, value_name = "MS")]
+    connect_timeout_ms: Option<u32>,
+    /// Time to the first response byte in milliseconds (0: the data plane's).
+    #[arg(long, value_name = "MS")]
+    first_byte_timeout_ms: Option<u32>,
+    /// Longest silence inside a response in milliseconds (0: the data plane's).
+    #[arg(long, value_name = "MS")]
+    idle_timeout_ms: Option<u32>,
+    /// Whole-request deadline in milliseconds (0: the data plane's).
+    #[arg(long, value_name = "MS")]
+    total_timeout_ms: Option<u32>,
 }
 
 /// The channel types the control plane accepts.
@@ -387,6 +400,10 @@ fn update_request(
         weight: args.weight,
         status: args.status.map(|s| s.as_str().to_string()),
         r#type: args.kind,
+        connect_timeout_ms: args.connect_timeout_ms,
+        first_byte_timeout_ms: args.first_byte_timeout_ms,
+        idle_timeout_ms: args.idle_timeout_ms,
+        total_timeout_ms: args.total_timeout_ms,
     })
 }
 
@@ -523,6 +540,10 @@ mod tests {
             map: Some(HashMap::new()),
             status: None,
             provider: Box::default(),
+            connect_timeout_ms: None,
+            first_byte_timeout_ms: None,
+            idle_timeout_ms: Some(30_000),
+            total_timeout_ms: None,
         };
         let request = update_request(args, "", &|_| None, || unreachable!("no key was given")).unwrap();
         assert!(request.set_models && !request.set_groups && request.set_model_map);
@@ -530,6 +551,7 @@ mod tests {
         assert!(request.model_map.is_empty());
         assert_eq!(request.priority, Some(-1));
         assert_eq!(request.api_key, None);
+        assert_eq!((request.connect_timeout_ms, request.idle_timeout_ms), (None, Some(30_000)));
     }
 
     fn create(key: KeyArgs, no_key: bool) -> CreateArgs {

@@ -93,6 +93,7 @@ impl AdminApi {
         let weight = r.weight.map(|weight| weight.max(1));
         let status = r.status.map(|status| status_value(&status, &[ENABLED, DISABLED, AUTO_DISABLED])).transpose()?;
         let (kind, base_url, api_key, priority) = (r.r#type, r.base_url, r.api_key, r.priority);
+        let timeouts = [r.connect_timeout_ms, r.first_byte_timeout_ms, r.idle_timeout_ms, r.total_timeout_ms];
         let settings: BTreeMap<String, String> = r.settings.into_iter().collect();
         let channel = self
             .edit(&r.id, move |channel: &mut Channel| {
@@ -123,6 +124,11 @@ impl AdminApi {
                 set(&mut channel.priority, &priority);
                 set(&mut channel.weight, &weight);
                 set(&mut channel.status, &status);
+                let [connect, first_byte, idle, total] = timeouts;
+                set(&mut channel.connect_timeout_ms, &connect);
+                set(&mut channel.first_byte_timeout_ms, &first_byte);
+                set(&mut channel.idle_timeout_ms, &idle);
+                set(&mut channel.total_timeout_ms, &total);
                 channel_kind::prepare(channel).map_err(|invalid| StoreError::Rejected { reason: invalid.0 })
             })
             .await?;
