@@ -130,7 +130,7 @@ impl Render for pb::UsageRecord {
     ];
 
     const WIDE: &'static [&'static str] =
-        &["WRITE 5M", "WRITE 1H", "REASONING", "TIER", "ACCOUNT", "GROUP", "ENDPOINT", "NODE"];
+        &["WRITE 5M", "WRITE 1H", "REASONING", "TIER", "SEARCH UNITS", "ACCOUNT", "GROUP", "ENDPOINT", "NODE"];
     type Json = schema::Usage;
 
     fn json(&self) -> schema::Usage {
@@ -164,6 +164,7 @@ impl Render for pb::UsageRecord {
             self.cache_write_1h_tokens.to_string(),
             self.reasoning_tokens.to_string(),
             self.tier.to_string(),
+            self.search_units.to_string(),
             self.account_id.clone(),
             self.group.clone(),
             self.endpoint.clone(),
@@ -189,6 +190,7 @@ impl Render for pb::UsageRecord {
             ("1-hour cache write tokens", self.cache_write_1h_tokens.to_string()),
             ("reasoning tokens", self.reasoning_tokens.to_string()),
             ("price tier", self.tier.to_string()),
+            ("search units", self.search_units.to_string()),
             ("estimated", self.estimated.to_string()),
             ("cost", output::usd(self.cost_micros)),
             ("latency", format!("{}ms", self.latency_ms)),
