@@ -31,6 +31,7 @@ use axum::{
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt as _, stream};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tracing::Instrument as _;
 
 use super::{Admitted, App, RequestId};
 use crate::{
@@ -104,11 +105,14 @@ pub async fn layer(State(app): State<Arc<App>>, mut request: Request, next: Next
     let responses = path == "/v1/responses";
     let beat = if shape == Shape::Messages { Beat::Ping } else { Beat::Comment };
     let id = request.extensions().get::<RequestId>().cloned().unwrap_or_default();
-    let mut answer: Answer = Box::pin(next.run(request));
+    // The request's span (`http`'s), which the answer keeps once it runs
+    // inside the committed body.
+    let mut answer: Answer = Box::pin(next.run(request).instrument(tracing::Span::current()));
     let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             response = &mut answer => return response,
             _ = ticks.tick() => if armed.0.load(Ordering::Relaxed) { break },
         }
@@ -146,6 +150,7 @@ impl Phase {
                     }
                     Phase::Waiting(mut waiting) => {
                         let mut response = tokio::select! {
+                            biased;
                             response = &mut waiting.answer => response,
                             _ = waiting.ticks.tick() => return Some((Ok(waiting.beat.bytes()), Phase::Waiting(waiting))),
                         };
@@ -194,7 +199,71 @@ impl Waiting {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
+    use std::time::Duration;
+
+    use axum::{Router, middleware, routing::post};
+    use tower::ServiceExt as _;
+
     use super::*;
+    use crate::{
+        http::tests::{KEY, app, policy},
+        policy::{auth::Access, snapshot::tests as fx},
+    };
+
+    /// Sends a streamed request to `path` whose handler arms the layer and
+    /// answers `outcome` after `after`; returns the status and the body.
+    async fn call(path: &'static str, after: Duration, outcome: Result<&'static str, ProxyError>) -> (u16, String) {
+        let app = app(policy(fx::token("t1", KEY), 1_000_000));
+        let handler = move |State(app): State<Arc<App>>, request: Request| async move {
+            let (admitted, _) = crate::pipeline::admit(&app, request, Access::Spend).await?;
+            arm(&admitted);
+            tokio::time::sleep(after).await;
+            outcome.map(|body| provider::reply(StatusCode::OK, None, Body::from(body), true))
+        };
+        let router = Router::new()
+            .route(path, post(handler))
+            .layer(middleware::from_fn_with_state(app.clone(), layer))
+            .with_state(app);
+        let request = Request::post(path).header("authorization", format!("Bearer {KEY}")).body(Body::empty()).unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_waiting_past_the_interval_gets_keepalives_then_its_answer() {
+        // 15 s intervals: one at 15 s commits the answer, one more at 30 s.
+        let (status, body) = call("/v1/chat/completions", Duration::from_secs(40), Ok("data: {}\n\n")).await;
+        assert_eq!((status, body.as_str()), (200, ": keepalive\n\n: keepalive\n\ndata: {}\n\n"));
+        let (status, body) = call("/v1/messages", Duration::from_secs(20), Ok("event: message_start\n\n")).await;
+        let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+        assert_eq!((status, body), (200, format!("{ping}event: message_start\n\n")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_after_keepalives_is_an_error_event_and_before_them_keeps_its_status() {
+        let (status, body) = call("/v1/messages", Duration::from_secs(40), Err(ProxyError::UpstreamTimeout)).await;
+        assert_eq!(status, 200);
+        let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+        let event = body.strip_prefix(&format!("{ping}{ping}event: error\ndata: ")).unwrap_or_else(|| panic!("{body}"));
+        let event: serde_json::Value = serde_json::from_str(event.trim_end()).unwrap();
+        assert_eq!((event["type"].as_str(), event["error"]["type"].as_str()), (Some("error"), Some("timeout_error")));
+
+        let (status, body) =
+            call("/v1/chat/completions", Duration::from_secs(16), Err(ProxyError::UpstreamConnect)).await;
+        let event = body.strip_prefix(": keepalive\n\ndata: ").unwrap_or_else(|| panic!("{body}"));
+        let event: serde_json::Value = serde_json::from_str(event.trim_end()).unwrap();
+        assert_eq!((status, event["error"]["type"].as_str()), (200, Some("upstream_error")));
+
+        let (status, body) =
+            call("/v1/chat/completions", Duration::from_secs(14), Err(ProxyError::UpstreamTimeout)).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (504, ""),
+            "refused before the first interval: its own status, rendered outside"
+        );
+    }
 
     #[test]
     fn keepalives_are_what_each_dialects_readers_skip() {
