@@ -167,6 +167,11 @@ struct Pool {
     /// What requests waiting for a lease of this budget need together:
     /// the next ask covers all of them, not only the one that sends it.
     waiting: i64,
+    /// The lease in flight asked firmly for what waiting requests need
+    /// (as much as was available when last heard, not only the asking
+    /// request's need, so that the control plane grants it whole rather
+    /// than a quarter at a time); the asking request's own need.
+    firm: Option<i64>,
     last_used: Instant,
     /// Settled in the current and previous `IDLE` period, to size leases.
     spent_now: i64,
@@ -384,7 +389,12 @@ impl Budgets {
                     // Everything waiting, this request included, less what
                     // is free already.
                     let demand = need.max(pool.waiting.saturating_sub(pool.free(now).max(0)));
-                    asks.push(Ask { budget: budget.clone(), need, want: pool.lease_size(demand) });
+                    // A burst asks for its demand as a need, as far as the
+                    // control plane said it has it: granted whole, not a
+                    // quarter per round trip.
+                    let firm = if pool.heard { demand.min(pool.available) } else { 0 };
+                    pool.firm = (firm > need).then_some(need);
+                    asks.push(Ask { budget: budget.clone(), need: need.max(firm), want: pool.lease_size(demand) });
                 }
             }
             if count {
@@ -478,10 +488,13 @@ impl Inner {
     fn land(&self, asks: &[Ask], answer: Answer, sent: Instant, revision: u64) {
         let mut state = self.lock();
         let now = Instant::now();
+        let mut firm = Vec::with_capacity(asks.len());
         for ask in asks {
-            if let Some(pool) = state.pools.get_mut(&ask.budget) {
+            let pool = state.pools.get_mut(&ask.budget);
+            firm.push(pool.and_then(|pool| {
                 pool.fetching = None;
-            }
+                pool.firm.take()
+            }));
         }
         match answer {
             Ok((grants, ttl, data_planes)) => {
@@ -502,7 +515,7 @@ impl Inner {
                 }
                 let expires = sent + ttl.saturating_sub(EXPIRY_MARGIN);
                 let mut returns = Vec::new();
-                for (ask, grant) in asks.iter().zip(grants) {
+                for ((ask, grant), firm) in asks.iter().zip(grants).zip(firm) {
                     let Some(pool) = state.pools.get_mut(&ask.budget) else { continue };
                     pool.remaining = grant.remaining;
                     pool.available = grant.available;
@@ -515,7 +528,15 @@ impl Inner {
                     pool.held += grant.granted;
                     pool.expires = expires;
                     pool.offline = 0;
-                    let short = grant.missing || (ask.need > 0 && grant.granted < ask.need);
+                    // A firm ask the control plane could no longer cover (another
+                    // data plane took some meanwhile) is asked again, as
+                    // large as what it says is available now; only the
+                    // asking request's own need going uncovered is a refusal.
+                    let need = match firm {
+                        Some(own) if grant.granted < ask.need && !grant.missing => own,
+                        _ => ask.need,
+                    };
+                    let short = grant.missing || (need > 0 && grant.granted < need && grant.available < need);
                     pool.refused = short.then_some(Refused { need: ask.need, until: now + REFUSAL_MEMORY, revision });
                     let free = pool.free(now);
                     if short && free > 0 {
@@ -570,6 +591,7 @@ impl Pool {
             refused: None,
             fetching: None,
             waiting: 0,
+            firm: None,
             last_used: now,
             spent_now: 0,
             spent_before: 0,

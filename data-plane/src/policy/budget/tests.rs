@@ -14,6 +14,8 @@ pub struct Authority {
     start: i64,
     down: AtomicBool,
     calls: AtomicUsize,
+    /// How long each answer takes.
+    latency: Duration,
 }
 
 impl Authority {
@@ -23,7 +25,13 @@ impl Authority {
             start: remaining,
             down: AtomicBool::new(false),
             calls: AtomicUsize::new(0),
+            latency: Duration::from_millis(2),
         }
+    }
+
+    /// An authority whose answers each take `latency` (a loaded control plane).
+    pub fn slow(remaining: i64, latency: Duration) -> Authority {
+        Authority { latency, ..Authority::new(remaining) }
     }
 
     /// (leased and not given back, settled) of `budget`.
@@ -59,8 +67,9 @@ impl SpendSource for Authority {
                 }
             })
             .collect();
+        let latency = self.latency;
         Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(latency).await;
             Ok((grants, ttl, 4))
         })
     }
@@ -291,4 +300,22 @@ async fn a_burst_past_the_budget_is_refused_with_403_never_503() {
     for error in a.1.iter().chain(&b.1) {
         assert!(matches!(error, ProxyError::InsufficientUserQuota { .. }), "{error:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_past_the_budget_is_answered_in_a_few_slow_round_trips_never_503() {
+    // Each lease answer takes 300 ms: a quarter of what is left per round
+    // trip would keep requests waiting past `MAX_WAIT`.
+    let authority = Arc::new(Authority::slow(1_000 * 10_000, Duration::from_millis(300)));
+    let planes: Vec<Budgets> = (0..2).map(|_| budgets(&authority)).collect();
+    let caller = caller(true, false);
+    let started = Instant::now();
+    let (a, b) = tokio::join!(burst(&planes[0], &caller, 1_000, 10_000), burst(&planes[1], &caller, 1_000, 10_000));
+    let admitted = a.0 + b.0;
+    assert!(admitted <= 1_000, "never past the balance: {admitted}");
+    assert!(admitted >= 900, "the balance is spent, not stranded in leases: {admitted}");
+    for error in a.1.iter().chain(&b.1) {
+        assert!(matches!(error, ProxyError::InsufficientUserQuota { .. }), "{error:?}");
+    }
+    assert!(started.elapsed() < MAX_WAIT / 2, "answered in {:?}", started.elapsed());
 }
