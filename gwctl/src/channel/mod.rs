@@ -124,7 +124,8 @@ pub struct CreateArgs {
     /// Upstream connect timeout in milliseconds [default: the data plane's].
     #[arg(long, value_name = "MS")]
     connect_timeout_ms: Option<u32>,
-    /// Time to the first response byte in milliseconds [default: the data plane's].
+    /// Time to the response headers and, for a stream, to its first token, in
+    /// milliseconds [default: the data plane's, for the headers only].
     #[arg(long, value_name = "MS")]
     first_byte_timeout_ms: Option<u32>,
     /// Longest silence inside a response in milliseconds [default: the data plane's].
@@ -192,7 +193,8 @@ pub struct UpdateArgs {
     /// Upstream connect timeout in milliseconds (0: the data plane's).
     #[arg(long, value_name = "MS")]
     connect_timeout_ms: Option<u32>,
-    /// Time to the first response byte in milliseconds (0: the data plane's).
+    /// Time to the response headers and, for a stream, to its first token, in
+    /// milliseconds (0: the data plane's, for the headers only).
     #[arg(long, value_name = "MS")]
     first_byte_timeout_ms: Option<u32>,
     /// Longest silence inside a response in milliseconds (0: the data plane's).
