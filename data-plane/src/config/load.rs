@@ -102,16 +102,16 @@ pub static SETTINGS: &[Setting] = &[
         "Deadline of a whole upstream exchange, in ms",
     ),
     Setting::new(
-        "max_connections",
-        "GW_DP_MAX_CONNECTIONS",
-        Some("10000"),
-        "Client connections served at once (more wait in the listen backlog)",
-    ),
-    Setting::new(
         "stream_keepalive_ms",
         "GW_DP_STREAM_KEEPALIVE_MS",
         Some("15000"),
         "How often a stream still waiting for its first token sends the client a keepalive, in ms; 0 sends none",
+    ),
+    Setting::new(
+        "max_connections",
+        "GW_DP_MAX_CONNECTIONS",
+        Some("10000"),
+        "Client connections served at once (more wait in the listen backlog)",
     ),
     Setting::new(
         "header_read_timeout_ms",
@@ -264,6 +264,11 @@ where
             *timeout = value;
         }
     }
+    if let Some(interval) = layers.get("stream_keepalive_ms", |t| {
+        t.parse::<u64>().map(Duration::from_millis).map_err(|_| "must be a whole number of ms, 0 for none".to_owned())
+    }) {
+        upstream.keepalive_interval = interval;
+    }
     if let Some(n) =
         layers.get("max_connections", |t| positive(t).and_then(|n| usize::try_from(n).map_err(|e| e.to_string())))
     {
@@ -273,11 +278,6 @@ where
         config.limits.body_min_bytes_per_sec = rate;
     }
     if let Some(interval) = layers.get("report_interval_ms", |t| match positive(t)? {
-    if let Some(interval) = layers.get("stream_keepalive_ms", |t| {
-        t.parse::<u64>().map(Duration::from_millis).map_err(|_| "must be a whole number of ms, 0 for none".to_owned())
-    }) {
-        upstream.keepalive_interval = interval;
-    }
         ms @ 10..=5_000 => Ok(Duration::from_millis(ms)),
         _ => Err("must be between 10 and 5000 ms".to_owned()),
     }) {

@@ -133,14 +133,14 @@ async fn handle(app: Arc<App>, api: Api, request: Request) -> Result<Response, P
         CallBody::Json(json) => admitted.scope_in_conversation(app, Some(json), &call.model),
         CallBody::Form(_) => admitted.scope_in_conversation(app, None, &call.model),
     };
+    if call.stream {
+        pipeline::keepalive::arm(&admitted);
+    }
     pipeline::attempts(&app.upstreams, scope, candidates, |channel| {
         let charge = charge.on_channel(&channel);
         app.usage.in_flight(charge, call.len(), |charge| forward(app, channel, call, charge))
     })
     .await
-    if call.stream {
-        pipeline::keepalive::arm(&admitted);
-    }
 }
 
 /// One attempt on `channel`; it fails, without having sent the client anything, on an upstream error status, a transport failure, or a plain answer that breaks off.
@@ -164,12 +164,12 @@ async fn forward(app: &App, channel: Arc<Channel>, call: &Call, charge: Charge) 
     let body = call.upstream_body(upstream_model).await?;
     let streams = call.stream || call.api == Api::Speech;
     let path = call.api.channel_path(&channel, upstream_model);
+    let sent = tokio::time::Instant::now();
     let response = app.upstreams.post(&channel, &path, call.content_type(), body, streams).await?;
     let response = provider::accept(&app.upstreams, &channel, response).await?;
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
     let idle = app.upstreams.idle_timeout(&channel);
-    let sent = tokio::time::Instant::now();
     if provider::is_sse(response.headers()) {
         let filter = match call.api {
             Api::Completions => SseFilter::new(call.client_wants_usage),
