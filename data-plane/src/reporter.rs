@@ -7,8 +7,9 @@
 //! `MAX_BATCH`, retried with backoff), each as the bytes the spool wrote
 //! for it rather than encoded again (`EncodedUsageReport`), and deletes a
 //! segment only once its records were acknowledged and every
-//! request it opened was closed; an open entry that outlives its segment
-//! by `CARRY_AFTER` is copied forward so the old file can go. What a
+//! request it opened was closed (a stream's progress entry moves its open
+//! request to the progress entry's segment); an open entry that outlives
+//! its segment by `CARRY_AFTER` is copied forward so the old file can go. What a
 //! previous run left is replayed first. The control plane applies a record
 //! once per request id, so sending one again after a crash is harmless.
 
@@ -240,6 +241,15 @@ impl Backlog {
                         pending.opens += 1;
                     }
                 }
+                // The request's latest state moves to this segment: the
+                // one before may go, and a carried copy copies this one.
+                Kind::Progress => {
+                    if self.open.contains_key(id) {
+                        self.close(id, seq, &mut pending);
+                        self.open.insert(id.clone(), (seq, entry.record));
+                        pending.opens += 1;
+                    }
+                }
                 Kind::Final => {
                     self.close(id, seq, &mut pending);
                     pending.records.push(Bytes::copy_from_slice(&entry.bytes));
@@ -420,6 +430,29 @@ mod tests {
         assert!(!third_path.exists());
         assert!(backlog.open.is_empty());
         assert!(backlog.segments.is_empty(), "{:?}", backlog.segments.keys().collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_streams_progress_moves_it_to_the_newest_segment_and_is_what_a_carry_copies() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut backlog = Backlog::default();
+        let first = segment(dir.path(), 1, &[(Kind::Open, "s")]);
+        let first_path = first.path.clone();
+        backlog.sealed(first);
+        let mut progress = segment(dir.path(), 2, &[(Kind::Progress, "s"), (Kind::Progress, "gone")]);
+        progress.entries[0].1 = Encoded::new(UsageRecord { completion_tokens: 40, ..record("s") });
+        let second_path = progress.path.clone();
+        backlog.sealed(progress);
+        assert!(!first_path.exists(), "the open entry is superseded by the progress");
+        assert!(second_path.exists(), "the stream is still open");
+        assert!(!backlog.open.contains_key("gone"), "progress of a request not open opens nothing");
+        tokio::time::advance(CARRY_AFTER).await;
+        let stale = backlog.stale(Instant::now());
+        assert_eq!(stale.len(), 1);
+        assert_eq!((stale[0].0, stale[0].1[0].completion_tokens), (2, 40));
+        backlog.sealed(segment(dir.path(), 3, &[(Kind::Final, "s")]));
+        assert!(!second_path.exists());
+        assert!(backlog.open.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,7 +19,8 @@
 //! file only once the control plane acknowledged its records and none of
 //! its requests is still open (see `reporter`). A restart folds what is
 //! left into records (`log::replay`): a request opened and never closed is
-//! billed its prompt part, under its own request id, so the control plane
+//! billed its prompt part, or what its last `Progress` entry says the
+//! client had received, under its own request id, so the control plane
 //! applies it once.
 
 pub mod log;
@@ -68,6 +69,10 @@ pub enum Kind {
     Void = 3,
     /// An `Open` entry copied forward so its old segment can be deleted.
     Carried = 4,
+    /// A stream's progress: its open record with what the client received
+    /// so far (status 0, estimated), what it is billed if the node dies
+    /// before it ends. Written at most once a second per stream.
+    Progress = 5,
 }
 
 /// One entry on its way to the writer; `done` is told once it is written.
