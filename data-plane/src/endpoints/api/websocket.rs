@@ -56,7 +56,7 @@ const UPGRADE_HEADERS: [&str; 8] = [
     "content-length",
     "transfer-encoding",
 ];
-/// The status a response the client left before it began ends with.
+/// The status a response the client left ends with, as in usage records.
 const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
     Ok(status) => status,
     Err(_) => StatusCode::BAD_REQUEST,
@@ -90,8 +90,8 @@ enum Outcome {
     Answered { status: StatusCode },
     /// Refused or failed before any event: sent as an `error` event.
     Refused(ProxyError),
-    /// The client closed the socket, or it broke.
-    Gone { status: StatusCode },
+    /// The client closed the socket, or it broke (logged as 499).
+    Gone,
 }
 
 /// Handles `GET /v1/responses`: upgrades a WebSocket handshake of a caller
@@ -173,7 +173,7 @@ impl Socket {
             };
             let outcome = self.respond(&mut ws, &text).await;
             match outcome {
-                Outcome::Gone { .. } => return,
+                Outcome::Gone => return,
                 Outcome::Refused(ProxyError::MissingToken | ProxyError::InvalidToken) => {
                     let reason = Utf8Bytes::from_static("the token was refused");
                     let _ = ws.send(Message::Close(Some(CloseFrame { code: close_code::POLICY, reason }))).await;
@@ -222,7 +222,7 @@ impl Socket {
                     answered = &mut answered => break answered,
                     () = self.quiet() => {
                         if ws.send(Message::Ping(Bytes::new())).await.is_err() {
-                            return Outcome::Gone { status: CLIENT_CLOSED };
+                            return Outcome::Gone;
                         }
                     }
                 }
@@ -235,7 +235,8 @@ impl Socket {
         .instrument(span.clone())
         .await;
         let (status, refusal) = match &outcome {
-            Outcome::Answered { status } | Outcome::Gone { status } => (*status, None),
+            Outcome::Answered { status } => (*status, None),
+            Outcome::Gone => (CLIENT_CLOSED, None),
             Outcome::Refused(error) => (error.status(), Some(error)),
         };
         let reason = refusal.map_or("", ProxyError::reason);
@@ -256,7 +257,7 @@ impl Socket {
                     channel = fields.channel.as_deref().unwrap_or(""),
                     attempts = fields.attempts,
                     refusal = reason,
-                    client_closed = matches!(outcome, Outcome::Gone { .. }),
+                    client_closed = matches!(outcome, Outcome::Gone),
                     "request"
                 );
             });
@@ -274,11 +275,7 @@ impl Socket {
         stream_id: Option<&Value>,
     ) -> Outcome {
         self.chain.broken();
-        if self.send_error(ws, &refused, id, stream_id).await {
-            Outcome::Refused(refused)
-        } else {
-            Outcome::Gone { status: refused.status() }
-        }
+        if self.send_error(ws, &refused, id, stream_id).await { Outcome::Refused(refused) } else { Outcome::Gone }
     }
 
     /// Relays `response`'s events to the client, one text message each
@@ -310,11 +307,11 @@ impl Socket {
                     Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_))) => continue,
                     // Dropping the body ends the stream as a dropped HTTP
                     // stream ends: metered for what went by.
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => return Outcome::Gone { status },
+                    Some(Ok(Message::Close(_)) | Err(_)) | None => return Outcome::Gone,
                 },
                 () = self.quiet() => {
                     if ws.send(Message::Ping(Bytes::new())).await.is_err() {
-                        return Outcome::Gone { status };
+                        return Outcome::Gone;
                     }
                     continue;
                 }
@@ -329,7 +326,7 @@ impl Socket {
                     };
                     return match self.send_error(ws, &broke, id, stream_id).await {
                         true => Outcome::Answered { status },
-                        false => Outcome::Gone { status },
+                        false => Outcome::Gone,
                     };
                 }
                 None => return Outcome::Answered { status },
@@ -353,7 +350,7 @@ impl Socket {
                     }
                 };
                 if ws.send(message).await.is_err() {
-                    return Outcome::Gone { status };
+                    return Outcome::Gone;
                 }
             }
         }
@@ -382,7 +379,7 @@ impl Socket {
             event["stream_id"] = stream_id.clone();
         }
         if ws.send(Message::Text(event.to_string().into())).await.is_err() {
-            return Outcome::Gone { status };
+            return Outcome::Gone;
         }
         self.chain.completed(request, &event["response"]);
         Outcome::Answered { status }
