@@ -1,7 +1,8 @@
-//! Reading a realtime session's usage: of the server's events only
-//! `response.done` is parsed (a cheap substring test skips the audio
-//! deltas), and its `response.usage` becomes one response's `Usage`, the
-//! audio parts apart so they bill at the model's audio prices.
+//! Reading a realtime session's usage: of the server's events only a
+//! response's `response.created` and `response.done` are parsed (a cheap
+//! substring test skips the audio deltas), and a `response.done`'s
+//! `response.usage` becomes that response's `Usage`, the audio parts apart
+//! so they bill at the model's audio prices.
 
 use serde::Deserialize;
 
@@ -18,7 +19,20 @@ struct Done {
 #[derive(Deserialize)]
 struct Response {
     #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
     usage: Option<RealtimeUsage>,
+}
+
+/// A server event that opens or closes a response.
+#[derive(Debug, PartialEq)]
+pub enum Lifecycle {
+    /// `response.created`: response `id` started (asked for by the client,
+    /// or by the server's own turn detection).
+    Created { id: Option<String> },
+    /// `response.done`: response `id` ended (completed, cancelled, failed
+    /// or cut short), having used `usage` when it says.
+    Done { id: Option<String>, usage: Option<Usage> },
 }
 
 #[derive(Default, Deserialize)]
@@ -44,25 +58,34 @@ struct Parts {
     audio_tokens: i64,
 }
 
-/// Whether server event `text` may be a `response.done` (the only event
-/// worth parsing).
-pub fn may_be_done(text: &str) -> bool {
-    text.contains("\"response.done\"")
+/// Whether server event `text` may open or close a response (the only
+/// events worth parsing).
+fn may_be_lifecycle(text: &str) -> bool {
+    text.contains("\"response.done\"") || text.contains("\"response.created\"")
 }
 
-/// The usage of a `response.done` event `text`; `None` for any other event,
-/// or a `response.done` that carries no usage (nothing to bill).
-pub fn done_usage(text: &str) -> Option<Usage> {
-    if !may_be_done(text) {
+/// What server event `text` says of a response's life; `None` for any
+/// other event.
+pub fn lifecycle(text: &str) -> Option<Lifecycle> {
+    if !may_be_lifecycle(text) {
         return None;
     }
-    let done: Done = serde_json::from_str(text).ok()?;
-    if done.kind != "response.done" {
-        return None;
+    let event: Done = serde_json::from_str(text).ok()?;
+    let response = event.response;
+    match event.kind.as_str() {
+        "response.created" => Some(Lifecycle::Created { id: response.and_then(|r| r.id) }),
+        "response.done" => {
+            let (id, usage) = response.map(|r| (r.id, r.usage.map(to_usage))).unwrap_or_default();
+            Some(Lifecycle::Done { id, usage })
+        }
+        _ => None,
     }
-    let usage = done.response?.usage?;
+}
+
+/// A response's reported usage as billed.
+fn to_usage(usage: RealtimeUsage) -> Usage {
     let input = usage.input_token_details;
-    Some(Usage {
+    Usage {
         prompt_tokens: usage.input_tokens,
         completion_tokens: usage.output_tokens,
         cached_tokens: input.cached_tokens,
@@ -70,13 +93,21 @@ pub fn done_usage(text: &str) -> Option<Usage> {
         audio_cached_tokens: input.cached_tokens_details.audio_tokens,
         audio_completion_tokens: usage.output_token_details.audio_tokens,
         ..Usage::default()
-    })
+    }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
+
+    /// The usage of a `response.done` event `text`, if it is one with usage.
+    fn done_usage(text: &str) -> Option<Usage> {
+        match lifecycle(text)? {
+            Lifecycle::Done { usage, .. } => usage,
+            Lifecycle::Created { .. } => None,
+        }
+    }
 
     #[test]
     fn response_done_usage_keeps_its_audio_parts() {
@@ -103,5 +134,19 @@ mod tests {
         let text_only =
             done_usage(r#"{"type":"response.done","response":{"usage":{"input_tokens":5,"output_tokens":2}}}"#);
         assert_eq!(text_only, Some(Usage { prompt_tokens: 5, completion_tokens: 2, ..Usage::default() }));
+    }
+
+    #[test]
+    fn responses_open_and_close_by_id() {
+        let created = r#"{"type":"response.created","response":{"id":"r7","status":"in_progress"}}"#;
+        assert_eq!(lifecycle(created), Some(Lifecycle::Created { id: Some("r7".into()) }));
+        let cancelled = r#"{"type":"response.done","response":{"id":"r7","status":"cancelled",
+            "usage":{"input_tokens":5,"output_tokens":1}}}"#;
+        let usage = Usage { prompt_tokens: 5, completion_tokens: 1, ..Usage::default() };
+        assert_eq!(lifecycle(cancelled), Some(Lifecycle::Done { id: Some("r7".into()), usage: Some(usage) }));
+        let bare = r#"{"type":"response.done","response":{"id":"r8","status":"failed"}}"#;
+        assert_eq!(lifecycle(bare), Some(Lifecycle::Done { id: Some("r8".into()), usage: None }));
+        assert_eq!(lifecycle(r#"{"type":"response.output_audio.delta","response_id":"r7"}"#), None);
+        assert_eq!(lifecycle(r#"{"type":"response.text.delta","delta":"\"response.created\""}"#), None);
     }
 }

@@ -55,6 +55,7 @@ struct Counters {
     cost: Sums,
     attempts: Sums,
     failovers: Sums,
+    unbilled: Sums,
 }
 
 /// What the gauges `observe` registers read at collection time; the
@@ -73,6 +74,7 @@ static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
     cost: Sums::new(&["gen_ai.operation.name", "gen_ai.request.model", "gw.channel"]),
     attempts: Sums::new(&["gw.channel", "gw.outcome"]),
     failovers: Sums::new(&["gw.channel"]),
+    unbilled: Sums::new(&["gw.channel"]),
 });
 
 static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
@@ -92,6 +94,11 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
         "gw.upstream.failovers",
         "Attempts that failed and were followed by another, by the channel that failed",
         |i| &i.failovers,
+    );
+    counter(
+        "gw.realtime.unbilled_responses",
+        "Realtime responses whose usage never came (the upstream went away, or a cancel was not answered in time)",
+        |i| &i.unbilled,
     );
     Instruments {
         duration: meter
@@ -246,6 +253,12 @@ pub fn attempt(channel: &str, outcome: &'static str, failover: bool) {
     if failover {
         counters().failovers.add(&[Attr::Str(channel)], 1);
     }
+}
+
+/// A realtime response on `channel` that ended without its usage, so
+/// nothing was billed for it.
+pub fn realtime_unbilled(channel: &str) {
+    counters().unbilled.add(&[Attr::Str(channel)], 1);
 }
 
 /// The gateway's own time from a request's arrival to its first upstream attempt.

@@ -1,7 +1,12 @@
 //! A mock realtime provider: OpenAI's `/v1/realtime` over a real
 //! WebSocket. It sends `session.created`, and for each `response.create`
 //! a `response.created`, a few transcript and audio deltas and a
-//! `response.done` whose usage is `USAGE`. It records each handshake (the
+//! `response.done` whose usage is `USAGE`; an `input_audio_buffer.commit`
+//! starts a response of the server's own, as its turn detection does. While
+//! `hold` is on, responses stop before their `response.done` (so several
+//! are open at once) until it is lifted; a `response.cancel` ends an open
+//! response with a `response.done` of status `cancelled` carrying
+//! `PARTIAL` usage, and the cancels are recorded. It records each handshake (the
 //! path, the credential, the model asked for, `OpenAI-Beta`), counts the
 //! sessions open, and can refuse upgrades with a status (a channel that is
 //! down). It also answers as an Azure OpenAI resource does: at
@@ -35,6 +40,11 @@ pub const DELTAS: usize = 3;
 /// 130 out (100 audio).
 pub const USAGE: Usage =
     Usage { input: 200, audio_input: 120, cached: 64, audio_cached: 32, output: 130, audio_output: 100 };
+
+/// What a response cancelled mid-way used: all its input, 40 tokens out
+/// (30 audio).
+pub const PARTIAL: Usage =
+    Usage { input: 200, audio_input: 120, cached: 64, audio_cached: 32, output: 40, audio_output: 30 };
 
 /// The token counts of `USAGE`.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +86,10 @@ struct Shared {
     refuse: AtomicU16,
     /// The `api-key` the Azure addresses require, once set.
     azure_key: Mutex<Option<String>>,
+    /// Whether responses stop before their `response.done`.
+    hold: tokio::sync::watch::Sender<bool>,
+    /// The `response.cancel`s received: the `response_id` each named.
+    cancels: Mutex<Vec<Option<String>>>,
 }
 
 // === impl MockRealtime ===
@@ -88,6 +102,8 @@ impl MockRealtime {
             open: AtomicUsize::new(0),
             refuse: AtomicU16::new(0),
             azure_key: Mutex::default(),
+            hold: tokio::sync::watch::Sender::new(false),
+            cancels: Mutex::default(),
         });
         let app = Router::new()
             .route("/v1/realtime", get(upgrade))
@@ -120,6 +136,17 @@ impl MockRealtime {
     /// Refuses every later upgrade with `status` (0: accept again).
     pub fn refuse_with(&self, status: u16) {
         self.shared.refuse.store(status, Ordering::SeqCst);
+    }
+
+    /// Holds every later response before its `response.done` (`true`), or
+    /// lets the held ones complete (`false`).
+    pub fn hold(&self, hold: bool) {
+        self.shared.hold.send_replace(hold);
+    }
+
+    /// The `response.cancel`s received so far, by the `response_id` each named.
+    pub fn cancels(&self) -> Vec<Option<String>> {
+        self.shared.cancels.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The handshakes so far, in order.
@@ -199,26 +226,74 @@ async fn session(shared: Arc<Shared>, mut socket: WebSocket) {
     shared.open.fetch_add(1, Ordering::SeqCst);
     let created = json!({ "type": "session.created", "event_id": "event_1",
         "session": { "id": "sess_mock", "object": "realtime.session", "type": "realtime", "model": "gpt-realtime" } });
-    let mut responses = 0;
     if socket.send(Message::Text(created.to_string().into())).await.is_ok() {
-        while let Some(Ok(message)) = socket.recv().await {
-            let Message::Text(text) = message else { continue };
-            let event: Value = serde_json::from_str(text.as_str()).unwrap_or_default();
-            if event["type"] != "response.create" {
-                continue;
-            }
-            responses += 1;
-            if respond(&mut socket, responses).await.is_err() {
-                break;
-            }
-        }
+        let _ = serve(&shared, &mut socket).await;
     }
     shared.open.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Sends response `n`'s events.
-async fn respond(socket: &mut WebSocket, n: usize) -> Result<(), axum::Error> {
-    let id = format!("resp_{n}");
+/// Answers one session's events until it ends.
+async fn serve(shared: &Shared, socket: &mut WebSocket) -> Result<(), axum::Error> {
+    let mut hold = shared.hold.subscribe();
+    let mut responses = 0;
+    // Responses waiting for their `response.done`, oldest first.
+    let mut held: Vec<String> = Vec::new();
+    loop {
+        tokio::select! {
+            message = socket.recv() => {
+                let Some(Ok(message)) = message else { return Ok(()) };
+                let Message::Text(text) = message else { continue };
+                let event: Value = serde_json::from_str(text.as_str()).unwrap_or_default();
+                match event["type"].as_str().unwrap_or_default() {
+                    kind @ ("response.create" | "input_audio_buffer.commit") => {
+                        if kind == "input_audio_buffer.commit" {
+                            let committed = json!({ "type": "input_audio_buffer.committed", "item_id": "item_in" });
+                            socket.send(Message::Text(committed.to_string().into())).await?;
+                        }
+                        responses += 1;
+                        let id = format!("resp_{responses}");
+                        start(socket, &id, responses).await?;
+                        if *hold.borrow_and_update() {
+                            held.push(id);
+                        } else {
+                            done(socket, &id, "completed", USAGE).await?;
+                        }
+                    }
+                    "response.cancel" => {
+                        let named = event["response_id"].as_str().map(str::to_owned);
+                        shared.cancels.lock().unwrap_or_else(PoisonError::into_inner).push(named.clone());
+                        let at = match &named {
+                            Some(id) => held.iter().position(|h| h == id),
+                            None => held.len().checked_sub(1),
+                        };
+                        match at {
+                            Some(at) => done(socket, &held.remove(at), "cancelled", PARTIAL).await?,
+                            None => {
+                                let error = json!({ "type": "error", "error": { "type": "invalid_request_error",
+                                    "code": "response_cancel_not_active", "message": "no active response found" } });
+                                socket.send(Message::Text(error.to_string().into())).await?;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            changed = hold.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                if !*hold.borrow_and_update() {
+                    for id in std::mem::take(&mut held) {
+                        done(socket, &id, "completed", USAGE).await?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends response `n`'s (`id`) start: its `response.created` and deltas.
+async fn start(socket: &mut WebSocket, id: &str, n: usize) -> Result<(), axum::Error> {
     let mut events = vec![json!({ "type": "response.created", "event_id": format!("event_{n}_0"),
         "response": { "id": id, "object": "realtime.response", "status": "in_progress", "output": [] } })];
     let words: Vec<&str> = TRANSCRIPT.split_inclusive(' ').collect();
@@ -233,16 +308,20 @@ async fn respond(socket: &mut WebSocket, n: usize) -> Result<(), axum::Error> {
         }
         events.extend([transcript, audio]);
     }
-    let u = USAGE;
-    events.push(json!({ "type": "response.done", "event_id": format!("event_{n}_done"),
-        "response": { "id": id, "object": "realtime.response", "status": "completed", "output": [],
-            "usage": { "total_tokens": u.input + u.output, "input_tokens": u.input, "output_tokens": u.output,
-                "input_token_details": { "text_tokens": u.input - u.audio_input, "audio_tokens": u.audio_input,
-                    "cached_tokens": u.cached,
-                    "cached_tokens_details": { "text_tokens": u.cached - u.audio_cached, "audio_tokens": u.audio_cached } },
-                "output_token_details": { "text_tokens": u.output - u.audio_output, "audio_tokens": u.audio_output } } } }));
     for event in events {
         socket.send(Message::Text(event.to_string().into())).await?;
     }
     Ok(())
+}
+
+/// Sends response `id`'s `response.done` with `status` and usage `u`.
+async fn done(socket: &mut WebSocket, id: &str, status: &str, u: Usage) -> Result<(), axum::Error> {
+    let event = json!({ "type": "response.done", "event_id": format!("event_{id}_done"),
+        "response": { "id": id, "object": "realtime.response", "status": status, "output": [],
+            "usage": { "total_tokens": u.input + u.output, "input_tokens": u.input, "output_tokens": u.output,
+                "input_token_details": { "text_tokens": u.input - u.audio_input, "audio_tokens": u.audio_input,
+                    "cached_tokens": u.cached,
+                    "cached_tokens_details": { "text_tokens": u.cached - u.audio_cached, "audio_tokens": u.audio_cached } },
+                "output_token_details": { "text_tokens": u.output - u.audio_output, "audio_tokens": u.audio_output } } } });
+    socket.send(Message::Text(event.to_string().into())).await
 }

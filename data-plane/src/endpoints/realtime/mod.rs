@@ -5,8 +5,10 @@
 //! named in the query), reserve (one response's bound), then attempts over
 //! the channels to open the upstream session. Every refusal up to there is
 //! an HTTP answer; the client's socket is upgraded only once the upstream
-//! accepted. After that frames pass both ways unchanged, and each
-//! `response.done` is billed as it arrives (`session`).
+//! accepted. After that frames pass both ways unchanged; each response the
+//! upstream starts holds a reservation of its own and is billed by its
+//! `response.done`, and a session that runs out of budget or loses its
+//! client has its open responses cancelled and billed (`session`).
 
 use std::sync::Arc;
 
@@ -69,7 +71,7 @@ pub async fn upgrade(
     if candidates.is_empty() {
         return Err(ProxyError::NoChannel { group: admitted.caller.group.name.clone(), model });
     }
-    // One response's bound: the session reserves again after each one.
+    // The first response's bound: each later one reserves its own.
     let charge = pipeline::reserve(&app, &admitted, entry, PATH, Bound::tokens(0, None)).await?;
     let beta = admitted.parts.headers.get(HeaderName::from_static("openai-beta")).cloned();
     let (upstreams, model_name, beta) = (&app.upstreams, model.as_str(), beta.as_ref());

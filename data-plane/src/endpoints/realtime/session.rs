@@ -1,45 +1,90 @@
 //! One relayed realtime session. Text and binary frames pass both ways
 //! unchanged (pings are answered by each side's own socket); of the
-//! server's events only `response.done` is read, and each becomes one usage
-//! record at once (request id `<session id>-<n>`, so a resend is applied
-//! once), settling the reservation it was admitted with. The next
-//! response's bound is reserved right after; when the budgets cannot cover
-//! it the client gets an `error` event and the session is closed. The
-//! session holds one in-flight slot (its `Admitted`) until it ends; a
-//! session cut mid-way has billed every response that finished.
+//! server's events only `response.created` and `response.done` are read.
+//! Each response the upstream opens (asked for by the client, or by its own
+//! turn detection) holds a reservation of its own from its
+//! `response.created`, and its `response.done` (matched by id) becomes one
+//! usage record at once (request id `<session id>-<n>`, so a resend is
+//! applied once), settling that reservation. A reservation is kept ready
+//! for the next response: the upgrade's, then one taken as each response
+//! ends. When the budgets cannot cover one, the client gets an `error`
+//! event, the open responses are cancelled upstream and read to their
+//! `response.done` (a cancelled response reports what it used), billed,
+//! and the session is closed; a client that goes away mid-response is
+//! drained the same way. The drain waits `DRAIN_WAIT` at most: a response
+//! whose usage never comes is billed nothing and counted
+//! (`gw.realtime.unbilled_responses`, and a warning). The session holds
+//! one in-flight slot (its `Admitted`) until it ends.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use axum::extract::ws::{self, Message, WebSocket};
 use bytes::Bytes;
-use futures_util::{SinkExt as _, StreamExt as _};
+use futures_util::{
+    SinkExt as _, StreamExt as _,
+    stream::{SplitSink, SplitStream},
+};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::{self, protocol::frame::coding::CloseCode};
 
 use crate::{
     error::ProxyError,
-    meter::{Charge, realtime::done_usage},
+    meter::{
+        Charge,
+        realtime::{Lifecycle, lifecycle},
+    },
     pipeline::{self, Admitted, App, Bound},
     pricing::{Units, Usage},
     provider::realtime,
+    telemetry::metrics,
 };
+
+/// How long a session that is ending waits for its cancelled responses'
+/// `response.done` (the provider answers a cancel at once; this bounds a
+/// stuck upstream).
+pub const DRAIN_WAIT: Duration = Duration::from_secs(5);
+
+/// The status a response cut short by its client going away is recorded with.
+const CLIENT_GONE: u16 = 499;
+
+type ClientTx = SplitSink<WebSocket, Message>;
+type ClientRx = SplitStream<WebSocket>;
+type UpstreamTx = SplitSink<realtime::Session, tungstenite::Message>;
+type UpstreamRx = SplitStream<realtime::Session>;
 
 /// A session between the upgrade and its end.
 pub struct Session {
     app: Arc<App>,
     /// The upgrade's admission: its caller, snapshot and in-flight slot.
     admitted: Admitted,
-    /// What the next response is billed as, holding its reservation.
-    charge: Charge,
+    /// The upgrade's charge, holding the session's in-flight slot: what
+    /// each response's charge is made from.
+    base: Charge,
+    /// The reservation the next response to start takes (`None` once taken,
+    /// until the next response ends).
+    ready: Option<Charge>,
+    /// Responses started and not yet ended, oldest first.
+    open: Vec<Open>,
     /// Responses billed so far.
-    responses: u64,
+    billed: u64,
+}
+
+/// A response the upstream started and has not ended.
+struct Open {
+    /// Its upstream id (`None` if its `response.created` named none).
+    id: Option<String>,
+    /// What it is billed as; holds its reservation, or none when it started
+    /// after a refusal.
+    charge: Charge,
 }
 
 /// Why a relay stopped.
 enum End {
-    /// Either side closed or went away.
-    Closed,
-    /// The next response could not be reserved.
+    /// The client closed or went away.
+    ClientGone,
+    /// The upstream closed or went away (the client was told).
+    UpstreamGone,
+    /// A response could not be reserved.
     Refused(ProxyError),
 }
 
@@ -48,79 +93,211 @@ enum End {
 impl Session {
     /// The session `admitted` opened, its first response reserved in `charge`.
     pub fn new(app: Arc<App>, admitted: Admitted, charge: Charge) -> Session {
-        Session { app, admitted, charge, responses: 0 }
+        // The slot belongs to the session, not to its first response.
+        let ready = Charge { in_flight: Arc::default(), ..charge.clone() };
+        Session { app, admitted, base: charge, ready: Some(ready), open: Vec::new(), billed: 0 }
     }
 
     /// Relays between `client` and `upstream` until either closes, or a
-    /// response's successor cannot be reserved (an `error` event, then a
-    /// close). Gives the in-flight slot and what is left reserved back.
+    /// response cannot be reserved (an `error` event, the open responses
+    /// drained, then a close). Gives the in-flight slot and what is left
+    /// reserved back.
     pub async fn run(mut self, client: WebSocket, upstream: realtime::Session) {
         let (mut client_tx, mut client_rx) = client.split();
         let (mut upstream_tx, mut upstream_rx) = upstream.split();
-        let end = loop {
+        match self.relay(&mut client_tx, &mut client_rx, &mut upstream_tx, &mut upstream_rx).await {
+            End::Refused(error) => {
+                tracing::info!(session = %self.admitted.id.0, reason = error.reason(), "realtime session closed: budget");
+                let event = error_event(&error, &format!("event_gw_{}", self.admitted.id.0));
+                let client = client_tx.send(Message::Text(event.into())).await.is_ok().then_some(&mut client_tx);
+                self.drain(client, &mut upstream_tx, &mut upstream_rx, error.status().as_u16()).await;
+                let close = ws::CloseFrame { code: ws::close_code::POLICY, reason: "budget exhausted".into() };
+                let _ = client_tx.send(Message::Close(Some(close))).await;
+            }
+            End::ClientGone => self.drain(None, &mut upstream_tx, &mut upstream_rx, CLIENT_GONE).await,
+            End::UpstreamGone => self.abandon("upstream session ended"),
+        }
+        let _ = upstream_tx.close().await;
+    }
+
+    /// Passes frames both ways, billing each response as it ends, until a
+    /// side goes or a response cannot be reserved.
+    async fn relay(
+        &mut self,
+        client_tx: &mut ClientTx,
+        client_rx: &mut ClientRx,
+        upstream_tx: &mut UpstreamTx,
+        upstream_rx: &mut UpstreamRx,
+    ) -> End {
+        loop {
             tokio::select! {
                 message = client_rx.next() => {
-                    let Some(Ok(message)) = message else { break End::Closed };
-                    let closing = matches!(message, Message::Close(_));
+                    let Some(Ok(message)) = message else { return End::ClientGone };
+                    if matches!(message, Message::Close(_)) {
+                        // With responses open the upstream must hear their
+                        // cancels first: it is closed after the drain.
+                        if self.open.is_empty() && let Some(close) = to_upstream(message) {
+                            let _ = upstream_tx.send(close).await;
+                        }
+                        return End::ClientGone;
+                    }
                     if let Some(message) = to_upstream(message)
                         && upstream_tx.send(message).await.is_err()
                     {
-                        break End::Closed;
-                    }
-                    if closing {
-                        break End::Closed;
+                        self.tell_lost(client_tx).await;
+                        return End::UpstreamGone;
                     }
                 }
                 message = upstream_rx.next() => {
                     let Some(Ok(message)) = message else {
-                        let lost = ws::CloseFrame { code: ws::close_code::ERROR, reason: "upstream session lost".into() };
-                        let _ = client_tx.send(Message::Close(Some(lost))).await;
-                        break End::Closed;
+                        self.tell_lost(client_tx).await;
+                        return End::UpstreamGone;
                     };
                     let refused = match &message {
-                        tungstenite::Message::Text(text) => match done_usage(text.as_str()) {
-                            Some(usage) => self.bill(usage).await.err(),
-                            None => None,
-                        },
+                        tungstenite::Message::Text(text) => self.follow(text.as_str()).await.err(),
                         _ => None,
                     };
                     let closing = matches!(message, tungstenite::Message::Close(_));
                     if let Some(message) = to_client(message)
                         && client_tx.send(message).await.is_err()
                     {
-                        break End::Closed;
+                        return refused.map_or(End::ClientGone, End::Refused);
                     }
                     if let Some(error) = refused {
-                        break End::Refused(error);
+                        return End::Refused(error);
                     }
                     if closing {
-                        break End::Closed;
+                        return End::UpstreamGone;
                     }
                 }
             }
-        };
-        if let End::Refused(error) = end {
-            tracing::info!(session = %self.admitted.id.0, reason = error.reason(), "realtime session closed: budget");
-            let _ = client_tx
-                .send(Message::Text(error_event(&error, &format!("event_gw_{}", self.admitted.id.0)).into()))
-                .await;
-            let close = ws::CloseFrame { code: ws::close_code::POLICY, reason: "budget exhausted".into() };
-            let _ = client_tx.send(Message::Close(Some(close))).await;
         }
-        let _ = upstream_tx.close().await;
     }
 
-    /// Records response `usage` (its cost settles the reservation it was
-    /// admitted with) and reserves the next response's bound.
-    async fn bill(&mut self, usage: Usage) -> Result<(), ProxyError> {
-        self.responses += 1;
-        let request_id: Arc<str> = format!("{}-{}", self.admitted.id.0, self.responses).into();
-        // The slot belongs to the session, not to this response.
-        let charge = Charge { request_id, in_flight: Arc::default(), ..self.charge.clone() };
-        drop(self.app.usage.record_with(&charge, usage, Units::default(), 200, false));
-        self.charge = pipeline::reserve_again(&self.app, &self.admitted, &self.charge, Bound::tokens(0, None)).await?;
+    /// Follows server event `text`: a started response takes the ready
+    /// reservation or a new one, an ended one is billed and the next
+    /// response's reservation made ready. Fails when the budgets cannot
+    /// cover a reservation (the started response is then open unreserved).
+    async fn follow(&mut self, text: &str) -> Result<(), ProxyError> {
+        match lifecycle(text) {
+            Some(Lifecycle::Created { id }) => {
+                let charge = match self.ready.take() {
+                    Some(charge) => charge,
+                    None => match self.reserve().await {
+                        Ok(charge) => charge,
+                        Err(error) => {
+                            self.open.push(Open { id, charge: self.unreserved() });
+                            return Err(error);
+                        }
+                    },
+                };
+                self.open.push(Open { id, charge });
+            }
+            Some(Lifecycle::Done { id, usage }) => {
+                self.end(id.as_deref(), usage, 200);
+                if self.ready.is_none() {
+                    self.ready = Some(self.reserve().await?);
+                }
+            }
+            None => {}
+        }
         Ok(())
     }
+
+    /// Cancels every open response upstream, then reads (and relays to
+    /// `client`, while it listens) the upstream until each has ended or
+    /// `DRAIN_WAIT` passed, billing each as it ends with `status`.
+    async fn drain(
+        &mut self,
+        mut client: Option<&mut ClientTx>,
+        upstream_tx: &mut UpstreamTx,
+        upstream_rx: &mut UpstreamRx,
+        status: u16,
+    ) {
+        let ids: Vec<Option<String>> = self.open.iter().map(|open| open.id.clone()).collect();
+        for id in &ids {
+            if upstream_tx.send(cancel(id.as_deref())).await.is_err() {
+                return self.abandon("upstream session lost while cancelling");
+            }
+        }
+        let deadline = tokio::time::Instant::now() + DRAIN_WAIT;
+        while !self.open.is_empty() {
+            let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, upstream_rx.next()).await else { break };
+            if let tungstenite::Message::Text(text) = &message {
+                match lifecycle(text.as_str()) {
+                    // Started as the session ended (turn detection): cancelled too.
+                    Some(Lifecycle::Created { id }) => {
+                        let _ = upstream_tx.send(cancel(id.as_deref())).await;
+                        self.open.push(Open { id, charge: self.unreserved() });
+                    }
+                    Some(Lifecycle::Done { id, usage }) => self.end(id.as_deref(), usage, status),
+                    None => {}
+                }
+            }
+            let closing = matches!(message, tungstenite::Message::Close(_));
+            if let (Some(tx), Some(message)) = (client.as_deref_mut(), to_client(message))
+                && tx.send(message).await.is_err()
+            {
+                client = None;
+            }
+            if closing {
+                break;
+            }
+        }
+        self.abandon("no response.done after its cancel");
+    }
+
+    /// Ends response `id` having used `usage` (when it says): billed with
+    /// `status`, settling its reservation, or its reservation given back.
+    fn end(&mut self, id: Option<&str>, usage: Option<Usage>, status: u16) {
+        let charge = match self.open.iter().position(|open| open.id.as_deref() == id) {
+            Some(at) => self.open.remove(at).charge,
+            // Never seen to start: billed all the same.
+            None => self.unreserved(),
+        };
+        let Some(usage) = usage else { return };
+        self.billed += 1;
+        let request_id: Arc<str> = format!("{}-{}", self.admitted.id.0, self.billed).into();
+        let charge = Charge { request_id, in_flight: Arc::default(), ..charge };
+        drop(self.app.usage.record_with(&charge, usage, Units::default(), status, false));
+    }
+
+    /// Counts the responses still open as unbilled: their usage will not come.
+    fn abandon(&mut self, why: &'static str) {
+        for open in self.open.drain(..) {
+            tracing::warn!(
+                session = %self.admitted.id.0, response = open.id.as_deref().unwrap_or(""), channel = %self.base.channel_id,
+                why, "realtime response unbilled"
+            );
+            metrics::realtime_unbilled(&self.base.channel_id);
+        }
+    }
+
+    /// Tells the client its upstream is gone.
+    async fn tell_lost(&self, client_tx: &mut ClientTx) {
+        let lost = ws::CloseFrame { code: ws::close_code::ERROR, reason: "upstream session lost".into() };
+        let _ = client_tx.send(Message::Close(Some(lost))).await;
+    }
+
+    /// One response's bound, reserved from the budgets.
+    async fn reserve(&self) -> Result<Charge, ProxyError> {
+        let charge = pipeline::reserve_again(&self.app, &self.admitted, &self.base, Bound::tokens(0, None)).await?;
+        Ok(Charge { in_flight: Arc::default(), ..charge })
+    }
+
+    /// A response's charge that holds no reservation.
+    fn unreserved(&self) -> Charge {
+        Charge { reservation: Arc::default(), tokens: Arc::default(), in_flight: Arc::default(), ..self.base.clone() }
+    }
+}
+
+/// A `response.cancel` for response `id` (the one in progress when `None`).
+fn cancel(id: Option<&str>) -> tungstenite::Message {
+    let event = match id {
+        Some(id) => json!({ "type": "response.cancel", "response_id": id }),
+        None => json!({ "type": "response.cancel" }),
+    };
+    tungstenite::Message::Text(event.to_string().into())
 }
 
 /// A realtime `error` event for `error`, in the shape the API sends, with
@@ -184,6 +361,15 @@ mod tests {
             reason: "bye".into(),
         })));
         assert_eq!(close, Some(Message::Close(Some(ws::CloseFrame { code: 1000, reason: "bye".into() }))));
+    }
+
+    #[test]
+    fn a_cancel_names_its_response() {
+        let event = |message: tungstenite::Message| -> serde_json::Value {
+            serde_json::from_str(message.to_text().unwrap()).unwrap()
+        };
+        assert_eq!(event(cancel(Some("resp_2"))), json!({ "type": "response.cancel", "response_id": "resp_2" }));
+        assert_eq!(event(cancel(None)), json!({ "type": "response.cancel" }));
     }
 
     #[test]
