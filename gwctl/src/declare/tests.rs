@@ -479,3 +479,13 @@ fn apply_and_diff_lines_say_what_happens() {
     assert_eq!(summary(&[&unchanged, &unchanged], false), "nothing to change: 2 objects as their documents say\n");
     assert_eq!(summary(&[&created, &unchanged], false), "1 created, 1 unchanged\n");
 }
+
+#[tokio::test]
+async fn export_schema_prints_the_committed_schema_without_a_control_plane() {
+    use clap::Parser as _;
+    let cli =
+        crate::cli::Cli::try_parse_from(["gwctl", "--endpoint", "http://127.0.0.1:1", "export", "--schema"]).unwrap();
+    assert_eq!(crate::cli::run(cli).await.unwrap(), SCHEMA);
+    let kinds = crate::cli::Cli::try_parse_from(["gwctl", "export", "models", "token"]).unwrap();
+    assert!(format!("{:?}", kinds.command).contains("kinds: [Model, Token]"), "{:?}", kinds.command);
+}
