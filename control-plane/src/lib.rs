@@ -243,6 +243,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     let users = Arc::new(console::Users::new(store.clone(), config.console.attempts));
     let admin = admin::AdminApi::new(store.clone(), fleet.clone(), continuity.clone())
         .with_videos(videos.clone())
+        .with_batches(batches.clone())
         .with_credentials(access::Credentials::new(store.clone(), keys.reserved()))
         .with_secrets(sealing)
         .with_clock(config.clock.clone())

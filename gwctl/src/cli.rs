@@ -7,8 +7,8 @@ use clap::CommandFactory as _;
 
 use crate::config::Global;
 use crate::{
-    account, audit, channel, client, config::contexts, credentials, dataplanes, declare, doctor, group, model, secrets,
-    store, token, topup, up, usage, user, video, whoami,
+    account, audit, batch, channel, client, config::contexts, credentials, dataplanes, declare, doctor, group, model,
+    secrets, store, token, topup, up, usage, user, video, whoami,
 };
 
 /// Operate the LLM API gateway.
@@ -77,6 +77,9 @@ pub enum Command {
     /// Video generation tasks.
     #[command(subcommand, alias = "videos")]
     Video(video::Command),
+    /// Batches (/v1/batches, /v1/messages/batches): holds and what they cost.
+    #[command(subcommand, alias = "batches")]
+    Batch(batch::Command),
     /// Credentials of the admin API and their roles.
     #[command(subcommand, alias = "credential")]
     Credentials(credentials::Command),
@@ -163,6 +166,7 @@ pub async fn run(cli: Cli) -> Result<String> {
         Command::Model(cmd) => model::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Usage(cmd) => usage::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Video(cmd) => video::run(cmd, &mut client::connect(&global).await?, out).await,
+        Command::Batch(cmd) => batch::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Credentials(cmd) => credentials::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::Audit(cmd) => audit::run(cmd, &mut client::connect(&global).await?, out).await,
         Command::User(cmd) => user::run(cmd, &mut client::connect(&global).await?, out).await,

@@ -4,6 +4,7 @@
 
 mod account;
 mod audit;
+mod batch;
 mod channel;
 mod cli;
 mod client;

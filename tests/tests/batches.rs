@@ -201,6 +201,12 @@ async fn an_openai_batch_is_billed_once_at_the_batch_price_when_it_completes() {
     );
     assert_eq!(billed[0].endpoint, "/v1/batches");
     assert_eq!(records(&f, &f.account, "batch-release:").await.len(), 1, "the hold was released once");
+    let listed = f.cluster.gwctl(&["batch", "list", "--account", &f.account]).await.expect("gwctl batch list");
+    let listed = listed["items"].as_array().unwrap_or_else(|| panic!("a list: {listed}"));
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!((listed[0]["id"].as_str(), listed[0]["settled"].as_bool()), (Some(batch.as_str()), Some(true)));
+    assert_eq!(listed[0]["cost_micros"], 3 * LINE_BATCH_COST);
+    assert_eq!(listed[0]["hold_micros"], hold[0].cost_micros);
 
     // The other data plane answers: completed, the output a file of ours.
     let done = sdk(&f, "openai_batches.py", "retrieve", 1, &f.key, &[("GW_BATCH", &batch)]).await;

@@ -168,6 +168,8 @@ async fn call(admin: &mut Admin, method: &str, f: &Fixture) -> Result<(), Status
         "RotateSecrets" => admin.rotate_secrets(pb::RotateSecretsRequest::default()).await.map(drop),
         "ListVideoTasks" => admin.list_video_tasks(pb::ListVideoTasksRequest::default()).await.map(drop),
         "GetVideoTask" => admin.get_video_task(get(missing)).await.map(drop),
+        "ListBatches" => admin.list_batches(pb::ListBatchItemsRequest::default()).await.map(drop),
+        "GetBatch" => admin.get_batch(get(missing)).await.map(drop),
         "CreateCredential" => admin
             .create_credential(pb::CreateCredentialRequest { role: "operator-readonly".into(), ..Default::default() })
             .await

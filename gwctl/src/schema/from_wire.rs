@@ -199,6 +199,31 @@ impl From<&pb::UsageRecord> for Usage {
     }
 }
 
+impl From<&pb::Batch> for Batch {
+    fn from(b: &pb::Batch) -> Batch {
+        Batch {
+            id: b.id.clone(),
+            kind: b.kind.clone(),
+            status: b.status.clone(),
+            ended: b.ended,
+            settled: b.settled,
+            account_id: b.account_id.clone(),
+            token_id: b.token_id.clone(),
+            model: b.model.clone(),
+            channel_id: b.channel_id.clone(),
+            upstream_id: b.upstream_id.clone(),
+            hold_micros: b.hold_micros,
+            hold_usd: usd(b.hold_micros),
+            cost_micros: b.cost_micros,
+            cost_usd: usd(b.cost_micros),
+            created_at: b.created_at,
+            error_code: b.error_code.clone(),
+            error_message: b.error_message.clone(),
+            object: serde_json::from_str(&b.object_json).ok(),
+        }
+    }
+}
+
 impl From<&pb::VideoTask> for Video {
     fn from(t: &pb::VideoTask) -> Video {
         let extra = serde_json::from_str::<serde_json::Value>(&t.extra_json).ok().filter(|v| v.is_object());

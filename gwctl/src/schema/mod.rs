@@ -356,6 +356,35 @@ pub struct Video {
     pub extra: Option<serde_json::Value>,
 }
 
+/// A batch (OpenAI or Anthropic) as the control plane keeps it.
+#[derive(Debug, Serialize)]
+pub struct Batch {
+    pub id: String,
+    /// `openai` or `anthropic`.
+    pub kind: String,
+    /// The upstream's status name; `ended` says it is final.
+    pub status: String,
+    pub ended: bool,
+    /// Its cost was charged and its hold released.
+    pub settled: bool,
+    pub account_id: String,
+    pub token_id: String,
+    pub model: String,
+    pub channel_id: String,
+    pub upstream_id: String,
+    /// Held at creation: the most its lines can cost at the batch price.
+    pub hold_micros: i64,
+    pub hold_usd: String,
+    /// What its completed lines cost (once settled).
+    pub cost_micros: i64,
+    pub cost_usd: String,
+    pub created_at: i64,
+    pub error_code: String,
+    pub error_message: String,
+    /// The batch object its clients see.
+    pub object: Option<serde_json::Value>,
+}
+
 /// A data plane as the control plane sees it.
 #[derive(Debug, Serialize)]
 pub struct DataPlane {

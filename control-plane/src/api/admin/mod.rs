@@ -46,6 +46,7 @@ use crate::{
         UsageFilter, now_unix,
     },
     services::access::{Caller, Credentials},
+    services::batch::Batches,
     services::continuity::Continuity,
     services::fleet::Fleet,
     services::usage_summary,
@@ -59,6 +60,7 @@ pub struct AdminApi {
     fleet: Fleet,
     continuity: Continuity,
     videos: Option<Arc<Videos>>,
+    batches: Option<Arc<Batches>>,
     credentials: Option<Credentials>,
     secrets: Option<crate::store::Sealing>,
     /// Now for window budget answers.
@@ -127,6 +129,7 @@ impl AdminApi {
             fleet,
             continuity,
             videos: None,
+            batches: None,
             credentials: None,
             secrets: None,
             clock: crate::domain::clock::Clock::system(),
@@ -196,6 +199,17 @@ impl AdminApi {
 
     fn videos(&self) -> Result<&Videos, Status> {
         self.videos.as_deref().ok_or_else(|| Status::unavailable("video tasks are not served here"))
+    }
+
+    /// Serves the batch RPCs with `batches` (without it they answer
+    /// Unavailable).
+    pub fn with_batches(mut self, batches: Arc<Batches>) -> AdminApi {
+        self.batches = Some(batches);
+        self
+    }
+
+    fn batches(&self) -> Result<&Batches, Status> {
+        self.batches.as_deref().ok_or_else(|| Status::unavailable("batches are not served here"))
     }
 
     /// Resource `id` of type `T`; NotFound when absent.
@@ -398,6 +412,14 @@ impl pb::admin_service_server::AdminService for AdminApi {
 
     async fn get_video_task(&self, request: Request<pb::GetRequest>) -> Answer<pb::VideoTask> {
         crate::api::video::admin_get(self.videos()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn list_batches(&self, request: Request<pb::ListBatchItemsRequest>) -> Answer<pb::ListBatchesResponse> {
+        crate::api::batch::admin_list(self.batches()?, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn get_batch(&self, request: Request<pb::GetRequest>) -> Answer<pb::Batch> {
+        crate::api::batch::admin_get(self.batches()?, request.into_inner()).await.map(Response::new)
     }
 
     async fn rotate_secrets(&self, request: Request<pb::RotateSecretsRequest>) -> Answer<pb::RotateSecretsResponse> {

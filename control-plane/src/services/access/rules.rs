@@ -75,6 +75,8 @@ pub const RULES: &[Rule] = &[
     rule("RotateSecrets", "secret", Write, false),
     rule("ListVideoTasks", "video", Read, false),
     rule("GetVideoTask", "video", Read, false),
+    rule("ListBatches", "batch", Read, false),
+    rule("GetBatch", "batch", Read, false),
     rule("CreateCredential", "credential", Write, false),
     rule("ListCredentials", "credential", Read, false),
     rule("RevokeCredential", "credential", Write, false),
