@@ -328,3 +328,62 @@ async fn an_anthropic_message_batch_is_billed_from_its_results() {
     assert_eq!((billed.len(), billed[0].endpoint.as_str()), (1, "/v1/messages/batches"));
     assert_eq!(billed[0].cost_micros, cost, "two lines at the model's batch share");
 }
+
+/// Uploads `content` with `purpose` to data plane 0 as `key` over plain
+/// HTTP: (status, body).
+async fn upload(f: &Fixture, key: &str, purpose: &str, content: &str) -> (u16, Value) {
+    let form = reqwest::multipart::Form::new()
+        .text("purpose", purpose.to_owned())
+        .part("file", reqwest::multipart::Part::bytes(content.as_bytes().to_vec()).file_name("in.jsonl"));
+    let url = format!("{}/files", f.cluster.base_url(0));
+    let response = f.cluster.http().post(url).bearer_auth(key).multipart(form).send().await.expect("upload");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn line(id: &str, model: &str) -> String {
+    format!(
+        r#"{{"custom_id":"{id}","method":"POST","url":"/v1/chat/completions","body":{{"model":"{model}","messages":[]}}}}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_files_and_batches_are_refused_in_each_clients_shape_before_the_upstream() {
+    let f = setup().await;
+    let two_models = format!("{}\n{}\n", line("a", OPENAI_MODEL), line("b", CLAUDE));
+    let duplicate = format!("{}\n{}\n", line("a", OPENAI_MODEL), line("a", OPENAI_MODEL));
+    let cases = [
+        ("fine-tune", line("a", OPENAI_MODEL), "purpose"),
+        ("batch", two_models, "same model"),
+        ("batch", duplicate, "used twice"),
+        ("batch", "{not json".to_owned(), "line 1"),
+        ("batch", line("a", "no-such-model"), "no-such-model"),
+    ];
+    for (purpose, content, expected) in cases {
+        let (status, body) = upload(&f, &f.key, purpose, &content).await;
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(matches!(status, 400 | 404), "{purpose} {content:?}: {status} {body}");
+        assert!(message.contains(expected), "{message:?} should say {expected:?}");
+    }
+    // A message batch naming two models: 400 in Anthropic's shape.
+    let requests = serde_json::json!({"requests": [
+        {"custom_id": "a", "params": {"model": CLAUDE, "max_tokens": 10, "messages": []}},
+        {"custom_id": "b", "params": {"model": OPENAI_MODEL, "max_tokens": 10, "messages": []}},
+    ]});
+    let url = format!("{}/messages/batches", f.cluster.base_url(0));
+    let response = f.cluster.http().post(url).header("x-api-key", &f.key).json(&requests).send().await.expect("post");
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(
+        (body["type"].as_str(), body["error"]["type"].as_str()),
+        (Some("error"), Some("invalid_request_error")),
+        "{body}"
+    );
+    // A batch over an unknown file is the OpenAI 404.
+    let url = format!("{}/batches", f.cluster.base_url(0));
+    let batch = serde_json::json!({"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"});
+    let response = f.cluster.http().post(url).bearer_auth(&f.key).json(&batch).send().await.expect("post");
+    assert_eq!(response.status().as_u16(), 404);
+    assert!(f.batches.uploads().is_empty() && f.batches.batch_ids().is_empty(), "nothing reached the upstream");
+    assert_eq!(balance(&f, &f.account).await, START, "nothing was held");
+}
