@@ -94,6 +94,11 @@ name: acme
 groups: [vip]
 window: {period: day, quota: 5, timeZone: Europe/Berlin}
 ---
+kind: Account
+name: frozen
+unlimited: true
+status: disabled
+---
 kind: Token
 account: acme
 name: ci
@@ -123,11 +128,12 @@ async fn apply_creates_and_a_second_apply_writes_nothing() {
         "model/local created",
         "channel/main created",
         "account/acme created",
+        "account/frozen created",
         "token/acme/ci created",
     ] {
         assert!(out.contains(&format!("{line}\n")), "{line}: {out}");
     }
-    assert!(out.ends_with("6 created\n"), "{out}");
+    assert!(out.ends_with("7 created\n"), "{out}");
     assert!(!out.contains("sk-upstream-one"), "{out}");
 
     // The token's key went to its file, private, and is the token's.
@@ -141,11 +147,14 @@ async fn apply_creates_and_a_second_apply_writes_nothing() {
     assert_eq!((token.status.as_str(), token.quota_micros, token.unlimited), ("disabled", 1_500_000, false));
     let channels = admin.list_channels(pb::ListRequest::default()).await.expect("channels").into_inner().items;
     assert_eq!((channels[0].weight, channels[0].idle_timeout_ms), (3, 30_000));
+    let accounts = admin.list_accounts(pb::ListRequest::default()).await.expect("accounts").into_inner().items;
+    let frozen = accounts.iter().find(|a| a.name == "frozen").expect("frozen");
+    assert_eq!((frozen.status.as_str(), frozen.unlimited), ("disabled", true));
 
     let before = revision(&cluster).await;
     let again = ok(&cluster, dir.path(), &["apply", "-f", "gateway.yaml"]).await;
     assert!(again.contains("channel/main unchanged\n") && again.contains("token/acme/ci unchanged\n"), "{again}");
-    assert!(again.ends_with("nothing to change: 6 objects as their documents say\n"), "{again}");
+    assert!(again.ends_with("nothing to change: 7 objects as their documents say\n"), "{again}");
     assert_eq!(revision(&cluster).await, before, "a second apply writes nothing");
     let diff = gwctl(&cluster, dir.path(), &["diff", "-f", "gateway.yaml"]).await;
     assert_eq!(diff.status.code(), Some(0), "{}", stderr(&diff));
@@ -167,7 +176,7 @@ async fn export_then_apply_is_a_no_op_and_export_has_no_secret() {
     let output = gwctl_in(&cluster, dir.path(), &[], &exported, &["apply", "-f", "-"]).await;
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(stdout(&output).starts_with("group/default unchanged\n"), "{}", stdout(&output));
-    assert!(stdout(&output).ends_with("nothing to change: 7 objects as their documents say\n"), "{}", stdout(&output));
+    assert!(stdout(&output).ends_with("nothing to change: 8 objects as their documents say\n"), "{}", stdout(&output));
 
     let json = ok(&cluster, dir.path(), &["-o", "json", "export", "model", "channel"]).await;
     let documents: Value = serde_json::from_str(&json).expect("a JSON array");
@@ -191,14 +200,23 @@ async fn diff_and_dry_run_show_the_change_and_write_nothing() {
     let text = stdout(&diff);
     assert!(text.starts_with("~ model/gpt-4o  (./gateway.yaml:6)\n    inputPrice: 2.5 → 3\n"), "{text}");
     assert_eq!(text.lines().count(), 2, "{text}");
-    assert!(stderr(&diff).contains("1 of 6 objects would change"), "{}", stderr(&diff));
+    assert!(stderr(&diff).contains("1 of 7 objects would change"), "{}", stderr(&diff));
+    let json = gwctl(&cluster, dir.path(), &["-o", "json", "diff", "-f", "gateway.yaml"]).await;
+    assert_eq!(json.status.code(), Some(1));
+    let report: Value = serde_json::from_str(&stdout(&json)).expect("a JSON report");
+    assert_eq!(report["changed"], true);
+    let changes = report["changes"].as_array().expect("changes");
+    let model = changes.iter().find(|c| c["name"] == "gpt-4o").expect("the model's change");
+    assert_eq!(model["action"], "configure");
+    assert_eq!(model["fields"], serde_json::json!([{"field": "inputPrice", "from": "2.5", "to": "3"}]));
+    assert!(changes.iter().filter(|c| c["name"] != "gpt-4o").all(|c| c["action"] == "unchanged"));
 
     let dry = ok(&cluster, dir.path(), &["apply", "-f", "gateway.yaml", "--dry-run"]).await;
     assert!(dry.contains("model/gpt-4o configured (inputPrice 2.5 → 3) (dry run)\n"), "{dry}");
     assert_eq!(revision(&cluster).await, before, "a dry run writes nothing");
 
     let out = ok(&cluster, dir.path(), &["apply", "-f", "gateway.yaml"]).await;
-    assert!(out.ends_with("1 configured, 5 unchanged\n"), "{out}");
+    assert!(out.ends_with("1 configured, 6 unchanged\n"), "{out}");
     let model = cluster.admin().get_model(pb::GetRequest { id: "gpt-4o".into() }).await.expect("model").into_inner();
     assert_eq!((model.input_price_micros, model.output_price_micros), (3_000_000, 10_000_000));
 }
