@@ -1,8 +1,10 @@
 //! The ledger does not trust what data planes report: every record is
 //! checked and priced from the catalogue, applied once per request id, and
 //! a record older than the idempotency window is refused, never charged.
-//! Reports go straight to `PolicyService` with the node key, as a data plane
-//! (or someone holding its key) would send them.
+//! Exactly-once rests on nothing Redis may expire: with every key that has
+//! a lifetime deleted, a resent record is still a duplicate. Reports go
+//! straight to `PolicyService` with the node key, as a data plane (or
+//! someone holding its key) would send them.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -11,7 +13,7 @@ use gw_tests::{
     harness::{AdminKey, Cluster},
     redis::RedisServer,
 };
-use tonic::transport::Endpoint;
+use tonic::{service::interceptor::InterceptedService, transport::Channel, transport::Endpoint};
 
 /// Thirty days, the idempotency window.
 const WINDOW_SECS: i64 = 30 * 24 * 60 * 60;
@@ -38,9 +40,10 @@ fn record(id: &str, token: &str, account: &str) -> pb::UsageRecord {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_ledger_prices_records_itself_and_refuses_forged_unknown_and_stale_ones() {
-    let redis = RedisServer::start().await.expect("redis-server");
+/// A control plane on Redis with no data plane, the `priced` model and an
+/// account holding $10 with an unlimited token: the cluster, the account's
+/// and the token's ids.
+async fn setup(redis: &RedisServer) -> (Cluster, String, String) {
     let cluster = Cluster::start(&redis.url(), 0).await.expect("cluster");
     let mut admin = cluster.admin();
     let model = pb::Model {
@@ -55,12 +58,24 @@ async fn the_ledger_prices_records_itself_and_refuses_forged_unknown_and_stale_o
     let account = admin.create_account(account).await.expect("account").into_inner().id;
     let token = pb::CreateTokenRequest { account_id: account.clone(), unlimited: true, ..Default::default() };
     let token = admin.create_token(token).await.expect("token").into_inner().token.expect("token").id;
+    (cluster, account, token)
+}
 
+/// `PolicyService` as a data plane reaches it, with the node key.
+fn policy(cluster: &Cluster) -> PolicyServiceClient<InterceptedService<Channel, AdminKey>> {
     let channel = Endpoint::from_shared(format!("http://{}", cluster.control_plane.addr))
         .expect("address")
         .connect_timeout(Duration::from_secs(5))
         .connect_lazy();
-    let mut policy = PolicyServiceClient::with_interceptor(channel, AdminKey::new(&cluster.node_key).expect("key"));
+    PolicyServiceClient::with_interceptor(channel, AdminKey::new(&cluster.node_key).expect("key"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_prices_records_itself_and_refuses_forged_unknown_and_stale_ones() {
+    let redis = RedisServer::start().await.expect("redis-server");
+    let (cluster, account, token) = setup(&redis).await;
+    let mut admin = cluster.admin();
+    let mut policy = policy(&cluster);
     let mut report = async |records: Vec<pb::UsageRecord>| {
         let request = pb::ReportUsageRequest { node_id: "dp-forger".into(), records };
         policy.report_usage(request).await.expect("report").into_inner()
@@ -86,4 +101,47 @@ async fn the_ledger_prices_records_itself_and_refuses_forged_unknown_and_stale_o
         .items;
     let ids: Vec<(&str, i64)> = usage.iter().map(|r| (r.request_id.as_str(), r.cost_micros)).collect();
     assert_eq!(ids, [("honest", 2_000)], "only the honest record, at the catalogue's price");
+}
+
+/// Deletes every key of `redis` that has a lifetime, as expiry would in
+/// time; returns how many.
+async fn delete_what_can_expire(redis: &RedisServer) -> usize {
+    let client = redis::Client::open(redis.url()).expect("redis url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut conn).await.expect("keys");
+    let mut deleted = 0;
+    for key in keys {
+        let ttl: i64 = redis::cmd("TTL").arg(&key).query_async(&mut conn).await.expect("ttl");
+        if ttl >= 0 {
+            let () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await.expect("del");
+            deleted += 1;
+        }
+    }
+    deleted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_record_is_charged_once_even_after_every_key_that_can_expire_is_gone() {
+    let redis = RedisServer::start().await.expect("redis-server");
+    let (cluster, account, token) = setup(&redis).await;
+    let mut policy = policy(&cluster);
+    let batch = vec![record("first", &token, &account), record("second", &token, &account)];
+    let request = pb::ReportUsageRequest { node_id: "dp-forger".into(), records: batch.clone() };
+    let answer = policy.report_usage(request).await.expect("report").into_inner();
+    assert_eq!((answer.applied, answer.duplicates), (2, 0));
+
+    let deleted = delete_what_can_expire(&redis).await;
+    println!("{deleted} keys with a lifetime deleted");
+    // Each record alone, then both together: always duplicates.
+    for records in [vec![batch[0].clone()], vec![batch[1].clone()], batch] {
+        let request = pb::ReportUsageRequest { node_id: "dp-forger".into(), records };
+        let again = policy.report_usage(request).await.expect("report").into_inner();
+        assert_eq!(again.applied, 0, "a resent record was applied again: {again:?}");
+    }
+    let mut admin = cluster.admin();
+    let account = admin.get_account(pb::GetRequest { id: account }).await.expect("account").into_inner();
+    assert_eq!((account.balance_micros, account.used_micros), (10_000_000 - 4_000, 4_000), "charged once each");
+    let request = pb::ListUsageRequest { token_id: token, ..Default::default() };
+    let usage = admin.list_usage(request).await.expect("usage").into_inner().items;
+    assert_eq!(usage.len(), 2, "one ledger row each");
 }

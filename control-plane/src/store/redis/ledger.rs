@@ -1,8 +1,11 @@
 //! Usage records and spending leases on Redis.
 //!
 //! Layout, all in the `{gw}` slot (see `layout` for why): `{gw}:usage`, a
-//! list of JSON records, newest applied first; `{gw}:applied:<request_id>`,
-//! the idempotency markers; `{gw}:hold:<budget>`, a hash holder →
+//! list of JSON records, newest applied first;
+//! `{gw}:applied_hour:<start>`, the idempotency markers of the records made
+//! in one hour, a hash request id → 1 that never expires (`rollup::prune`
+//! removes it with the rows it guards), listed in `{gw}:applied_hours`;
+//! `{gw}:hold:<budget>`, a hash holder →
 //! `amount:expires_at` of the leases of one budget;
 //! `{gw}:rollup:<hour|day>:<bucket start>`, one hash per rollup bucket (see
 //! `rollup`); `{gw}:win:<budget>:<bucket>`, the spend of a window budget's
@@ -18,12 +21,14 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::Script;
 
-use super::layout::{ACCOUNT_USED, BALANCE, NO_WINDOW, TOKEN_USED, USAGE, hold_key, kind_key, window_key};
+use super::layout::{
+    ACCOUNT_USED, APPLIED_BUCKETS, BALANCE, NO_WINDOW, TOKEN_USED, USAGE, hold_key, kind_key, window_key,
+};
 use super::usage_batch::{self, RecordWindows};
 use super::{RedisStore, malformed};
 use crate::domain::{Kind, UsageOutcome, UsageRecord, WindowBudget};
 use crate::store::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
-use crate::store::{APPLIED_TTL_SECS, Result, StoreError};
+use crate::store::{Result, StoreError};
 /// Records per usage script. A script holds Redis, and on a shared host a
 /// core, for its whole run, at 5–10 µs a record with a large keyspace:
 /// 50 keep a call near half a millisecond, so leases and other
@@ -95,13 +100,20 @@ local function standing(kind, id, first, count)
   end
   return true, unlimited, remaining
 end
--- Applies the batch of records whose idempotency markers are KEYS[k ..]
--- and whose arguments start at ARGV[a] (see `usage_batch`): its size n,
--- each record's JSON, then what the batch adds up to: per account and per
--- token (id, cost, -cost, window bucket key index or 0, its expiry), per
--- lease (hold key index, holder, cost), per rollup bucket (key index,
--- expiry, field count, then field and amount each). ARGV[1] is the
--- markers' TTL, ARGV[2] the last usage index kept (-1: all).
+-- Whether request `id`, marked in hash KEYS[hash] (or, by an earlier
+-- version, by key KEYS[legacy]), was applied.
+local function was_applied(legacy, hash, id)
+  return redis.call('EXISTS', KEYS[legacy]) == 1 or redis.call('HEXISTS', KEYS[hash], id) == 1
+end
+-- Applies the batch of records whose legacy idempotency markers are
+-- KEYS[k ..] and whose arguments start at ARGV[a] (see `usage_batch`): its
+-- size n, each record's JSON, each record's marker hash (key index) and
+-- request id, then what the batch adds up to: per account and per token
+-- (id, cost, -cost, window bucket key index or 0, its expiry), per lease
+-- (hold key index, holder, cost), per marker hash (its start),
+-- per rollup bucket (key index, expiry, field count, then field and amount
+-- each). ARGV[1] is the last usage index kept (-1: all); the marker hashes
+-- are listed in KEYS[7].
 --
 -- All or nothing: when a record's request id was seen before, the
 -- markers this call set are removed again and nothing else is written;
@@ -110,19 +122,23 @@ end
 -- whole batch was applied.
 local function apply_batch(k, a)
   local n = tonumber(ARGV[a])
+  local marks = a + 1 + n
   local seen = {}
   for i = 1, n do
-    if not redis.call('SET', KEYS[k + i - 1], '1', 'NX', 'EX', ARGV[1]) then seen[#seen + 1] = i end
+    local hash, id = tonumber(ARGV[marks + 2 * i - 2]), ARGV[marks + 2 * i - 1]
+    if redis.call('EXISTS', KEYS[k + i - 1]) == 1 or redis.call('HSETNX', KEYS[hash], id, '1') == 0 then
+      seen[#seen + 1] = i
+    end
   end
   if #seen > 0 then
     local j = 1
     for i = 1, n do
-      if seen[j] == i then j = j + 1 else redis.call('DEL', KEYS[k + i - 1]) end
+      if seen[j] == i then j = j + 1 else redis.call('HDEL', KEYS[tonumber(ARGV[marks + 2 * i - 2])], ARGV[marks + 2 * i - 1]) end
     end
     return seen
   end
   local records = a + 1
-  a = a + 1 + n
+  a = a + 1 + 3 * n
   -- Accounts: KEYS[1] their hash, KEYS[3] balance, KEYS[4] spent; then
   -- tokens: KEYS[2] their hash, KEYS[5] spent.
   for _, kind in ipairs({1, 2}) do
@@ -154,6 +170,12 @@ local function apply_batch(k, a)
   count = tonumber(ARGV[a])
   a = a + 1
   for _ = 1, count do
+    redis.call('ZADD', KEYS[7], ARGV[a], ARGV[a])
+    a = a + 1
+  end
+  count = tonumber(ARGV[a])
+  a = a + 1
+  for _ = 1, count do
     local key, fields = KEYS[tonumber(ARGV[a])], tonumber(ARGV[a + 2])
     for f = 1, fields do
       redis.call('HINCRBY', key, ARGV[a + 1 + 2 * f], ARGV[a + 2 + 2 * f])
@@ -165,16 +187,17 @@ local function apply_batch(k, a)
   for i = records, records + n - 1, 1000 do
     redis.call('LPUSH', KEYS[6], unpack(ARGV, i, math.min(i + 999, records + n - 1)))
   end
-  redis.call('LTRIM', KEYS[6], 0, ARGV[2])
+  redis.call('LTRIM', KEYS[6], 0, ARGV[1])
   return seen
 end
 ";
 
-/// Keys 7… the batch's (see `apply_batch`). Args: 1 TTL, 2 last usage
-/// index kept (-1: all), 3… the batch's. Returns the positions of records
-/// applied before, having written nothing; empty when all were applied.
+/// Key 7 the list of marker hashes, 8… the batch's (see `apply_batch`).
+/// Args: 1 last usage index kept (-1: all), 2… the batch's. Returns the
+/// positions of records applied before, having written nothing; empty when
+/// all were applied.
 const APPLY_USAGE: &str = r"
-return apply_batch(7, 3)
+return apply_batch(8, 2)
 ";
 
 /// Key 7 the hold hash, 8… the buckets of the budget's current window.
@@ -206,30 +229,32 @@ take_hold(KEYS[7], ARGV[1], tonumber(ARGV[2]))
 return 1
 ";
 
-/// Key 7 the token's hold hash, 8 the account's, 9… the buckets of the
-/// token's and then the account's current window, then the record's batch
-/// of one (see `apply_batch`). Args: 1 TTL, 2 last usage index kept, 3 now,
-/// 4 token, 5 account, 6 cost, 7 and 8 how many window buckets of the
-/// token and of the account, 9… the batch's. Returns `{0}` applied, `{1}`
-/// duplicate, `{2}` token quota short, `{3, balance}` balance short.
+/// Key 7 the list of marker hashes, 8 the token's hold hash, 9 the
+/// account's, 10… the buckets of the token's and then the account's
+/// current window, then the record's batch of one (see `apply_batch`).
+/// Args: 1 last usage index kept, 2 now, 3 token, 4 account, 5 cost, 6 and
+/// 7 how many window buckets of the token and of the account, 8… the
+/// batch's. Returns `{0}` applied, `{1}` duplicate, `{2}` token quota
+/// short, `{3, balance}` balance short.
 const CHARGE: &str = r"
-local token_buckets, account_buckets = tonumber(ARGV[7]), tonumber(ARGV[8])
-local marker = 9 + token_buckets + account_buckets
-if redis.call('EXISTS', KEYS[marker]) == 1 then return {1} end
-local now, cost = tonumber(ARGV[3]), tonumber(ARGV[6])
-local found, unlimited, remaining = standing('token', ARGV[4], 9, token_buckets)
+local token_buckets, account_buckets = tonumber(ARGV[6]), tonumber(ARGV[7])
+local marker = 10 + token_buckets + account_buckets
+-- The batch of one: ARGV[8] its size, 9 its JSON, 10 and 11 its marker.
+if was_applied(marker, tonumber(ARGV[10]), ARGV[11]) then return {1} end
+local now, cost = tonumber(ARGV[2]), tonumber(ARGV[5])
+local found, unlimited, remaining = standing('token', ARGV[3], 10, token_buckets)
 if not found then return {2} end
 if not unlimited then
-  local others = holds(KEYS[7], '', now)
+  local others = holds(KEYS[8], '', now)
   if remaining - others < cost then return {2} end
 end
-found, unlimited, remaining = standing('account', ARGV[5], 9 + token_buckets, account_buckets)
+found, unlimited, remaining = standing('account', ARGV[4], 10 + token_buckets, account_buckets)
 if not found then return {3, 0} end
 if not unlimited then
-  local others = holds(KEYS[8], '', now)
+  local others = holds(KEYS[9], '', now)
   if remaining - others < cost then return {3, remaining} end
 end
-apply_batch(marker, 9)
+apply_batch(marker, 8)
 return {0}
 ";
 
@@ -243,7 +268,8 @@ fn kind_of(budget: &Budget) -> Kind {
     }
 }
 
-/// A script call with the six ledger keys in place.
+/// A script call with the six ledger keys in place (scripts that write
+/// usage take the list of marker hashes as key 7).
 fn invocation(script: &Script) -> redis::ScriptInvocation<'_> {
     let mut call = script.prepare_invoke();
     call.key(kind_key(Kind::Account)).key(kind_key(Kind::Token));
@@ -335,9 +361,9 @@ impl RedisStore {
             let mut pending: Vec<usize> = (0..batch.len()).collect();
             while !pending.is_empty() {
                 let mut call = invocation(&SCRIPTS[0]);
-                call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index());
+                call.key(APPLIED_BUCKETS).arg(self.last_usage_index());
                 let records: Vec<_> = pending.iter().map(|&i| (&batch[i], &windows[i])).collect();
-                usage_batch::add(&mut call, 7, &records, &self.retention)?;
+                usage_batch::add(&mut call, 8, &records, &self.retention)?;
                 let seen: Vec<usize> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
                 if seen.is_empty() {
                     outcome.applied += u32::try_from(pending.len()).unwrap_or(u32::MAX);
@@ -387,16 +413,17 @@ impl BudgetStore for RedisStore {
         let token = self.current_window_keys(&Budget::Token(record.token_id.clone()), now).await?;
         let account = self.current_window_keys(&Budget::Account(record.account_id.clone()), now).await?;
         let mut call = invocation(&SCRIPTS[3]);
+        call.key(APPLIED_BUCKETS);
         call.key(hold_key(&Budget::Token(record.token_id.clone())));
         call.key(hold_key(&Budget::Account(record.account_id.clone())));
         for bucket in token.iter().chain(&account) {
             call.key(bucket);
         }
-        call.arg(APPLIED_TTL_SECS).arg(self.last_usage_index()).arg(now);
+        call.arg(self.last_usage_index()).arg(now);
         call.arg(&record.token_id).arg(&record.account_id).arg(record.cost_micros);
         call.arg(token.len()).arg(account.len());
         let windows = windows.first().unwrap_or(&[None, None]);
-        usage_batch::add(&mut call, 9 + token.len() + account.len(), &[(record, windows)], &self.retention)?;
+        usage_batch::add(&mut call, 10 + token.len() + account.len(), &[(record, windows)], &self.retention)?;
         let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(match reply.as_slice() {
             [0] => Charged::Applied,

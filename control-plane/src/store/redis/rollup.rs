@@ -13,20 +13,28 @@
 //!
 //! Raw records (`{gw}:usage`, newest applied first) are trimmed from the tail
 //! by `prune` while the oldest is past `usage_days`, and to
-//! `usage_max_records` by every usage script.
+//! `usage_max_records` by every usage script. `prune` also removes the
+//! hourly hashes of idempotency markers (see `ledger`) once their hour is
+//! past both `usage_days` and the idempotency window and a day: they never
+//! expire on their own, so a record is never applied twice while its row
+//! can exist or it can be sent again.
 
 use async_trait::async_trait;
 use redis::Script;
 
 use super::RedisStore;
-use super::layout::{USAGE, rollup_key};
+use super::layout::{APPLIED_BUCKET_SECS, APPLIED_BUCKETS, USAGE, applied_bucket_key, rollup_key};
 use crate::store::rollup::{Counts, Dims, Period, Pruned, RollupStore, Row};
-use crate::store::{Result, StoreError};
+use crate::store::{IDEMPOTENCY_WINDOW_SECS, Result, StoreError};
 
 /// Bucket hashes read per pipeline.
 const READ_BATCH: usize = 256;
 /// Records one `prune` removes at most.
 const PRUNE_BATCH: u64 = 10_000;
+/// Marker hashes one `prune` removes at most.
+const PRUNE_MARKERS: isize = 1_000;
+/// Beyond the idempotency window, how long markers are kept.
+const MARKER_GRACE_SECS: i64 = 24 * 60 * 60;
 
 /// Key 1 `{gw}:usage`. Args: 1 cutoff (Unix second), 2 most to remove.
 /// Pops the oldest applied record while it was made before the cutoff.
@@ -77,7 +85,40 @@ impl RollupStore for RedisStore {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::Redis)?;
+        self.prune_markers(now).await?;
         Ok(Pruned { records: removed, rollup_rows: 0 })
+    }
+}
+
+// === impl RedisStore ===
+
+impl RedisStore {
+    /// Removes the marker hashes of hours past both the raw records'
+    /// retention and the idempotency window (and a day).
+    async fn prune_markers(&self, now: i64) -> Result<()> {
+        let cutoff = self.retention.usage_cutoff(now).min(now - IDEMPOTENCY_WINDOW_SECS - MARKER_GRACE_SECS);
+        let mut conn = self.conn.clone();
+        let old: Vec<i64> = redis::cmd("ZRANGEBYSCORE")
+            .arg(APPLIED_BUCKETS)
+            .arg("-inf")
+            .arg(cutoff - APPLIED_BUCKET_SECS)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(PRUNE_MARKERS)
+            .query_async(&mut conn)
+            .await
+            .map_err(StoreError::Redis)?;
+        if old.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for start in &old {
+            pipe.del(applied_bucket_key(*start)).ignore();
+            pipe.zrem(APPLIED_BUCKETS, *start).ignore();
+        }
+        let () = pipe.query_async(&mut conn).await.map_err(StoreError::Redis)?;
+        Ok(())
     }
 }
 

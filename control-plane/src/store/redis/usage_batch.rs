@@ -1,6 +1,7 @@
 //! What a batch of usage records adds up to, in the form the ledger's Lua
 //! scripts take (`apply_batch` in `ledger`): per record only its
-//! idempotency marker and its JSON; every counter, lease take, window
+//! idempotency marker (a field of its hour's marker hash; the key earlier
+//! versions wrote is only read) and its JSON; every counter, lease take, window
 //! bucket and rollup field summed here, once for the whole batch. A batch
 //! is mostly one token's and one account's records, so Redis writes a few
 //! fields for it instead of a dozen per record, and the sums cost Rust
@@ -10,9 +11,9 @@
 //! negative in a batch that takes from a lease (a take stops at zero
 //! either way), and counters only add.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::layout::{applied_key, hold_key};
+use super::layout::{APPLIED_BUCKET_SECS, applied_bucket_key, applied_key, hold_key};
 use super::rollup::bucket_key;
 use crate::domain::UsageRecord;
 use crate::store::budget::Budget;
@@ -43,6 +44,8 @@ struct Keys<'a> {
     holds: HashMap<(bool, &'a str), usize>,
     /// (period, bucket start) → the rollup bucket's index.
     buckets: HashMap<(u8, i64), usize>,
+    /// Marker hash start → its index.
+    markers: HashMap<i64, usize>,
 }
 
 /// The rollup dimensions of a record, borrowed: account, token, model,
@@ -74,6 +77,16 @@ impl<'a> Keys<'a> {
         i
     }
 
+    /// The index of the marker hash starting at `start`.
+    fn marker(&mut self, start: i64) -> usize {
+        if let Some(&i) = self.markers.get(&start) {
+            return i;
+        }
+        let i = self.of(&applied_bucket_key(start));
+        self.markers.insert(start, i);
+        i
+    }
+
     /// The index of `period`'s rollup bucket starting at `start`.
     fn bucket(&mut self, period: Period, start: i64) -> usize {
         if let Some(&i) = self.buckets.get(&(period.code(), start)) {
@@ -85,9 +98,10 @@ impl<'a> Keys<'a> {
     }
 }
 
-/// Adds to `call` the markers of `records` as keys from index `first_key`
-/// on, then the keys their sums write; and as arguments the batch: its
-/// size, each record's JSON, then the sums in the sections `apply_batch`
+/// Adds to `call` the legacy markers of `records` as keys from index
+/// `first_key` on, then the keys their markers and sums write; and as
+/// arguments the batch: its size, each record's JSON, each record's marker
+/// (hash index, request id), then the sums in the sections `apply_batch`
 /// reads.
 pub(super) fn add(
     call: &mut redis::ScriptInvocation<'_>,
@@ -110,7 +124,14 @@ pub(super) fn add(
         index: HashMap::new(),
         holds: HashMap::new(),
         buckets: HashMap::new(),
+        markers: HashMap::new(),
     };
+    let mut markers = BTreeSet::new();
+    for (record, _) in records {
+        let start = applied_bucket(record.created_at);
+        call.arg(keys.marker(start)).arg(record.request_id.as_str());
+        markers.insert(start);
+    }
     // (id, window key index or 0) → spend, for accounts and for tokens.
     let mut accounts: BTreeMap<(&str, usize), Spend> = BTreeMap::new();
     let mut tokens: BTreeMap<(&str, usize), Spend> = BTreeMap::new();
@@ -162,6 +183,10 @@ pub(super) fn add(
     for ((key, holder), cost) in &takes {
         call.arg(*key).arg(*holder).arg(*cost);
     }
+    call.arg(markers.len());
+    for start in markers {
+        call.arg(start);
+    }
     // Each bucket hash: its key, expiry, then its fields and what they add.
     let mut fields: BTreeMap<usize, Vec<(String, i64)>> = BTreeMap::new();
     for ((key, _), (sums, first)) in &rollups {
@@ -185,4 +210,9 @@ pub(super) fn add(
         call.key(name);
     }
     Ok(())
+}
+
+/// The start of the marker hash of a record made at `created_at`.
+pub(super) fn applied_bucket(created_at: i64) -> i64 {
+    created_at.div_euclid(APPLIED_BUCKET_SECS) * APPLIED_BUCKET_SECS
 }
