@@ -311,3 +311,86 @@ fn record(batch: &Batch, prefix: &str, cost_micros: i64) -> UsageRecord {
         ..UsageRecord::default()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    fn batch(kind: BatchKind) -> Batch {
+        Batch {
+            id: "batch_ours".into(),
+            kind,
+            model: "m".into(),
+            input_file_id: "file-ours".into(),
+            endpoint: "/v1/chat/completions".into(),
+            completion_window: "24h".into(),
+            lines: 3,
+            status: "validating".into(),
+            created_at: 1_700_000_000,
+            ..Batch::default()
+        }
+    }
+
+    #[test]
+    fn clients_see_our_ids_in_the_upstreams_object() {
+        let mut openai = batch(BatchKind::Openai);
+        let fresh = client_object(&openai);
+        assert_eq!((fresh["object"].as_str(), fresh["status"].as_str()), (Some("batch"), Some("validating")));
+        assert_eq!(fresh["request_counts"]["total"], 3, "a batch the upstream has not answered yet");
+        let upstream = json!({"id": "batch_up", "object": "batch", "status": "completed", "input_file_id": "file-up",
+                              "output_file_id": "file-up-out", "request_counts": {"total": 3, "completed": 3, "failed": 0}});
+        let observed = Observation::parse(BatchKind::Openai, &upstream);
+        assert!(apply(&mut openai, &observed, 5_000));
+        openai.output_file_id = "file-ours-output".into();
+        let seen = client_object(&openai);
+        assert_eq!((seen["id"].as_str(), seen["input_file_id"].as_str()), (Some("batch_ours"), Some("file-ours")));
+        assert_eq!(
+            (seen["output_file_id"].as_str(), seen["status"].as_str()),
+            (Some("file-ours-output"), Some("completed"))
+        );
+        assert_eq!(seen["request_counts"]["completed"], 3, "the upstream's counts pass through");
+        assert!((openai.ended, openai.upstream_output_file.as_str()) == (true, "file-up-out"));
+        assert!(!end(&mut openai, "failed", "x", "y", 6_000), "an ended batch stays as it ended");
+
+        let mut anthropic = batch(BatchKind::Anthropic);
+        anthropic.status = "in_progress".into();
+        let fresh = client_object(&anthropic);
+        assert_eq!(fresh["created_at"], "2023-11-14T22:13:20Z", "Anthropic's times are RFC 3339");
+        assert_eq!((fresh["type"].as_str(), fresh["results_url"].is_null()), (Some("message_batch"), true));
+        assert!(end(
+            &mut anthropic,
+            cancelled(BatchKind::Anthropic),
+            "cancelled",
+            "before the upstream",
+            1_700_000_100_000
+        ));
+        let ended = client_object(&anthropic);
+        assert_eq!(
+            (ended["processing_status"].as_str(), ended["ended_at"].as_str()),
+            (Some("ended"), Some("2023-11-14T22:15:00Z"))
+        );
+    }
+
+    #[test]
+    fn the_three_records_are_keyed_once_per_batch() {
+        let mut billed = Batch {
+            hold_micros: 900,
+            cost_micros: 400,
+            prompt_tokens: 10,
+            cached_tokens: 20,
+            ..batch(BatchKind::Openai)
+        };
+        let hold = hold_record(&billed);
+        assert_eq!((hold.request_id.as_str(), hold.cost_micros), ("batch-hold:batch_ours", 900));
+        let release = release_record(&billed);
+        assert_eq!((release.request_id.as_str(), release.cost_micros), ("batch-release:batch_ours", -900));
+        billed.kind = BatchKind::Anthropic;
+        let cost = cost_record(&billed);
+        assert_eq!(
+            (cost.request_id.as_str(), cost.cost_micros, cost.endpoint.as_str()),
+            ("batch:batch_ours", 400, "/v1/messages/batches")
+        );
+        assert_eq!(cost.cached_tokens, 10, "never more cached than prompt tokens");
+    }
+}
