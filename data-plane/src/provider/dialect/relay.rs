@@ -85,6 +85,35 @@ mod tests {
         out
     }
 
+    #[test]
+    fn an_answer_starts_with_its_first_token_not_its_opening_events() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut meter = Meter::new(Charge::test("r1"), UsageSink::new(tx, "node"), 40);
+        let mut push = |events: &mut dyn crate::meter::pump::Relay, event: &str| {
+            events.push(Bytes::copy_from_slice(event.as_bytes()), Some(&mut meter));
+            events.started()
+        };
+        let mut passed = Events::new(PassMessages::default());
+        let opening = [
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9}}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\"}}\n\n",
+            "event: ping\ndata: {\"type\":\"ping\"}\n\n",
+        ];
+        for event in opening {
+            assert!(!push(&mut passed, event), "{event}");
+        }
+        let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hm\"}}\n\n";
+        assert!(push(&mut passed, delta));
+
+        let (decoder, encoder) = crate::translate::chat_to_messages_stream();
+        let mut translated = Events::new(super::super::through::Through::new(decoder, encoder));
+        let role = "data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+        assert!(!push(&mut translated, role), "the role-only chunk opens the answer");
+        let token =
+            "data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        assert!(push(&mut translated, token));
+    }
+
     proptest::proptest! {
         #![proptest_config(crate::fuzz::config())]
 
