@@ -138,6 +138,11 @@ pub async fn primed<R: Relay, E: std::error::Error + Send + 'static>(
         }
         return Err(failed);
     }
+    // The held bytes go out first: a crash from here on bills them, as the
+    // pump does for every later chunk.
+    if let Some(meter) = pump.meter.as_mut().filter(|_| !held.is_empty()) {
+        meter.progress();
+    }
     Ok(pump.into_stream(held.freeze()))
 }
 
