@@ -4,7 +4,8 @@
 //! realtime client (`tests/sdk/openai_realtime.py`) and a plain WebSocket
 //! client for what the SDK cannot show (the subprotocol key, refusals
 //! before and after the upgrade, a session cut mid-way, concurrent
-//! sessions). Azure channels are served by the same mock at Azure's
+//! sessions, overlapping and server-started responses, cancels on a
+//! refusal or a client gone, and a cancel the upstream never answers). Azure channels are served by the same mock at Azure's
 //! addresses, with Azure's `api-key`.
 
 use std::time::Duration;
@@ -13,7 +14,7 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use gw_proto::pb;
 use gw_tests::{
     harness::{self, Cluster, eventually},
-    mock::realtime::{DELTAS, MockRealtime, TRANSCRIPT, USAGE},
+    mock::realtime::{DELTAS, MockRealtime, PARTIAL, TRANSCRIPT, USAGE},
     redis::RedisServer,
 };
 use serde_json::{Value, json};
@@ -28,6 +29,10 @@ const START: i64 = 10_000_000;
 /// at $4 / $32, 32 + 32 cached at $0.40, 30 text + 100 audio out at $16 /
 /// $64: 192 + 2816 + 12.8 + 12.8 + 480 + 6400 = 9913.6 → 9914 µ$.
 const RESPONSE_COST: i64 = 9_914;
+/// A response cancelled mid-way (the mock's `PARTIAL`: the same input,
+/// 10 text + 30 audio out): 192 + 2816 + 12.8 + 12.8 + 160 + 1920 = 5113.6
+/// → 5114 µ$.
+const PARTIAL_COST: i64 = 5_114;
 /// What each response reserves before it starts: the data plane's default
 /// output bound (4096 tokens) at the model's highest output price ($64).
 const RESPONSE_BOUND: i64 = 4_096 * 64;
@@ -164,6 +169,29 @@ async fn until(socket: &mut Socket, kind: &str) -> Value {
             if event["type"] == kind {
                 return event;
             }
+        }
+    }
+}
+
+/// Sends client event `kind` on `socket`.
+async fn send(socket: &mut Socket, kind: &str) {
+    let event = json!({ "type": kind }).to_string();
+    socket.send(tungstenite::Message::Text(event.into())).await.expect("send");
+}
+
+/// Reads `socket` to its close: the server events before it and the close.
+async fn to_close(socket: &mut Socket) -> (Vec<Value>, tungstenite::protocol::CloseFrame) {
+    let mut events = Vec::new();
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(15), socket.next())
+            .await
+            .expect("a close within 15 s")
+            .expect("a close frame before the end")
+            .expect("socket error");
+        match message {
+            tungstenite::Message::Close(frame) => return (events, frame.expect("a close code")),
+            tungstenite::Message::Text(text) => events.push(serde_json::from_str(text.as_str()).expect("event json")),
+            _ => {}
         }
     }
 }
@@ -401,4 +429,161 @@ async fn an_azure_v1_endpoint_is_addressed_by_model_and_refuses_a_wrong_key() {
     let records = records(&f.cluster, &token, 1).await;
     assert_eq!(records[0]["cost_micros"], RESPONSE_COST, "{records:?}");
     wait_for_balance(&f.cluster, &account, START - RESPONSE_COST).await;
+}
+
+#[tokio::test]
+async fn overlapping_responses_past_the_budget_are_cancelled_upstream_and_their_partial_usage_billed() {
+    let f = setup().await;
+    // One response's bound is covered, a second's at once is not.
+    let balance = RESPONSE_BOUND + RESPONSE_COST / 2;
+    let (account, token, key) = customer(&f.cluster, balance, 1).await;
+    f.mock.hold(true);
+    let (mut socket, _) = open(&f.cluster, &key, false).await.expect("the first response is covered");
+    until(&mut socket, "session.created").await;
+    send(&mut socket, "response.create").await;
+    send(&mut socket, "response.create").await;
+
+    let (events, close) = to_close(&mut socket).await;
+    assert_eq!(u16::from(close.code), 1008, "closed for policy");
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let error = events.iter().find(|e| e["type"] == "error").unwrap_or_else(|| panic!("no error event: {kinds:?}"));
+    assert_eq!(error["error"]["code"], "insufficient_user_quota", "{error}");
+    let created: Vec<&Value> = events.iter().filter(|e| e["type"] == "response.created").collect();
+    assert_eq!(created.len(), 2, "both responses started upstream: {kinds:?}");
+    let error_at = kinds.iter().position(|k| *k == "error");
+    let second_at = events.iter().position(|e| e["type"] == "response.created" && e["response"]["id"] == "resp_2");
+    assert!(second_at < error_at, "the refusal answers the second response: {kinds:?}");
+    let mut done: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["type"] == "response.done")
+        .map(|e| (e["response"]["id"].as_str().unwrap_or(""), e["response"]["status"].as_str().unwrap_or("")))
+        .collect();
+    done.sort_unstable();
+    assert_eq!(done, [("resp_1", "cancelled"), ("resp_2", "cancelled")], "each cancel's response.done is relayed");
+    let mut cancels = f.mock.cancels();
+    cancels.sort_unstable();
+    assert_eq!(cancels, [Some("resp_1".to_owned()), Some("resp_2".to_owned())], "each open response is cancelled");
+
+    // What each used is billed, once; the account spent no more than the
+    // session held reserved.
+    let records = records(&f.cluster, &token, 2).await;
+    for record in &records {
+        assert_eq!(record["cost_micros"], PARTIAL_COST, "{record}");
+        assert_eq!(record["completion_tokens"], PARTIAL.output, "{record}");
+        assert_eq!(record["audio_completion_tokens"], PARTIAL.audio_output, "{record}");
+    }
+    let mut ids: Vec<&str> = records.iter().filter_map(|r| r["request_id"].as_str()).collect();
+    ids.sort_unstable();
+    assert!(ids[0].ends_with("-1") && ids[1].ends_with("-2"), "{ids:?}");
+    let spent: i64 = records.iter().filter_map(|r| r["cost_micros"].as_i64()).sum();
+    assert!(spent <= RESPONSE_BOUND, "spent {spent} past the one reservation the session held");
+    wait_for_balance(&f.cluster, &account, balance - 2 * PARTIAL_COST).await;
+    eventually("the upstream session to close", Duration::from_secs(10), || async {
+        (f.mock.open_sessions() == 0).then_some(())
+    })
+    .await;
+    let (status, body) = eventually("the in-flight slot to come back", Duration::from_secs(10), || async {
+        open(&f.cluster, &key, false).await.err().filter(|(status, _)| *status != 429)
+    })
+    .await;
+    assert_eq!(status, 403, "the rest of the balance covers no response: {body}");
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_response_has_that_response_cancelled_and_billed_what_it_used() {
+    let f = setup().await;
+    let (account, token, key) = customer(&f.cluster, START, 1).await;
+    f.mock.hold(true);
+    let (mut socket, _) = open(&f.cluster, &key, false).await.expect("session");
+    until(&mut socket, "session.created").await;
+    send(&mut socket, "response.create").await;
+    until(&mut socket, "response.output_audio.delta").await;
+    drop(socket);
+
+    eventually("the upstream to hear the cancel", Duration::from_secs(10), || async {
+        (f.mock.cancels() == [Some("resp_1".to_owned())]).then_some(())
+    })
+    .await;
+    let records = records(&f.cluster, &token, 1).await;
+    assert_eq!(records[0]["cost_micros"], PARTIAL_COST, "{records:?}");
+    assert_eq!(records[0]["status"], 499, "{records:?}");
+    assert_eq!(records[0]["prompt_tokens"], PARTIAL.input, "{records:?}");
+    wait_for_balance(&f.cluster, &account, START - PARTIAL_COST).await;
+    eventually("the upstream session to close", Duration::from_secs(10), || async {
+        (f.mock.open_sessions() == 0).then_some(())
+    })
+    .await;
+    let (mut again, _) = eventually("the in-flight slot to come back", Duration::from_secs(10), || async {
+        open(&f.cluster, &key, false).await.ok()
+    })
+    .await;
+    until(&mut again, "session.created").await;
+}
+
+#[tokio::test]
+async fn a_response_the_server_starts_itself_is_billed_beside_the_clients() {
+    let f = setup().await;
+    let (account, token, key) = customer(&f.cluster, START, 1).await;
+    f.mock.hold(true);
+    let (mut socket, _) = open(&f.cluster, &key, false).await.expect("session");
+    until(&mut socket, "session.created").await;
+    // The client's response, then a turn its voice activity ends: two at once.
+    send(&mut socket, "response.create").await;
+    send(&mut socket, "input_audio_buffer.commit").await;
+    until(&mut socket, "input_audio_buffer.committed").await;
+    let second = until(&mut socket, "response.created").await;
+    let second =
+        if second["response"]["id"] == "resp_1" { until(&mut socket, "response.created").await } else { second };
+    assert_eq!(second["response"]["id"], "resp_2");
+    f.mock.hold(false);
+    let mut done = vec![until(&mut socket, "response.done").await, until(&mut socket, "response.done").await];
+    done.sort_by_key(|d| d["response"]["id"].as_str().map(str::to_owned));
+    assert!(done.iter().all(|d| d["response"]["status"] == "completed"), "{done:?}");
+
+    let records = records(&f.cluster, &token, 2).await;
+    assert!(records.iter().all(|r| r["cost_micros"] == RESPONSE_COST && r["status"] == 200), "{records:?}");
+    wait_for_balance(&f.cluster, &account, START - 2 * RESPONSE_COST).await;
+    assert!(f.mock.cancels().is_empty(), "nothing was cancelled");
+}
+
+#[tokio::test]
+async fn a_cancel_never_answered_ends_the_session_after_a_bounded_wait_billing_nothing_and_counting_it() {
+    let f = setup().await;
+    let (account, token, key) = customer(&f.cluster, START, 1).await;
+    f.mock.hold(true);
+    f.mock.ignore_cancels();
+    let (mut socket, _) = open(&f.cluster, &key, false).await.expect("session");
+    until(&mut socket, "session.created").await;
+    send(&mut socket, "response.create").await;
+    until(&mut socket, "response.created").await;
+    drop(socket);
+
+    eventually("the upstream session to close after the drain", Duration::from_secs(20), || async {
+        (f.mock.open_sessions() == 0).then_some(())
+    })
+    .await;
+    assert_eq!(f.mock.cancels(), [Some("resp_1".to_owned())]);
+    assert_eq!(unbilled(f.cluster.data_planes[0].admin_addr).await, 1, "the response without usage is counted");
+    let (mut again, _) = eventually("the in-flight slot to come back", Duration::from_secs(10), || async {
+        open(&f.cluster, &key, false).await.ok()
+    })
+    .await;
+    // The next session's response is billed: the one before it was not.
+    until(&mut again, "session.created").await;
+    f.mock.hold(false);
+    one_response(&mut again).await;
+    let records = records(&f.cluster, &token, 1).await;
+    assert_eq!(records[0]["cost_micros"], RESPONSE_COST, "{records:?}");
+    wait_for_balance(&f.cluster, &account, START - RESPONSE_COST).await;
+}
+
+/// The realtime responses the data plane with admin listener `admin` has
+/// counted as unbilled.
+async fn unbilled(admin: Option<std::net::SocketAddr>) -> u64 {
+    let admin = admin.expect("the data plane's admin listener");
+    let text = reqwest::get(format!("http://{admin}/metrics")).await.expect("/metrics").text().await.expect("body");
+    text.lines()
+        .filter(|line| line.starts_with("gw_realtime_unbilled_responses_total"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }

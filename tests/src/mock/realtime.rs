@@ -6,7 +6,8 @@
 //! `hold` is on, responses stop before their `response.done` (so several
 //! are open at once) until it is lifted; a `response.cancel` ends an open
 //! response with a `response.done` of status `cancelled` carrying
-//! `PARTIAL` usage, and the cancels are recorded. It records each handshake (the
+//! `PARTIAL` usage (unless `ignore_cancels` is on: a stuck upstream), and
+//! the cancels are recorded. It records each handshake (the
 //! path, the credential, the model asked for, `OpenAI-Beta`), counts the
 //! sessions open, and can refuse upgrades with a status (a channel that is
 //! down). It also answers as an Azure OpenAI resource does: at
@@ -17,7 +18,7 @@
 
 use std::sync::{
     Arc, Mutex, PoisonError,
-    atomic::{AtomicU16, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering},
 };
 
 use axum::{
@@ -90,6 +91,8 @@ struct Shared {
     hold: tokio::sync::watch::Sender<bool>,
     /// The `response.cancel`s received: the `response_id` each named.
     cancels: Mutex<Vec<Option<String>>>,
+    /// Whether a `response.cancel` goes unanswered.
+    deaf: AtomicBool,
 }
 
 // === impl MockRealtime ===
@@ -104,6 +107,7 @@ impl MockRealtime {
             azure_key: Mutex::default(),
             hold: tokio::sync::watch::Sender::new(false),
             cancels: Mutex::default(),
+            deaf: AtomicBool::new(false),
         });
         let app = Router::new()
             .route("/v1/realtime", get(upgrade))
@@ -142,6 +146,11 @@ impl MockRealtime {
     /// lets the held ones complete (`false`).
     pub fn hold(&self, hold: bool) {
         self.shared.hold.send_replace(hold);
+    }
+
+    /// Leaves every later `response.cancel` unanswered (its response held).
+    pub fn ignore_cancels(&self) {
+        self.shared.deaf.store(true, Ordering::SeqCst);
     }
 
     /// The `response.cancel`s received so far, by the `response_id` each named.
@@ -262,6 +271,9 @@ async fn serve(shared: &Shared, socket: &mut WebSocket) -> Result<(), axum::Erro
                     "response.cancel" => {
                         let named = event["response_id"].as_str().map(str::to_owned);
                         shared.cancels.lock().unwrap_or_else(PoisonError::into_inner).push(named.clone());
+                        if shared.deaf.load(Ordering::SeqCst) {
+                            continue;
+                        }
                         let at = match &named {
                             Some(id) => held.iter().position(|h| h == id),
                             None => held.len().checked_sub(1),
