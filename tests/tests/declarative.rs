@@ -336,6 +336,17 @@ async fn concurrent_applies_leave_each_object_as_one_document_wholly() {
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), "one.yaml", &variant(1));
     write(dir.path(), "two.yaml", &variant(2));
+    // From nothing: both create, and the one that loses a create updates.
+    let (a, b) = tokio::join!(
+        gwctl(&cluster, dir.path(), &["apply", "-f", "one.yaml"]),
+        gwctl(&cluster, dir.path(), &["apply", "-f", "two.yaml"]),
+    );
+    assert!(a.status.success() && b.status.success(), "{}{}", stderr(&a), stderr(&b));
+    let mut admin = cluster.admin();
+    let channels = admin.list_channels(pb::ListRequest::default()).await.expect("channels").into_inner().items;
+    let accounts = admin.list_accounts(pb::ListRequest::default()).await.expect("accounts").into_inner().items;
+    assert_eq!((channels.len(), accounts.len()), (1, 1), "one of each name");
+
     ok(&cluster, dir.path(), &["apply", "-f", "one.yaml"]).await;
     let one = snapshot(&cluster).await;
     ok(&cluster, dir.path(), &["apply", "-f", "two.yaml"]).await;
