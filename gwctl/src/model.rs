@@ -202,7 +202,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 search_unit_price_micros: p.search_unit_price,
                 batch_price_ppm: p.batch_price_ratio,
             };
-            output::render_one(out, &admin.update_model(request).await.rpc()?)
+            output::render_changed(out, "model", &admin.update_model(request).await.rpc()?, "updated")
         }
         Command::Delete(args) => {
             let id = admin.get_model(pb::GetRequest { id: args.target.clone() }).await.rpc()?.id;

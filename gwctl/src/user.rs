@@ -98,7 +98,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
 
 async fn set_enabled(admin: &mut Admin, out: Output, name: String, enabled: bool) -> Result<String> {
     let user = admin.update_user(pb::UpdateUserRequest { name, enabled: Some(enabled) }).await.rpc()?;
-    output::render_one(out, &user)
+    output::render_changed(out, "user", &user, if enabled { "enabled" } else { "disabled" })
 }
 
 /// The user and its link. A link that is only a path means the console has
