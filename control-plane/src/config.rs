@@ -106,6 +106,18 @@ pub static SETTINGS: &[Setting] = &[
         "A video status query older than this asks the upstream again",
     ),
     Setting::new(
+        "batch_poll_interval",
+        "GW_CP_BATCH_POLL_INTERVAL",
+        Some("10s"),
+        "How often the batch poller refreshes running batches and bills the ones that ended",
+    ),
+    Setting::new(
+        "batch_refresh_after",
+        "GW_CP_BATCH_REFRESH_AFTER",
+        Some("3s"),
+        "A batch status query older than this asks the upstream again",
+    ),
+    Setting::new(
         "probe_interval",
         "GW_CP_PROBE_INTERVAL",
         Some("30s"),
@@ -254,6 +266,8 @@ where
         ("video_timeout", &mut config.video.timeout),
         ("video_poll_interval", &mut config.video.poll_interval),
         ("video_refresh_after", &mut config.video.refresh_after),
+        ("batch_poll_interval", &mut config.batch.poll_interval),
+        ("batch_refresh_after", &mut config.batch.refresh_after),
         ("probe_interval", &mut config.probe.interval),
     ] {
         if let Some(value) = layers.get(name, parse_duration) {

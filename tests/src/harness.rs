@@ -146,7 +146,7 @@ pub struct ControlPlane {
     pub data_dir: PathBuf,
     /// Video task timing (`--video-*` flags of the binary).
     pub video: VideoConfig,
-    /// Batch timing (in-process only).
+    /// Batch timing (`--batch-*` flags of the binary).
     pub batch: gw_control_plane::services::batch::Config,
     /// Extra environment of the process (process mode only).
     pub env: Vec<(String, String)>,
@@ -425,6 +425,15 @@ impl Cluster {
                     ("--video-timeout", cp.video.timeout, default.timeout),
                     ("--video-poll-interval", cp.video.poll_interval, default.poll_interval),
                     ("--video-refresh-after", cp.video.refresh_after, default.refresh_after),
+                ] {
+                    if value != default {
+                        command.arg(flag).arg(format!("{}ms", value.as_millis()));
+                    }
+                }
+                let default = gw_control_plane::services::batch::Config::default();
+                for (flag, value, default) in [
+                    ("--batch-poll-interval", cp.batch.poll_interval, default.poll_interval),
+                    ("--batch-refresh-after", cp.batch.refresh_after, default.refresh_after),
                 ] {
                     if value != default {
                         command.arg(flag).arg(format!("{}ms", value.as_millis()));

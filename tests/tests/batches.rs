@@ -40,10 +40,15 @@ struct Fixture {
 /// at the same prices (a quarter in batches) on an `anthropic` channel, both to the mock; an
 /// account with $10 and a token.
 async fn setup() -> Fixture {
+    setup_in(harness::Mode::InProcess).await
+}
+
+/// `setup`, with the control plane and data planes run in `mode`.
+async fn setup_in(mode: harness::Mode) -> Fixture {
     let redis = RedisServer::start().await.expect("redis-server");
     let upstream = MockUpstream::start().await.expect("mock upstream");
     let batches = MockBatches::of(&upstream);
-    let cluster = Cluster::start_with(harness::Mode::InProcess, &redis.url(), 2, |cp| {
+    let cluster = Cluster::start_with(mode, &redis.url(), 2, |cp| {
         cp.batch.poll_interval = Duration::from_millis(200);
         cp.batch.refresh_after = Duration::from_millis(100);
     })
@@ -285,7 +290,7 @@ async fn a_bound_larger_than_the_balance_is_refused_at_creation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_restarted_mid_batch_still_bills_once() {
-    let mut f = setup().await;
+    let mut f = setup_in(harness::Mode::Processes).await;
     let created = sdk(&f, "openai_batches.py", "create", 0, &f.key, &[("GW_MODEL", OPENAI_MODEL)]).await;
     let batch = text(&created, &["batch", "id"]);
     let upstream = upstream_id(&f, &batch, &f.key).await;
