@@ -1,7 +1,8 @@
 //! Losing Redis is not losing the fleet: a Redis that restarts with its data
 //! is used again within seconds; one that comes back empty is never pushed
 //! to the data planes (they keep serving, and keep their saved snapshot)
-//! until an operator confirms it; a store that keeps nothing on disk is
+//! until an operator confirms it, and once confirmed empty nothing is priced
+//! from the catalogue it lost; a store that keeps nothing on disk is
 //! refused at start when the operator asks for that.
 
 use std::time::{Duration, Instant};
@@ -163,6 +164,62 @@ async fn a_redis_back_without_its_data_is_not_pushed_to_data_planes_until_confir
         saved_snapshot(&f).filter(|(_, lineage)| *lineage == confirmed_lineage)
     })
     .await;
+}
+
+/// Usage reported after a store was confirmed empty is priced from its new
+/// catalogue only: a record of a model it no longer has is refused, not
+/// priced from what the control plane read before the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_confirmed_empty_never_prices_from_the_catalogue_it_lost() {
+    let redis = RedisServer::start().await.expect("redis-server");
+    let mut f = setup(redis).await;
+    eventually("the first answer to be billed", Duration::from_secs(10), || async {
+        usage_records(&f).await.filter(|n| *n == 1)
+    })
+    .await;
+    f.redis.restart_empty().await.expect("restart redis empty");
+    eventually("the control plane to distrust the store", Duration::from_secs(15), || async {
+        let status = f.cluster.gwctl(&["store", "status"]).await.ok()?;
+        status["suspect"].is_string().then_some(())
+    })
+    .await;
+    f.cluster.gwctl(&["store", "confirm", "--yes"]).await.expect("gwctl store confirm");
+
+    // A customer of the new store, billed for the old store's model.
+    let mut admin = f.cluster.admin();
+    let group = pb::Group { name: "default".into(), ratio: 1.0, ..Default::default() };
+    admin.create_group(group).await.expect("group");
+    let account = pb::CreateAccountRequest { name: "new".into(), balance_micros: 1_000_000, ..Default::default() };
+    let account = admin.create_account(account).await.expect("account").into_inner().id;
+    let token = pb::CreateTokenRequest { account_id: account.clone(), unlimited: true, ..Default::default() };
+    let token = admin.create_token(token).await.expect("token").into_inner().token.expect("token").id;
+    let record = pb::UsageRecord {
+        request_id: "after-the-loss".into(),
+        token_id: token.clone(),
+        account_id: account.clone(),
+        group: "default".into(),
+        model: "gpt-4o".into(),
+        endpoint: "/v1/chat/completions".into(),
+        prompt_tokens: 1_000,
+        completion_tokens: 500,
+        status: 200,
+        created_at: i64::try_from(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs(),
+        )
+        .expect("seconds"),
+        node_id: "dp-0".into(),
+        ..Default::default()
+    };
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", f.cluster.control_plane.addr))
+        .expect("address")
+        .connect_lazy();
+    let key = gw_tests::harness::AdminKey::new(&f.cluster.node_key).expect("node key");
+    let mut policy = pb::policy_service_client::PolicyServiceClient::with_interceptor(channel, key);
+    let request = pb::ReportUsageRequest { node_id: "dp-0".into(), records: vec![record] };
+    let answer = policy.report_usage(request).await.expect("report").into_inner();
+    assert_eq!((answer.applied, answer.refused), (0, 1), "priced from a catalogue the store no longer has");
+    let account = admin.get_account(pb::GetRequest { id: account }).await.expect("account").into_inner();
+    assert_eq!(account.balance_micros, 1_000_000);
 }
 
 #[tokio::test]

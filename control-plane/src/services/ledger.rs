@@ -39,8 +39,11 @@ pub struct Ledger {
     catalogue: Mutex<Option<Arc<Catalogue>>>,
 }
 
-/// Prices and group ratios at one store revision.
+/// Prices and group ratios at one revision of one store lineage.
 struct Catalogue {
+    /// The store's lineage: a store that lost its data (and was confirmed
+    /// empty) is another lineage, whatever its revision.
+    lineage: String,
     revision: u64,
     prices: HashMap<String, Prices>,
     ratios: HashMap<String, i64>,
@@ -131,14 +134,16 @@ impl Ledger {
     }
 
     /// The catalogue at the store's current revision, reloaded when a
-    /// change (of any kind) came since it was read.
+    /// change (of any kind) came since it was read, or the store is another
+    /// lineage (it lost its data: nothing is priced from what it had).
     async fn catalogue(&self) -> Result<Arc<Catalogue>, StoreError> {
+        let lineage = self.store.lineage().await?.id;
         let revision = *self.store.subscribe().borrow();
         let cached = self.catalogue.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        if let Some(catalogue) = cached.filter(|c| c.revision >= revision) {
+        if let Some(catalogue) = cached.filter(|c| c.lineage == lineage && c.revision >= revision) {
             return Ok(catalogue);
         }
-        let mut catalogue = Catalogue { revision, prices: HashMap::new(), ratios: HashMap::new() };
+        let mut catalogue = Catalogue { lineage, revision, prices: HashMap::new(), ratios: HashMap::new() };
         for resource in self.store.list(Kind::Model).await? {
             if let Resource::Model(m) = resource {
                 catalogue.prices.insert(m.id.clone(), prices(&m));
@@ -331,6 +336,7 @@ mod tests {
     fn catalogue() -> Catalogue {
         let prices = Prices { input_price_micros: 1_000_000, output_price_micros: 2_000_000, ..Prices::default() };
         Catalogue {
+            lineage: "l1".into(),
             revision: 1,
             prices: HashMap::from([("m".to_owned(), prices)]),
             ratios: HashMap::from([("default".to_owned(), 2_000_000)]),
