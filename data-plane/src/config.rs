@@ -63,6 +63,8 @@ pub struct Config {
     /// Whether `GET /v1/responses` may upgrade to a WebSocket (responses
     /// over a WebSocket); when off the upgrade is refused with 426.
     pub responses_websocket: bool,
+    /// Idle timeouts and the maximum lifetime of client WebSockets.
+    pub sockets: crate::pipeline::sockets::Limits,
 }
 
 /// The certificate the `/v1` listener presents, read again when its files
@@ -114,6 +116,7 @@ impl Config {
             control_plane_tls: crate::control::ClientTls::default(),
             console_url: None,
             responses_websocket: true,
+            sockets: crate::pipeline::sockets::Limits::default(),
         }
     }
 
@@ -133,6 +136,7 @@ impl Config {
             anyhow::bail!("the node key is empty or has characters a header cannot carry");
         }
         self.limits.validate()?;
+        self.sockets.validate()?;
         anyhow::ensure!(self.workers > 0, "there must be at least one worker");
         self.budget.validate()?;
         self.upstream.validate()

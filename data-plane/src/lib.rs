@@ -246,6 +246,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         vitals,
         console: config.console_url.as_deref().and_then(error::ConsoleLinks::new),
         responses_websocket: config.responses_websocket,
+        sockets: config.sockets,
     });
     telemetry::metrics::observe(&app);
     let sweeper = tokio::spawn(app.budgets.clone().sweep_idle(stop_tasks.subscribe()));

@@ -64,6 +64,24 @@ pub static SETTINGS: &[Setting] = &[
         Some("on"),
         "Whether /v1/responses takes WebSocket upgrades (`on` or `off`; off answers them 426)",
     ),
+    Setting::new(
+        "websocket_idle_timeout_ms",
+        "GW_DP_WEBSOCKET_IDLE_TIMEOUT_MS",
+        Some("600000"),
+        "How long a /v1/responses WebSocket may pass no message either way, no response running, before it is closed, in ms",
+    ),
+    Setting::new(
+        "realtime_idle_timeout_ms",
+        "GW_DP_REALTIME_IDLE_TIMEOUT_MS",
+        Some("1800000"),
+        "How long a /v1/realtime session may pass no event or audio either way before it is closed, in ms",
+    ),
+    Setting::new(
+        "websocket_max_lifetime_ms",
+        "GW_DP_WEBSOCKET_MAX_LIFETIME_MS",
+        Some("3600000"),
+        "How long any client WebSocket (/v1/responses, /v1/realtime) may stay open, in ms; it gets an error event and a close",
+    ),
     Setting::new("max_attempts", "GW_DP_MAX_ATTEMPTS", Some("3"), "Upstream attempts per request, across channels"),
     Setting::new(
         "affinity_capacity",
@@ -259,6 +277,9 @@ where
         ("total_timeout_ms", &mut upstream.total_timeout),
         ("header_read_timeout_ms", &mut config.limits.header_read_timeout),
         ("keepalive_timeout_ms", &mut config.limits.keepalive_timeout),
+        ("websocket_idle_timeout_ms", &mut config.sockets.idle_timeout),
+        ("realtime_idle_timeout_ms", &mut config.sockets.realtime_idle_timeout),
+        ("websocket_max_lifetime_ms", &mut config.sockets.max_lifetime),
     ] {
         if let Some(value) = layers.get(name, millis) {
             *timeout = value;

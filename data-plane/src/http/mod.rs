@@ -236,6 +236,7 @@ pub(crate) mod tests {
             vitals: Arc::default(),
             console: None,
             responses_websocket: true,
+            sockets: Default::default(),
         })
     }
 

@@ -35,7 +35,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use super::{
-    accept::Accepted,
+    accept::{Accepted, Held},
     watchdog::{Activity, Tracked, Watched},
 };
 
@@ -130,7 +130,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let connection = Connection { router: router.clone(), limits, peer, builder: builder.clone() };
+        let connection = Connection { router: router.clone(), limits, peer, builder: builder.clone(), held };
         let watcher = graceful.watcher();
         let tls = tls.clone();
         tokio::spawn(async move {
@@ -144,7 +144,6 @@ pub async fn serve(
                     }
                 }
             }
-            drop(held);
         });
     }
     graceful.shutdown().await;
@@ -156,18 +155,23 @@ struct Connection {
     limits: Limits,
     peer: SocketAddr,
     builder: auto::Builder<TokioExecutor>,
+    /// Its connection slot, held by its byte stream (see `Watched`).
+    held: Held,
 }
 
 // === impl Connection ===
 
 impl Connection {
     /// Serves requests on `stream` until the client closes it, the watchdog
-    /// expires it, or a graceful shutdown ends it.
+    /// expires it, or a graceful shutdown ends it. A WebSocket upgrade ends
+    /// it too: hyper hands the stream, and with it the connection slot, to
+    /// the socket, which the watchdog no longer watches (the socket keeps
+    /// its own idle timeout and lifetime).
     async fn run<IO>(self, stream: IO, watcher: Watcher)
     where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let Connection { router, limits, peer, builder } = self;
+        let Connection { router, limits, peer, builder, held } = self;
         let activity = Activity::new();
         let service = hyper::service::service_fn({
             let activity = activity.clone();
@@ -179,7 +183,7 @@ impl Connection {
                 async move { Ok::<_, Infallible>(response.await?.map(|body| Body::new(Tracked::new(body, busy)))) }
             }
         });
-        let io = TokioIo::new(Watched::new(stream, activity.clone()));
+        let io = TokioIo::new(Watched::new(stream, activity.clone(), held));
         let connection = watcher.watch(builder.serve_connection_with_upgrades(io, service).into_owned());
         tokio::select! {
             _ = connection => {}

@@ -3,7 +3,9 @@
 //! accept, or from the first byte after an idle spell), and a keep-alive
 //! connection with no request for the keep-alive timeout. A connection with
 //! a request in progress (its response not yet fully sent) is never closed
-//! here; slow bodies are `MinRate`'s business.
+//! here; slow bodies are `MinRate`'s business. A connection upgraded to a
+//! WebSocket leaves the watchdog (the socket keeps its own idle timeout and
+//! lifetime) but keeps its slot, which its stream holds.
 //!
 //! hyper's own header timer starts as soon as a response is written, so it
 //! counts keep-alive idling and header reading as one; the watchdog keeps the
@@ -27,7 +29,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::Limits;
+use super::{Limits, accept::Held};
 
 /// What one connection is doing, shared by its IO, its requests and its
 /// watchdog.
@@ -45,9 +47,12 @@ pub struct Activity {
 pub struct Busy(Arc<Activity>);
 
 /// A connection's byte stream, noting when a new request starts to arrive.
+/// It holds the connection's slot: whoever owns the stream (hyper, or an
+/// upgraded WebSocket after it) keeps the slot taken until it drops it.
 pub struct Watched<IO> {
     inner: IO,
     activity: Arc<Activity>,
+    _held: Held,
 }
 
 /// A response body that keeps its request marked in progress.
@@ -134,9 +139,9 @@ impl Drop for Busy {
 // === impl Watched ===
 
 impl<IO> Watched<IO> {
-    /// `inner`, reporting to `activity`.
-    pub fn new(inner: IO, activity: Arc<Activity>) -> Watched<IO> {
-        Watched { inner, activity }
+    /// `inner`, reporting to `activity`, holding the slot `held`.
+    pub fn new(inner: IO, activity: Arc<Activity>, held: Held) -> Watched<IO> {
+        Watched { inner, activity, _held: held }
     }
 }
 

@@ -15,6 +15,7 @@ pub(crate) mod body;
 pub mod keepalive;
 mod reserve;
 mod route;
+pub mod sockets;
 
 pub use self::{
     admit::{Admitted, admit},
@@ -58,6 +59,8 @@ pub struct App {
     pub console: Option<crate::error::ConsoleLinks>,
     /// Whether `/v1/responses` takes WebSocket upgrades (else 426).
     pub responses_websocket: bool,
+    /// The idle timeouts and lifetime of client WebSockets.
+    pub sockets: sockets::Limits,
 }
 
 /// The id of one request, as sent in `x-request-id` and error messages.

@@ -9,7 +9,11 @@
 //! `error` event and the socket stays open, except for a refused token.
 //! A client that goes away mid-response is billed what it received, as one
 //! that drops an HTTP stream. Channels get ordinary HTTP requests, so every
-//! kind serves a socket; `chain` keeps what a continuation needs.
+//! kind serves a socket; `chain` keeps what a continuation needs. A socket
+//! idle between responses for the idle timeout is closed; one reaching its
+//! lifetime gets a `websocket_connection_limit_reached` error event and a
+//! close, a response it was running ending as if its client had left
+//! (`pipeline::sockets`).
 
 use std::{collections::VecDeque, net::SocketAddr, sync::Arc, time::Instant};
 
@@ -37,7 +41,11 @@ use super::{Api, handle};
 use crate::{
     error::{self, ProxyError, Shape},
     meter::sse::{event_data, find_event_end},
-    pipeline::{self, App, RequestId, body::MAX_BODY_BYTES},
+    pipeline::{
+        self, App, RequestId,
+        body::MAX_BODY_BYTES,
+        sockets::{Clock, Expiry, Surface},
+    },
     policy::auth::Access,
     provider, telemetry,
     trail::Trail,
@@ -82,6 +90,8 @@ struct Socket {
     /// Client messages that arrived while a response was running.
     queued: VecDeque<Utf8Bytes>,
     served: u64,
+    /// Its idle and lifetime deadlines.
+    clock: Clock,
 }
 
 /// How one response on the socket ended.
@@ -92,6 +102,9 @@ enum Outcome {
     Refused(ProxyError),
     /// The client closed the socket, or it broke (logged as 499).
     Gone,
+    /// The socket reached its lifetime mid-response: the response ends as
+    /// if its client had left (logged 499, as its usage record says).
+    Expired,
 }
 
 /// Handles `GET /v1/responses`: upgrades a WebSocket handshake of a caller
@@ -125,7 +138,8 @@ pub async fn upgrade(
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let peer = admitted.parts.extensions.get::<ConnectInfo<SocketAddr>>().cloned();
     let origin = Origin { headers, peer, id: admitted.id.0.clone() };
-    let socket = Socket { app, origin, chain: Chain::default(), queued: VecDeque::new(), served: 0 };
+    let clock = app.sockets.clock(Surface::Responses);
+    let socket = Socket { app, origin, chain: Chain::default(), queued: VecDeque::new(), served: 0, clock };
     Ok(upgrade.max_message_size(MAX_BODY_BYTES).on_upgrade(move |ws| socket.serve(ws)))
 }
 
@@ -151,29 +165,37 @@ impl Origin {
 // === impl Socket ===
 
 impl Socket {
-    /// Serves `ws` until the client closes it, or a response's token is
-    /// refused (then it is closed with 1008).
+    /// Serves `ws` until the client closes it, a response's token is
+    /// refused (then it is closed with 1008), or its time runs out.
     async fn serve(mut self, mut ws: WebSocket) {
         loop {
-            let text = match self.queued.pop_front() {
-                Some(text) => text,
-                None => match ws.recv().await {
-                    Some(Ok(Message::Text(text))) => text,
-                    Some(Ok(Message::Binary(_))) => {
-                        let refused = ProxyError::InvalidJson("events are JSON text messages, not binary ones".into());
-                        let id = self.next_id();
-                        if !self.send_error(&mut ws, &refused, &id, None).await {
-                            return;
-                        }
-                        continue;
-                    }
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => return,
+            let next = match self.queued.pop_front() {
+                Some(text) => Some(Ok(Message::Text(text))),
+                None => tokio::select! {
+                    next = ws.recv() => next,
+                    expiry = self.clock.expired() => return self.expire(&mut ws, expiry).await,
                 },
             };
+            let text = match next {
+                Some(Ok(Message::Text(text))) => text,
+                Some(Ok(Message::Binary(_))) => {
+                    self.clock.touch();
+                    let refused = ProxyError::InvalidJson("events are JSON text messages, not binary ones".into());
+                    let id = self.next_id();
+                    if !self.send_error(&mut ws, &refused, &id, None).await {
+                        return;
+                    }
+                    continue;
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return,
+            };
             let outcome = self.respond(&mut ws, &text).await;
+            // The response's last event just went out: a new quiet spell.
+            self.clock.touch();
             match outcome {
                 Outcome::Gone => return,
+                Outcome::Expired => return self.expire(&mut ws, Expiry::Lifetime).await,
                 Outcome::Refused(ProxyError::MissingToken | ProxyError::InvalidToken) => {
                     let reason = Utf8Bytes::from_static("the token was refused");
                     let _ = ws.send(Message::Close(Some(CloseFrame { code: close_code::POLICY, reason }))).await;
@@ -193,6 +215,18 @@ impl Socket {
             every if every.is_zero() => std::future::pending().await,
             every => tokio::time::sleep(every).await,
         }
+    }
+
+    /// Ends the socket whose time ran out for `why`: one past its lifetime
+    /// gets the `error` event OpenAI sends then, and either gets a close
+    /// frame naming the limit.
+    async fn expire(&self, ws: &mut WebSocket, why: Expiry) {
+        tracing::info!(socket = %self.origin.id, ?why, responses = self.served, "responses websocket expired");
+        if why == Expiry::Lifetime {
+            let event = json!({ "type": "error", "status": 400, "error": self.clock.expired_error() });
+            let _ = ws.send(Message::Text(event.to_string().into())).await;
+        }
+        let _ = ws.send(Message::Close(Some(self.clock.close_frame(why)))).await;
     }
 
     /// The request id of the socket's next response.
@@ -220,6 +254,7 @@ impl Socket {
             let answered = loop {
                 tokio::select! {
                     answered = &mut answered => break answered,
+                    _ = self.clock.lifetime_over() => return Outcome::Expired,
                     () = self.quiet() => {
                         if ws.send(Message::Ping(Bytes::new())).await.is_err() {
                             return Outcome::Gone;
@@ -236,7 +271,7 @@ impl Socket {
         .await;
         let (status, refusal) = match &outcome {
             Outcome::Answered { status } => (*status, None),
-            Outcome::Gone => (CLIENT_CLOSED, None),
+            Outcome::Gone | Outcome::Expired => (CLIENT_CLOSED, None),
             Outcome::Refused(error) => (error.status(), Some(error)),
         };
         let reason = refusal.map_or("", ProxyError::reason);
@@ -258,6 +293,7 @@ impl Socket {
                     attempts = fields.attempts,
                     refusal = reason,
                     client_closed = matches!(outcome, Outcome::Gone),
+                    expired = matches!(outcome, Outcome::Expired),
                     "request"
                 );
             });
@@ -309,6 +345,8 @@ impl Socket {
                     // stream ends: metered for what went by.
                     Some(Ok(Message::Close(_)) | Err(_)) | None => return Outcome::Gone,
                 },
+                // Dropping the body, as when the client leaves.
+                _ = self.clock.lifetime_over() => return Outcome::Expired,
                 () = self.quiet() => {
                     if ws.send(Message::Ping(Bytes::new())).await.is_err() {
                         return Outcome::Gone;

@@ -14,7 +14,11 @@
 //! drained the same way. The drain waits `DRAIN_WAIT` at most: a response
 //! whose usage never comes is billed nothing and counted
 //! (`gw.realtime.unbilled_responses`, and a warning). The session holds
-//! one in-flight slot (its `Admitted`) until it ends.
+//! one in-flight slot (its `Admitted`) until it ends. A session with no
+//! text or audio either way for the realtime idle timeout is closed, and one
+//! reaching its lifetime gets a `session_expired` error event first
+//! (`pipeline::sockets`); either way its open responses are drained and
+//! billed as when its client leaves.
 
 use std::{sync::Arc, time::Duration};
 
@@ -33,7 +37,10 @@ use crate::{
         Charge,
         realtime::{Lifecycle, lifecycle},
     },
-    pipeline::{self, Admitted, App, Bound},
+    pipeline::{
+        self, Admitted, App, Bound,
+        sockets::{Clock, Expiry, Surface},
+    },
     pricing::{Units, Usage},
     provider::realtime,
     telemetry::metrics,
@@ -67,6 +74,8 @@ pub struct Session {
     open: Vec<Open>,
     /// Responses billed so far.
     billed: u64,
+    /// Its idle and lifetime deadlines.
+    clock: Clock,
 }
 
 /// A response the upstream started and has not ended.
@@ -86,6 +95,8 @@ enum End {
     UpstreamGone,
     /// A response could not be reserved.
     Refused(ProxyError),
+    /// The session was idle too long or reached its lifetime.
+    Expired(Expiry),
 }
 
 // === impl Session ===
@@ -95,24 +106,31 @@ impl Session {
     pub fn new(app: Arc<App>, admitted: Admitted, charge: Charge) -> Session {
         // The slot belongs to the session, not to its first response.
         let ready = Charge { in_flight: Arc::default(), ..charge.clone() };
-        Session { app, admitted, base: charge, ready: Some(ready), open: Vec::new(), billed: 0 }
+        let clock = app.sockets.clock(Surface::Realtime);
+        Session { app, admitted, base: charge, ready: Some(ready), open: Vec::new(), billed: 0, clock }
     }
 
-    /// Relays between `client` and `upstream` until either closes, or a
-    /// response cannot be reserved (an `error` event, the open responses
-    /// drained, then a close). Gives the in-flight slot and what is left
-    /// reserved back.
+    /// Relays between `client` and `upstream` until either closes, a
+    /// response cannot be reserved, or the session's time runs out (an
+    /// `error` event, the open responses drained, then a close). Gives the
+    /// in-flight slot and what is left reserved back.
     pub async fn run(mut self, client: WebSocket, upstream: realtime::Session) {
         let (mut client_tx, mut client_rx) = client.split();
         let (mut upstream_tx, mut upstream_rx) = upstream.split();
+        let event_id = format!("event_gw_{}", self.admitted.id.0);
         match self.relay(&mut client_tx, &mut client_rx, &mut upstream_tx, &mut upstream_rx).await {
             End::Refused(error) => {
                 tracing::info!(session = %self.admitted.id.0, reason = error.reason(), "realtime session closed: budget");
-                let event = error_event(&error, &format!("event_gw_{}", self.admitted.id.0));
-                let client = client_tx.send(Message::Text(event.into())).await.is_ok().then_some(&mut client_tx);
-                self.drain(client, &mut upstream_tx, &mut upstream_rx, error.status().as_u16()).await;
+                let event = Some(error_event(&error, &event_id));
                 let close = ws::CloseFrame { code: ws::close_code::POLICY, reason: "budget exhausted".into() };
-                let _ = client_tx.send(Message::Close(Some(close))).await;
+                let status = error.status().as_u16();
+                self.close(&mut client_tx, &mut upstream_tx, &mut upstream_rx, event, status, close).await;
+            }
+            End::Expired(why) => {
+                tracing::info!(session = %self.admitted.id.0, ?why, "realtime session closed: expired");
+                let event = (why == Expiry::Lifetime).then(|| expired_event(&self.clock, &event_id));
+                let close = self.clock.close_frame(why);
+                self.close(&mut client_tx, &mut upstream_tx, &mut upstream_rx, event, CLIENT_GONE, close).await;
             }
             End::ClientGone => self.drain(None, &mut upstream_tx, &mut upstream_rx, CLIENT_GONE).await,
             End::UpstreamGone => self.abandon("upstream session ended"),
@@ -120,8 +138,29 @@ impl Session {
         let _ = upstream_tx.close().await;
     }
 
+    /// Ends the session the gateway closes: sends the client `event` (when
+    /// there is one), drains the open responses (billed with `status`, their
+    /// events relayed while the client listens), then closes with `close`.
+    async fn close(
+        &mut self,
+        client_tx: &mut ClientTx,
+        upstream_tx: &mut UpstreamTx,
+        upstream_rx: &mut UpstreamRx,
+        event: Option<String>,
+        status: u16,
+        close: ws::CloseFrame,
+    ) {
+        let listens = match event {
+            Some(event) => client_tx.send(Message::Text(event.into())).await.is_ok(),
+            None => true,
+        };
+        self.drain(listens.then_some(&mut *client_tx), upstream_tx, upstream_rx, status).await;
+        let _ = client_tx.send(Message::Close(Some(close))).await;
+    }
+
     /// Passes frames both ways, billing each response as it ends, until a
-    /// side goes or a response cannot be reserved.
+    /// side goes, a response cannot be reserved, or the session's time runs
+    /// out. Text and binary frames either way restart its quiet spell.
     async fn relay(
         &mut self,
         client_tx: &mut ClientTx,
@@ -131,8 +170,12 @@ impl Session {
     ) -> End {
         loop {
             tokio::select! {
+                why = self.clock.expired() => return End::Expired(why),
                 message = client_rx.next() => {
                     let Some(Ok(message)) = message else { return End::ClientGone };
+                    if matches!(message, Message::Text(_) | Message::Binary(_)) {
+                        self.clock.touch();
+                    }
                     if matches!(message, Message::Close(_)) {
                         // With responses open the upstream must hear their
                         // cancels first: it is closed after the drain.
@@ -153,6 +196,9 @@ impl Session {
                         self.tell_lost(client_tx).await;
                         return End::UpstreamGone;
                     };
+                    if matches!(message, tungstenite::Message::Text(_) | tungstenite::Message::Binary(_)) {
+                        self.clock.touch();
+                    }
                     let refused = match &message {
                         tungstenite::Message::Text(text) => self.follow(text.as_str()).await.err(),
                         _ => None,
@@ -315,6 +361,14 @@ fn error_event(error: &ProxyError, event_id: &str) -> String {
         },
     })
     .to_string()
+}
+
+/// The realtime `error` event a session reaching its lifetime gets (as
+/// OpenAI's: `session_expired`), with event id `event_id`.
+fn expired_event(clock: &Clock, event_id: &str) -> String {
+    let mut error = clock.expired_error();
+    error["event_id"] = serde_json::Value::Null;
+    json!({ "type": "error", "event_id": event_id, "error": error }).to_string()
 }
 
 /// A client frame as sent upstream; pings and pongs stay on their hop.
