@@ -1,6 +1,8 @@
 //! The ledger does not trust what data planes report: every record is
 //! checked and priced from the catalogue, applied once per request id, and
-//! a record older than the idempotency window is refused, never charged.
+//! a record older than the idempotency window is refused, never charged, as
+//! is one naming a token that is not its account's, a token or account that
+//! does not exist; a record is booked to the data plane that sent it.
 //! Exactly-once rests on nothing Redis may expire: with every key that has
 //! a lifetime deleted, a resent record is still a duplicate. Reports go
 //! straight to `PolicyService` with the node key, as a data plane (or
@@ -101,6 +103,43 @@ async fn the_ledger_prices_records_itself_and_refuses_forged_unknown_and_stale_o
         .items;
     let ids: Vec<(&str, i64)> = usage.iter().map(|r| (r.request_id.as_str(), r.cost_micros)).collect();
     assert_eq!(ids, [("honest", 2_000)], "only the honest record, at the catalogue's price");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_key_cannot_move_money_between_tenants() {
+    let redis = RedisServer::start().await.expect("redis-server");
+    let (cluster, account, token) = setup(&redis).await;
+    let mut admin = cluster.admin();
+    let other = pb::CreateAccountRequest { name: "other".into(), balance_micros: 10_000_000, ..Default::default() };
+    let other = admin.create_account(other).await.expect("account").into_inner().id;
+    let request = pb::CreateTokenRequest { account_id: other.clone(), unlimited: true, ..Default::default() };
+    let other_token = admin.create_token(request).await.expect("token").into_inner().token.expect("token").id;
+    let mut policy = policy(&cluster);
+
+    let forged = vec![
+        // Account A charged through account B's token, and the reverse.
+        record("crossed", &other_token, &account),
+        record("crossed-back", &token, &other),
+        record("ghost-token", "tok_nobody", &account),
+        record("ghost-account", &token, "acc_nobody"),
+    ];
+    let count = u32::try_from(forged.len()).expect("a count");
+    let request = pb::ReportUsageRequest { node_id: "dp-forger".into(), records: forged };
+    let answer = policy.report_usage(request).await.expect("report").into_inner();
+    assert_eq!((answer.applied, answer.refused), (0, count), "{answer:?}");
+    for id in [account.clone(), other] {
+        let account = admin.get_account(pb::GetRequest { id }).await.expect("account").into_inner();
+        assert_eq!((account.balance_micros, account.used_micros), (10_000_000, 0), "{account:?}");
+    }
+    let usage = admin.list_usage(pb::ListUsageRequest::default()).await.expect("usage").into_inner().items;
+    assert!(usage.is_empty(), "refused records were kept: {usage:?}");
+
+    // A record naming another data plane is booked to the one that sent it.
+    let elsewhere = pb::UsageRecord { node_id: "dp-other".into(), ..record("elsewhere", &token, &account) };
+    let request = pb::ReportUsageRequest { node_id: "dp-forger".into(), records: vec![elsewhere] };
+    assert_eq!(policy.report_usage(request).await.expect("report").into_inner().applied, 1);
+    let usage = admin.list_usage(pb::ListUsageRequest::default()).await.expect("usage").into_inner().items;
+    assert_eq!(usage.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>(), ["dp-forger"]);
 }
 
 /// Deletes every key of `redis` that has a lifetime, as expiry would in

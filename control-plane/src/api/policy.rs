@@ -194,7 +194,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         // Kept in the data plane's spool until the store is trusted again.
         self.continuity.trusted()?;
         let records: Vec<UsageRecord> = request.records.into_iter().map(Into::into).collect();
-        let outcome = self.ledger.apply_reported(records).await.map_err(Status::from)?;
+        let outcome = self.ledger.apply_reported(&request.node_id, records).await.map_err(Status::from)?;
         self.seen(&request.node_id);
         Ok(Response::new(pb::ReportUsageResponse {
             applied: outcome.applied,

@@ -4,11 +4,14 @@
 //! Data planes are not trusted with money: every reported record is checked
 //! (no negative or impossible amounts, not older than the idempotency
 //! window, a model the catalogue knows) and priced here from the catalogue
-//! and its counts; the cost a data plane sent is only compared. Refused
-//! records are logged and never charged.
+//! and its counts; the cost a data plane sent is only compared. A record
+//! must name a token and an account that exist, and the token must be the
+//! account's; it is booked to the data plane that reported it, whatever
+//! node it names (so no data plane spends another's leases). Refused records are logged, counted (`gw.ledger.records` with outcome
+//! `refused`, alerted on) and never charged.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex, PoisonError},
 };
 
@@ -62,6 +65,19 @@ pub enum Refusal {
     Future,
     #[error("model {0:?} is not in the catalogue")]
     UnknownModel(String),
+    #[error("token {0:?} does not exist")]
+    UnknownToken(String),
+    #[error("account {0:?} does not exist")]
+    UnknownAccount(String),
+    #[error("token {token:?} belongs to account {owner:?}, not to {account:?}")]
+    NotTheAccounts { token: String, owner: String, account: String },
+}
+
+/// The tokens (with their accounts) and accounts that exist, of those a
+/// batch of records names.
+struct Payers {
+    tokens: HashMap<String, String>,
+    accounts: HashSet<String>,
 }
 
 // === impl Ledger ===
@@ -71,15 +87,23 @@ impl Ledger {
         Ledger { store, catalogue: Mutex::new(None) }
     }
 
-    /// Checks and prices records a data plane reported, then applies the
-    /// good ones once per request id. Refused records are logged and counted.
-    pub async fn apply_reported(&self, records: Vec<UsageRecord>) -> Result<UsageOutcome, LedgerError> {
+    /// Checks and prices records data plane `node` reported, then applies
+    /// the good ones once per request id. Refused records are logged and
+    /// counted.
+    pub async fn apply_reported(&self, node: &str, records: Vec<UsageRecord>) -> Result<UsageOutcome, LedgerError> {
         let catalogue = self.catalogue().await?;
+        let payers = self.payers(&records).await?;
         let now = now_unix();
         let mut good = Vec::with_capacity(records.len());
         let mut refused = 0;
         for mut record in records {
-            match catalogue.price(&mut record, now) {
+            if record.node_id != node {
+                // A spool replayed under a new node id, or a forgery.
+                tracing::debug!(request_id = %record.request_id, named = %record.node_id, node, "usage record booked to the node that reported it");
+                node.clone_into(&mut record.node_id);
+            }
+            let checked = catalogue.price(&mut record, now).and_then(|()| payers.check(&record));
+            match checked {
                 Ok(()) => good.push(record),
                 Err(refusal) => {
                     refused += 1;
@@ -99,6 +123,31 @@ impl Ledger {
         outcome.refused = refused;
         crate::services::telemetry::ledger_applied(&outcome, good.iter().map(|r| r.created_at), now);
         Ok(outcome)
+    }
+
+    /// Which of the tokens and accounts `records` name exist, read in one
+    /// call (a batch names few: mostly one token and its account).
+    async fn payers(&self, records: &[UsageRecord]) -> Result<Payers, StoreError> {
+        let tokens: HashSet<&str> = records.iter().map(|r| r.token_id.as_str()).collect();
+        let accounts: HashSet<&str> = records.iter().map(|r| r.account_id.as_str()).collect();
+        let refs: Vec<(Kind, String)> = tokens
+            .iter()
+            .map(|id| (Kind::Token, (*id).to_owned()))
+            .chain(accounts.iter().map(|id| (Kind::Account, (*id).to_owned())))
+            .collect();
+        let mut payers = Payers { tokens: HashMap::new(), accounts: HashSet::new() };
+        for found in self.store.get_many(&refs).await?.into_iter().flatten() {
+            match found {
+                Resource::Token(token) => {
+                    payers.tokens.insert(token.id, token.account_id);
+                }
+                Resource::Account(account) => {
+                    payers.accounts.insert(account.id);
+                }
+                _ => {}
+            }
+        }
+        Ok(payers)
     }
 
     /// Charges a video task when its token's quota and its account's balance
@@ -157,6 +206,29 @@ impl Ledger {
         let catalogue = Arc::new(catalogue);
         *self.catalogue.lock().unwrap_or_else(PoisonError::into_inner) = Some(catalogue.clone());
         Ok(catalogue)
+    }
+}
+
+// === impl Payers ===
+
+impl Payers {
+    /// Whether `record` names a token of the account it names, both
+    /// existing.
+    fn check(&self, record: &UsageRecord) -> Result<(), Refusal> {
+        let Some(owner) = self.tokens.get(&record.token_id) else {
+            return Err(Refusal::UnknownToken(record.token_id.clone()));
+        };
+        if !self.accounts.contains(&record.account_id) {
+            return Err(Refusal::UnknownAccount(record.account_id.clone()));
+        }
+        if *owner != record.account_id {
+            return Err(Refusal::NotTheAccounts {
+                token: record.token_id.clone(),
+                owner: owner.clone(),
+                account: record.account_id.clone(),
+            });
+        }
+        Ok(())
     }
 }
 
