@@ -2,7 +2,9 @@
 //! checked and priced from the catalogue, applied once per request id, and
 //! a record older than the idempotency window is refused, never charged, as
 //! is one naming a token that is not its account's, a token or account that
-//! does not exist; a record is booked to the data plane that sent it.
+//! does not exist; a record is booked to the data plane that sent it, and
+//! one data plane's channel-health report cannot disable a channel that
+//! others serve.
 //! Exactly-once rests on nothing Redis may expire: with every key that has
 //! a lifetime deleted, a resent record is still a duplicate. Reports go
 //! straight to `PolicyService` with the node key, as a data plane (or
@@ -140,6 +142,46 @@ async fn the_node_key_cannot_move_money_between_tenants() {
     assert_eq!(policy.report_usage(request).await.expect("report").into_inner().applied, 1);
     let usage = admin.list_usage(pb::ListUsageRequest::default()).await.expect("usage").into_inner().items;
     assert_eq!(usage.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>(), ["dp-forger"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_data_plane_of_two_cannot_disable_a_channel_fleet_wide() {
+    let redis = RedisServer::start().await.expect("redis-server");
+    let cluster = Cluster::start(&redis.url(), 2).await.expect("cluster");
+    let mut admin = cluster.admin();
+    let channel = pb::Channel {
+        name: "shared".into(),
+        r#type: "openai".into(),
+        base_url: "http://127.0.0.1:9".into(),
+        api_key: "sk-upstream-shared".into(),
+        has_key: true,
+        models: vec!["priced".into()],
+        groups: vec!["default".into()],
+        weight: 1,
+        ..Default::default()
+    };
+    let channel = admin.create_channel(channel).await.expect("channel").into_inner().id;
+    let mut policy = policy(&cluster);
+    let mut report = async |node: &str| {
+        let failure = pb::ChannelFailure {
+            channel_id: channel.clone(),
+            consecutive_failures: 100,
+            last_status: 500,
+            reason: "forged".into(),
+            ..Default::default()
+        };
+        let request = pb::ChannelHealthRequest { node_id: node.into(), failures: vec![failure] };
+        policy.report_channel_health(request).await.expect("report").into_inner().disabled
+    };
+    let status = async |admin: &mut gw_tests::harness::Admin| {
+        admin.get_channel(pb::GetRequest { id: channel.clone() }).await.expect("channel").into_inner().status
+    };
+    assert!(report("dp-0").await.is_empty(), "one data plane of two disabled the channel");
+    assert!(report("dp-0").await.is_empty(), "the same data plane again");
+    assert!(report("dp-forger").await.is_empty(), "a node no stream is open for has no say");
+    assert_eq!(status(&mut admin).await, "enabled");
+    assert_eq!(report("dp-1").await, std::slice::from_ref(&channel), "two data planes agree");
+    assert_eq!(status(&mut admin).await, "auto_disabled");
 }
 
 /// Deletes every key of `redis` that has a lifetime, as expiry would in

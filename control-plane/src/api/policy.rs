@@ -48,6 +48,8 @@ pub struct PolicyApi {
     snapshot_chunk: usize,
     /// Full snapshots are served from it while it holds the store.
     mirror: Mirror,
+    /// Channels data planes report failing, until enough agree.
+    failures: Arc<crate::services::health::Failures>,
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
@@ -75,6 +77,7 @@ impl PolicyApi {
             batches: None,
             snapshot_chunk: SNAPSHOT_CHUNK,
             mirror: Mirror::default(),
+            failures: Arc::default(),
         }
     }
 
@@ -338,6 +341,20 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
                 continue;
             }
             if failure.consecutive_failures < AUTO_DISABLE_AFTER {
+                continue;
+            }
+            // One data plane's word is not enough when this replica serves
+            // several, and only data planes it serves have a say.
+            let serving: Vec<String> =
+                self.fleet.list().into_iter().filter(|n| n.connected).map(|n| n.node_id).collect();
+            if !serving.contains(&request.node_id)
+                || !self.failures.failing(&failure.channel_id, &request.node_id, serving.len())
+            {
+                tracing::info!(
+                    channel = %failure.channel_id,
+                    node = %request.node_id,
+                    "channel reported failing; waiting for another data plane to agree"
+                );
                 continue;
             }
             // Only a channel in rotation is taken out; an operator's choice stands.

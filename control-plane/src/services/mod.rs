@@ -11,6 +11,7 @@ pub mod budget;
 pub mod console;
 pub mod continuity;
 pub mod fleet;
+pub mod health;
 pub mod import;
 pub mod keys;
 pub mod ledger;
