@@ -80,8 +80,12 @@ use crate::{
     reporter::Reporter,
 };
 
-/// How long `Handle::shutdown` lets in-flight requests finish.
+/// How long `Handle::shutdown` lets in-flight requests and open sockets
+/// finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How long sockets told to end at once, after the grace period, have to
+/// write their records and close (a realtime drain waits `DRAIN_WAIT`).
+const CUT_WAIT: Duration = Duration::from_secs(10);
 
 /// A running data plane. Call `shutdown` to stop it gracefully; merely
 /// dropping the handle also stops it, in the background: open client
@@ -98,6 +102,8 @@ pub struct Handle {
     stop_server: watch::Sender<bool>,
     stop_tasks: watch::Sender<bool>,
     stop_reporter: watch::Sender<bool>,
+    /// The open client WebSockets, told to end and waited for.
+    sockets: pipeline::sockets::Sockets,
     /// The threads serving client connections (`workers`).
     server: workers::Workers,
     tasks: Vec<JoinHandle<()>>,
@@ -107,17 +113,33 @@ pub struct Handle {
 // === impl Handle ===
 
 impl Handle {
-    /// Stops gracefully: stops accepting, lets in-flight requests (streams
-    /// included) finish for up to 30 s, stops discovery, saves the snapshot,
-    /// then spools all usage and tries one last report.
+    /// Stops gracefully: stops accepting, tells open WebSockets to end, lets
+    /// in-flight requests (streams included) and the sockets' running
+    /// responses finish for up to 30 s (then cuts them, billed as clients
+    /// that left), waits for every socket to settle, stops discovery, saves
+    /// the snapshot, then spools all usage and tries one last report.
     pub async fn shutdown(self) {
         let _ = self.stop_server.send(true);
+        self.sockets.close();
         let mut server = self.server;
-        match tokio::time::timeout(SHUTDOWN_GRACE, server.served()).await {
+        // Upgrades answered before the server stopped have taken their
+        // place by then, so `settled` misses none.
+        let settled = async {
+            let served = server.served().await;
+            self.sockets.settled().await;
+            served
+        };
+        match tokio::time::timeout(SHUTDOWN_GRACE, settled).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::warn!(%error, "server ended with an error"),
             Err(_) => {
-                tracing::warn!("in-flight requests still running after the grace period; cutting them off");
+                tracing::warn!("requests or sockets still running after the grace period; cutting them off");
+                // Sockets first: cutting the server ends the worker runtimes
+                // their tasks run on.
+                self.sockets.cut();
+                if tokio::time::timeout(CUT_WAIT, self.sockets.settled()).await.is_err() {
+                    tracing::warn!("sockets still open after being cut; their records may be lost");
+                }
                 server.cut();
             }
         }
@@ -233,6 +255,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     };
     let reporter = tokio::spawn(reporter.run());
 
+    let sockets = pipeline::sockets::Sockets::new(config.sockets);
     let app = Arc::new(App {
         snapshot: snapshot.clone(),
         usage: UsageSink::new(usage_tx, &node_id).with_health(spool_health),
@@ -246,7 +269,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
         vitals,
         console: config.console_url.as_deref().and_then(error::ConsoleLinks::new),
         responses_websocket: config.responses_websocket,
-        sockets: config.sockets,
+        sockets: sockets.clone(),
     });
     telemetry::metrics::observe(&app);
     let sweeper = tokio::spawn(app.budgets.clone().sweep_idle(stop_tasks.subscribe()));
@@ -282,7 +305,19 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     .context("starting the worker threads")?;
     let tls = config.tls.is_some();
     tracing::info!(%addr, ?admin_addr, node_id, tls, control_plane = %config.control_plane, "data plane listening");
-    Ok(Handle { addr, admin_addr, node_id, snapshot, stop_server, stop_tasks, stop_reporter, server, tasks, reporter })
+    Ok(Handle {
+        addr,
+        admin_addr,
+        node_id,
+        snapshot,
+        stop_server,
+        stop_tasks,
+        stop_reporter,
+        sockets,
+        server,
+        tasks,
+        reporter,
+    })
 }
 
 /// Resolves once `stop` turns true, or its sender is gone.

@@ -7,7 +7,11 @@
 //! (`websocket_connection_limit_reached` on responses, `session_expired` on
 //! realtime, where the finished responses stay billed too); and an open
 //! socket holds one of `max_connections`, so one more plain connection
-//! waits in the backlog until the socket closes.
+//! waits in the backlog until the socket closes. A data plane that stops
+//! settles its sockets first: a running response on a responses socket
+//! finishes and is billed before the close (1001), and a realtime session
+//! gets an error event, has its open response cancelled and billed, and is
+//! closed (1001), its record reaching the control plane.
 
 mod support;
 
@@ -287,6 +291,89 @@ async fn an_open_socket_holds_a_connection_slot_until_it_closes() {
     })
     .await;
     dp.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stopping_data_plane_lets_a_running_socket_response_finish_bills_it_and_closes_going_away() {
+    let upstream = MockUpstream::start().await.expect("mock upstream");
+    let gw = Gateway::start(1).await;
+    // A translated channel streams the scripted reply.
+    gw.channel("main", &upstream.base_url(), 0, &["--type", "anthropic"]).await;
+    // 30 words, one every 100 ms: still streaming when the shutdown starts.
+    let words = (0..30).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+    upstream.set_script(Script { reply: words, chunk_delay: Duration::from_millis(100), ..Script::default() });
+    gw.synced().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dp = data_plane(&gw, dir.path(), "dp-stop-responses", |_| {}).await;
+    let mut socket = connect(dp.addr, "/v1/responses", &gw.key).await;
+    send(&mut socket, response_create()).await;
+    until(&mut socket, "response.output_text.delta").await;
+
+    let stopping = tokio::spawn(dp.shutdown());
+    // Sent while the response runs: a stopping socket starts no other.
+    send(&mut socket, response_create()).await;
+    let (events, close) = to_close(&mut socket).await;
+    let completed = events.iter().filter(|e| e["type"] == "response.completed").collect::<Vec<_>>();
+    assert_eq!(completed.len(), 1, "the running response finished, no other started: {events:?}");
+    assert_eq!(completed[0]["response"]["status"], "completed", "{events:?}");
+    assert!(events.iter().all(|e| e["type"] != "response.created" && e["type"] != "error"), "{events:?}");
+    assert_eq!(u16::from(close.code), 1001, "{close:?}");
+    assert!(close.reason.as_str().contains("shutting down"), "{close:?}");
+    tokio::time::timeout(Duration::from_secs(20), stopping).await.expect("the shutdown ends").expect("shutdown");
+
+    let records = gw.wait_for_usage(1).await;
+    let record = &records[0];
+    assert_eq!(record["status"], 200, "{record}");
+    assert_eq!(upstream.requests().len(), 1, "one response reached the upstream");
+    let cost = record["cost_micros"].as_i64().unwrap_or_default();
+    assert!(cost > 0, "{record}");
+    eventually("the balance to drop by the response", Duration::from_secs(15), || async {
+        (gw.balance().await == START_BALANCE - cost).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stopping_data_plane_cancels_and_bills_an_open_realtime_response_and_closes_the_session_going_away() {
+    let mock = MockRealtime::start().await.expect("mock realtime");
+    let gw = Gateway::start(1).await;
+    let mut admin = gw.admin();
+    admin.create_model(realtime_model()).await.expect("model create");
+    admin.create_channel(realtime_channel(&mock)).await.expect("channel create");
+    gw.synced().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dp = data_plane(&gw, dir.path(), "dp-stop-realtime", |_| {}).await;
+    let mut socket = connect(dp.addr, &format!("/v1/realtime?model={REALTIME_MODEL}"), &gw.key).await;
+    until(&mut socket, "session.created").await;
+    // The response is held open upstream when the data plane stops.
+    mock.hold(true);
+    send(&mut socket, json!({ "type": "response.create" })).await;
+    until(&mut socket, "response.output_audio.delta").await;
+
+    let stopping = tokio::spawn(dp.shutdown());
+    let error = until(&mut socket, "error").await;
+    assert_eq!(error["error"]["type"], "server_error", "{error}");
+    assert_eq!(error["error"]["code"], "server_shutting_down", "{error}");
+    assert!(error["event_id"].as_str().is_some_and(|id| !id.is_empty()), "{error}");
+    let (events, close) = to_close(&mut socket).await;
+    let cancelled = events.iter().find(|e| e["type"] == "response.done");
+    assert!(cancelled.is_some(), "the cancelled response's end is relayed: {events:?}");
+    assert_eq!(u16::from(close.code), 1001, "{close:?}");
+    tokio::time::timeout(Duration::from_secs(20), stopping).await.expect("the shutdown ends").expect("shutdown");
+
+    assert_eq!(mock.cancels(), [Some("resp_1".to_owned())], "the open response was cancelled upstream");
+    let records = gw.wait_for_usage(1).await;
+    assert_eq!(records[0]["status"], 499, "{records:?}");
+    assert_eq!(records[0]["cost_micros"], REALTIME_PARTIAL_COST, "{records:?}");
+    assert_eq!(records[0]["prompt_tokens"], PARTIAL.input, "{records:?}");
+    eventually("the balance to drop by the cancelled response", Duration::from_secs(15), || async {
+        (gw.balance().await == START_BALANCE - REALTIME_PARTIAL_COST).then_some(())
+    })
+    .await;
+    eventually("the upstream session to close", Duration::from_secs(10), || async {
+        (mock.open_sessions() == 0).then_some(())
+    })
+    .await;
 }
 
 /// `gpt-realtime` at the realtime suite's prices.

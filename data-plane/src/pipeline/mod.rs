@@ -59,8 +59,9 @@ pub struct App {
     pub console: Option<crate::error::ConsoleLinks>,
     /// Whether `/v1/responses` takes WebSocket upgrades (else 426).
     pub responses_websocket: bool,
-    /// The idle timeouts and lifetime of client WebSockets.
-    pub sockets: sockets::Limits,
+    /// The idle timeouts and lifetime of client WebSockets, and the word
+    /// that ends them when the data plane stops.
+    pub sockets: sockets::Sockets,
 }
 
 /// The id of one request, as sent in `x-request-id` and error messages.

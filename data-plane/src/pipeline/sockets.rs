@@ -4,13 +4,15 @@
 //! counted from the upgrade (OpenAI closes its own sockets at 60 minutes).
 //! Pings and pongs are not messages: a client that only pings is idle.
 //! A socket's `Clock` keeps its two deadlines and says, in its surface's
-//! words, why it ended.
+//! words, why it ended. A stopping data plane tells every open socket to
+//! end (`Sockets::close`, then `cut` once the grace period is over) and
+//! waits until each has settled and dropped its `Hold`.
 
-use std::{future::Future, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use axum::extract::ws::{CloseFrame, close_code};
 use serde_json::{Value, json};
-use tokio::time::Instant;
+use tokio::{sync::watch, time::Instant};
 
 /// How long client WebSockets may idle and live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +26,33 @@ pub struct Limits {
     pub realtime_idle_timeout: Duration,
     /// Every socket is closed this long after its upgrade.
     pub max_lifetime: Duration,
+}
+
+/// The client WebSockets of a data plane: their limits, and the word that
+/// ends them when it stops. Clones share the word.
+#[derive(Debug, Clone, Default)]
+pub struct Sockets {
+    limits: Limits,
+    /// Where shutdown stands; each open socket holds a receiver (`Hold`).
+    stage: Arc<watch::Sender<Stage>>,
+}
+
+/// How far a data plane's shutdown has gone, as its sockets see it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    #[default]
+    Serving,
+    /// End at the next chance: a running response may finish.
+    Closing,
+    /// The grace period is over: end now.
+    Cut,
+}
+
+/// One open socket's place among those a shutdown waits for; dropping it
+/// says the socket has settled.
+#[derive(Debug)]
+pub struct Hold {
+    stage: watch::Receiver<Stage>,
 }
 
 /// The surface a socket serves: its idle timeout and the words of its end.
@@ -82,6 +111,85 @@ impl Limits {
         };
         let now = Instant::now();
         Clock { surface, idle, lifetime: self.max_lifetime, last: now, ends_at: now + self.max_lifetime }
+    }
+}
+
+// === impl Sockets ===
+
+impl Sockets {
+    /// Sockets living under `limits`.
+    pub fn new(limits: Limits) -> Sockets {
+        Sockets { limits, stage: Arc::default() }
+    }
+
+    /// The clock of a socket of `surface` upgraded now.
+    pub fn clock(&self, surface: Surface) -> Clock {
+        self.limits.clock(surface)
+    }
+
+    /// A place for one socket about to open, taken before its upgrade is
+    /// answered so a shutdown under way counts it.
+    pub fn hold(&self) -> Hold {
+        Hold { stage: self.stage.subscribe() }
+    }
+
+    /// Tells every open socket, and each one opened from now, to end once
+    /// what it runs has finished.
+    pub fn close(&self) {
+        self.advance(Stage::Closing);
+    }
+
+    /// Tells every open socket to end now, what it runs cut short.
+    pub fn cut(&self) {
+        self.advance(Stage::Cut);
+    }
+
+    /// Resolves once no socket holds a place.
+    pub async fn settled(&self) {
+        self.stage.closed().await;
+    }
+
+    fn advance(&self, to: Stage) {
+        self.stage.send_if_modified(|stage| {
+            let later = to > *stage;
+            if later {
+                *stage = to;
+            }
+            later
+        });
+    }
+}
+
+// === impl Hold ===
+
+impl Hold {
+    /// Resolves once the data plane is stopping. Holds no borrow, so a
+    /// `select!` may use the socket in another branch.
+    pub fn closing(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.reached(Stage::Closing)
+    }
+
+    /// Resolves once the stopping data plane's grace period is over.
+    pub fn cut(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.reached(Stage::Cut)
+    }
+
+    /// Whether the data plane is stopping.
+    pub fn is_closing(&self) -> bool {
+        *self.stage.borrow() >= Stage::Closing
+    }
+
+    fn reached(&self, stage: Stage) -> impl Future<Output = ()> + Send + 'static {
+        let mut watch = self.stage.clone();
+        async move {
+            // A data plane gone altogether is as stopped as can be.
+            let _ = watch.wait_for(|now| *now >= stage).await;
+        }
+    }
+
+    /// The close frame of a socket ended by its data plane stopping.
+    pub fn close_frame(&self) -> CloseFrame {
+        CloseFrame { code: close_code::AWAY, reason: "the server is shutting down".into() }
     }
 }
 
@@ -155,6 +263,7 @@ fn span(duration: Duration) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
 
@@ -186,6 +295,32 @@ mod tests {
         assert_eq!(clock.expired_error()["code"], "session_expired");
         assert_eq!(clock.expired_error()["message"], "Your session hit the maximum duration of 60 minutes.");
         assert_eq!(clock.close_frame(Expiry::Idle).code, close_code::NORMAL);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_closes_then_cuts_and_waits_for_every_held_socket() {
+        let sockets = Sockets::new(Limits::default());
+        sockets.settled().await;
+        let hold = sockets.hold();
+        let (closing, cut) = (tokio::spawn(hold.closing()), tokio::spawn(hold.cut()));
+        assert!(!hold.is_closing());
+        sockets.close();
+        closing.await.unwrap();
+        assert!(hold.is_closing());
+        assert!(!cut.is_finished());
+        sockets.cut();
+        // A later close does not take the cut back.
+        sockets.close();
+        cut.await.unwrap();
+        let settled = tokio::spawn({
+            let sockets = sockets.clone();
+            async move { sockets.settled().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!settled.is_finished(), "a socket still holds its place");
+        drop(hold);
+        settled.await.unwrap();
+        assert_eq!(sockets.hold().close_frame().code, close_code::AWAY);
     }
 
     #[test]

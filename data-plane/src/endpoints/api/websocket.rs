@@ -13,7 +13,9 @@
 //! idle between responses for the idle timeout is closed; one reaching its
 //! lifetime gets a `websocket_connection_limit_reached` error event and a
 //! close, a response it was running ending as if its client had left
-//! (`pipeline::sockets`).
+//! (`pipeline::sockets`). When the data plane stops, a socket lets its
+//! running response finish within the grace period (past it the response
+//! ends as if its client had left), starts no other, and closes with 1001.
 
 use std::{collections::VecDeque, net::SocketAddr, sync::Arc, time::Instant};
 
@@ -44,7 +46,7 @@ use crate::{
     pipeline::{
         self, App, RequestId,
         body::MAX_BODY_BYTES,
-        sockets::{Clock, Expiry, Surface},
+        sockets::{Clock, Expiry, Hold, Surface},
     },
     policy::auth::Access,
     provider, telemetry,
@@ -92,6 +94,8 @@ struct Socket {
     served: u64,
     /// Its idle and lifetime deadlines.
     clock: Clock,
+    /// Its place among the sockets a stopping data plane waits for.
+    hold: Hold,
 }
 
 /// How one response on the socket ended.
@@ -105,6 +109,9 @@ enum Outcome {
     /// The socket reached its lifetime mid-response: the response ends as
     /// if its client had left (logged 499, as its usage record says).
     Expired,
+    /// The data plane stopped and its grace period ended mid-response: the
+    /// response ends as if its client had left (logged 499).
+    Stopped,
 }
 
 /// Handles `GET /v1/responses`: upgrades a WebSocket handshake of a caller
@@ -139,7 +146,8 @@ pub async fn upgrade(
     let peer = admitted.parts.extensions.get::<ConnectInfo<SocketAddr>>().cloned();
     let origin = Origin { headers, peer, id: admitted.id.0.clone() };
     let clock = app.sockets.clock(Surface::Responses);
-    let socket = Socket { app, origin, chain: Chain::default(), queued: VecDeque::new(), served: 0, clock };
+    let hold = app.sockets.hold();
+    let socket = Socket { app, origin, chain: Chain::default(), queued: VecDeque::new(), served: 0, clock, hold };
     Ok(upgrade.max_message_size(MAX_BODY_BYTES).on_upgrade(move |ws| socket.serve(ws)))
 }
 
@@ -166,14 +174,19 @@ impl Origin {
 
 impl Socket {
     /// Serves `ws` until the client closes it, a response's token is
-    /// refused (then it is closed with 1008), or its time runs out.
+    /// refused (then it is closed with 1008), its time runs out, or the
+    /// data plane stops (closed with 1001 once no response runs).
     async fn serve(mut self, mut ws: WebSocket) {
         loop {
+            if self.hold.is_closing() {
+                return self.leave(&mut ws).await;
+            }
             let next = match self.queued.pop_front() {
                 Some(text) => Some(Ok(Message::Text(text))),
                 None => tokio::select! {
                     next = ws.recv() => next,
                     expiry = self.clock.expired() => return self.expire(&mut ws, expiry).await,
+                    () = self.hold.closing() => return self.leave(&mut ws).await,
                 },
             };
             let text = match next {
@@ -196,6 +209,7 @@ impl Socket {
             match outcome {
                 Outcome::Gone => return,
                 Outcome::Expired => return self.expire(&mut ws, Expiry::Lifetime).await,
+                Outcome::Stopped => return self.leave(&mut ws).await,
                 Outcome::Refused(ProxyError::MissingToken | ProxyError::InvalidToken) => {
                     let reason = Utf8Bytes::from_static("the token was refused");
                     let _ = ws.send(Message::Close(Some(CloseFrame { code: close_code::POLICY, reason }))).await;
@@ -229,6 +243,12 @@ impl Socket {
         let _ = ws.send(Message::Close(Some(self.clock.close_frame(why)))).await;
     }
 
+    /// Ends the socket of a data plane that stops: a close going away.
+    async fn leave(&self, ws: &mut WebSocket) {
+        tracing::info!(socket = %self.origin.id, responses = self.served, "responses websocket closed: shutting down");
+        let _ = ws.send(Message::Close(Some(self.hold.close_frame()))).await;
+    }
+
     /// The request id of the socket's next response.
     fn next_id(&mut self) -> RequestId {
         self.served += 1;
@@ -255,6 +275,7 @@ impl Socket {
                 tokio::select! {
                     answered = &mut answered => break answered,
                     _ = self.clock.lifetime_over() => return Outcome::Expired,
+                    () = self.hold.cut() => return Outcome::Stopped,
                     () = self.quiet() => {
                         if ws.send(Message::Ping(Bytes::new())).await.is_err() {
                             return Outcome::Gone;
@@ -271,7 +292,7 @@ impl Socket {
         .await;
         let (status, refusal) = match &outcome {
             Outcome::Answered { status } => (*status, None),
-            Outcome::Gone | Outcome::Expired => (CLIENT_CLOSED, None),
+            Outcome::Gone | Outcome::Expired | Outcome::Stopped => (CLIENT_CLOSED, None),
             Outcome::Refused(error) => (error.status(), Some(error)),
         };
         let reason = refusal.map_or("", ProxyError::reason);
@@ -294,6 +315,7 @@ impl Socket {
                     refusal = reason,
                     client_closed = matches!(outcome, Outcome::Gone),
                     expired = matches!(outcome, Outcome::Expired),
+                    stopped = matches!(outcome, Outcome::Stopped),
                     "request"
                 );
             });
@@ -347,6 +369,7 @@ impl Socket {
                 },
                 // Dropping the body, as when the client leaves.
                 _ = self.clock.lifetime_over() => return Outcome::Expired,
+                () = self.hold.cut() => return Outcome::Stopped,
                 () = self.quiet() => {
                     if ws.send(Message::Ping(Bytes::new())).await.is_err() {
                         return Outcome::Gone;

@@ -18,7 +18,9 @@
 //! text or audio either way for the realtime idle timeout is closed, and one
 //! reaching its lifetime gets a `session_expired` error event first
 //! (`pipeline::sockets`); either way its open responses are drained and
-//! billed as when its client leaves.
+//! billed as when its client leaves. A data plane that stops ends its
+//! sessions the same way: a `server_shutting_down` error event, the drain,
+//! and a close going away (1001).
 
 use std::{sync::Arc, time::Duration};
 
@@ -39,7 +41,7 @@ use crate::{
     },
     pipeline::{
         self, Admitted, App, Bound,
-        sockets::{Clock, Expiry, Surface},
+        sockets::{Clock, Expiry, Hold, Surface},
     },
     pricing::{Units, Usage},
     provider::realtime,
@@ -76,6 +78,8 @@ pub struct Session {
     billed: u64,
     /// Its idle and lifetime deadlines.
     clock: Clock,
+    /// Its place among the sockets a stopping data plane waits for.
+    hold: Hold,
 }
 
 /// A response the upstream started and has not ended.
@@ -97,6 +101,8 @@ enum End {
     Refused(ProxyError),
     /// The session was idle too long or reached its lifetime.
     Expired(Expiry),
+    /// The data plane is stopping.
+    Stopping,
 }
 
 // === impl Session ===
@@ -106,13 +112,14 @@ impl Session {
     pub fn new(app: Arc<App>, admitted: Admitted, charge: Charge) -> Session {
         // The slot belongs to the session, not to its first response.
         let ready = Charge { in_flight: Arc::default(), ..charge.clone() };
-        let clock = app.sockets.clock(Surface::Realtime);
-        Session { app, admitted, base: charge, ready: Some(ready), open: Vec::new(), billed: 0, clock }
+        let (clock, hold) = (app.sockets.clock(Surface::Realtime), app.sockets.hold());
+        Session { app, admitted, base: charge, ready: Some(ready), open: Vec::new(), billed: 0, clock, hold }
     }
 
     /// Relays between `client` and `upstream` until either closes, a
-    /// response cannot be reserved, or the session's time runs out (an
-    /// `error` event, the open responses drained, then a close). Gives the
+    /// response cannot be reserved, the session's time runs out or the data
+    /// plane stops (an `error` event, the open responses drained, then a
+    /// close). Gives the
     /// in-flight slot and what is left reserved back.
     pub async fn run(mut self, client: WebSocket, upstream: realtime::Session) {
         let (mut client_tx, mut client_rx) = client.split();
@@ -130,6 +137,11 @@ impl Session {
                 tracing::info!(session = %self.admitted.id.0, ?why, "realtime session closed: expired");
                 let event = (why == Expiry::Lifetime).then(|| expired_event(&self.clock, &event_id));
                 let close = self.clock.close_frame(why);
+                self.close(&mut client_tx, &mut upstream_tx, &mut upstream_rx, event, CLIENT_GONE, close).await;
+            }
+            End::Stopping => {
+                tracing::info!(session = %self.admitted.id.0, open = self.open.len(), "realtime session closed: shutting down");
+                let (event, close) = (Some(stopping_event(&event_id)), self.hold.close_frame());
                 self.close(&mut client_tx, &mut upstream_tx, &mut upstream_rx, event, CLIENT_GONE, close).await;
             }
             End::ClientGone => self.drain(None, &mut upstream_tx, &mut upstream_rx, CLIENT_GONE).await,
@@ -171,6 +183,7 @@ impl Session {
         loop {
             tokio::select! {
                 why = self.clock.expired() => return End::Expired(why),
+                () = self.hold.closing() => return End::Stopping,
                 message = client_rx.next() => {
                     let Some(Ok(message)) = message else { return End::ClientGone };
                     if matches!(message, Message::Text(_) | Message::Binary(_)) {
@@ -344,6 +357,24 @@ fn cancel(id: Option<&str>) -> tungstenite::Message {
         None => json!({ "type": "response.cancel" }),
     };
     tungstenite::Message::Text(event.to_string().into())
+}
+
+/// The realtime `error` event of a session its data plane ends as it
+/// stops, with event id `event_id`: a server error, as the client did
+/// nothing wrong and may open a new session elsewhere at once.
+fn stopping_event(event_id: &str) -> String {
+    json!({
+        "type": "error",
+        "event_id": event_id,
+        "error": {
+            "type": "server_error",
+            "code": "server_shutting_down",
+            "message": "The server is shutting down. Open a new session to continue.",
+            "param": null,
+            "event_id": null,
+        },
+    })
+    .to_string()
 }
 
 /// A realtime `error` event for `error`, in the shape the API sends, with
