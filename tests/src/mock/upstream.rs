@@ -695,10 +695,10 @@ mod tests {
         let models: Value =
             client.get(format!("{}/models", mock.base_url())).send().await.unwrap().json().await.unwrap();
         assert_eq!(models["data"][0]["id"], MODEL);
-        let response = client.post(format!("{}/rerank", mock.base_url())).send().await.unwrap();
+        let response = client.post(format!("{}/fine_tuning/jobs", mock.base_url())).send().await.unwrap();
         assert_eq!(response.status(), 404);
         let body: Value = response.json().await.unwrap();
-        assert_eq!(body["error"]["message"], "Invalid URL (POST /v1/rerank)");
-        assert_eq!(mock.last_request().unwrap().path, "/v1/rerank");
+        assert_eq!(body["error"]["message"], "Invalid URL (POST /v1/fine_tuning/jobs)");
+        assert_eq!(mock.last_request().unwrap().path, "/v1/fine_tuning/jobs");
     }
 }
