@@ -10,7 +10,7 @@ use gw_proto::pb;
 use serde_json::Value;
 use tonic::{Code, Status};
 
-use super::ControlPlane;
+use super::{ControlPlane, submission};
 use crate::{
     batches::{Batch, Bound, File, NewBatch, NewFile, Page},
     error::ProxyError,
@@ -21,8 +21,6 @@ use crate::{
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Deadline of a read or a cancel, which may wait for the upstream.
 const READ_TIMEOUT: Duration = Duration::from_secs(20);
-/// Attempts at recording the upstream's answer.
-const RECORD_ATTEMPTS: u32 = 3;
 
 /// The control-plane client of the file and batch handlers.
 #[derive(Clone)]
@@ -119,15 +117,7 @@ impl Batches {
         };
         let answer = self.client().create_batch(self.request(message, WRITE_TIMEOUT)).await;
         let answer = answer.map_err(|status| refused(&status, "file", new.input_file_id))?.into_inner();
-        match (answer.refused.as_str(), answer.batch) {
-            ("token_quota", _) => Err(ProxyError::TokenQuotaExhausted),
-            ("user_quota", _) => Err(ProxyError::InsufficientUserQuota { balance_micros: answer.balance_micros }),
-            ("", Some(batch)) => Ok(batch.into()),
-            (other, _) => {
-                tracing::error!(refused = other, "control plane answered a batch create with nothing usable");
-                Err(ProxyError::Internal)
-            }
-        }
+        submission::charged(&answer.refused, answer.batch, answer.balance_micros, "batch").map(Batch::from)
     }
 
     /// Records that the upstream accepted batch `id` with `answer`.
@@ -154,18 +144,15 @@ impl Batches {
     }
 
     async fn record(&self, message: pb::RecordBatchUpstreamRequest) -> Result<Batch, ProxyError> {
-        let mut attempt = 1;
-        loop {
-            match self.client().record_batch_upstream(self.request(message.clone(), WRITE_TIMEOUT)).await {
-                Ok(batch) => return Ok(batch.into_inner().into()),
-                Err(status) if attempt < RECORD_ATTEMPTS && super::is_retryable(&status) => {
-                    tracing::warn!(batch = %message.id, %status, "recording a batch submission failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-                    attempt += 1;
-                }
-                Err(status) => return Err(refused(&status, "batch", &message.id)),
-            }
-        }
+        let send = || async {
+            let mut client = self.client();
+            client
+                .record_batch_upstream(self.request(message.clone(), WRITE_TIMEOUT))
+                .await
+                .map(tonic::Response::into_inner)
+        };
+        let batch = submission::recorded("batch", &message.id, send).await;
+        Ok(batch.map_err(|status| refused(&status, "batch", &message.id))?.into())
     }
 
     /// Batch `id` of `caller`'s account, as fresh as the control plane makes it.

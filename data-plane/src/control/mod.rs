@@ -11,6 +11,7 @@ mod discovery;
 mod health;
 mod leases;
 pub mod persist;
+mod submission;
 mod usage;
 mod videos;
 

@@ -9,7 +9,7 @@ use gw_proto::pb;
 use serde_json::{Map, Value};
 use tonic::{Code, Status};
 
-use super::ControlPlane;
+use super::{ControlPlane, submission};
 use crate::{
     error::ProxyError,
     policy::auth::Caller,
@@ -20,8 +20,6 @@ use crate::{
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Deadline of a status query, which may wait for the upstream.
 const READ_TIMEOUT: Duration = Duration::from_secs(15);
-/// Attempts at recording the upstream's answer.
-const RECORD_ATTEMPTS: u32 = 3;
 
 /// The control-plane client of the video handlers.
 #[derive(Clone)]
@@ -66,15 +64,7 @@ impl Videos {
             .await
             .map_err(|status| refused(&status, None))?
             .into_inner();
-        match (answer.refused.as_str(), answer.task) {
-            ("token_quota", _) => Err(ProxyError::TokenQuotaExhausted),
-            ("user_quota", _) => Err(ProxyError::InsufficientUserQuota { balance_micros: answer.balance_micros }),
-            ("", Some(task)) => Ok(task.into()),
-            (other, _) => {
-                tracing::error!(refused = other, "control plane answered a video create with nothing usable");
-                Err(ProxyError::Internal)
-            }
-        }
+        submission::charged(&answer.refused, answer.task, answer.balance_micros, "video task").map(Task::from)
     }
 
     /// Records that the upstream accepted task `id` with `answer`.
@@ -101,18 +91,15 @@ impl Videos {
     }
 
     async fn record(&self, message: pb::RecordVideoUpstreamRequest) -> Result<Task, ProxyError> {
-        let mut attempt = 1;
-        loop {
-            match self.client().record_video_upstream(self.request(message.clone(), WRITE_TIMEOUT)).await {
-                Ok(task) => return Ok(task.into_inner().into()),
-                Err(status) if attempt < RECORD_ATTEMPTS && super::is_retryable(&status) => {
-                    tracing::warn!(video = %message.id, %status, "recording a video submission failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-                    attempt += 1;
-                }
-                Err(status) => return Err(refused(&status, Some(&message.id))),
-            }
-        }
+        let send = || async {
+            let mut client = self.client();
+            client
+                .record_video_upstream(self.request(message.clone(), WRITE_TIMEOUT))
+                .await
+                .map(tonic::Response::into_inner)
+        };
+        let task = submission::recorded("video task", &message.id, send).await;
+        Ok(task.map_err(|status| refused(&status, Some(&message.id)))?.into())
     }
 
     /// Task `id` of `caller`'s account, as fresh as the control plane makes it.
