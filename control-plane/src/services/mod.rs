@@ -16,6 +16,7 @@ pub mod import;
 pub mod keys;
 pub mod ledger;
 pub mod mirror;
+pub mod outbound;
 pub mod probe;
 pub mod retention;
 pub mod telemetry;

@@ -11,6 +11,7 @@ use futures_util::StreamExt as _;
 use serde_json::{Map, Value};
 
 use crate::domain::{BatchKind, Channel};
+use crate::services::outbound::{describe, path_segment};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -261,30 +262,6 @@ fn batches_path(kind: BatchKind) -> &'static str {
         BatchKind::Openai => "/batches",
         BatchKind::Anthropic => "/messages/batches",
     }
-}
-
-/// `id` made safe for one URL path segment.
-fn path_segment(id: &str) -> String {
-    id.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// A reqwest failure without its URL (base URLs may carry credentials).
-fn describe(error: &reqwest::Error) -> String {
-    let kind = if error.is_timeout() {
-        "timed out"
-    } else if error.is_connect() {
-        "connection failed"
-    } else if error.is_decode() || error.is_body() {
-        "unreadable answer"
-    } else {
-        "request failed"
-    };
-    kind.to_owned()
 }
 
 #[cfg(test)]

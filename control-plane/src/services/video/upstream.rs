@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::fail;
 use crate::domain::{Channel, VideoStatus, VideoTask};
+use crate::services::outbound::{describe, path_segment};
 
 /// Fields the gateway sets itself in the task objects clients see.
 const OWNED: [&str; 10] =
@@ -187,30 +188,6 @@ fn scalar_text(value: &Value) -> Option<String> {
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     }
-}
-
-/// `id` made safe for one URL path segment.
-fn path_segment(id: &str) -> String {
-    id.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// A reqwest failure without its URL (base URLs may carry credentials).
-fn describe(error: &reqwest::Error) -> String {
-    let kind = if error.is_timeout() {
-        "timed out"
-    } else if error.is_connect() {
-        "connection failed"
-    } else if error.is_decode() || error.is_body() {
-        "unreadable answer"
-    } else {
-        "request failed"
-    };
-    kind.to_owned()
 }
 
 #[cfg(test)]
