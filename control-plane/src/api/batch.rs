@@ -6,7 +6,7 @@ use gw_proto::pb;
 use tonic::Status;
 
 use crate::domain::{Batch, BatchFile, BatchKind};
-use crate::services::batch::{BatchError, Batches, NewBatch, NewFile, Submission, settle_object};
+use crate::services::batch::{BatchError, Batches, NewBatch, NewFile, settle_object};
 use crate::store::BatchFilter;
 
 /// `PolicyService.RecordBatchFile`.
@@ -82,13 +82,7 @@ pub async fn create(batches: &Batches, r: pb::CreateBatchRequest) -> Result<pb::
 
 /// `PolicyService.RecordBatchUpstream`.
 pub async fn record(batches: &Batches, r: pb::RecordBatchUpstreamRequest) -> Result<pb::Batch, Status> {
-    let submission = if r.failed {
-        Submission::Rejected { code: r.error_code, message: r.error_message }
-    } else {
-        let answer = serde_json::from_str(&r.upstream_json)
-            .map_err(|_| Status::invalid_argument("upstream_json is not JSON"))?;
-        Submission::Accepted(answer)
-    };
+    let submission = super::convert::submission(r.failed, &r.upstream_json, r.error_code, r.error_message)?;
     Ok(batches.record_submission(&r.id, submission).await?.into())
 }
 

@@ -409,6 +409,23 @@ pub fn resource_for_data_plane(resource: Resource) -> pb::Resource {
 }
 
 /// A budget named `token:<id>` or `account:<id>`.
+/// What a data plane reports of a submission to the upstream: its failure,
+/// or the upstream's answer, which must be JSON.
+pub fn submission(
+    failed: bool,
+    upstream_json: &str,
+    code: String,
+    message: String,
+) -> Result<crate::services::outbound::Submission, tonic::Status> {
+    use crate::services::outbound::Submission;
+    if failed {
+        return Ok(Submission::Rejected { code, message });
+    }
+    let answer = serde_json::from_str(upstream_json)
+        .map_err(|_| tonic::Status::invalid_argument("upstream_json is not JSON"))?;
+    Ok(Submission::Accepted(answer))
+}
+
 pub fn budget(text: &str) -> Result<crate::store::Budget, tonic::Status> {
     crate::store::Budget::parse(text)
         .ok_or_else(|| tonic::Status::invalid_argument(format!("budget {text:?} is not token:<id> or account:<id>")))

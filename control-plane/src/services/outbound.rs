@@ -1,6 +1,17 @@
 //! What the control plane's own calls to upstreams (video tasks, batches)
-//! share: ids made safe for a URL path, and failures described without the
-//! URL, since a base URL may carry credentials.
+//! share: what became of a data plane's submission, ids made safe for a URL
+//! path, and failures described without the URL, since a base URL may carry
+//! credentials.
+
+/// What became of a submission to the upstream, as the data plane that made
+/// it reports.
+#[derive(Debug, Clone)]
+pub enum Submission {
+    /// The upstream's answer: the task or batch object, with at least its `id`.
+    Accepted(serde_json::Value),
+    /// The upstream refused it or could not be reached.
+    Rejected { code: String, message: String },
+}
 
 /// `id` made safe for one URL path segment.
 pub fn path_segment(id: &str) -> String {

@@ -7,7 +7,7 @@ mod convert;
 use gw_proto::pb;
 use tonic::Status;
 
-use crate::services::video::{NewTask, Submission, VideoError, Videos};
+use crate::services::video::{NewTask, VideoError, Videos};
 use crate::{domain::VideoStatus, store::VideoFilter};
 
 /// `PolicyService.CreateVideoTask`: a refusal to pay is an answer, not an error.
@@ -40,13 +40,7 @@ pub async fn create(videos: &Videos, r: pb::CreateVideoTaskRequest) -> Result<pb
 
 /// `PolicyService.RecordVideoUpstream`.
 pub async fn record(videos: &Videos, r: pb::RecordVideoUpstreamRequest) -> Result<pb::VideoTask, Status> {
-    let submission = if r.failed {
-        Submission::Rejected { code: r.error_code, message: r.error_message }
-    } else {
-        let answer = serde_json::from_str(&r.upstream_json)
-            .map_err(|_| Status::invalid_argument("upstream_json is not JSON"))?;
-        Submission::Accepted(answer)
-    };
+    let submission = super::convert::submission(r.failed, &r.upstream_json, r.error_code, r.error_message)?;
     Ok(videos.record_submission(&r.id, submission).await?.into())
 }
 

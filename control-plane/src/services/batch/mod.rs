@@ -29,6 +29,7 @@ use crate::{
 pub use self::files::NewFile;
 pub use self::settle::client_object as settle_object;
 pub use self::upstream::Observation;
+pub use crate::services::outbound::Submission;
 
 /// How long a batch may wait for its upstream id (the data plane crashed
 /// or lost the control plane mid-submission) before it ends and its hold
@@ -73,15 +74,6 @@ pub struct NewBatch {
     pub lines: i64,
     pub prompt_tokens_bound: i64,
     pub completion_tokens_bound: i64,
-}
-
-/// What became of the submission to the upstream.
-#[derive(Debug, Clone)]
-pub enum Submission {
-    /// The upstream's batch object.
-    Accepted(serde_json::Value),
-    /// The upstream refused it or could not be reached.
-    Rejected { code: String, message: String },
 }
 
 /// Why a file or batch operation failed.

@@ -23,6 +23,7 @@ use crate::{
 };
 
 pub use self::upstream::Observation;
+pub use crate::services::outbound::Submission;
 
 /// Longest video a task may ask for, in seconds.
 pub const MAX_SECONDS: u32 = 600;
@@ -61,15 +62,6 @@ pub struct NewTask {
     pub channel_id: String,
     pub seconds: u32,
     pub size: String,
-}
-
-/// What became of the submission to the upstream.
-#[derive(Debug, Clone)]
-pub enum Submission {
-    /// The upstream's answer, a JSON object with at least its task `id`.
-    Accepted(serde_json::Value),
-    /// The upstream refused it or could not be reached.
-    Rejected { code: String, message: String },
 }
 
 /// Why a video operation failed.
