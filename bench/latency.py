@@ -8,7 +8,8 @@
   latency.py fixed-row LABEL "p50 p99"… -- "p50 p99"…
       one markdown row of the fixed-rate table: medians over the rounds,
       each round's p99, and the median (and range) of each round's p99 over
-      the nginx hop's in the same round (the rounds after --)
+      the nginx hop's in the same round (the rounds after --; none on the
+      hop's own rows, whose labels start "nginx hop")
 """
 
 import http.client
@@ -47,7 +48,7 @@ def fixed_row(label, rest):
     p99 = statistics.median(r[1] for r in own)
     each = ", ".join(f"{r[1]:.2f}" for r in own)
     ratio = ""
-    if label != "nginx hop":
+    if not label.startswith("nginx hop"):
         ratios = [o[1] / h[1] for o, h in zip(own, hop)]
         ratio = f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f}×)"
     print(f"| {label} | {p50:.2f} ms | {p99:.2f} ms | {each} | {ratio} |")
