@@ -12,6 +12,7 @@ pub mod cli;
 pub mod forwarder;
 pub mod harness;
 pub mod mock;
+pub mod node;
 pub mod otlp;
 pub mod redis;
 pub mod schema;

@@ -210,11 +210,7 @@ async fn a_store_confirmed_empty_never_prices_from_the_catalogue_it_lost() {
         node_id: "dp-0".into(),
         ..Default::default()
     };
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", f.cluster.control_plane.addr))
-        .expect("address")
-        .connect_lazy();
-    let key = gw_tests::harness::AdminKey::new(&f.cluster.node_key).expect("node key");
-    let mut policy = pb::policy_service_client::PolicyServiceClient::with_interceptor(channel, key);
+    let (mut policy, _session) = gw_tests::node::connect(&f.cluster, "dp-0").await;
     let request = pb::ReportUsageRequest { node_id: "dp-0".into(), records: vec![record] };
     let answer = policy.report_usage(request).await.expect("report").into_inner();
     assert_eq!((answer.applied, answer.refused), (0, 1), "priced from a catalogue the store no longer has");

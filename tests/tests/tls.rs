@@ -1,7 +1,8 @@
 //! TLS wherever the gateway crosses a network, with certificates made at
 //! test time: Redis over TLS (`rediss://`, the test CA), the control plane's
 //! gRPC listener with mutual TLS for data planes (a data plane proves itself
-//! with a client certificate only and is known by its name), and the data
+//! with a client certificate only, and every node id it sends must be the
+//! certificate's common name), and the data
 //! plane's `/v1` listener, whose certificate is replaced on disk while it
 //! runs. Every listener refuses plaintext clients.
 
@@ -71,8 +72,8 @@ async fn setup_reloading(reload_interval: Option<Duration>) -> Fixture {
             });
         },
         |_, dp| {
-            // Not the certificate's name: the control plane goes by the certificate.
-            dp.node_id = "dp-claimed".into();
+            // The certificate's name: a data plane naming another is refused.
+            dp.node_id = NODE.into();
             dp.node_key = Some(String::new());
             let mut tls = gw_data_plane::ListenerTls::new(&dp_listener.cert_file, &dp_listener.key_file);
             if let Some(interval) = reload_interval {
@@ -161,8 +162,8 @@ async fn a_chat_request_and_gwctl_cross_tls_and_the_node_is_known_by_its_certifi
     let upstream = f.upstream.last_request().expect("the upstream was called");
     assert_eq!(upstream.header("authorization"), Some(format!("Bearer {UPSTREAM_KEY}").as_str()));
 
-    // The control plane names the data plane as its certificate does, not
-    // as the data plane calls itself, and books its usage under that name.
+    // The control plane names the data plane as its certificate does and
+    // books its usage under that name.
     let planes = f.cluster.admin().list_data_planes(pb::ListRequest::default()).await.expect("list").into_inner();
     let names: Vec<&str> = planes.items.iter().map(|p| p.node_id.as_str()).collect();
     assert_eq!(names, [NODE]);
@@ -259,4 +260,51 @@ async fn sighup_reloads_the_certificate_at_once() {
         (presented_name(&f).await.as_deref() == Some("data-plane-hup")).then_some(())
     })
     .await;
+}
+
+/// A policy client over mutual TLS with the data plane's client
+/// certificate (and, unused under mutual TLS, the node key).
+fn certified_client(f: &Fixture, client: &Issued) -> gw_tests::node::Policy {
+    let read = |path: &Path| std::fs::read(path).expect("PEM file");
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(&f.ca.cert_file)))
+        .identity(tonic::transport::Identity::from_pem(read(&client.cert_file), read(&client.key_file)));
+    let endpoint = Endpoint::from_shared(f.cluster.control_plane_url()).expect("url").tls_config(tls).expect("TLS");
+    let key = gw_tests::harness::AdminKey::new(&f.cluster.node_key).expect("key");
+    pb::policy_service_client::PolicyServiceClient::with_interceptor(endpoint.connect_lazy(), key)
+}
+
+#[tokio::test]
+async fn a_data_plane_is_refused_whatever_it_names_but_its_certificates_node() {
+    gw_tls::install_provider();
+    let f = setup().await;
+    let client = f.ca.client("impostor-client", NODE).expect("client certificate");
+
+    let mut posing = certified_client(&f, &client);
+    let refused = gw_tests::node::open(&mut posing, "dp-someone-else", 0).await.err().expect("a hello as another node");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+
+    let mut policy = certified_client(&f, &client);
+    let _session = gw_tests::node::open(&mut policy, NODE, 0).await.expect("a hello as the certificate's node");
+    let record = |node: &str| pb::UsageRecord {
+        request_id: format!("from-{node}"),
+        token_id: "tok_nobody".into(),
+        account_id: "acc_nobody".into(),
+        node_id: node.into(),
+        ..Default::default()
+    };
+    let as_other = pb::ReportUsageRequest { node_id: "dp-someone-else".into(), records: vec![record(NODE)] };
+    let refused = policy.report_usage(as_other).await.expect_err("a report as another node");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let naming_other = pb::ReportUsageRequest { node_id: NODE.into(), records: vec![record("dp-someone-else")] };
+    let refused = policy.report_usage(naming_other).await.expect_err("a record of another node");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let health = pb::ChannelHealthRequest { node_id: "dp-someone-else".into(), failures: Vec::new() };
+    let refused = policy.report_channel_health(health).await.expect_err("a health report as another node");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+
+    // Its own node's records reach the ledger (which refuses these: they
+    // name no real token).
+    let own = pb::ReportUsageRequest { node_id: NODE.into(), records: vec![record(NODE)] };
+    assert_eq!(policy.report_usage(own).await.expect("a report as itself").into_inner().refused, 1);
 }

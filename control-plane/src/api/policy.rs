@@ -4,8 +4,13 @@
 //! then sends one delta per batch of store changes, and records ACKs. Permits
 //! and spending leases are answered by the budget authority (`budget`),
 //! usage reports by the `ledger`.
+//!
+//! A data plane is who its watch session says: a usage or channel-health
+//! report must come over the connection of a watch whose hello named the
+//! same node (under mutual TLS, a hello must name the certificate's node);
+//! anything else is refused with PermissionDenied and counted.
 
-use std::{pin::Pin, sync::Arc};
+use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 
 use futures_util::Stream;
 use gw_proto::pb;
@@ -21,7 +26,7 @@ use crate::{
     services::batch::Batches,
     services::budget::Authority,
     services::continuity::Continuity,
-    services::fleet::Fleet,
+    services::fleet::{self, Binding, Fleet},
     services::ledger::Ledger,
     services::mirror::{Frozen, Mirror, touched},
     services::video::Videos,
@@ -34,6 +39,8 @@ const MAX_BATCH: usize = 10_000;
 pub const SNAPSHOT_CHUNK: usize = 5_000;
 /// Consecutive failures on one data plane that take a channel out of rotation.
 pub const AUTO_DISABLE_AFTER: u32 = 5;
+/// How long a report waits for the watch of its connection to say hello.
+const SESSION_WAIT: Duration = Duration::from_secs(2);
 
 /// The policy service of one replica.
 pub struct PolicyApi {
@@ -136,6 +143,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
 
     async fn watch(&self, request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<WatchStream>, Status> {
         let identity = request.extensions().get::<crate::api::peer::NodeIdentity>().cloned();
+        let remote = request.remote_addr();
         let mut incoming = request.into_inner();
         let mut hello = match incoming.next().await {
             Some(Ok(pb::WatchRequest { kind: Some(pb::watch_request::Kind::Hello(hello)) })) => hello,
@@ -143,6 +151,9 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             _ => return Err(Status::invalid_argument("the first message of a watch must be a hello")),
         };
         if let Some(crate::api::peer::NodeIdentity(name)) = identity {
+            if !hello.node_id.is_empty() && hello.node_id != name {
+                return Err(impostor("watch", &hello.node_id, &name));
+            }
             hello.node_id = name;
         }
         if hello.node_id.is_empty() {
@@ -150,8 +161,12 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         }
         let lineage = self.continuity.admit(&hello.node_id, &hello.store_id, hello.revision).await?;
         let other_store = !hello.store_id.is_empty() && hello.store_id != lineage.id;
+        // What it holds of this lineage counts as acknowledged: a reconnect
+        // with nothing new to send shows it in sync.
+        let holds = if other_store { 0 } else { hello.revision };
         let (tx, rx) = mpsc::channel(16);
         let session = Session {
+            binding: remote.map(|remote| self.fleet.bind(remote, &hello.node_id, holds)),
             store: self.store.clone(),
             fleet: self.fleet.clone(),
             continuity: self.continuity.clone(),
@@ -162,9 +177,6 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             chunk: self.snapshot_chunk,
             tx,
         };
-        // What it holds of this lineage counts as acknowledged: a reconnect
-        // with nothing new to send shows it in sync.
-        let holds = if other_store { 0 } else { hello.revision };
         self.fleet.connected(&hello.node_id, &hello.address, &hello.version, holds);
         tracing::info!(node = %hello.node_id, revision = hello.revision, "data plane connected");
         // Deltas only on top of this lineage's own revisions.
@@ -177,14 +189,9 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::ReportUsageRequest>,
     ) -> Result<Response<pb::ReportUsageResponse>, Status> {
-        let identity = request.extensions().get::<crate::api::peer::NodeIdentity>().cloned();
-        let mut request = crate::api::peer::with_node(request, |r| &mut r.node_id);
-        // Usage is booked against the leases of the node the certificate names.
-        if let Some(crate::api::peer::NodeIdentity(name)) = identity {
-            for record in &mut request.records {
-                record.node_id.clone_from(&name);
-            }
-        }
+        let certified = request.extensions().get::<crate::api::peer::NodeIdentity>().is_some();
+        let remote = request.remote_addr();
+        let request = request.into_inner();
         if request.records.len() > MAX_BATCH {
             return Err(Status::invalid_argument(format!("at most {MAX_BATCH} records per report")));
         }
@@ -194,11 +201,20 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
                 bad.token_id
             )));
         }
+        let session = self.session("usage", remote, &request.node_id).await?;
+        // Under mutual TLS every record must be the certificate's node's;
+        // otherwise a record naming another node is booked to this one.
+        if certified
+            && let Some(other) = request.records.iter().find(|r| !r.node_id.is_empty() && r.node_id != session.node_id)
+        {
+            return Err(impostor("usage", &other.node_id, &session.node_id));
+        }
         // Kept in the data plane's spool until the store is trusted again.
         self.continuity.trusted()?;
         let records: Vec<UsageRecord> = request.records.into_iter().map(Into::into).collect();
-        let outcome = self.ledger.apply_reported(&request.node_id, records).await.map_err(Status::from)?;
-        self.seen(&request.node_id);
+        let outcome =
+            self.ledger.apply_reported(&session.node_id, session.base(), records).await.map_err(Status::from)?;
+        self.seen(&session.node_id);
         Ok(Response::new(pb::ReportUsageResponse {
             applied: outcome.applied,
             duplicates: outcome.duplicates,
@@ -333,7 +349,9 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
         &self,
         request: Request<pb::ChannelHealthRequest>,
     ) -> Result<Response<pb::ChannelHealthResponse>, Status> {
-        let request = crate::api::peer::with_node(request, |r| &mut r.node_id);
+        let remote = request.remote_addr();
+        let mut request = request.into_inner();
+        request.node_id = self.session("health", remote, &request.node_id).await?.node_id.clone();
         let mut disabled = Vec::new();
         for failure in request.failures {
             if !failure.key_id.is_empty() {
@@ -371,9 +389,7 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
             );
             disabled.push(failure.channel_id);
         }
-        if !request.node_id.is_empty() {
-            self.fleet.seen(&request.node_id);
-        }
+        self.fleet.seen(&request.node_id);
         Ok(Response::new(pb::ChannelHealthResponse { disabled }))
     }
 }
@@ -381,6 +397,33 @@ impl pb::policy_service_server::PolicyService for PolicyApi {
 // === impl PolicyApi ===
 
 impl PolicyApi {
+    /// The watch session of the connection `remote` a `call` came on; the
+    /// node it `claims` to be (if it names one) must be the session's.
+    /// FailedPrecondition when no watch is open on the connection,
+    /// PermissionDenied when the claim is another node's; both counted.
+    async fn session(
+        &self,
+        call: &str,
+        remote: Option<SocketAddr>,
+        claims: &str,
+    ) -> Result<Arc<fleet::Session>, Status> {
+        let session = match remote {
+            Some(remote) => self.fleet.session_on(remote, SESSION_WAIT).await,
+            None => None,
+        };
+        let Some(session) = session else {
+            crate::services::telemetry::node_refused(call, "no_watch");
+            tracing::warn!(call, node = claims, "report from a connection with no watch stream refused");
+            return Err(Status::failed_precondition(
+                "no watch stream is open on this connection: a data plane reports over the connection of its watch",
+            ));
+        };
+        if !claims.is_empty() && claims != session.node_id {
+            return Err(impostor(call, claims, &session.node_id));
+        }
+        Ok(session)
+    }
+
     /// A data plane saw the upstream refuse one key of a channel's pool
     /// (401, 403): that key alone leaves rotation, at once, unless an
     /// operator already disabled it. Other statuses are ignored.
@@ -400,8 +443,18 @@ impl PolicyApi {
     }
 }
 
+/// A `call` naming node `claimed` from a data plane known to be `node`:
+/// counted, logged, refused.
+fn impostor(call: &str, claimed: &str, node: &str) -> Status {
+    crate::services::telemetry::node_refused(call, "impostor");
+    tracing::warn!(call, claimed, node, "a data plane named another node; refused");
+    Status::permission_denied(format!("this data plane is {node:?}, not {claimed:?}"))
+}
+
 /// One data plane's watch stream.
 struct Session {
+    /// Binds its connection to its node id while it runs.
+    binding: Option<Binding>,
     store: Arc<dyn Store>,
     fleet: Fleet,
     continuity: Continuity,
@@ -612,6 +665,9 @@ impl Session {
         self.tx.send(Ok(response)).await.map_err(|_| SessionEnd::Closed)?;
         self.sent = revision;
         self.fleet.sent(&self.node_id, revision);
+        if let Some(binding) = &self.binding {
+            binding.sent(revision);
+        }
         Ok(())
     }
 }

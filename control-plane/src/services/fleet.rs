@@ -8,18 +8,23 @@
 //! replica's: the data plane may have moved on). A record not refreshed for
 //! `GONE_AFTER_SECS` is gone — its data plane or its replica died — and is
 //! left out of the live count until it calls again or is removed.
+//!
+//! Each open watch stream binds its connection to the node id of its hello
+//! (`Sessions`): a data plane makes every call over the one connection its
+//! watch uses, so a report is from the node whose session holds the
+//! connection it came on, whatever node it names.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     net::SocketAddr,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::domain::{DataPlane, now_unix};
 use crate::store::{Store, StoreError};
@@ -63,6 +68,32 @@ struct Inner {
     writes: mpsc::UnboundedSender<String>,
     /// Live data planes of the whole fleet, as last read from the store.
     live: AtomicUsize,
+    sessions: Sessions,
+}
+
+/// The watch sessions open on this replica, by the connection they came on.
+#[derive(Default)]
+struct Sessions {
+    open: Mutex<HashMap<SocketAddr, Arc<Session>>>,
+    /// Woken whenever a session opens.
+    opened: Notify,
+}
+
+/// One data plane's watch session, as calls on its connection see it.
+#[derive(Debug)]
+pub struct Session {
+    /// The node id of its hello (its certificate's, under mutual TLS).
+    pub node_id: String,
+    /// The lowest revision the data plane can have served under since the
+    /// session began: what its hello held, else the first snapshot sent.
+    base: AtomicU64,
+}
+
+/// Keeps a session bound to its connection until dropped.
+pub struct Binding {
+    inner: std::sync::Weak<Inner>,
+    remote: SocketAddr,
+    session: Arc<Session>,
 }
 
 // === impl Liveness ===
@@ -84,7 +115,14 @@ impl Fleet {
     /// the refresh of the live count, which end with `shutdown`.
     pub fn start(store: Arc<dyn Store>, replica: String, shutdown: watch::Receiver<bool>) -> Fleet {
         let (writes, queued) = mpsc::unbounded_channel();
-        let inner = Arc::new(Inner { store, replica, local: Mutex::default(), writes, live: AtomicUsize::new(0) });
+        let inner = Arc::new(Inner {
+            store,
+            replica,
+            local: Mutex::default(),
+            writes,
+            live: AtomicUsize::new(0),
+            sessions: Sessions::default(),
+        });
         tokio::spawn(write_loop(Arc::downgrade(&inner), queued));
         tokio::spawn(refresh_loop(Arc::downgrade(&inner), shutdown));
         Fleet { inner }
@@ -181,6 +219,33 @@ impl Fleet {
         Ok(self.inner.store.remove_data_plane(node_id).await?)
     }
 
+    /// Binds connection `remote` to the watch session of `node_id`, which
+    /// held `base` (0: nothing) when it began, until the binding is
+    /// dropped. A newer session on the same connection takes its place.
+    pub fn bind(&self, remote: SocketAddr, node_id: &str, base: u64) -> Binding {
+        let session = Arc::new(Session { node_id: node_id.to_owned(), base: AtomicU64::new(base) });
+        self.inner.sessions.open.lock().unwrap_or_else(|e| e.into_inner()).insert(remote, session.clone());
+        self.inner.sessions.opened.notify_waiters();
+        Binding { inner: Arc::downgrade(&self.inner), remote, session }
+    }
+
+    /// The session bound to connection `remote`, waiting up to `wait` for
+    /// one to open (a data plane that reconnected may call before its
+    /// hello arrives); `None` when none did.
+    pub async fn session_on(&self, remote: SocketAddr, wait: Duration) -> Option<Arc<Session>> {
+        let sessions = &self.inner.sessions;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let opened = sessions.opened.notified();
+            if let Some(session) = sessions.open.lock().unwrap_or_else(|e| e.into_inner()).get(&remote) {
+                return Some(session.clone());
+            }
+            if tokio::time::timeout_at(deadline, opened).await.is_err() {
+                return None;
+            }
+        }
+    }
+
     fn local(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, DataPlane>> {
         self.inner.local.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -197,6 +262,36 @@ impl Fleet {
         }
         if write {
             let _ = self.inner.writes.send(node_id.to_owned());
+        }
+    }
+}
+
+// === impl Session ===
+
+impl Session {
+    /// The lowest revision the data plane can have admitted a request of
+    /// this session under (0 when it held nothing yet).
+    pub fn base(&self) -> u64 {
+        self.base.load(Ordering::Relaxed)
+    }
+}
+
+// === impl Binding ===
+
+impl Binding {
+    /// Notes that the data plane was sent `revision`: when its hello held
+    /// nothing, that is the oldest policy its session serves under.
+    pub fn sent(&self, revision: u64) {
+        let _ = self.session.base.compare_exchange(0, revision, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.upgrade() else { return };
+        let mut open = inner.sessions.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.get(&self.remote).is_some_and(|s| Arc::ptr_eq(s, &self.session)) {
+            open.remove(&self.remote);
         }
     }
 }

@@ -6,12 +6,14 @@
 //! window, a model the catalogue knows) and priced here from the catalogue
 //! and its counts; the cost a data plane sent is only compared. A record
 //! must name a token and an account that exist, and the token must be the
-//! account's; it is booked to the data plane that reported it, whatever
-//! node it names (so no data plane spends another's leases). Refused records are logged, counted (`gw.ledger.records` with outcome
-//! `refused`, alerted on) and never charged.
+//! account's; its group, model and channel must be ones the data plane's
+//! policy allowed (`allowed`). It is booked to the data plane that
+//! reported it, whatever node it names (so no data plane spends another's
+//! leases). Refused records are logged, counted (`gw.ledger.records` with
+//! outcome `refused`, alerted on) and never charged.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{Arc, Mutex, PoisonError},
 };
 
@@ -21,6 +23,10 @@ use crate::{
     domain::{Kind, Resource, UsageOutcome, UsageRecord, VideoTask, now_unix},
     store::{Charged, IDEMPOTENCY_WINDOW_SECS, Store, StoreError},
 };
+
+mod allowed;
+
+use allowed::{Allowed, Changed};
 
 /// Why the ledger could not apply or charge.
 #[derive(Debug, thiserror::Error)]
@@ -71,13 +77,18 @@ pub enum Refusal {
     UnknownAccount(String),
     #[error("token {token:?} belongs to account {owner:?}, not to {account:?}")]
     NotTheAccounts { token: String, owner: String, account: String },
-}
-
-/// The tokens (with their accounts) and accounts that exist, of those a
-/// batch of records names.
-struct Payers {
-    tokens: HashMap<String, String>,
-    accounts: HashSet<String>,
+    #[error("group {group:?} is not the token's ({token:?})")]
+    NotTheTokensGroup { group: String, token: String },
+    #[error("the account may not use group {0:?}")]
+    GroupNotAllowed(String),
+    #[error("group {0:?} does not exist")]
+    UnknownGroup(String),
+    #[error("model {0:?} is outside the token's allowlist")]
+    ModelNotAllowed(String),
+    #[error("channel {0:?} does not exist")]
+    UnknownChannel(String),
+    #[error("channel {channel:?} does not serve model {model:?} to group {group:?}")]
+    NotServed { channel: String, model: String, group: String },
 }
 
 // === impl Ledger ===
@@ -88,11 +99,21 @@ impl Ledger {
     }
 
     /// Checks and prices records data plane `node` reported, then applies
-    /// the good ones once per request id. Refused records are logged and
-    /// counted.
-    pub async fn apply_reported(&self, node: &str, records: Vec<UsageRecord>) -> Result<UsageOutcome, LedgerError> {
+    /// the good ones once per request id. `base` is the revision the data
+    /// plane held when its watch session began (0: none): what changed
+    /// after it is not held against a record. Refused records are logged
+    /// and counted.
+    pub async fn apply_reported(
+        &self,
+        node: &str,
+        base: u64,
+        records: Vec<UsageRecord>,
+    ) -> Result<UsageOutcome, LedgerError> {
         let catalogue = self.catalogue().await?;
-        let payers = self.payers(&records).await?;
+        let allowed = Allowed::read(self.store.as_ref(), &records).await?;
+        // The change feed is read only when the policy as it is now would
+        // refuse a record: almost never.
+        let mut changed = None;
         let now = now_unix();
         let mut good = Vec::with_capacity(records.len());
         let mut refused = 0;
@@ -102,7 +123,13 @@ impl Ledger {
                 tracing::debug!(request_id = %record.request_id, named = %record.node_id, node, "usage record booked to the node that reported it");
                 node.clone_into(&mut record.node_id);
             }
-            let checked = catalogue.price(&mut record, now).and_then(|()| payers.check(&record));
+            let mut checked = catalogue.price(&mut record, now).and_then(|()| allowed.payer(&record));
+            if checked.is_ok() && allowed.policy(&record, &Changed::everything_kept()).is_err() {
+                if changed.is_none() {
+                    changed = Some(Changed::since(self.store.as_ref(), base).await?);
+                }
+                checked = changed.as_ref().map_or(Ok(()), |changed| allowed.policy(&record, changed));
+            }
             match checked {
                 Ok(()) => good.push(record),
                 Err(refusal) => {
@@ -123,31 +150,6 @@ impl Ledger {
         outcome.refused = refused;
         crate::services::telemetry::ledger_applied(&outcome, good.iter().map(|r| r.created_at), now);
         Ok(outcome)
-    }
-
-    /// Which of the tokens and accounts `records` name exist, read in one
-    /// call (a batch names few: mostly one token and its account).
-    async fn payers(&self, records: &[UsageRecord]) -> Result<Payers, StoreError> {
-        let tokens: HashSet<&str> = records.iter().map(|r| r.token_id.as_str()).collect();
-        let accounts: HashSet<&str> = records.iter().map(|r| r.account_id.as_str()).collect();
-        let refs: Vec<(Kind, String)> = tokens
-            .iter()
-            .map(|id| (Kind::Token, (*id).to_owned()))
-            .chain(accounts.iter().map(|id| (Kind::Account, (*id).to_owned())))
-            .collect();
-        let mut payers = Payers { tokens: HashMap::new(), accounts: HashSet::new() };
-        for found in self.store.get_many(&refs).await?.into_iter().flatten() {
-            match found {
-                Resource::Token(token) => {
-                    payers.tokens.insert(token.id, token.account_id);
-                }
-                Resource::Account(account) => {
-                    payers.accounts.insert(account.id);
-                }
-                _ => {}
-            }
-        }
-        Ok(payers)
     }
 
     /// Charges a video task when its token's quota and its account's balance
@@ -206,29 +208,6 @@ impl Ledger {
         let catalogue = Arc::new(catalogue);
         *self.catalogue.lock().unwrap_or_else(PoisonError::into_inner) = Some(catalogue.clone());
         Ok(catalogue)
-    }
-}
-
-// === impl Payers ===
-
-impl Payers {
-    /// Whether `record` names a token of the account it names, both
-    /// existing.
-    fn check(&self, record: &UsageRecord) -> Result<(), Refusal> {
-        let Some(owner) = self.tokens.get(&record.token_id) else {
-            return Err(Refusal::UnknownToken(record.token_id.clone()));
-        };
-        if !self.accounts.contains(&record.account_id) {
-            return Err(Refusal::UnknownAccount(record.account_id.clone()));
-        }
-        if *owner != record.account_id {
-            return Err(Refusal::NotTheAccounts {
-                token: record.token_id.clone(),
-                owner: owner.clone(),
-                account: record.account_id.clone(),
-            });
-        }
-        Ok(())
     }
 }
 

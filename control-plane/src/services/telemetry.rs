@@ -20,6 +20,7 @@ struct Instruments {
     ledger_records: Counter<u64>,
     ledger_lag: Histogram<f64>,
     video_tasks: Counter<u64>,
+    node_refused: Counter<u64>,
 }
 
 static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
@@ -38,6 +39,10 @@ static INSTRUMENTS: LazyLock<Instruments> = LazyLock::new(|| {
         video_tasks: meter
             .u64_counter("gw.video.tasks")
             .with_description("Video tasks entering each status (queued, in_progress, completed, failed)")
+            .build(),
+        node_refused: meter
+            .u64_counter("gw.node.refused")
+            .with_description("Data-plane calls refused, by call and reason (impostor, no_watch)")
             .build(),
     }
 });
@@ -74,6 +79,14 @@ pub fn ledger_applied(outcome: &UsageOutcome, created_at: impl Iterator<Item = i
         #[allow(clippy::cast_precision_loss)] // seconds of lag fit an f64 exactly
         instruments.ledger_lag.record(now.saturating_sub(created).max(0) as f64, &[]);
     }
+}
+
+/// A data plane's `call` (watch, usage, health) was refused for `reason`:
+/// `impostor` (it named another node than it is) or `no_watch` (it came
+/// over a connection with no watch stream).
+pub fn node_refused(call: &str, reason: &'static str) {
+    let labels = [KeyValue::new("gw.call", call.to_owned()), KeyValue::new("gw.reason", reason)];
+    INSTRUMENTS.node_refused.add(1, &labels);
 }
 
 /// A video task entered `status` (created queued, or changed by this replica).
