@@ -63,20 +63,26 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(endpoints::realtime::routes())
         .fallback(invalid_url)
         .method_not_allowed_fallback(invalid_url)
-        .layer(middleware::from_fn_with_state(app.clone(), pipeline::keepalive::layer))
         .layer(middleware::from_fn_with_state(app.clone(), request_layer))
         .with_state(app)
 }
 
 /// A new time-ordered request id: 12 hex digits of Unix milliseconds, then
 /// 20 random ones.
-pub fn new_request_id() -> String {
+pub fn new_request_id() -> Arc<str> {
     let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
     let random: u128 = rand::random::<u128>() & ((1u128 << 80) - 1);
-    // 48 bits of time over 80 random ones: 32 hex digits, without the
-    // formatting machinery `format!` runs on every request.
-    hex::encode((((millis & 0xffff_ffff_ffff) << 80) | random).to_be_bytes())
+    // 48 bits of time over 80 random ones: 32 hex digits, written by table
+    // into one buffer and shared as it is (one allocation per request).
+    let mut digits = [0u8; 32];
+    let bits = ((millis & 0xffff_ffff_ffff) << 80) | random;
+    for (i, digit) in digits.iter_mut().enumerate() {
+        *digit = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    std::str::from_utf8(&digits).map_or_else(|_| Arc::from(""), Arc::from)
 }
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 static REQUEST_ID_HEADER: LazyLock<header::HeaderName> =
     LazyLock::new(|| header::HeaderName::from_static("x-request-id"));
@@ -87,13 +93,14 @@ static COST_HEADER: LazyLock<header::HeaderName> =
     LazyLock::new(|| header::HeaderName::from_static("x-gateway-cost-usd"));
 
 /// Gives each request an id (extension + `x-request-id` response header)
-/// and a span carrying it, renders a refusal in the shape of the path's API
+/// and a span carrying it, runs it through the keepalive layer
+/// (`pipeline::keepalive`), renders a refusal in the shape of the path's API
 /// (the one place that does), names a whole answer's cost
 /// (`x-gateway-cost-usd`), and writes the access log line with what the
 /// pipeline noted in the request's `Trail`.
 async fn request_layer(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let id = RequestId(new_request_id().into());
+    let id = RequestId(new_request_id());
     let method = request.method().clone();
     // Clones of what the request holds (a shared buffer, an `Arc`), not copies.
     let uri = request.uri().clone();
@@ -104,7 +111,10 @@ async fn request_layer(State(app): State<Arc<App>>, mut request: Request, next: 
     request.extensions_mut().insert(id.clone());
     request.extensions_mut().insert(trail.clone());
     let span = telemetry::request_span(&id.0, &method, route, request.headers());
-    let mut response = next.run(request).instrument(span.clone()).await;
+    // The keepalive layer runs inside this one, called rather than layered:
+    // one middleware step less on every request.
+    let answered = pipeline::keepalive::layer(State(app.clone()), request, next);
+    let mut response = answered.instrument(span.clone()).await;
     let refusal = response.extensions_mut().remove::<Refused>().map(|Refused(error)| error);
     if let Some(error) = &refusal {
         response = error::render_as(error, &id.0, Shape::for_path(path), app.console.as_ref());

@@ -19,6 +19,8 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
+    task::Poll,
+    time::Duration,
 };
 
 use axum::{
@@ -29,7 +31,7 @@ use axum::{
     response::Response,
 };
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt as _, stream};
+use futures_util::{Stream, StreamExt as _, stream, task::AtomicWaker};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::Instrument as _;
 
@@ -44,9 +46,16 @@ use crate::{
 const MAX_ERROR_BYTES: usize = 64 << 10;
 
 /// Whether the request's answer streams and may be kept alive: a request
-/// extension the layer adds and `arm` sets.
+/// extension the layer adds and `arm` sets, waking the layer.
 #[derive(Clone, Default)]
-pub struct Armed(Arc<AtomicBool>);
+pub struct Armed(Arc<ArmedState>);
+
+#[derive(Default)]
+struct ArmedState {
+    armed: AtomicBool,
+    /// The layer, waiting for the request to be armed.
+    waker: AtomicWaker,
+}
 
 /// A keepalive in the client's dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +93,8 @@ enum Phase {
 /// when the client asked for a stream of server-sent events.
 pub fn arm(admitted: &Admitted) {
     if let Some(armed) = admitted.parts.extensions.get::<Armed>() {
-        armed.0.store(true, Ordering::Relaxed);
+        armed.0.armed.store(true, Ordering::Release);
+        armed.0.waker.wake();
     }
 }
 
@@ -105,21 +115,54 @@ pub async fn layer(State(app): State<Arc<App>>, mut request: Request, next: Next
     let responses = path == "/v1/responses";
     let beat = if shape == Shape::Messages { Beat::Ping } else { Beat::Comment };
     let id = request.extensions().get::<RequestId>().cloned().unwrap_or_default();
+    let arrived = Instant::now();
+    let mut answer: Answer = Box::pin(next.run(request));
+    // No timer until the handler arms the request: most answers never are.
+    tokio::select! {
+        biased;
+        response = &mut answer => return response,
+        () = armed.wait() => {}
+    }
+    // Ticks on the interval's grid from the request's arrival: the first
+    // whole interval after it was armed commits the stream.
+    let mut ticks = tokio::time::interval_at(first_tick(arrived, interval, Instant::now()), interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tokio::select! {
+        biased;
+        response = &mut answer => return response,
+        _ = ticks.tick() => {}
+    }
     // The request's span (`http`'s), which the answer keeps once it runs
     // inside the committed body.
-    let mut answer: Answer = Box::pin(next.run(request).instrument(tracing::Span::current()));
-    let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            biased;
-            response = &mut answer => return response,
-            _ = ticks.tick() => if armed.0.load(Ordering::Relaxed) { break },
-        }
-    }
+    let answer: Answer = Box::pin(answer.instrument(tracing::Span::current()));
     let waiting = Waiting { answer, ticks, beat, shape, responses, id, app };
     let body = stream::iter([Ok(beat.bytes())]).chain(Phase::Waiting(Box::new(waiting)).into_stream());
     provider::reply(StatusCode::OK, None, Body::from_stream(body), true)
+}
+
+/// The first tick at or after `now` of the grid of `interval`s from
+/// `arrived` (never `arrived` itself).
+fn first_tick(arrived: Instant, interval: Duration, now: Instant) -> Instant {
+    let since = now.saturating_duration_since(arrived);
+    let whole = since.as_nanos().div_ceil(interval.as_nanos()).max(1);
+    let whole = u32::try_from(whole).unwrap_or(u32::MAX);
+    arrived + interval.saturating_mul(whole)
+}
+
+// === impl Armed ===
+
+impl Armed {
+    /// Resolves once `arm` was called.
+    fn wait(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            if self.0.armed.load(Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+            self.0.waker.register(cx.waker());
+            // Armed between the first look and the registration.
+            if self.0.armed.load(Ordering::Acquire) { Poll::Ready(()) } else { Poll::Pending }
+        })
+    }
 }
 
 // === impl Beat ===
@@ -263,6 +306,16 @@ mod tests {
             (504, ""),
             "refused before the first interval: its own status, rendered outside"
         );
+    }
+
+    #[test]
+    fn a_request_armed_late_commits_on_the_grid_of_intervals_from_its_arrival() {
+        let (arrived, interval) = (Instant::now(), Duration::from_secs(15));
+        let at = |secs: u64| arrived + Duration::from_secs(secs);
+        assert_eq!(first_tick(arrived, interval, arrived), at(15));
+        assert_eq!(first_tick(arrived, interval, at(1)), at(15));
+        assert_eq!(first_tick(arrived, interval, at(15)), at(15));
+        assert_eq!(first_tick(arrived, interval, at(16)), at(30));
     }
 
     #[test]

@@ -65,7 +65,13 @@ pub fn request_key<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Result
 }
 
 fn valid_key(key: &str) -> bool {
-    !key.is_empty() && !key.contains(|c: char| c.is_whitespace())
+    // Header values are ASCII: a byte test then, the same as `char`'s.
+    let spaced = if key.is_ascii() {
+        key.bytes().any(|b| b.is_ascii_whitespace() || b == 0x0b)
+    } else {
+        key.contains(char::is_whitespace)
+    };
+    !key.is_empty() && !spaced
 }
 
 /// What the snapshot indexes tokens by: SHA-256 of the whole key string.
@@ -136,6 +142,14 @@ mod tests {
     };
 
     const KEY: &str = "sk-test-key";
+
+    proptest::proptest! {
+        #[test]
+        fn a_key_is_valid_when_it_is_not_empty_and_holds_no_whitespace(key in "[ -~\t\n\x0b\x0c\r\u{85}\u{a0}\u{2028}é]{0,12}") {
+            let general = !key.is_empty() && !key.chars().any(char::is_whitespace);
+            proptest::prop_assert_eq!(valid_key(&key), general);
+        }
+    }
 
     fn account(balance: i64) -> Account {
         Account {
