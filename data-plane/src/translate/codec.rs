@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use crate::json_body::BodyEdit;
+
 use super::{
     Dropped, TranslateError,
     ir::{self, Decode, Encode},
@@ -36,6 +38,50 @@ pub struct Answering {
     pub include_usage: bool,
     /// Gemini clients that asked for a JSON array instead of SSE.
     pub json_array: bool,
+}
+
+/// Why a raw request body could not be translated.
+#[derive(Debug)]
+pub enum Untranslated {
+    /// The body is not JSON.
+    Json(serde_json::Error),
+    Translate(TranslateError),
+}
+
+/// The raw request body `raw` in dialect `from` as a body in dialect `to`
+/// naming `model` and asking for a stream when `stream`, with `edit`
+/// applied to its top-level fields, and what could not be carried. Bodies
+/// are read and written without a `Value` tree where the dialects have a
+/// reader and a writer of their own (messages in, chat out); the result
+/// is the same either way.
+pub fn translate_request(
+    from: Dialect,
+    to: Dialect,
+    raw: &[u8],
+    model: &str,
+    stream: bool,
+    edit: &BodyEdit,
+) -> Result<(Vec<u8>, Dropped), Untranslated> {
+    let decoded = match from {
+        Dialect::Messages => super::messages::request::decode_raw(raw),
+        _ => None,
+    };
+    let (mut request, mut dropped) = match decoded {
+        Some(decoded) => decoded,
+        None => {
+            let body = serde_json::from_slice::<Value>(raw).map_err(Untranslated::Json)?;
+            decode_request(from, &body)
+        }
+    }
+    .map_err(Untranslated::Translate)?;
+    model.clone_into(&mut request.model);
+    request.stream = stream;
+    if to == Dialect::Chat {
+        return Ok((super::chat::encode::request(&request, &mut dropped, edit), dropped));
+    }
+    let mut body = encode_request(to, &request, &mut dropped).map_err(Untranslated::Translate)?;
+    edit.apply(&mut body);
+    Ok((body.to_string().into_bytes(), dropped))
 }
 
 /// `body` in `dialect` as the internal form, with what could not be carried.

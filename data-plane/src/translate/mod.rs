@@ -20,6 +20,8 @@ mod converse;
 mod dropped;
 mod gemini;
 pub mod ir;
+mod json_out;
+mod lenient;
 mod messages;
 pub mod responses;
 mod sse;
@@ -166,6 +168,10 @@ fn str_field<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
 
 #[cfg(test)]
 mod golden;
+#[cfg(test)]
+mod raw_tests;
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod round_trip;
 #[cfg(test)]

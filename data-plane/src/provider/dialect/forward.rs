@@ -70,15 +70,16 @@ pub async fn forward(
     let body = if same {
         call.body.edit(&edit)
     } else {
-        let json = serde_json::from_slice::<Value>(call.body.raw())
-            .map_err(|error| ProxyError::InvalidJson(error.to_string()))?;
-        let (mut request, mut dropped) = codec::decode_request(call.dialect, &json).map_err(untranslatable)?;
-        request.model = upstream_model.clone();
-        request.stream = call.stream;
-        let mut encoded = codec::encode_request(target.dialect, &request, &mut dropped).map_err(untranslatable)?;
-        edit.apply(&mut encoded);
+        let raw = call.body.raw();
+        let (encoded, dropped) =
+            codec::translate_request(call.dialect, target.dialect, raw, &upstream_model, call.stream, &edit).map_err(
+                |error| match error {
+                    codec::Untranslated::Json(error) => ProxyError::InvalidJson(error.to_string()),
+                    codec::Untranslated::Translate(error) => untranslatable(error),
+                },
+            )?;
         note_dropped(&dropped, "request");
-        Bytes::from(encoded.to_string())
+        Bytes::from(encoded)
     };
     let path = match (channel.kind, call.query) {
         (ChannelKind::Anthropic, Some(query)) if same => anthropic::path_with_query(&target.path, Some(query)),

@@ -3,6 +3,7 @@
 //! each a decoder into the form and an encoder out of it. Nothing here does
 //! I/O or reads a clock.
 
+pub(super) mod encode;
 pub mod request;
 pub mod response;
 pub mod stream;

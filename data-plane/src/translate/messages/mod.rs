@@ -6,5 +6,6 @@
 pub mod request;
 pub mod response;
 pub mod stream;
+mod wire;
 
 pub use stream::{Decoder, Encoder};

@@ -18,35 +18,25 @@
 //! constrains `max_tokens` and `temperature`). Thinking without a signature
 //! is dropped: the provider would refuse it.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::super::{
-    Dropped, TranslateError, cache_mark,
-    chat::request::{CHAT_ONLY, empty_schema},
-    encode_cache_mark, invalid,
-    ir::{self, CacheAt, CacheMark, Media, Message, Part, Reasoning, Role, SystemTurn, Tool, ToolChoice},
-    meaningful, str_field,
+use super::{
+    super::{
+        Dropped, TranslateError,
+        chat::request::{CHAT_ONLY, empty_schema},
+        encode_cache_mark, invalid,
+        ir::{self, CacheAt, CacheMark, Media, Message, Part, Reasoning, Role, SystemTurn, Tool, ToolChoice},
+        lenient::Object,
+        meaningful, str_field,
+    },
+    wire::{self, Block, Content},
 };
 
 /// `max_tokens` sent upstream when the request sets none.
 pub const DEFAULT_MAX_TOKENS: i64 = 4096;
-
-/// Request fields the decoder reads; every other goes to `extra`.
-const HANDLED: &[&str] = &[
-    "model",
-    "system",
-    "messages",
-    "tools",
-    "tool_choice",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop_sequences",
-    "stream",
-    "metadata",
-    "thinking",
-];
 
 /// Messages request fields no other dialect has: encoders of other
 /// dialects drop them from `extra`, noted by name.
@@ -57,35 +47,51 @@ pub(crate) const MESSAGES_ONLY: &[&str] = &["service_tier", "container", "mcp_se
 /// `messages` array, a role other than user, assistant, system or
 /// developer, content that is neither a string nor blocks).
 pub fn decode(body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
-    let body = body.as_object().ok_or(TranslateError::NotAnObject)?;
+    match wire::Body::deserialize(body) {
+        Ok(wire::Body(Some(request))) => decode_view(request),
+        _ => Err(TranslateError::NotAnObject),
+    }
+}
+
+/// `decode` of the raw body `raw`, read without building a `Value` of it;
+/// `None` when `raw` is not JSON this reading takes (not JSON at all, or an
+/// object naming a field twice below the top level), for the caller to
+/// parse it and `decode` that.
+pub fn decode_raw(raw: &[u8]) -> Option<Result<(ir::Request, Dropped), TranslateError>> {
+    match serde_json::from_slice::<wire::Body>(raw).ok()? {
+        wire::Body(Some(request)) => Some(decode_view(request)),
+        wire::Body(None) => Some(Err(TranslateError::NotAnObject)),
+    }
+}
+
+fn decode_view(body: wire::Request<'_>) -> Result<(ir::Request, Dropped), TranslateError> {
     let mut dropped = Dropped::new();
-    let mut request = ir::Request {
-        model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
-        ..ir::Request::default()
-    };
-    if let Some(system) = body.get("system") {
+    let mut request =
+        ir::Request { model: body.model.as_deref().unwrap_or_default().to_owned(), ..ir::Request::default() };
+    if let Some(system) = &body.system.0 {
         request.system = system_parts(system, &mut dropped);
     }
-    let Some(Value::Array(turns)) = body.get("messages") else {
+    let Some(turns) = body.messages.0 else {
         return Err(invalid("messages", "must be an array"));
     };
-    for (i, turn) in turns.iter().enumerate() {
-        let content = match turn.get("content") {
-            Some(content @ (Value::String(_) | Value::Array(_))) => content,
+    for (i, turn) in turns.into_iter().enumerate() {
+        let turn = turn.0.unwrap_or_default();
+        let content = match turn.content.0 {
+            Some(content @ (Content::Text(_) | Content::Blocks(_))) => content,
             _ => {
                 let field = format!("messages[{i}].content");
                 return Err(invalid(field, "must be a string or an array of content blocks"));
             }
         };
-        if turn.get("cache_control").is_some() {
+        if turn.cache_control.0 {
             dropped.note("cache_control");
         }
-        let role = match str_field(turn, "role") {
+        let role = match turn.role.as_deref() {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
             Some(role @ ("system" | "developer")) => {
                 let start = request.system.len();
-                request.system.extend(system_parts(content, &mut dropped));
+                request.system.extend(system_parts(&content, &mut dropped));
                 let parts = start..request.system.len();
                 if !parts.is_empty() {
                     let before = request.messages.len();
@@ -100,18 +106,21 @@ pub fn decode(body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
         };
         let at = request.messages.len();
         let parts = match content {
-            Value::String(text) => vec![Part::Text { text: text.clone(), cache: None }],
-            _ => blocks(content, at, &mut request, &mut dropped),
+            Content::Text(text) => vec![Part::Text { text: text.into_owned(), cache: None }],
+            Content::Blocks(content) => blocks(content, at, &mut request, &mut dropped),
+            Content::Other => Vec::new(),
         };
         if !parts.is_empty() {
             request.messages.push(Message { role, parts });
         }
     }
 
-    for tool in body.get("tools").and_then(Value::as_array).into_iter().flatten() {
+    for tool in body.tools.0.into_iter().flatten() {
+        let tool = tool.0.unwrap_or_default();
+        let mark = cache_mark(&tool.cache_control);
         match decode_tool(tool) {
             Some(decoded) => {
-                if let Some(mark) = cache_mark(tool.get("cache_control")) {
+                if let Some(mark) = mark {
                     request.cache_marks.push((CacheAt::Tool(request.tools.len()), mark));
                 }
                 request.tools.push(decoded);
@@ -119,65 +128,64 @@ pub fn decode(body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
             None => dropped.note("server_tool"),
         }
     }
-    if let Some(choice) = body.get("tool_choice") {
-        request.tool_choice = match str_field(choice, "type") {
+    if let Some(choice) = body.tool_choice.0 {
+        let choice = choice.0.unwrap_or_default();
+        request.tool_choice = match choice.kind.as_deref() {
             Some("auto") => Some(ToolChoice::Auto),
             Some("any") => Some(ToolChoice::Required),
             Some("none") => Some(ToolChoice::None),
-            Some("tool") => str_field(choice, "name").map(|name| ToolChoice::Tool(name.to_owned())),
+            Some("tool") => choice.name.0.map(|name| ToolChoice::Tool(name.into_owned())),
             _ => None,
         };
         if request.tool_choice.is_none() {
             dropped.note("tool_choice");
         }
-        if choice.get("disable_parallel_tool_use") == Some(&Value::Bool(true)) {
+        if choice.disable_parallel_tool_use.0 == Some(true) {
             request.parallel_tool_calls = Some(false);
         }
     }
-    request.max_tokens = body.get("max_tokens").and_then(Value::as_i64);
-    request.temperature = body.get("temperature").and_then(Value::as_f64);
-    request.top_p = body.get("top_p").and_then(Value::as_f64);
-    request.top_k = body.get("top_k").and_then(Value::as_i64);
-    let stops = body.get("stop_sequences").and_then(Value::as_array);
-    request.stop = stops.into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
-    request.stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let metadata = body.get("metadata").and_then(Value::as_object);
-    request.user = metadata.and_then(|m| m.get("user_id")).and_then(Value::as_str).map(str::to_owned);
-    if metadata.is_some_and(|m| m.keys().any(|key| key != "user_id")) {
-        dropped.note("metadata");
+    request.max_tokens = body.max_tokens.0;
+    request.temperature = body.temperature.0;
+    request.top_p = body.top_p.0;
+    request.top_k = body.top_k.0;
+    let stops = body.stop_sequences.0.into_iter().flatten();
+    request.stop = stops.filter_map(|stop| stop.0).map(Cow::into_owned).collect();
+    request.stream = body.stream.0.unwrap_or(false);
+    if let Some(metadata) = body.metadata.0 {
+        request.user = metadata.user_id.0.map(Cow::into_owned);
+        if metadata.other {
+            dropped.note("metadata");
+        }
     }
-    if let Some(thinking) = body.get("thinking").filter(|t| meaningful(t)) {
-        request.reasoning = match str_field(thinking, "type") {
+    let thinking = body.thinking;
+    if thinking.meaningful {
+        request.reasoning = match thinking.kind.as_deref() {
             Some("disabled") => Some(Reasoning::Off),
-            Some("enabled") => thinking.get("budget_tokens").and_then(Value::as_i64).map(Reasoning::Budget),
+            Some("enabled") => thinking.budget_tokens.0.map(Reasoning::Budget),
             _ => None,
         };
         if request.reasoning.is_none() {
             dropped.note("thinking_config");
         }
     }
-    for (key, value) in body {
-        if !HANDLED.contains(&key.as_str()) {
-            request.extra.insert(key.clone(), value.clone());
-        }
-    }
+    request.extra = body.extra;
     Ok((request, dropped))
 }
 
 /// A system prompt (string or text blocks) as text parts; other blocks are
 /// noted.
-fn system_parts(system: &Value, dropped: &mut Dropped) -> Vec<Part> {
+fn system_parts(system: &Content<'_>, dropped: &mut Dropped) -> Vec<Part> {
     match system {
-        Value::String(text) if !text.is_empty() => vec![Part::Text { text: text.clone(), cache: None }],
-        Value::Array(blocks) => blocks
+        Content::Text(text) if !text.is_empty() => vec![Part::Text { text: text.as_ref().to_owned(), cache: None }],
+        Content::Blocks(blocks) => blocks
             .iter()
             .filter_map(|block| {
-                if str_field(block, "type") != Some("text") {
-                    dropped.note_block(str_field(block, "type"));
+                if block.kind.as_deref() != Some("text") {
+                    dropped.note_block(block.kind.as_deref());
                     return None;
                 }
-                let text = str_field(block, "text").filter(|t| !t.is_empty())?;
-                Some(Part::Text { text: text.to_owned(), cache: cache_mark(block.get("cache_control")) })
+                let text = block.text.as_deref().filter(|t| !t.is_empty())?;
+                Some(Part::Text { text: text.to_owned(), cache: cache_mark(&block.cache_control) })
             })
             .collect(),
         _ => Vec::new(),
@@ -186,32 +194,33 @@ fn system_parts(system: &Value, dropped: &mut Dropped) -> Vec<Part> {
 
 /// The content blocks of message `at` as parts; cache marks of blocks other
 /// than text go to `request.cache_marks`.
-fn blocks(content: &Value, at: usize, request: &mut ir::Request, dropped: &mut Dropped) -> Vec<Part> {
-    let mut parts = Vec::new();
-    for block in content.as_array().into_iter().flatten() {
-        let kind = str_field(block, "type");
+fn blocks(content: Vec<Block<'_>>, at: usize, request: &mut ir::Request, dropped: &mut Dropped) -> Vec<Part> {
+    let mut parts = Vec::with_capacity(content.len());
+    for mut block in content {
+        let input = block.input.0.take();
+        let kind = block.kind.as_deref();
         let part = match kind {
-            Some("text") => text_block(block, dropped),
-            Some("image") => media(block.get("source")).map(Part::Image),
+            Some("text") => text_block(&block, dropped),
+            Some("image") => media(&block.source).map(Part::Image),
             Some("document") => {
-                let document = document(block);
-                if let (Some(Part::Document(_)), Some(title)) = (&document, str_field(block, "title")) {
+                let document = document(&block);
+                if let (Some(Part::Document(_)), Some(title)) = (&document, block.title.as_deref()) {
                     request.document_names.push((at, parts.len(), title.to_owned()));
                 }
                 document
             }
             Some("tool_use") => Some(Part::ToolCall {
-                id: str_field(block, "id").unwrap_or_default().to_owned(),
-                name: str_field(block, "name").unwrap_or_default().to_owned(),
-                arguments: block.get("input").filter(|i| i.is_object()).cloned().unwrap_or_else(|| json!({})),
+                id: block.id.as_deref().unwrap_or_default().to_owned(),
+                name: block.name.as_deref().unwrap_or_default().to_owned(),
+                arguments: input.filter(Value::is_object).unwrap_or_else(|| json!({})),
             }),
-            Some("tool_result") => Some(tool_result(block, request, dropped)),
+            Some("tool_result") => Some(tool_result(&block, request, dropped)),
             Some("thinking") => Some(Part::Thinking {
-                text: str_field(block, "thinking").unwrap_or_default().to_owned(),
-                signature: str_field(block, "signature").filter(|s| !s.is_empty()).map(str::to_owned),
+                text: block.thinking.as_deref().unwrap_or_default().to_owned(),
+                signature: block.signature.as_deref().filter(|s| !s.is_empty()).map(str::to_owned),
             }),
             Some("redacted_thinking") => {
-                Some(Part::RedactedThinking { data: str_field(block, "data").unwrap_or_default().to_owned() })
+                Some(Part::RedactedThinking { data: block.data.as_deref().unwrap_or_default().to_owned() })
             }
             _ => None,
         };
@@ -222,7 +231,7 @@ fn blocks(content: &Value, at: usize, request: &mut ir::Request, dropped: &mut D
             }
             continue;
         };
-        if let Some(mark) = cache_mark(block.get("cache_control")) {
+        if let Some(mark) = cache_mark(&block.cache_control) {
             match part {
                 Part::Text { .. } => {}
                 _ => request.cache_marks.push((CacheAt::Part { message: at, part: parts.len() }, mark)),
@@ -233,51 +242,63 @@ fn blocks(content: &Value, at: usize, request: &mut ir::Request, dropped: &mut D
     parts
 }
 
-fn text_block(block: &Value, dropped: &mut Dropped) -> Option<Part> {
-    if block.get("citations").is_some_and(meaningful) {
+fn text_block(block: &Block<'_>, dropped: &mut Dropped) -> Option<Part> {
+    if block.citations.0 {
         dropped.note("citations");
     }
-    let text = str_field(block, "text").unwrap_or_default().to_owned();
-    Some(Part::Text { text, cache: cache_mark(block.get("cache_control")) })
+    let text = block.text.as_deref().unwrap_or_default().to_owned();
+    Some(Part::Text { text, cache: cache_mark(&block.cache_control) })
+}
+
+/// A `cache_control` marker as a cache mark: an object, with `ttl: "1h"`
+/// for the long one.
+fn cache_mark(marker: &Object<wire::CacheControl<'_>>) -> Option<CacheMark> {
+    let marker = marker.0.as_ref()?;
+    Some(match marker.ttl.as_deref() {
+        Some("1h") => CacheMark::OneHour,
+        _ => CacheMark::FiveMinutes,
+    })
 }
 
 /// A base64 or URL `source`; `None` for others (uploads by file id).
-fn media(source: Option<&Value>) -> Option<Media> {
-    let source = source?;
-    match str_field(source, "type")? {
+fn media(source: &Object<wire::Source<'_>>) -> Option<Media> {
+    let source = source.0.as_ref()?;
+    match source.kind.as_deref()? {
         "base64" => Some(Media::Base64 {
-            media_type: str_field(source, "media_type")?.to_owned(),
-            data: str_field(source, "data")?.to_owned(),
+            media_type: source.media_type.as_deref()?.to_owned(),
+            data: source.data.as_deref()?.to_owned(),
         }),
-        "url" => Some(Media::Url { url: str_field(source, "url")?.to_owned(), media_type: None }),
+        "url" => Some(Media::Url { url: source.url.as_deref()?.to_owned(), media_type: None }),
         _ => None,
     }
 }
 
 /// A `document` block: base64 or URL sources as documents, plain text as
 /// text.
-fn document(block: &Value) -> Option<Part> {
-    let source = block.get("source")?;
-    if str_field(source, "type") == Some("text") {
-        return Some(Part::Text { text: str_field(source, "data")?.to_owned(), cache: None });
+fn document(block: &Block<'_>) -> Option<Part> {
+    let source = block.source.0.as_ref()?;
+    if source.kind.as_deref() == Some("text") {
+        return Some(Part::Text { text: source.data.as_deref()?.to_owned(), cache: None });
     }
-    media(Some(source)).map(Part::Document)
+    media(&block.source).map(Part::Document)
 }
 
-fn tool_result(block: &Value, request: &ir::Request, dropped: &mut Dropped) -> Part {
-    let id = str_field(block, "tool_use_id").unwrap_or_default().to_owned();
+fn tool_result(block: &Block<'_>, request: &ir::Request, dropped: &mut Dropped) -> Part {
+    let id = block.tool_use_id.as_deref().unwrap_or_default().to_owned();
     let name = request.messages.iter().rev().flat_map(|m| &m.parts).find_map(|part| match part {
         Part::ToolCall { id: call, name, .. } if *call == id => Some(name.clone()),
         _ => None,
     });
-    let content = match block.get("content") {
-        Some(Value::String(text)) if !text.is_empty() => vec![Part::Text { text: text.clone(), cache: None }],
-        Some(Value::Array(inner)) => inner
+    let content = match &block.content.0 {
+        Some(Content::Text(text)) if !text.is_empty() => {
+            vec![Part::Text { text: text.as_ref().to_owned(), cache: None }]
+        }
+        Some(Content::Blocks(inner)) => inner
             .iter()
-            .filter_map(|inner| match str_field(inner, "type") {
+            .filter_map(|inner| match inner.kind.as_deref() {
                 Some("text") => text_block(inner, dropped),
                 Some("image") => {
-                    let image = media(inner.get("source")).map(Part::Image);
+                    let image = media(&inner.source).map(Part::Image);
                     if image.is_none() {
                         dropped.note("image");
                     }
@@ -291,19 +312,19 @@ fn tool_result(block: &Value, request: &ir::Request, dropped: &mut Dropped) -> P
             .collect(),
         _ => Vec::new(),
     };
-    let is_error = block.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+    let is_error = block.is_error.0.unwrap_or(false);
     Part::ToolResult { id, name, content, is_error }
 }
 
 /// A custom tool; `None` for server tools.
-fn decode_tool(tool: &Value) -> Option<Tool> {
-    if !matches!(str_field(tool, "type"), None | Some("custom")) {
+fn decode_tool(tool: wire::ToolDef<'_>) -> Option<Tool> {
+    if !matches!(tool.kind.as_deref(), None | Some("custom")) {
         return None;
     }
     Some(Tool {
-        name: str_field(tool, "name")?.to_owned(),
-        description: str_field(tool, "description").map(str::to_owned),
-        parameters: tool.get("input_schema").cloned().unwrap_or_else(empty_schema),
+        name: tool.name.0?.into_owned(),
+        description: tool.description.0.map(Cow::into_owned),
+        parameters: tool.input_schema.0.unwrap_or_else(empty_schema),
     })
 }
 
