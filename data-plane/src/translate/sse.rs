@@ -9,12 +9,14 @@ pub(crate) fn data(out: &mut Vec<u8>, data: &str) {
     out.extend_from_slice(b"\n\n");
 }
 
-/// Writes `event: <name>\ndata: <data>\n\n`.
-pub(crate) fn event(out: &mut Vec<u8>, name: &str, data: &str) {
+/// Writes `event: <name>\ndata: <data>\n\n`, the data written into `out`
+/// by `data` (one line of JSON).
+pub(crate) fn event(out: &mut Vec<u8>, name: &str, data: impl FnOnce(&mut Vec<u8>)) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
-    out.push(b'\n');
-    self::data(out, data);
+    out.extend_from_slice(b"\ndata: ");
+    data(out);
+    out.extend_from_slice(b"\n\n");
 }
 
 #[cfg(test)]
@@ -22,7 +24,7 @@ mod tests {
     #[test]
     fn events_are_framed_for_the_wire() {
         let mut out = Vec::new();
-        super::event(&mut out, "message_stop", r#"{"type":"message_stop"}"#);
+        super::event(&mut out, "message_stop", |out| out.extend_from_slice(br#"{"type":"message_stop"}"#));
         super::data(&mut out, "[DONE]");
         assert_eq!(out, b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\ndata: [DONE]\n\n");
     }

@@ -24,12 +24,12 @@ use super::{
     super::{
         Answering, Dropped,
         ir::{Block, Decode, Delta, Encode, Event},
-        sse, str_field, usage,
+        json_out, sse, str_field, usage,
     },
     response::{answer_model, answer_stop, finish_reason, reasoning_text},
     text_chunk::{Lean, TextChunk},
 };
-use crate::{json_body::push_json_string, pricing::Usage};
+use crate::pricing::Usage;
 
 /// Chat chunks from an upstream as events.
 #[derive(Debug, Default)]
@@ -65,6 +65,9 @@ pub struct Encoder {
     client_model: String,
     id: Value,
     model: Value,
+    /// `id` and `model` as JSON text, for the chunks written directly.
+    id_json: String,
+    model_json: String,
     /// Per tool block: its index, its chat call index, whether any
     /// arguments were sent.
     tools: Vec<(usize, u64, bool)>,
@@ -246,6 +249,8 @@ impl Encoder {
             client_model: answering.model.clone(),
             id: Value::Null,
             model: Value::Null,
+            id_json: "null".to_owned(),
+            model_json: "null".to_owned(),
             tools: Vec::new(),
             usage: None,
             finished: false,
@@ -256,40 +261,42 @@ impl Encoder {
     /// A chunk of tool call `call`'s arguments, written out as
     /// `text_chunk` is.
     fn arguments_chunk(&self, call: u64, arguments: &str, out: &mut Vec<u8>) {
-        self.written_chunk(out, |data| {
-            data.push_str(r#"{"tool_calls":[{"function":{"arguments":"#);
-            push_json_string(data, arguments);
-            data.push_str(r#"},"index":"#);
-            data.push_str(itoa::Buffer::new().format(call));
-            data.push_str("}]}");
+        self.written_chunk(out, arguments.len(), |data| {
+            data.extend_from_slice(br#"{"tool_calls":[{"function":{"arguments":"#);
+            json_out::string(data, arguments);
+            data.extend_from_slice(br#"},"index":"#);
+            data.extend_from_slice(itoa::Buffer::new().format(call).as_bytes());
+            data.extend_from_slice(b"}]}");
         });
     }
 
     /// A chunk adding `text` to the answer (`content`) or, when `thinking`,
     /// to its reasoning (`reasoning_content`).
     fn text_chunk(&self, thinking: bool, text: &str, out: &mut Vec<u8>) {
-        self.written_chunk(out, |data| {
-            data.push_str(if thinking { r#"{"reasoning_content":"# } else { r#"{"content":"# });
-            push_json_string(data, text);
-            data.push('}');
+        self.written_chunk(out, text.len(), |data| {
+            data.extend_from_slice(if thinking { br#"{"reasoning_content":"# } else { br#"{"content":"# });
+            json_out::string(data, text);
+            data.push(b'}');
         });
     }
 
-    /// What `chunk` serialises for a delta `delta` writes and no finish
-    /// reason (names in the order `serde_json` writes them), written out
-    /// directly: most chunks of a translated stream are these.
-    fn written_chunk(&self, out: &mut Vec<u8>, delta: impl FnOnce(&mut String)) {
-        let mut data = String::with_capacity(256);
-        data.push_str(r#"{"choices":[{"delta":"#);
-        delta(&mut data);
-        data.push_str(r#","finish_reason":null,"index":0,"logprobs":null}],"created":"#);
-        data.push_str(itoa::Buffer::new().format(self.created));
-        data.push_str(r#","id":"#);
-        data.push_str(&self.id.to_string());
-        data.push_str(r#","model":"#);
-        data.push_str(&self.model.to_string());
-        data.push_str(r#","object":"chat.completion.chunk"}"#);
-        sse::data(out, &data);
+    /// What `chunk` serialises for a delta `delta` writes (about `len`
+    /// bytes) and no finish reason (names in the order `serde_json` writes
+    /// them), written out directly: most chunks of a translated stream are
+    /// these.
+    fn written_chunk(&self, out: &mut Vec<u8>, len: usize, delta: impl FnOnce(&mut Vec<u8>)) {
+        out.reserve(len + self.id_json.len() + self.model_json.len() + 160);
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(br#"{"choices":[{"delta":"#);
+        delta(out);
+        out.extend_from_slice(br#","finish_reason":null,"index":0,"logprobs":null}],"created":"#);
+        out.extend_from_slice(itoa::Buffer::new().format(self.created).as_bytes());
+        out.extend_from_slice(br#","id":"#);
+        out.extend_from_slice(self.id_json.as_bytes());
+        out.extend_from_slice(br#","model":"#);
+        out.extend_from_slice(self.model_json.as_bytes());
+        out.extend_from_slice(br#","object":"chat.completion.chunk"}"#);
+        out.extend_from_slice(b"\n\n");
     }
 
     fn chunk(&self, delta: Value, finish_reason: Option<&str>, out: &mut Vec<u8>) {
@@ -320,6 +327,8 @@ impl Encode for Encoder {
                 self.model = answer_model(model, &Answering { model: self.client_model.clone(), ..Default::default() })
                     .to_owned()
                     .into();
+                self.id_json = self.id.to_string();
+                self.model_json = self.model.to_string();
                 self.chunk(json!({ "role": "assistant", "content": "" }), None, out);
             }
             Event::BlockStart { index, block } => match block {

@@ -13,6 +13,7 @@ use serde::{
     de::{IgnoredAny, MapAccess, SeqAccess, Visitor},
 };
 
+use super::super::lenient::Key;
 use crate::json_body::{MaybeStr, skip_kinds};
 
 /// What a chunk read lean adds; `None` for any other chunk.
@@ -76,8 +77,8 @@ impl<'de> Deserialize<'de> for TextChunk<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let (mut text, mut other) = (None, false);
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    match name.as_ref() {
+                while let Some(name) = map.next_key::<Key<'de>>()? {
+                    match &*name {
                         "choices" => text = map.next_value::<Choices<'de>>()?.0,
                         "usage" => other |= given(map.next_value()?),
                         "error" => {
@@ -129,8 +130,8 @@ impl<'de> Deserialize<'de> for Choice<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let (mut text, mut other) = (None, false);
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    match name.as_ref() {
+                while let Some(name) = map.next_key::<Key<'de>>()? {
+                    match &*name {
                         "delta" => text = map.next_value::<Delta<'de>>()?.0,
                         "finish_reason" => other |= given(map.next_value()?),
                         _ => drop(map.next_value::<IgnoredAny>()?),
@@ -156,8 +157,8 @@ impl<'de> Deserialize<'de> for Delta<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let (mut text, mut calls, mut other) = (None, ToolCalls::Null, false);
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    match name.as_ref() {
+                while let Some(name) = map.next_key::<Key<'de>>()? {
+                    match &*name {
                         "content" => text = map.next_value::<MaybeStr<'de>>()?.0,
                         // Reasoning counts when it is a non-empty string.
                         "reasoning_content" | "reasoning" => {
@@ -220,8 +221,8 @@ impl<'de> Deserialize<'de> for Call<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let (mut index, mut arguments) = (None, None);
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    match name.as_ref() {
+                while let Some(name) = map.next_key::<Key<'de>>()? {
+                    match &*name {
                         "index" => index = Some(map.next_value::<serde_json::Value>()?),
                         "function" => arguments = map.next_value::<Function<'de>>()?.0,
                         _ => drop(map.next_value::<IgnoredAny>()?),
@@ -250,8 +251,8 @@ impl<'de> Deserialize<'de> for Function<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut arguments = None;
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    match name.as_ref() {
+                while let Some(name) = map.next_key::<Key<'de>>()? {
+                    match &*name {
                         "arguments" => arguments = map.next_value::<MaybeStr<'de>>()?.0,
                         _ => drop(map.next_value::<IgnoredAny>()?),
                     }

@@ -23,12 +23,11 @@ use super::{
         Answering, Dropped,
         chat::response::answer_model,
         ir::{Block, Decode, Delta, Encode, Event, Stop},
-        sse, str_field, usage,
+        json_out, sse, str_field, usage,
     },
     response::{stop, stop_reason},
 };
 use crate::{
-    json_body::push_json_string,
     meter::{answer::MessagesStreamUsage, event::MessagesEvent},
     pricing::Usage,
 };
@@ -310,7 +309,7 @@ impl Encoder {
 }
 
 fn named(out: &mut Vec<u8>, name: &str, data: &Value) {
-    sse::event(out, name, &data.to_string());
+    sse::event(out, name, |out| json_out::value(out, data));
 }
 
 /// A text or arguments delta, as `json!` would serialise it (names in the
@@ -318,17 +317,18 @@ fn named(out: &mut Vec<u8>, name: &str, data: &Value) {
 /// translated stream are these.
 fn content_delta(out: &mut Vec<u8>, index: usize, arguments: bool, text: &str) {
     let (name, kind) = if arguments { ("partial_json", "input_json_delta") } else { ("text", "text_delta") };
-    let mut data = String::with_capacity(text.len() + 90);
-    data.push_str(r#"{"delta":{""#);
-    data.push_str(name);
-    data.push_str(r#"":"#);
-    push_json_string(&mut data, text);
-    data.push_str(r#","type":""#);
-    data.push_str(kind);
-    data.push_str(r#""},"index":"#);
-    data.push_str(itoa::Buffer::new().format(index));
-    data.push_str(r#","type":"content_block_delta"}"#);
-    sse::event(out, "content_block_delta", &data);
+    out.reserve(text.len() + 140);
+    sse::event(out, "content_block_delta", |out| {
+        out.extend_from_slice(b"{\"delta\":{\"");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+        json_out::string(out, text);
+        out.extend_from_slice(b",\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\"},\"index\":");
+        out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+        out.extend_from_slice(b",\"type\":\"content_block_delta\"}");
+    });
 }
 
 impl Encode for Encoder {
