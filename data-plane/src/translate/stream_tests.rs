@@ -28,7 +28,7 @@ fn object(
 /// A chat stream as upstreams send it, with every kind of chunk the
 /// translator acts on: text (most of them), reasoning, tool calls,
 /// finish reasons, usage, errors, fields given twice, and anything.
-fn chat_stream() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
+pub(super) fn chat_stream() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
     use proptest::prelude::*;
     let anything = || crate::fuzz::json().prop_map(|value| value.to_string());
     let text = || ".{0,6}".prop_map(|text| Value::from(text).to_string());

@@ -8,5 +8,6 @@ pub mod request;
 pub mod response;
 pub mod stream;
 mod text_chunk;
+mod text_scan;
 
 pub use stream::{Decoder, Encoder};

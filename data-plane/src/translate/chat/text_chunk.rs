@@ -13,7 +13,7 @@ use serde::{
     de::{IgnoredAny, MapAccess, SeqAccess, Visitor},
 };
 
-use super::super::lenient::Key;
+use super::{super::lenient::Key, text_scan};
 use crate::json_body::{MaybeStr, skip_kinds};
 
 /// What a chunk read lean adds; `None` for any other chunk.
@@ -58,6 +58,16 @@ struct Function<'a>(Option<Cow<'a, str>>);
 impl<'a> TextChunk<'a> {
     /// Reads one chunk's `data`.
     pub(super) fn read(data: &'a [u8]) -> Option<Lean<'a>> {
+        // Most chunks are plain text, which a scan of the bytes finds
+        // sooner; where it is unsure the chunk is deserialized.
+        if let Some(text) = text_scan::text(data) {
+            return Some(Lean::Text(text));
+        }
+        Self::deserialized(data)
+    }
+
+    /// `read` by deserializing the chunk.
+    pub(super) fn deserialized(data: &'a [u8]) -> Option<Lean<'a>> {
         serde_json::from_slice::<TextChunk<'a>>(data).ok()?.0
     }
 }

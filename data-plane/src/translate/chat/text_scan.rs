@@ -1,0 +1,316 @@
+//! The commonest chunk of a chat stream, one that only adds answer text,
+//! recognised in one pass over its bytes: `text_chunk`'s reading for that
+//! case without a deserializer's cost per name and value. Stricter than
+//! JSON where it is unsure (escaped names, repeated names it reads, tool
+//! calls, nesting past a small depth, numbers of odd form): it then says
+//! nothing and the caller reads the chunk as `text_chunk` does, so where it
+//! answers, it answers as that reading would.
+
+use std::borrow::Cow;
+
+/// The answer text a chunk adds, when it is plainly a text chunk; `None`
+/// when it is not or when unsure.
+pub(super) fn text(data: &[u8]) -> Option<Cow<'_, str>> {
+    // Strings that are skipped are not checked one by one.
+    std::str::from_utf8(data).ok()?;
+    let mut scan = Scan { data, at: 0 };
+    let text = scan.chunk()?;
+    scan.space();
+    (scan.at == data.len()).then_some(text)
+}
+
+/// A cursor over a chunk's bytes.
+struct Scan<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+/// How deep skipped values may nest before the scan gives up.
+const DEPTH: usize = 16;
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.data.get(self.at).copied()
+    }
+
+    fn space(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// Consumes `byte` after any space.
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        self.space();
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// The fields of an object, `{` already consumed: calls `field` with
+    /// each name (unescaped names give up) with the cursor at its value.
+    fn fields(&mut self, mut field: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
+        self.space();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.eat(b'"')?;
+            let (name, escaped) = self.string()?;
+            if escaped {
+                return None;
+            }
+            self.eat(b':')?;
+            self.space();
+            field(self, name)?;
+            self.space();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The whole chunk: an object whose `choices` hold one choice adding
+    /// text, and no `usage` or `error`.
+    fn chunk(&mut self) -> Option<Cow<'a, str>> {
+        self.eat(b'{')?;
+        let mut text = None;
+        let mut seen = false;
+        self.fields(|scan, name| match name {
+            b"choices" if !seen => {
+                seen = true;
+                text = Some(scan.choices()?);
+                Some(())
+            }
+            b"choices" | b"usage" | b"error" => None,
+            _ => scan.skip(0),
+        })?;
+        text
+    }
+
+    /// `[` one choice `]`.
+    fn choices(&mut self) -> Option<Cow<'a, str>> {
+        self.eat(b'[')?;
+        self.eat(b'{')?;
+        let mut text = None;
+        self.fields(|scan, name| match name {
+            b"delta" if text.is_none() => {
+                scan.eat(b'{')?;
+                text = Some(scan.delta()?);
+                Some(())
+            }
+            b"finish_reason" => scan.null(),
+            b"delta" => None,
+            _ => scan.skip(0),
+        })?;
+        self.eat(b']')?;
+        text
+    }
+
+    /// A delta's fields, `{` consumed: non-empty `content`, with no tool
+    /// calls and no reasoning.
+    fn delta(&mut self) -> Option<Cow<'a, str>> {
+        let mut text = None;
+        self.fields(|scan, name| match name {
+            b"content" if text.is_none() => {
+                scan.eat(b'"')?;
+                let start = scan.at;
+                let (raw, escaped) = scan.string()?;
+                text = Some(if escaped {
+                    // Escapes are undone as the deserializer does.
+                    Cow::Owned(serde_json::from_slice::<String>(&scan.data[start - 1..scan.at]).ok()?)
+                } else {
+                    Cow::Borrowed(std::str::from_utf8(raw).ok()?)
+                });
+                Some(())
+            }
+            b"tool_calls" | b"reasoning_content" | b"reasoning" => scan.null(),
+            b"content" => None,
+            _ => scan.skip(0),
+        })?;
+        text.filter(|text| !text.is_empty())
+    }
+
+    /// `null`.
+    fn null(&mut self) -> Option<()> {
+        self.word(b"null")
+    }
+
+    fn word(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.data.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    /// A string's contents, `"` consumed, and whether it had escapes;
+    /// control characters and malformed escapes give up.
+    fn string(&mut self) -> Option<(&'a [u8], bool)> {
+        let start = self.at;
+        let mut escaped = false;
+        loop {
+            match *self.data.get(self.at)? {
+                b'"' => {
+                    self.at += 1;
+                    return Some((&self.data[start..self.at - 1], escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.at += 1;
+                    match *self.data.get(self.at)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
+                        b'u' => {
+                            let hex = self.data.get(self.at + 1..self.at + 5)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
+                            }
+                            self.at += 5;
+                        }
+                        _ => return None,
+                    }
+                }
+                0..0x20 => return None,
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    /// Skips any value, checking its form.
+    fn skip(&mut self, depth: usize) -> Option<()> {
+        if depth > DEPTH {
+            return None;
+        }
+        self.space();
+        match self.peek()? {
+            b'"' => {
+                self.at += 1;
+                self.string().map(|_| ())
+            }
+            b'{' => {
+                self.at += 1;
+                self.fields(|scan, _| scan.skip(depth + 1))
+            }
+            b'[' => {
+                self.at += 1;
+                self.space();
+                if self.peek()? == b']' {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.skip(depth + 1)?;
+                    self.space();
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b']' => {
+                            self.at += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b'n' => self.null(),
+            b't' => self.word(b"true"),
+            b'f' => self.word(b"false"),
+            _ => self.number(),
+        }
+    }
+
+    /// A number: `-`? digits without a leading zero, a fraction, an
+    /// exponent.
+    fn number(&mut self) -> Option<()> {
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.peek()? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            self.peek().filter(u8::is_ascii_digit)?;
+            self.digits();
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            self.peek().filter(u8::is_ascii_digit)?;
+            self.digits();
+        }
+        // A number runs to a delimiter.
+        match self.peek() {
+            None | Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') => Some(()),
+            _ => None,
+        }
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::text_chunk::{Lean, TextChunk};
+
+    fn scanned(data: &str) -> Option<String> {
+        super::text(data.as_bytes()).map(|text| text.into_owned())
+    }
+
+    #[test]
+    fn plain_text_chunks_are_found_and_odd_ones_left_to_the_deserializer() {
+        let plain = r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"the "},"finish_reason":null}]}"#;
+        assert_eq!(scanned(plain).as_deref(), Some("the "));
+        let escaped = r#" {"choices":[{"delta":{"role":"assistant","content":"a\n\u00e9\"","tool_calls":null},"logprobs":{"x":[1.5e3,-0,true]}}]} "#;
+        assert_eq!(scanned(escaped).as_deref(), Some("a\né\""));
+        let unsure = [
+            r#"{"choices":[{"delta":{"content":"a"}}],"usage":null}"#,
+            r#"{"choices":[{"delta":{"content":"a","content":"b"}}]}"#,
+            r#"{"ch\u006fices":[{"delta":{"content":"a"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}},{"x":1}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}}],"n":01}"#,
+            r#"{"choices":[{"delta":{"content":"a\x"}}]}"#,
+            r#"{"choices":[{"delta":{"content":""}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"delta":{"content":"a","reasoning":""}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}}]}x"#,
+            "{\"choices\":[{\"delta\":{\"content\":\"a\tb\"}}]}",
+        ];
+        for data in unsure {
+            assert_eq!(scanned(data), None, "{data}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn a_scanned_chunk_reads_as_deserialized(
+            chunks in super::super::super::stream_tests::chat_stream(),
+            at: prop::sample::Index,
+            byte: u8,
+            change: bool,
+        ) {
+            for chunk in chunks {
+                let mut data = chunk.into_bytes();
+                if change && !data.is_empty() {
+                    let at = at.index(data.len());
+                    data[at] = byte;
+                }
+                if let Some(text) = super::text(&data) {
+                    prop_assert_eq!(Some(Lean::Text(text)), TextChunk::deserialized(&data));
+                }
+            }
+        }
+    }
+}
