@@ -271,7 +271,7 @@ impl<'de> Deserialize<'de> for Delta<'de> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
-mod tests {
+pub(crate) mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -315,7 +315,7 @@ mod tests {
     /// deltas (with text, arguments, both or neither), objects with usage,
     /// or anything; and the events that report usage, as upstreams send
     /// them.
-    fn event() -> impl Strategy<Value = Vec<u8>> {
+    pub(crate) fn event() -> impl Strategy<Value = Vec<u8>> {
         const NAMES: &[&str] = &["type", "message", "response", "usage", "delta", "text", "partial_json", "index"];
         const KINDS: &[&str] =
             &["message_start", "message_delta", "content_block_delta", "response.output_text.delta", "ping"];
@@ -344,6 +344,39 @@ mod tests {
         const READ: &[&str] = &["type", "message", "response", "usage", "delta"];
         prop_oneof![3 => object(NAMES, value), 3 => object(READ, read()), 1 => start, 1 => end, 1 => completed]
             .prop_map(String::into_bytes)
+    }
+
+    /// A stream of `event()`s (some with a name written with a `\u`
+    /// escape), framed as SSE in any line-ending style, between comments
+    /// and a `message_stop`, cut into chunks anywhere.
+    pub(crate) fn event_stream() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        let escaped = event()
+            .prop_map(|data| String::from_utf8_lossy(&data).replacen("\"usage\"", "\"\\u0075sage\"", 1).into_bytes());
+        let data = prop_oneof![6 => event(), 1 => escaped, 1 => Just(br#"{"type":"message_stop"}"#.to_vec())];
+        let ending = prop::sample::select(&["\n", "\r\n", "\r"][..]);
+        let framed = (data, ending, any::<bool>()).prop_map(|(data, end, named)| {
+            let mut event = Vec::new();
+            if named {
+                event.extend_from_slice(format!("event: e{end}").as_bytes());
+            }
+            event.extend_from_slice(b"data: ");
+            event.extend_from_slice(&data);
+            event.extend_from_slice(format!("{end}{end}").as_bytes());
+            event
+        });
+        let comment = Just(b": ping\n\n".to_vec());
+        let stream = prop::collection::vec(prop_oneof![8 => framed, 1 => comment], 0..16).prop_map(|e| e.concat());
+        (stream, prop::collection::vec(any::<prop::sample::Index>(), 0..8)).prop_map(|(bytes, cuts)| {
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.index(bytes.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                chunks.push(bytes[from..cut].to_vec());
+                from = cut;
+            }
+            chunks
+        })
     }
 
     proptest! {

@@ -14,10 +14,12 @@
 
 pub mod answer;
 pub mod event;
+pub mod glance;
 pub mod pump;
 pub mod realtime;
 mod reasons;
 pub mod sse;
+pub mod text;
 
 use std::{
     future::Future,
@@ -27,6 +29,7 @@ use std::{
 
 use tokio::sync::mpsc;
 
+use self::text::{AnswerText, Carrier};
 use crate::{
     policy::budget::Reservation,
     policy::domain::{Channel, Model},
@@ -97,11 +100,9 @@ pub struct Meter {
     prompt_estimate: i64,
     /// The request body, counted with `tokens` only if no usage came.
     prompt_body: Option<bytes::Bytes>,
-    /// Answer text seen, counted with `tokens` only if no usage came.
-    completion_text: String,
-    /// Chat chunks that went to the client, whose text is read only if no
-    /// usage comes (it almost always does: parsing each would be wasted).
-    completion_chunks: Vec<bytes::Bytes>,
+    /// Answer text seen (events kept unread until it is counted), counted
+    /// with `tokens` only if no usage came, and for progress entries.
+    completion: AnswerText,
     /// When the first chunk came, the answer's model and finish reasons.
     answer: Answer,
     /// What the last progress entry counted.
@@ -114,9 +115,8 @@ pub struct Meter {
 struct Progress {
     /// When the last entry was written (`None`: none yet).
     at: Option<Instant>,
-    /// Bytes of `completion_text` and entries of `completion_chunks` counted.
+    /// Bytes of the completion text counted.
     text: usize,
-    chunks: usize,
     completion_tokens: i64,
     /// The prompt estimate, made once.
     prompt_tokens: Option<i64>,
@@ -325,8 +325,7 @@ impl Meter {
             chunks: 0,
             prompt_estimate,
             prompt_body: None,
-            completion_text: String::new(),
-            completion_chunks: Vec::new(),
+            completion: AnswerText::default(),
             answer: Answer::default(),
             progress: Progress::default(),
         }
@@ -342,13 +341,14 @@ impl Meter {
     /// `text` of the answer went to the client; should no usage come, the
     /// completion is counted from all such text instead of from chunks.
     pub fn add_text(&mut self, text: &str) {
-        self.completion_text.push_str(text);
+        self.completion.push_str(text);
     }
 
-    /// A chat chunk's JSON went to the client: like `add_text` with its
-    /// text, read only if an estimate is needed.
-    pub fn add_chunk(&mut self, data: bytes::Bytes) {
-        self.completion_chunks.push(data);
+    /// An event whose `data` holds answer text as `carrier` says went to
+    /// the client: like `add_text` with its text, read only when the text
+    /// is counted (for an estimate, or a progress entry).
+    pub fn add_event(&mut self, data: &[u8], carrier: Carrier) {
+        self.completion.push_event(data, carrier);
     }
 
     /// The usage the upstream reported, if any.
@@ -365,10 +365,7 @@ impl Meter {
         let model = self.charge.as_ref().map_or("", |c| c.model.id.as_str());
         let prompt_tokens =
             self.prompt_body.as_ref().map_or(self.prompt_estimate, |body| crate::tokens::count_request(model, body));
-        let mut text = std::borrow::Cow::Borrowed(self.completion_text.as_str());
-        for chunk in &self.completion_chunks {
-            text.to_mut().push_str(&answer::answer_text(chunk));
-        }
+        let text = self.completion.whole();
         let completion_tokens = if text.is_empty() { self.chunks } else { crate::tokens::count(model, &text) };
         Usage { prompt_tokens, completion_tokens, ..Usage::default() }
     }
@@ -397,20 +394,17 @@ impl Meter {
         }
         let model = charge.model.id.as_str();
         let p = &mut self.progress;
-        let mut text = std::borrow::Cow::Borrowed(self.completion_text.get(p.text..).unwrap_or_default());
-        for chunk in self.completion_chunks.get(p.chunks..).unwrap_or_default() {
-            text.to_mut().push_str(&answer::answer_text(chunk));
-        }
-        let counted = if self.completion_text.is_empty() && self.completion_chunks.is_empty() {
+        let counted = if self.completion.counts_nothing() {
             self.chunks
         } else {
-            p.completion_tokens.saturating_add(crate::tokens::count(model, &text))
+            let text = self.completion.read_all();
+            p.completion_tokens.saturating_add(crate::tokens::count(model, text.get(p.text..).unwrap_or_default()))
         };
         if p.at.is_some() && counted == p.completion_tokens {
             return;
         }
         p.at = Some(now);
-        (p.text, p.chunks, p.completion_tokens) = (self.completion_text.len(), self.completion_chunks.len(), counted);
+        (p.text, p.completion_tokens) = (self.completion.read_all().len(), counted);
         let prompt_estimate = *p.prompt_tokens.get_or_insert_with(|| {
             self.prompt_body.as_ref().map_or(self.prompt_estimate, |body| crate::tokens::count_request(model, body))
         });

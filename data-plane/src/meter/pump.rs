@@ -15,9 +15,9 @@
 //! answers its headers at once and then stays silent can still be failed
 //! over before the client saw any of it.
 
-use std::{io, pin::Pin, time::Duration};
+use std::{io, ops::Range, pin::Pin, time::Duration};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf as _, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt as _, stream};
 use tokio::time::Instant;
 
@@ -69,6 +69,18 @@ pub struct Events<E> {
     buf: BytesMut,
     /// Bytes of `buf` known to hold no event boundary.
     scanned: usize,
+}
+
+/// What `Events` sends for one upstream chunk.
+struct Out {
+    /// The chunk the events were read from (in place).
+    chunk: Bytes,
+    /// The part of `chunk` sent so far, while each event went out as it
+    /// came and back to back.
+    passed: Range<usize>,
+    /// Everything to send, once an event went out changed, held back or
+    /// from elsewhere.
+    copied: Option<BytesMut>,
 }
 
 /// A body passed through byte for byte; complete once `expected` bytes
@@ -243,30 +255,64 @@ impl<E: EventRelay> Events<E> {
     }
 }
 
+impl<E: EventRelay> Events<E> {
+    /// Hands `event` to the relay and adds what it makes of it to `out`.
+    fn event(&mut self, event: Bytes, out: &mut Out, meter: Option<&mut Meter>) {
+        let data = event_data(&event);
+        out.add(self.relay.event(event.clone(), &data, meter));
+    }
+}
+
 impl<E: EventRelay> Relay for Events<E> {
     fn push(&mut self, chunk: Bytes, mut meter: Option<&mut Meter>) -> Bytes {
-        self.buf.extend_from_slice(&chunk);
-        let mut out = BytesMut::new();
-        while let Some(end) = find_event_end(&self.buf, self.scanned) {
-            let event = self.buf.split_to(end).freeze();
+        let mut rest = chunk;
+        let mut out = Out::new(&rest);
+        if !self.buf.is_empty() {
+            // The event begun in an earlier chunk: joined with its end from
+            // this one (copied), the rest of the chunk is read in place.
+            let before = self.buf.len();
+            let upto = find_event_end(&rest, 0).unwrap_or(rest.len());
+            self.buf.extend_from_slice(&rest[..upto]);
+            match find_event_end(&self.buf, self.scanned) {
+                Some(end) if end >= before => {
+                    self.buf.truncate(end);
+                    let event = self.buf.split().freeze();
+                    rest.advance(end - before);
+                    out = Out::new(&rest);
+                    self.event(event, &mut out, meter.as_deref_mut());
+                }
+                _ => {
+                    self.buf.extend_from_slice(&rest[upto..]);
+                    rest = Bytes::new();
+                    while let Some(end) = find_event_end(&self.buf, self.scanned) {
+                        let event = self.buf.split_to(end).freeze();
+                        self.scanned = 0;
+                        self.event(event, &mut out, meter.as_deref_mut());
+                    }
+                }
+            }
             self.scanned = 0;
-            let data = event_data(&event);
-            out.extend_from_slice(&self.relay.event(event, &data, meter.as_deref_mut()));
         }
+        let mut at = 0;
+        while let Some(end) = find_event_end(&rest, at) {
+            self.event(rest.slice(at..end), &mut out, meter.as_deref_mut());
+            at = end;
+        }
+        self.buf.extend_from_slice(&rest[at..]);
         self.scanned = self.buf.len().saturating_sub(3);
-        out.freeze()
+        out.into_bytes()
     }
 
     fn finish(&mut self, mut meter: Option<&mut Meter>) -> Bytes {
-        let mut out = BytesMut::new();
         let rest = self.buf.split().freeze();
+        let mut out = Out::new(&rest);
         self.scanned = 0;
         if !rest.is_empty() {
-            let data = event_data(&rest);
-            out.extend_from_slice(&self.relay.event(rest, &data, meter.as_deref_mut()));
+            self.event(rest.clone(), &mut out, meter.as_deref_mut());
         }
-        out.extend_from_slice(&self.relay.finish(meter));
-        out.freeze()
+        let closing = self.relay.finish(meter);
+        out.add(closing);
+        out.into_bytes()
     }
 
     fn complete(&self) -> bool {
@@ -275,6 +321,47 @@ impl<E: EventRelay> Relay for Events<E> {
 
     fn started(&self) -> bool {
         self.relay.started()
+    }
+}
+
+// === impl Out ===
+
+impl Out {
+    /// Bytes to send, read from `chunk`: while every event goes out as it
+    /// came, they are `chunk`'s own, not a copy.
+    fn new(chunk: &Bytes) -> Out {
+        Out { chunk: chunk.clone(), passed: 0..0, copied: None }
+    }
+
+    /// Adds `sent`: taken in place when it is the part of the chunk that
+    /// follows what was sent so far (an event passed as it came), copied
+    /// otherwise and from then on.
+    fn add(&mut self, sent: Bytes) {
+        if sent.is_empty() {
+            return;
+        }
+        if let Some(copied) = &mut self.copied {
+            copied.extend_from_slice(&sent);
+            return;
+        }
+        // Where `sent` lies in the chunk, if it lies there at all.
+        let at = sent.as_ptr().addr().wrapping_sub(self.chunk.as_ptr().addr());
+        let follows = if self.passed.is_empty() { at <= self.chunk.len() } else { at == self.passed.end };
+        if follows && self.chunk.len() - at >= sent.len() {
+            self.passed = if self.passed.is_empty() { at..at } else { self.passed.clone() };
+            self.passed.end += sent.len();
+            return;
+        }
+        let mut copied = BytesMut::from(&self.chunk[self.passed.clone()]);
+        copied.extend_from_slice(&sent);
+        self.copied = Some(copied);
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self.copied {
+            Some(copied) => copied.freeze(),
+            None => self.chunk.slice(self.passed),
+        }
     }
 }
 

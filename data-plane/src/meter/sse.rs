@@ -6,10 +6,12 @@
 //! and the only one ever added is a usage chunk carrying the gateway's
 //! estimate when the client asked for usage and the upstream sent none.
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 
-use super::{Meter, answer, event::TypedEvent, pump::EventRelay};
+use super::{Meter, answer, event::TypedEvent, glance::Glance, pump::EventRelay, text::Carrier};
 
 /// Passes an OpenAI-style stream through, reading usage and answer text.
 #[derive(Debug)]
@@ -105,18 +107,19 @@ impl EventRelay for SseFilter {
         }
         meter.read_event(data);
         if self.typed_events {
-            // Read once, for its usage and its text.
-            let event = TypedEvent::read(data);
-            if let Some(usage) = event.usage() {
+            // Parsed only when it may report usage; the text waits in the
+            // meter until it is counted.
+            let glance = Glance::typed(data);
+            if glance.usage
+                && let Some(usage) = TypedEvent::read(data).usage()
+            {
                 self.usage_seen = true;
                 meter.observe(usage);
             }
-            if let Some(text) = event.text(data) {
-                meter.add_text(&text);
+            if glance.delta {
+                meter.add_event(data, Carrier::Typed);
             }
-            if TypedEvent::is_terminal(data) {
-                self.done = true;
-            }
+            self.done |= glance.terminal;
             meter.add_chunks(1);
             return raw;
         }
@@ -134,7 +137,7 @@ impl EventRelay for SseFilter {
                 return if self.keep_usage_chunk { raw } else { Bytes::new() };
             }
         }
-        meter.add_chunk(Bytes::copy_from_slice(data));
+        meter.add_event(data, Carrier::Chat);
         meter.add_chunks(1);
         raw
     }
@@ -192,25 +195,42 @@ fn opening(data: &[u8], typed_events: bool) -> bool {
 /// Whether `data` mentions a `"usage"` key at all (a byte search, far
 /// cheaper than parsing every chunk).
 fn mentions_usage(data: &[u8]) -> bool {
-    data.windows(7).any(|w| w == b"\"usage\"")
+    memchr::memmem::find(data, b"\"usage\"").is_some()
 }
 
-/// The event's `data:` lines joined with `\n` (SSE's own rule).
-pub(crate) fn event_data(event: &[u8]) -> Vec<u8> {
-    let mut data = Vec::new();
-    let mut first = true;
-    for line in event.split(|&b| b == b'\n' || b == b'\r') {
-        let Some(value) = line.strip_prefix(b"data:") else {
-            continue;
-        };
-        let value = value.strip_prefix(b" ").unwrap_or(value);
-        if !first {
-            data.push(b'\n');
-        }
-        first = false;
-        data.extend_from_slice(value);
+/// The event's `data:` lines joined with `\n` (SSE's own rule): borrowed
+/// from `event` when it has at most one such line, as nearly every event
+/// has.
+pub(crate) fn event_data(event: &[u8]) -> Cow<'_, [u8]> {
+    let mut lines = lines(event).filter_map(|line| {
+        let value = line.strip_prefix(b"data:")?;
+        Some(value.strip_prefix(b" ").unwrap_or(value))
+    });
+    let Some(first) = lines.next() else { return Cow::Borrowed(&[]) };
+    let Some(second) = lines.next() else { return Cow::Borrowed(first) };
+    let mut data = Vec::with_capacity(first.len() + second.len() + 1);
+    data.extend_from_slice(first);
+    for line in std::iter::once(second).chain(lines) {
+        data.push(b'\n');
+        data.extend_from_slice(line);
     }
-    data
+    Cow::Owned(data)
+}
+
+/// The pieces of `event` between its line-ending bytes (each `\n` or `\r`
+/// ends one, so a `\r\n` leaves an empty piece, which no field reads).
+fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(event);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        match memchr::memchr2(b'\n', b'\r', text) {
+            Some(at) => {
+                rest = text.get(at + 1..);
+                Some(&text[..at])
+            }
+            None => rest.take(),
+        }
+    })
 }
 
 /// End (exclusive) of the first event in `buf`, i.e. just past the first
@@ -231,6 +251,8 @@ pub(crate) fn find_event_end(buf: &[u8], from: usize) -> Option<usize> {
     };
     let mut i = from;
     while i < buf.len() {
+        // Straight to the next line ending: the bytes between cannot end one.
+        i += memchr::memchr2(b'\n', b'\r', &buf[i..])?;
         match terminator(i) {
             None => i += 1,
             Some(None) => return None,
@@ -379,11 +401,161 @@ mod tests {
 
     #[test]
     fn multi_line_data_joins_with_newlines() {
-        assert_eq!(event_data(b"event: e\ndata: {\"a\":\ndata:1}\n\n"), b"{\"a\":\n1}");
+        assert_eq!(&*event_data(b"event: e\ndata: {\"a\":\ndata:1}\n\n"), b"{\"a\":\n1}");
+        assert_eq!(&*event_data(b"event: e\r\ndata:x\r\n\r\n"), b"x");
+        assert_eq!(&*event_data(b"data: a\rdata: b\r\rdata:"), b"a\nb\n");
+        assert_eq!(&*event_data(b": comment\n\n"), b"");
+    }
+
+    /// The event's data as read line by line, byte by byte: what
+    /// `event_data` must give.
+    fn data_read_bytewise(event: &[u8]) -> Vec<u8> {
+        let mut data = Vec::new();
+        let mut first = true;
+        for line in event.split(|&b| b == b'\n' || b == b'\r') {
+            let Some(value) = line.strip_prefix(b"data:") else {
+                continue;
+            };
+            let value = value.strip_prefix(b" ").unwrap_or(value);
+            if !first {
+                data.push(b'\n');
+            }
+            first = false;
+            data.extend_from_slice(value);
+        }
+        data
+    }
+
+    /// The first event's end found byte by byte: what `find_event_end`
+    /// must give.
+    fn end_found_bytewise(buf: &[u8], from: usize) -> Option<usize> {
+        let line_end = |i: usize| -> Option<Option<usize>> {
+            match buf.get(i)? {
+                b'\n' => Some(Some(i + 1)),
+                b'\r' => match buf.get(i + 1) {
+                    Some(b'\n') => Some(Some(i + 2)),
+                    Some(_) => Some(Some(i + 1)),
+                    None => Some(None),
+                },
+                _ => None,
+            }
+        };
+        let mut i = from;
+        while i < buf.len() {
+            match line_end(i) {
+                None => i += 1,
+                Some(None) => return None,
+                Some(Some(end)) => match line_end(end) {
+                    Some(Some(after)) => return Some(after),
+                    Some(None) => return None,
+                    None if end >= buf.len() => return None,
+                    None => i = end,
+                },
+            }
+        }
+        None
+    }
+
+    /// A typed event read as it was before glances: parsed whole, its text
+    /// added as it passes.
+    fn typed_event_parsed(filter: &mut SseFilter, raw: Bytes, data: &[u8], meter: &mut Meter) -> Bytes {
+        if !filter.started && !data.is_empty() {
+            filter.started = !opening(data, true);
+        }
+        if data.trim_ascii() == b"[DONE]" {
+            filter.done = true;
+            return raw;
+        }
+        if data.is_empty() {
+            return raw;
+        }
+        let event = TypedEvent::read(data);
+        if let Some(usage) = event.usage() {
+            filter.usage_seen = true;
+            meter.observe(usage);
+        }
+        if let Some(text) = event.text(data) {
+            meter.add_text(&text);
+        }
+        if TypedEvent::is_terminal(data) {
+            filter.done = true;
+        }
+        meter.add_chunks(1);
+        raw
+    }
+
+    /// `stream` split into its events (the rest, if any, last).
+    fn split(stream: &[u8]) -> Vec<Vec<u8>> {
+        let mut events = Vec::new();
+        let mut from = 0;
+        while let Some(end) = find_event_end(stream, from) {
+            events.push(stream[from..end].to_vec());
+            from = end;
+        }
+        if from < stream.len() {
+            events.push(stream[from..].to_vec());
+        }
+        events
+    }
+
+    #[test]
+    fn a_chunk_of_whole_events_passed_as_they_came_is_sent_without_a_copy() {
+        let (mut m, _rx) = meter();
+        let mut events = Events::new(SseFilter::typed_events());
+        let chunk = Bytes::from(format!("{CONTENT}{CONTENT}{CONTENT}data: {{\"a\""));
+        let sent = events.push(chunk.clone(), Some(&mut m));
+        assert_eq!(sent, chunk[..3 * CONTENT.len()]);
+        assert_eq!(sent.as_ptr(), chunk.as_ptr(), "the chunk's own bytes");
+        // The event begun there ends in the next chunk: joined, then sent
+        // with what follows it.
+        let sent = events.push(Bytes::from(format!("}}\n\n{CONTENT}")), Some(&mut m));
+        assert_eq!(sent, format!("data: {{\"a\"}}\n\n{CONTENT}").as_bytes());
+        // A withheld usage chunk between two passed ones: the rest copied.
+        let mut events = Events::new(SseFilter::new(false));
+        let sent = events.push(Bytes::from(format!("{CONTENT}{USAGE}{CONTENT}")), Some(&mut m));
+        assert_eq!(sent, format!("{CONTENT}{CONTENT}").as_bytes());
+        m.cancel();
     }
 
     proptest::proptest! {
         #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn events_are_framed_and_read_as_byte_by_byte(chunks in crate::fuzz::sse_chunks(), from in 0usize..8) {
+            let stream = chunks.concat();
+            for at in 0..=stream.len() {
+                let buf = &stream[at..];
+                proptest::prop_assert_eq!(find_event_end(buf, from), end_found_bytewise(buf, from));
+            }
+            for chunk in &chunks {
+                proptest::prop_assert_eq!(&*event_data(chunk), data_read_bytewise(chunk));
+            }
+            proptest::prop_assert_eq!(&*event_data(&stream), data_read_bytewise(&stream));
+        }
+
+        #[test]
+        fn typed_events_glanced_at_meter_as_when_each_is_parsed(
+            chunks in proptest::prop_oneof![crate::meter::event::tests::event_stream(), crate::fuzz::sse_chunks()],
+        ) {
+            let chunks: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+            let outcome = |filter: &mut dyn FnMut(Bytes, &[u8], &mut Meter) -> Bytes| {
+                let (mut meter, _rx) = meter();
+                let mut out = Vec::new();
+                for event in split(&chunks.concat()) {
+                    let data = event_data(&event);
+                    out.extend_from_slice(&filter(Bytes::copy_from_slice(&event), &data, &mut meter));
+                }
+                let seen = (out, meter.seen(), meter.estimate());
+                meter.cancel();
+                seen
+            };
+            let mut glancing = SseFilter::typed_events();
+            let mut parsed = SseFilter::typed_events();
+            let ours = outcome(&mut |raw, data, meter| glancing.event(raw, data, Some(meter)));
+            let theirs = outcome(&mut |raw, data, meter| typed_event_parsed(&mut parsed, raw, data, meter));
+            proptest::prop_assert_eq!(ours, theirs);
+            proptest::prop_assert_eq!((glancing.done, glancing.usage_seen), (parsed.done, parsed.usage_seen));
+        }
 
         #[test]
         fn any_upstream_stream_is_relayed_without_a_panic(

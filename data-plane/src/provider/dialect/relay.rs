@@ -1,14 +1,14 @@
 //! The relay of messages events passed through byte for byte, for the one
-//! streaming pump (`meter::pump`): the stream coding agents send most, read
-//! by the lean messages-event reader for its usage and text (translated
+//! streaming pump (`meter::pump`): the stream coding agents send most. Each
+//! event gets a glance (`meter::glance`); only the opening ones and those
+//! that may report usage are parsed, by the lean messages-event reader, and
+//! the text is left to the meter to read if it is ever counted (translated
 //! streams go through `through::Through`).
 
 use bytes::Bytes;
 
-use crate::{
-    meter::answer::MessagesStreamUsage,
-    meter::event::MessagesEvent,
-    meter::{Meter, pump::EventRelay},
+use crate::meter::{
+    Meter, answer::MessagesStreamUsage, event::MessagesEvent, glance::Glance, pump::EventRelay, text::Carrier,
 };
 
 /// Messages events passed through untouched, usage read on the way.
@@ -21,24 +21,23 @@ pub struct PassMessages {
     done: bool,
 }
 
-/// Whether a messages event is the stream's last (`message_stop`).
-fn is_message_stop(data: &[u8]) -> bool {
-    data.windows(14).any(|w| w == b"\"message_stop\"")
-}
-
 // === impl PassMessages ===
 
 impl EventRelay for PassMessages {
     fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
-        // Read once, for its usage and its text.
-        let event = MessagesEvent::read(data);
-        self.usage.observe_event(&event);
-        self.started |=
-            !data.is_empty() && !matches!(event.kind(), Some("message_start" | "content_block_start" | "ping"));
+        let glance = Glance::messages(data);
+        // Parsed only while its type may start the answer, or when it may
+        // report usage; the text waits in the meter until it is counted.
+        if !self.started || glance.usage {
+            let event = MessagesEvent::read(data);
+            self.usage.observe_event(&event);
+            self.started |=
+                !data.is_empty() && !matches!(event.kind(), Some("message_start" | "content_block_start" | "ping"));
+        }
         if let Some(meter) = meter {
             meter.read_event(data);
-            if let Some(text) = event.text(data) {
-                meter.add_text(text);
+            if glance.text {
+                meter.add_event(data, Carrier::Messages);
             }
             if let Some(usage) = self.usage.usage() {
                 meter.observe(usage);
@@ -47,7 +46,7 @@ impl EventRelay for PassMessages {
                 meter.add_chunks(1);
             }
         }
-        self.done |= is_message_stop(data);
+        self.done |= glance.message_stop;
         raw
     }
 
@@ -114,8 +113,79 @@ mod tests {
         assert!(push(&mut translated, token));
     }
 
+    /// Every event parsed whole, its text read as it passes: what the
+    /// glancing relay must agree with.
+    #[derive(Default)]
+    struct Parsed {
+        usage: MessagesStreamUsage,
+        started: bool,
+        done: bool,
+    }
+
+    impl EventRelay for Parsed {
+        fn event(&mut self, raw: Bytes, data: &[u8], meter: Option<&mut Meter>) -> Bytes {
+            let event = MessagesEvent::read(data);
+            self.usage.observe_event(&event);
+            self.started |=
+                !data.is_empty() && !matches!(event.kind(), Some("message_start" | "content_block_start" | "ping"));
+            if let Some(meter) = meter {
+                if let Some(text) = event.text(data) {
+                    meter.add_text(text);
+                }
+                if let Some(usage) = self.usage.usage() {
+                    meter.observe(usage);
+                }
+                if !data.is_empty() {
+                    meter.add_chunks(1);
+                }
+            }
+            self.done |= data.windows(14).any(|w| w == b"\"message_stop\"");
+            raw
+        }
+
+        fn finish(&mut self, _meter: Option<&mut Meter>) -> Bytes {
+            Bytes::new()
+        }
+
+        fn complete(&self) -> bool {
+            self.done
+        }
+
+        fn started(&self) -> bool {
+            self.started
+        }
+    }
+
+    /// What a relay made of `chunks`: the bytes sent, whether it had
+    /// started and was complete after each chunk, the usage seen and the
+    /// estimate.
+    type Outcome = (Vec<u8>, Vec<(bool, bool)>, Option<crate::pricing::Usage>, crate::pricing::Usage);
+
+    fn outcome<E: EventRelay>(relay: E, chunks: &[Vec<u8>]) -> Outcome {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut meter = Meter::new(Charge::test("r1"), UsageSink::new(tx, "node"), 40);
+        let mut events = Events::new(relay);
+        let (mut out, mut states) = (Vec::new(), Vec::new());
+        for chunk in chunks {
+            out.extend_from_slice(&events.push(Bytes::copy_from_slice(chunk), Some(&mut meter)));
+            states.push((events.started(), events.complete()));
+        }
+        out.extend_from_slice(&events.finish(Some(&mut meter)));
+        states.push((events.started(), events.complete()));
+        let (seen, estimate) = (meter.seen(), meter.estimate());
+        meter.cancel();
+        (out, states, seen, estimate)
+    }
+
     proptest::proptest! {
         #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn a_glancing_relay_meters_as_one_that_parses_every_event(
+            chunks in proptest::prop_oneof![crate::meter::event::tests::event_stream(), crate::fuzz::sse_chunks()],
+        ) {
+            proptest::prop_assert_eq!(outcome(PassMessages::default(), &chunks), outcome(Parsed::default(), &chunks));
+        }
 
         #[test]
         fn any_upstream_stream_is_relayed_in_either_dialect_without_a_panic(
