@@ -260,3 +260,49 @@ async fn a_redis_store_written_before_hash_tags_is_renamed_when_a_replica_connec
     let third = RedisStore::connect(&server.url()).await.expect("connect a third time");
     assert_eq!(third.revision().await.expect("revision"), before.revision);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_record_markers_of_earlier_versions_guard_only_the_records_made_before_the_upgrade() {
+    let day = 24 * 60 * 60;
+    let server = RedisServer::start().await.expect("start redis-server");
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+    // What an earlier version left: a record's marker as a key of its own.
+    let legacy = async |conn: &mut redis::aio::MultiplexedConnection, id: &str| {
+        let key = format!("{{gw}}:applied:{id}");
+        let () = redis::cmd("SET").arg(key).arg(1).arg("EX").arg(day).query_async(conn).await.expect("set");
+    };
+    legacy(&mut conn, "old-req").await;
+    legacy(&mut conn, "late-req").await;
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    store.create(conformance::account("acct", 1_000)).await.expect("create account");
+    store.create(conformance::token("tok", "acct")).await.expect("create token");
+    let now = i64::try_from(std::time::UNIX_EPOCH.elapsed().expect("clock").as_secs()).expect("now");
+    let mut old = conformance::usage("old-req", "tok", "acct", "m", 300);
+    old.created_at = now;
+    let outcome = store.apply_usage(&[old]).await.expect("usage");
+    assert_eq!(
+        (outcome.applied, outcome.duplicates),
+        (0, 1),
+        "a record marked by an earlier version was applied again"
+    );
+    // Dated past the upgrade (and its margin), a record was never marked
+    // by an earlier version: a key of its name is not its marker.
+    let mut late = conformance::usage("late-req", "tok", "acct", "m", 300);
+    late.created_at = now + 2 * day;
+    assert_eq!(store.apply_usage(&[late]).await.expect("usage").applied, 1);
+    drop(store);
+
+    // A store that never held such a key reads none, whenever made.
+    let fresh = RedisServer::start().await.expect("start redis-server");
+    let store = RedisStore::connect(&fresh.url()).await.expect("connect");
+    store.create(conformance::account("acct", 1_000)).await.expect("create account");
+    store.create(conformance::token("tok", "acct")).await.expect("create token");
+    let client = redis::Client::open(fresh.url()).expect("client");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+    legacy(&mut conn, "new-req").await;
+    let outcome = store.apply_usage(&[conformance::usage("new-req", "tok", "acct", "m", 300)]).await.expect("usage");
+    assert_eq!(outcome.applied, 1);
+    let again = store.apply_usage(&[conformance::usage("new-req", "tok", "acct", "m", 300)]).await.expect("usage");
+    assert_eq!((again.applied, again.duplicates), (0, 1), "its own marker still guards it");
+}

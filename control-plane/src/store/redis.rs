@@ -49,6 +49,7 @@ mod rollup;
 mod scripts;
 mod slots;
 mod usage_batch;
+mod usage_json;
 mod video;
 
 use self::conn::{Conn, Dialer};
@@ -78,6 +79,8 @@ pub struct RedisStore {
     revision: Arc<watch::Sender<u64>>,
     retention: Retention,
     sealing: Sealing,
+    /// Records made before this may hold a legacy idempotency marker key.
+    legacy_markers_before: i64,
     _follower: AbortOnDrop,
 }
 
@@ -114,6 +117,7 @@ impl RedisStore {
         let mut conn = dialer.shared().await?;
         conn.refuse_cluster_node().await?;
         layout::migrate(&conn).await?;
+        let legacy_markers_before = layout::legacy_markers_before(&conn).await?;
         let start: u64 = conn.get::<_, Option<u64>>(REV).await.map_err(StoreError::Redis)?.unwrap_or(0);
         let revision = Arc::new(watch::channel(start).0);
         let follower = tokio::spawn(follow(dialer, revision.clone(), start));
@@ -129,7 +133,15 @@ impl RedisStore {
             import: Script::new(IMPORT),
         };
         let (retention, sealing) = (Retention::default(), Sealing::default());
-        let store = Self { conn, scripts, revision, retention, sealing, _follower: AbortOnDrop(follower) };
+        let store = Self {
+            conn,
+            scripts,
+            revision,
+            retention,
+            sealing,
+            legacy_markers_before,
+            _follower: AbortOnDrop(follower),
+        };
         store.index_names().await?;
         Ok(store)
     }

@@ -110,12 +110,22 @@ pub(super) fn names_key(kind: Kind) -> String {
 }
 
 /// The idempotency marker of a usage record as earlier versions wrote it,
-/// a key of its own expiring after `APPLIED_TTL_SECS`: still read (never
-/// written) until the last of them has expired.
+/// a key of its own expiring after `APPLIED_TTL_SECS`: never written, and
+/// read only for records made before `LEGACY_MARKERS_BEFORE`.
 pub(super) fn applied_key(request_id: &str) -> String {
     // One per usage record: a concatenation, not `format!`'s machinery.
     ["{gw}:applied:", request_id].concat()
 }
+
+/// The Unix second before which a record may have been made by a version
+/// that marked it with `applied_key` (0: no such key exists), an integer
+/// set once per store: the records made since are marked only in their
+/// hour's hash, so their markers are looked for only there.
+pub(super) const LEGACY_MARKERS_BEFORE: &str = "{gw}:legacy_markers_before";
+/// How far past the first start of a version that no longer writes
+/// `applied_key` markers a record marked by an older one may be dated: the
+/// ledger takes records dated up to an hour ahead of its clock.
+const LEGACY_MARKERS_MARGIN_SECS: i64 = 24 * 60 * 60;
 
 /// How many seconds of records (by `created_at`) one hash of idempotency
 /// markers holds.
@@ -206,6 +216,30 @@ pub(super) fn tagged_name(old: &str) -> Option<String> {
         _ => "gw",
     };
     Some(format!("{{{tag}}}:{rest}"))
+}
+
+/// `LEGACY_MARKERS_BEFORE`, decided the first time a control plane of this
+/// version opens the store and kept: 0 when no `applied_key` marker exists
+/// (a single Redis is scanned for one; a cluster is looked at only when it
+/// holds nothing yet), else now plus a margin for records dated ahead of
+/// the clock that marked them. Replicas starting at once agree (the first
+/// to write it wins).
+pub(super) async fn legacy_markers_before(conn: &Conn) -> Result<i64> {
+    let mut conn = conn.clone();
+    if let Some(before) = conn.get::<_, Option<i64>>(LEGACY_MARKERS_BEFORE).await.map_err(StoreError::Redis)? {
+        return Ok(before);
+    }
+    let none = if conn.is_cluster() {
+        !conn.exists::<_, bool>(REV).await.map_err(StoreError::Redis)?
+    } else {
+        let mut scanning = conn.clone();
+        let mut legacy = scanning.scan_match::<_, String>(applied_key("*")).await.map_err(StoreError::Redis)?;
+        legacy.next_item().await.transpose().map_err(StoreError::Redis)?.is_none()
+    };
+    let before = if none { 0 } else { crate::domain::now_unix() + LEGACY_MARKERS_MARGIN_SECS };
+    let _: bool = conn.set_nx(LEGACY_MARKERS_BEFORE, before).await.map_err(StoreError::Redis)?;
+    let stored: Option<i64> = conn.get(LEGACY_MARKERS_BEFORE).await.map_err(StoreError::Redis)?;
+    Ok(stored.unwrap_or(before))
 }
 
 /// Renames the keys of a store written before keys had hash tags, once:

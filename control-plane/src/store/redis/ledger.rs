@@ -100,45 +100,102 @@ local function standing(kind, id, first, count)
   end
   return true, unlimited, remaining
 end
--- Whether request `id`, marked in hash KEYS[hash] (or, by an earlier
--- version, by key KEYS[legacy]), was applied.
-local function was_applied(legacy, hash, id)
-  return redis.call('EXISTS', KEYS[legacy]) == 1 or redis.call('HEXISTS', KEYS[hash], id) == 1
+-- The positions (from 1, ascending) of the records of the batch whose
+-- arguments start at ARGV[a] (see `apply_batch`) that were applied before:
+-- marked in their hour's marker hash or, by an earlier version, by a key
+-- of their own. Writes nothing. Also returns where the batch's sums start.
+local function batch_seen(k, a)
+  local n = tonumber(ARGV[a])
+  a = a + 1 + n
+  local seen, any = {}, false
+  local pos = 0
+  for _ = 1, tonumber(ARGV[a]) do
+    local m = tonumber(ARGV[a + 2])
+    local found = redis.call('HMGET', KEYS[tonumber(ARGV[a + 1])], unpack(ARGV, a + 3, a + 2 + m))
+    for j = 1, m do
+      if found[j] then
+        seen[pos + j], any = true, true
+      end
+    end
+    pos = pos + m
+    a = a + 2 + m
+  end
+  a = a + 1
+  local legacy = tonumber(ARGV[a])
+  for j = 1, legacy do
+    if redis.call('EXISTS', KEYS[k + j - 1]) == 1 then
+      seen[tonumber(ARGV[a + j])], any = true, true
+    end
+  end
+  local list = {}
+  if any then
+    for i = 1, n do
+      if seen[i] then list[#list + 1] = i end
+    end
+  end
+  return list, a + 1 + legacy
+end
+-- Marks every record of the batch whose markers start at ARGV[a] in its
+-- hour's marker hash, none of them marked before. Returns the positions of
+-- records whose request id came earlier in the same batch and hash (their
+-- markers removed again, so nothing is written), or an empty table.
+local function mark_batch(a)
+  local runs, added, total = tonumber(ARGV[a]), 0, 0
+  local at = a + 1
+  for _ = 1, runs do
+    local key, m = KEYS[tonumber(ARGV[at])], tonumber(ARGV[at + 1])
+    for first = 1, m, 500 do
+      local fields = {}
+      for j = first, math.min(first + 499, m) do
+        fields[#fields + 1] = ARGV[at + 1 + j]
+        fields[#fields + 1] = '1'
+      end
+      added = added + redis.call('HSET', key, unpack(fields))
+    end
+    total = total + m
+    at = at + 2 + m
+  end
+  if added == total then return {} end
+  -- A request id twice in the batch: undo, then name the later ones.
+  local firsts, seen, pos = {}, {}, 0
+  at = a + 1
+  for _ = 1, runs do
+    local hash, m = ARGV[at], tonumber(ARGV[at + 1])
+    for j = 1, m do
+      local id = ARGV[at + 1 + j]
+      redis.call('HDEL', KEYS[tonumber(hash)], id)
+      local mark = hash .. ':' .. id
+      if firsts[mark] then seen[#seen + 1] = pos + j else firsts[mark] = true end
+    end
+    pos = pos + m
+    at = at + 2 + m
+  end
+  return seen
 end
 -- Applies the batch of records whose legacy idempotency markers are
 -- KEYS[k ..] and whose arguments start at ARGV[a] (see `usage_batch`): its
--- size n, each record's JSON, each record's marker hash (key index) and
--- request id, then what the batch adds up to: per account and per token
+-- size n, each record's JSON; the runs of records marked in one hash, each
+-- as (hash key index, length, then each record's request id); the records
+-- that may hold a legacy marker (their count, then each one's position);
+-- then what the batch adds up to: per account and per token
 -- (id, cost, -cost, window bucket key index or 0, its expiry), per lease
 -- (hold key index, holder, cost), per marker hash (its start),
 -- per rollup bucket (key index, expiry, field count, then field and amount
 -- each). ARGV[1] is the last usage index kept (-1: all); the marker hashes
 -- are listed in KEYS[7].
 --
--- All or nothing: when a record's request id was seen before, the
--- markers this call set are removed again and nothing else is written;
--- it returns the positions (from 1) of those records, for the caller to
--- send the batch again without them. Returns an empty table when the
--- whole batch was applied.
+-- All or nothing: when a record's request id was seen before (or twice in
+-- the batch), nothing is written; it returns the positions (from 1) of
+-- those records, for the caller to send the batch again without them.
+-- Returns an empty table when the whole batch was applied.
 local function apply_batch(k, a)
   local n = tonumber(ARGV[a])
-  local marks = a + 1 + n
-  local seen = {}
-  for i = 1, n do
-    local hash, id = tonumber(ARGV[marks + 2 * i - 2]), ARGV[marks + 2 * i - 1]
-    if redis.call('EXISTS', KEYS[k + i - 1]) == 1 or redis.call('HSETNX', KEYS[hash], id, '1') == 0 then
-      seen[#seen + 1] = i
-    end
-  end
-  if #seen > 0 then
-    local j = 1
-    for i = 1, n do
-      if seen[j] == i then j = j + 1 else redis.call('HDEL', KEYS[tonumber(ARGV[marks + 2 * i - 2])], ARGV[marks + 2 * i - 1]) end
-    end
-    return seen
-  end
+  local seen, sums = batch_seen(k, a)
+  if #seen > 0 then return seen end
+  seen = mark_batch(a + 1 + n)
+  if #seen > 0 then return seen end
   local records = a + 1
-  a = a + 1 + 3 * n
+  a = sums
   -- Accounts: KEYS[1] their hash, KEYS[3] balance, KEYS[4] spent; then
   -- tokens: KEYS[2] their hash, KEYS[5] spent.
   for _, kind in ipairs({1, 2}) do
@@ -239,8 +296,7 @@ return 1
 const CHARGE: &str = r"
 local token_buckets, account_buckets = tonumber(ARGV[6]), tonumber(ARGV[7])
 local marker = 10 + token_buckets + account_buckets
--- The batch of one: ARGV[8] its size, 9 its JSON, 10 and 11 its marker.
-if was_applied(marker, tonumber(ARGV[10]), ARGV[11]) then return {1} end
+if #batch_seen(marker, 8) > 0 then return {1} end
 local now, cost = tonumber(ARGV[2]), tonumber(ARGV[5])
 local found, unlimited, remaining = standing('token', ARGV[3], 10, token_buckets)
 if not found then return {2} end
@@ -363,7 +419,7 @@ impl RedisStore {
                 let mut call = invocation(&SCRIPTS[0]);
                 call.key(APPLIED_BUCKETS).arg(self.last_usage_index());
                 let records: Vec<_> = pending.iter().map(|&i| (&batch[i], &windows[i])).collect();
-                usage_batch::add(&mut call, 8, &records, &self.retention)?;
+                usage_batch::add(&mut call, 8, &records, self.legacy_markers_before, &self.retention);
                 let seen: Vec<usize> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
                 if seen.is_empty() {
                     outcome.applied += u32::try_from(pending.len()).unwrap_or(u32::MAX);
@@ -423,7 +479,8 @@ impl BudgetStore for RedisStore {
         call.arg(&record.token_id).arg(&record.account_id).arg(record.cost_micros);
         call.arg(token.len()).arg(account.len());
         let windows = windows.first().unwrap_or(&[None, None]);
-        usage_batch::add(&mut call, 10 + token.len() + account.len(), &[(record, windows)], &self.retention)?;
+        let first = 10 + token.len() + account.len();
+        usage_batch::add(&mut call, first, &[(record, windows)], self.legacy_markers_before, &self.retention);
         let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(match reply.as_slice() {
             [0] => Charged::Applied,

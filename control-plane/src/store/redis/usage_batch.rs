@@ -1,11 +1,12 @@
 //! What a batch of usage records adds up to, in the form the ledger's Lua
-//! scripts take (`apply_batch` in `ledger`): per record only its
-//! idempotency marker (a field of its hour's marker hash; the key earlier
-//! versions wrote is only read) and its JSON; every counter, lease take, window
-//! bucket and rollup field summed here, once for the whole batch. A batch
-//! is mostly one token's and one account's records, so Redis writes a few
-//! fields for it instead of a dozen per record, and the sums cost Rust
-//! arithmetic rather than Lua's.
+//! scripts take (`apply_batch` in `ledger`): per record only its JSON and
+//! its request id (the field of its hour's marker hash, looked up and set
+//! for a whole run of records with one HMGET and one HSET; the key earlier
+//! versions wrote is read only for records made before they stopped); every
+//! counter, lease take, window bucket and rollup field summed here, once
+//! for the whole batch. A batch is mostly one token's and one account's
+//! records, so Redis writes a few fields for it instead of a dozen per
+//! record, and the sums cost Rust arithmetic rather than Lua's.
 //!
 //! The sums are those record-by-record writes would leave: costs are never
 //! negative in a batch that takes from a lease (a take stops at zero
@@ -15,10 +16,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::layout::{APPLIED_BUCKET_SECS, applied_bucket_key, applied_key, hold_key};
 use super::rollup::bucket_key;
+use super::usage_json;
 use crate::domain::UsageRecord;
 use crate::store::budget::Budget;
 use crate::store::rollup::{Counts, Dims, Period, Retention};
-use crate::store::{Result, StoreError};
 
 /// A record's window buckets: the token's and the account's key and
 /// expiry, when they have a window budget.
@@ -98,39 +99,55 @@ impl<'a> Keys<'a> {
     }
 }
 
-/// Adds to `call` the legacy markers of `records` as keys from index
+/// Adds to `call` the legacy markers of those of `records` made before
+/// `legacy_before` (see `layout::LEGACY_MARKERS_BEFORE`) as keys from index
 /// `first_key` on, then the keys their markers and sums write; and as
-/// arguments the batch: its size, each record's JSON, each record's marker
-/// (hash index, request id), then the sums in the sections `apply_batch`
-/// reads.
+/// arguments the batch: its size, each record's JSON, the runs of records
+/// marked in one hash (hash index, length, each record's request id), the
+/// positions of the records with a legacy marker key, then the sums in the
+/// sections `apply_batch` reads.
 pub(super) fn add(
     call: &mut redis::ScriptInvocation<'_>,
     first_key: usize,
     records: &[(&UsageRecord, &RecordWindows)],
+    legacy_before: i64,
     retention: &Retention,
-) -> Result<()> {
+) {
     call.arg(records.len());
+    let mut json = Vec::with_capacity(512);
     for (record, _) in records {
-        call.key(applied_key(&record.request_id));
-        // Room for a whole record up front (they run to about 350 bytes).
-        let mut json = Vec::with_capacity(512);
-        serde_json::to_writer(&mut json, record).map_err(StoreError::Corrupt)?;
-        call.arg(json);
+        json.clear();
+        usage_json::write(&mut json, record);
+        call.arg(&json[..]);
+    }
+    let legacy: Vec<usize> = (1..=records.len()).filter(|&i| records[i - 1].0.created_at < legacy_before).collect();
+    for &i in &legacy {
+        call.key(applied_key(&records[i - 1].0.request_id));
     }
 
     let mut keys = Keys {
-        first: first_key + records.len(),
+        first: first_key + legacy.len(),
         names: Vec::new(),
         index: HashMap::new(),
         holds: HashMap::new(),
         buckets: HashMap::new(),
         markers: HashMap::new(),
     };
+    let runs: Vec<_> =
+        records.chunk_by(|a, b| applied_bucket(a.0.created_at) == applied_bucket(b.0.created_at)).collect();
+    call.arg(runs.len());
     let mut markers = BTreeSet::new();
-    for (record, _) in records {
-        let start = applied_bucket(record.created_at);
-        call.arg(keys.marker(start)).arg(record.request_id.as_str());
+    for run in runs {
+        let start = applied_bucket(run[0].0.created_at);
+        call.arg(keys.marker(start)).arg(run.len());
+        for (record, _) in run {
+            call.arg(record.request_id.as_str());
+        }
         markers.insert(start);
+    }
+    call.arg(legacy.len());
+    for i in legacy {
+        call.arg(i);
     }
     // (id, window key index or 0) → spend, for accounts and for tokens.
     let mut accounts: BTreeMap<(&str, usize), Spend> = BTreeMap::new();
@@ -140,8 +157,18 @@ pub(super) fn add(
     // (bucket key index, dimensions) → counters; bucket key index → expiry.
     let mut rollups: BTreeMap<(usize, DimsRef<'_>), ([i64; 7], &UsageRecord)> = BTreeMap::new();
     let mut expiries: BTreeMap<usize, i64> = BTreeMap::new();
-    for &(record, windows) in records {
-        let cost = record.cost_micros;
+    // Records next to each other mostly share every budget, holder and
+    // rollup row: each such run is summed first and counted once.
+    for run in records.chunk_by(same_rows) {
+        let (record, windows) = run[0];
+        let mut cost = 0i64;
+        let mut counts = [0i64; 7];
+        for (r, _) in run {
+            cost = cost.saturating_add(r.cost_micros);
+            for (sum, n) in counts.iter_mut().zip(Counts::of(r).to_array()) {
+                *sum = sum.saturating_add(n);
+            }
+        }
         let budgets = [
             (&mut tokens, &windows[0], true, record.token_id.as_str()),
             (&mut accounts, &windows[1], false, record.account_id.as_str()),
@@ -161,7 +188,6 @@ pub(super) fn add(
             record.channel_id.as_str(),
             record.group.as_str(),
         );
-        let counts = Counts::of(record).to_array();
         for period in Period::ALL {
             let start = period.bucket(record.created_at);
             let key = keys.bucket(period, start);
@@ -209,7 +235,20 @@ pub(super) fn add(
     for name in keys.names {
         call.key(name);
     }
-    Ok(())
+}
+
+/// Whether two records of a batch add to the same budgets, lease holder
+/// and rollup rows (so they can be summed before they are counted).
+fn same_rows(a: &(&UsageRecord, &RecordWindows), b: &(&UsageRecord, &RecordWindows)) -> bool {
+    let ((a, a_windows), (b, b_windows)) = (a, b);
+    a.token_id == b.token_id
+        && a.account_id == b.account_id
+        && a.node_id == b.node_id
+        && a.model == b.model
+        && a.channel_id == b.channel_id
+        && a.group == b.group
+        && a_windows == b_windows
+        && Period::ALL.iter().all(|p| p.bucket(a.created_at) == p.bucket(b.created_at))
 }
 
 /// The start of the marker hash of a record made at `created_at`.

@@ -1,0 +1,203 @@
+//! The stored JSON of a usage record, written by hand because the ledger
+//! writes one per record it applies: byte for byte what `serde_json` writes
+//! for `UsageRecord` (the tests hold it to that), for a fraction of the
+//! instructions. A string with nothing to escape is copied whole; any other
+//! goes through `serde_json`. Every field is named below, so a field added
+//! to the record does not compile until it is written here too.
+
+use crate::domain::UsageRecord;
+
+/// Appends `record`'s JSON, as `serde_json::to_writer` would, to `out`.
+pub(super) fn write(out: &mut Vec<u8>, record: &UsageRecord) {
+    let UsageRecord {
+        request_id,
+        token_id,
+        account_id,
+        group,
+        model,
+        channel_id,
+        endpoint,
+        prompt_tokens,
+        completion_tokens,
+        cached_tokens,
+        cost_micros,
+        latency_ms,
+        status,
+        created_at,
+        node_id,
+        estimated,
+        images,
+        audio_millis,
+        cache_write_5m_tokens,
+        cache_write_1h_tokens,
+        reasoning_tokens,
+        audio_prompt_tokens,
+        audio_completion_tokens,
+        audio_cached_tokens,
+        tier,
+        search_units,
+    } = record;
+    let mut json = Json { out, first: true };
+    json.out.push(b'{');
+    json.string("request_id", request_id);
+    json.string("token_id", token_id);
+    json.string("account_id", account_id);
+    json.string("group", group);
+    json.string("model", model);
+    json.string("channel_id", channel_id);
+    json.string("endpoint", endpoint);
+    json.number("prompt_tokens", *prompt_tokens);
+    json.number("completion_tokens", *completion_tokens);
+    json.number("cached_tokens", *cached_tokens);
+    json.number("cost_micros", *cost_micros);
+    json.number("latency_ms", *latency_ms);
+    json.number("status", *status);
+    json.number("created_at", *created_at);
+    json.string("node_id", node_id);
+    json.key("estimated");
+    json.out.extend_from_slice(if *estimated { b"true" } else { b"false" });
+    // Left out when zero, as `UsageRecord`'s serde attributes say.
+    json.nonzero("images", *images);
+    json.nonzero("audio_millis", *audio_millis);
+    json.nonzero("cache_write_5m_tokens", *cache_write_5m_tokens);
+    json.nonzero("cache_write_1h_tokens", *cache_write_1h_tokens);
+    json.nonzero("reasoning_tokens", *reasoning_tokens);
+    json.nonzero("audio_prompt_tokens", *audio_prompt_tokens);
+    json.nonzero("audio_completion_tokens", *audio_completion_tokens);
+    json.nonzero("audio_cached_tokens", *audio_cached_tokens);
+    json.nonzero("tier", i64::from(*tier));
+    json.nonzero("search_units", *search_units);
+    json.out.push(b'}');
+}
+
+/// An object being written: its buffer, and whether no member is yet.
+struct Json<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+// === impl Json ===
+
+impl Json<'_> {
+    /// A member's name (none of them needs escaping) and its colon.
+    fn key(&mut self, name: &str) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        self.out.push(b'"');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    fn string(&mut self, name: &str, value: &str) {
+        self.key(name);
+        // Checked without an early exit, so it runs a word at a time.
+        let plain = !value.bytes().fold(false, |escape, b| escape | (b < 0x20) | (b == b'"') | (b == b'\\'));
+        if plain {
+            self.out.push(b'"');
+            self.out.extend_from_slice(value.as_bytes());
+            self.out.push(b'"');
+        } else if serde_json::to_writer(&mut *self.out, value).is_err() {
+            // Writing to a Vec cannot fail; an empty string keeps it JSON.
+            self.out.extend_from_slice(b"\"\"");
+        }
+    }
+
+    fn number(&mut self, name: &str, value: impl itoa::Integer) {
+        self.key(name);
+        self.out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+    }
+
+    fn nonzero(&mut self, name: &str, value: i64) {
+        if value != 0 {
+            self.number(name, value);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn written(record: &UsageRecord) -> String {
+        let mut out = Vec::new();
+        write(&mut out, record);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_typical_record_is_written_as_serde_json_writes_it() {
+        let record = UsageRecord {
+            request_id: "req-1".into(),
+            token_id: "tok".into(),
+            account_id: "acct".into(),
+            group: "default".into(),
+            model: "gpt".into(),
+            channel_id: "ch".into(),
+            endpoint: "/v1/chat/completions".into(),
+            prompt_tokens: 12,
+            completion_tokens: 2,
+            cost_micros: -5,
+            latency_ms: u32::MAX,
+            status: 200,
+            created_at: 1_700_000_000,
+            node_id: "dp-1".into(),
+            estimated: true,
+            reasoning_tokens: 1,
+            tier: 1,
+            ..UsageRecord::default()
+        };
+        assert_eq!(written(&record), serde_json::to_string(&record).unwrap());
+        assert_eq!(written(&UsageRecord::default()), serde_json::to_string(&UsageRecord::default()).unwrap());
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof!["[a-z0-9_-]{0,24}", any::<String>(), Just("\"quoted\" \\ back\nslash\t\u{7f}\u{1}é中".to_owned()),]
+    }
+
+    fn count() -> impl Strategy<Value = i64> {
+        prop_oneof![Just(0), 0..1_000_000i64, any::<i64>()]
+    }
+
+    prop_compose! {
+        fn record()(
+            strings in prop::array::uniform8(text()),
+            counts in prop::array::uniform16(count()),
+            small in prop::array::uniform4(any::<u32>()),
+            estimated in any::<bool>(),
+        ) -> UsageRecord {
+            let [request_id, token_id, account_id, group, model, channel_id, endpoint, node_id] = strings;
+            UsageRecord {
+                request_id, token_id, account_id, group, model, channel_id, endpoint, node_id, estimated,
+                prompt_tokens: counts[0],
+                completion_tokens: counts[1],
+                cached_tokens: counts[2],
+                cost_micros: counts[3],
+                created_at: counts[4],
+                images: counts[5],
+                audio_millis: counts[6],
+                cache_write_5m_tokens: counts[7],
+                cache_write_1h_tokens: counts[8],
+                reasoning_tokens: counts[9],
+                audio_prompt_tokens: counts[10],
+                audio_completion_tokens: counts[11],
+                audio_cached_tokens: counts[12],
+                search_units: counts[13],
+                latency_ms: small[0],
+                status: small[1],
+                tier: if small[3] % 2 == 0 { 0 } else { small[2] },
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_record_is_written_as_serde_json_writes_it(record in record()) {
+            prop_assert_eq!(written(&record), serde_json::to_string(&record).unwrap());
+        }
+    }
+}
