@@ -296,11 +296,28 @@ impl Budgets {
                         }
                     };
                     if tokio::time::timeout_at(deadline, landed).await.is_err() {
-                        return Err(ProxyError::BudgetUnavailable);
+                        return Err(self.gave_up(&budgets, amount));
                     }
                 }
             }
         }
+    }
+
+    /// Why a request that waited `MAX_WAIT` for `amount` of `budgets` is
+    /// refused: 503 while the control plane is unreachable (or never
+    /// answered), else the 403 of a budget still short: the control plane
+    /// answered, and what it could lease went to other requests.
+    fn gave_up(&self, budgets: &[(String, i64)], amount: i64) -> ProxyError {
+        let state = self.inner.lock();
+        if state.down.is_some() {
+            return ProxyError::BudgetUnavailable;
+        }
+        let now = Instant::now();
+        let short = budgets.iter().find_map(|(budget, _)| {
+            let pool = state.pools.get(budget).filter(|p| p.heard && !p.unlimited && p.free(now) < amount)?;
+            Some(refusal(budget, pool.remaining))
+        });
+        short.unwrap_or(ProxyError::BudgetUnavailable)
     }
 
     /// Whether `budget` (`token:<id>` or `account:<id>`) is known to be
