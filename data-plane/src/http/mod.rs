@@ -130,22 +130,22 @@ async fn request_layer(State(app): State<Arc<App>>, mut request: Request, next: 
             response.headers_mut().insert(COST_HEADER.clone(), cost);
         }
         telemetry::responded(&span, route, fields, response.status(), refusal.as_ref());
-        span.in_scope(|| {
-            tracing::info!(
-                target: "gw_data_plane::access",
-                %method,
-                path,
-                status = response.status().as_u16(),
-                duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                model = fields.model.as_deref().unwrap_or(""),
-                token = fields.token.as_deref().unwrap_or(""),
-                account = fields.account.as_deref().unwrap_or(""),
-                channel = fields.channel.as_deref().unwrap_or(""),
-                attempts = fields.attempts,
-                refusal = reason,
-                "request"
-            );
-        });
+        // In the request's span as its parent, without entering it again.
+        tracing::info!(
+            target: "gw_data_plane::access",
+            parent: &span,
+            %method,
+            path,
+            status = response.status().as_u16(),
+            duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            model = fields.model.as_deref().unwrap_or(""),
+            token = fields.token.as_deref().unwrap_or(""),
+            account = fields.account.as_deref().unwrap_or(""),
+            channel = fields.channel.as_deref().unwrap_or(""),
+            attempts = fields.attempts,
+            refusal = reason,
+            "request"
+        );
     });
     response
 }

@@ -98,10 +98,10 @@ pub fn authorize(
     if !token.enabled || (expires_at != 0 && expires_at <= now) {
         return Err(ProxyError::InvalidToken);
     }
-    let short = |budget: String| budgets.and_then(|b| b.known_short(&budget, snapshot.revision));
+    let short = |kind: &str, id: &str| budgets.and_then(|b| b.known_short_of(kind, id, snapshot.revision));
     if access == Access::Spend
         && !token.unlimited
-        && (token.used_micros >= token.quota_micros || short(["token:", &token.id].concat()).is_some())
+        && (token.used_micros >= token.quota_micros || short("token:", &token.id).is_some())
     {
         return Err(ProxyError::TokenQuotaExhausted);
     }
@@ -122,7 +122,7 @@ pub fn authorize(
         if account.balance_micros <= 0 {
             return Err(ProxyError::InsufficientUserQuota { balance_micros: account.balance_micros });
         }
-        if let Some(balance_micros) = short(["account:", &account.id].concat()) {
+        if let Some(balance_micros) = short("account:", &account.id) {
             return Err(ProxyError::InsufficientUserQuota { balance_micros });
         }
     }

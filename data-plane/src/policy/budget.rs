@@ -331,6 +331,21 @@ impl Budgets {
         short.then_some(pool.remaining)
     }
 
+    /// `known_short` of the budget `kind` + `id` (`token:` and a token's
+    /// id), its name put together in a buffer of the thread's rather than
+    /// a new string per request.
+    pub fn known_short_of(&self, kind: &str, id: &str, revision: u64) -> Option<i64> {
+        thread_local! {
+            static NAME: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        NAME.with_borrow_mut(|name| {
+            name.clear();
+            name.push_str(kind);
+            name.push_str(id);
+            self.known_short(name, revision)
+        })
+    }
+
     /// One try at reserving `amount` of each of `budgets` from what is
     /// held; asks for what is short (counting the request in the demand of
     /// those budgets when `count` is set, its first time waiting).

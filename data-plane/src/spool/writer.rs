@@ -219,13 +219,13 @@ impl Writer {
                 self.current.insert(Segment { seq, path, file: None, entries: Vec::new(), failed: false })
             }
         };
-        let (file, path, sync) = (segment.file.take(), segment.path.clone(), self.sync);
+        let (file, sync) = (segment.file.take(), self.sync);
         let written = match sync {
             // A write(2) into the page cache takes microseconds: done here,
             // without a hop to the blocking pool and back per group.
-            SyncPolicy::Interval => Ok(append(file, &path, &bytes, sync)),
+            SyncPolicy::Interval => Ok(append(file, &segment.path, &bytes, sync)),
             SyncPolicy::Batch => {
-                let bytes = bytes.clone();
+                let (path, bytes) = (segment.path.clone(), bytes.clone());
                 tokio::task::spawn_blocking(move || append(file, &path, &bytes, sync)).await
             }
         };
