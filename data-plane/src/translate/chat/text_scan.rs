@@ -151,6 +151,7 @@ impl<'a> Scan<'a> {
         let start = self.at;
         let mut escaped = false;
         loop {
+            self.plain();
             match *self.data.get(self.at)? {
                 b'"' => {
                     self.at += 1;
@@ -174,6 +175,34 @@ impl<'a> Scan<'a> {
                 0..0x20 => return None,
                 _ => self.at += 1,
             }
+        }
+    }
+
+    /// Moves past string bytes that need no look (not `"`, `\\` or a
+    /// control character), eight at a time.
+    fn plain(&mut self) {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGH: u64 = 0x8080_8080_8080_8080;
+        // A high bit set in a byte where `word` has a zero byte (exact in
+        // whether any byte is one, which is all this asks).
+        let zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGH;
+        while let Some(bytes) = self.data.get(self.at..self.at + 8) {
+            let mut chunk = [0; 8];
+            chunk.copy_from_slice(bytes);
+            let word = u64::from_le_bytes(chunk);
+            let special = zero(word ^ (ONES * u64::from(b'"')))
+                | zero(word ^ (ONES * u64::from(b'\\')))
+                | (word.wrapping_sub(ONES * 0x20) & !word & HIGH);
+            if special != 0 {
+                break;
+            }
+            self.at += 8;
+        }
+        while let Some(&byte) = self.data.get(self.at) {
+            if byte == b'"' || byte == b'\\' || byte < 0x20 {
+                break;
+            }
+            self.at += 1;
         }
     }
 
@@ -293,6 +322,17 @@ mod tests {
 
     proptest! {
         #![proptest_config(crate::fuzz::config())]
+
+        #[test]
+        fn any_text_is_found_whole(text in "\\PC{0,40}|[\\x00-\\x7f]{0,40}", raw in "[ -~\\t]{0,40}") {
+            let chunk = format!(r#"{{"id":"chatcmpl-0123456789","choices":[{{"delta":{{"content":{}}}}}]}}"#, serde_json::Value::from(text.as_str()));
+            let expected = (!text.is_empty()).then(|| text.clone());
+            prop_assert_eq!(scanned(&chunk), expected);
+            let chunk = format!(r#"{{"id":"{raw}","choices":[{{"delta":{{"content":"{raw}"}}}}]}}"#);
+            if let Some(text) = super::text(chunk.as_bytes()) {
+                prop_assert_eq!(Some(Lean::Text(text)), TextChunk::deserialized(chunk.as_bytes()));
+            }
+        }
 
         #[test]
         fn a_scanned_chunk_reads_as_deserialized(
