@@ -30,12 +30,13 @@ use crate::domain::{Kind, UsageOutcome, UsageRecord, WindowBudget};
 use crate::store::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
 use crate::store::{Result, StoreError};
 /// Records per usage script. A script holds Redis, and on a shared host a
-/// core, for its whole run, at 5–10 µs a record with a large keyspace:
-/// 50 keep a call near half a millisecond, so leases and other
-/// callers never wait long behind a report. Against 500, a data plane on
-/// the same two cores saw its p99 fall by about a quarter; the ledger's
+/// core, for its whole run, at 3–5 µs a record with a large keyspace on a
+/// busy host: 100 keep a call near half a millisecond, so leases and other
+/// callers never wait long behind a report, while the few dozen writes of
+/// a batch's sums are shared by enough records. Against 500, a data plane
+/// on the same two cores saw its p99 fall by about a quarter; the ledger's
 /// records/s did not change (`bench/run`, docs/benchmark.md).
-const USAGE_BATCH: usize = 50;
+const USAGE_BATCH: usize = 100;
 /// How long a hold hash outlives its newest lease.
 const HOLD_KEY_GRACE_SECS: i64 = 60;
 
