@@ -381,6 +381,39 @@ mod tests {
         assert_eq!(liveness(&closed, 1_005), Liveness::Disconnected);
     }
 
+    #[tokio::test]
+    async fn a_connection_is_its_watchs_node_until_the_watch_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::EmbeddedStore::open(&dir.path().join("store.redb")).unwrap();
+        let (_stop, shutdown) = watch::channel(false);
+        let fleet = Fleet::start(Arc::new(store), "r1".into(), shutdown);
+        let (one, two): (SocketAddr, SocketAddr) = ("10.0.0.1:5000".parse().unwrap(), "10.0.0.2:5000".parse().unwrap());
+        let wait = Duration::from_millis(100);
+        assert!(fleet.session_on(one, wait).await.is_none(), "no watch yet");
+
+        // A call waits for the hello of a watch on its connection.
+        let late = tokio::spawn({
+            let fleet = fleet.clone();
+            async move { fleet.session_on(one, Duration::from_secs(2)).await.map(|s| s.node_id.clone()) }
+        });
+        tokio::task::yield_now().await;
+        let first = fleet.bind(one, "dp-1", 0);
+        assert_eq!(late.await.unwrap().as_deref(), Some("dp-1"));
+        assert!(fleet.session_on(two, wait).await.is_none(), "another connection is nobody");
+
+        // The first snapshot sent is where a session that held nothing begins.
+        first.sent(7);
+        first.sent(9);
+        assert_eq!(fleet.session_on(one, wait).await.unwrap().base(), 7);
+
+        // A newer watch on the connection takes it; the old one ending leaves it so.
+        let second = fleet.bind(one, "dp-1b", 12);
+        drop(first);
+        assert_eq!(fleet.session_on(one, wait).await.unwrap().node_id, "dp-1b");
+        drop(second);
+        assert!(fleet.session_on(one, wait).await.is_none(), "the watch ended");
+    }
+
     #[test]
     fn replicas_on_an_unspecified_address_are_named_by_host() {
         assert_eq!(replica_name("10.0.0.10:7070".parse().unwrap()), "10.0.0.10:7070");
