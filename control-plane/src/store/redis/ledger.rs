@@ -393,16 +393,17 @@ impl RedisStore {
         accounts.dedup();
         let tokens = self.windows_of(Kind::Token, &tokens).await?;
         let accounts = self.windows_of(Kind::Account, &accounts).await?;
-        let bucket = |budget: Budget, window: Option<&WindowBudget>, at: i64| {
+        // The budget named only for a record that has a window (rarely).
+        let bucket = |window: Option<&WindowBudget>, budget: fn(String) -> Budget, id: &str, at: i64| {
             let (bucket, expires) = window?.bucket_of(at).ok()?;
-            Some((window_key(&budget, &bucket), expires))
+            Some((window_key(&budget(id.to_owned()), &bucket), expires))
         };
         Ok(records
             .iter()
             .map(|r| {
                 [
-                    bucket(Budget::Token(r.token_id.clone()), tokens.get(&r.token_id), r.created_at),
-                    bucket(Budget::Account(r.account_id.clone()), accounts.get(&r.account_id), r.created_at),
+                    bucket(tokens.get(&r.token_id), Budget::Token, &r.token_id, r.created_at),
+                    bucket(accounts.get(&r.account_id), Budget::Account, &r.account_id, r.created_at),
                 ]
             })
             .collect())
