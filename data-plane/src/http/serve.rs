@@ -57,8 +57,9 @@ pub struct Limits {
 }
 
 /// A request body that fails once it falls behind its minimum rate.
-pub struct MinRate {
-    inner: Body,
+/// Generic over the body it holds, so hyper's own is not boxed twice.
+pub struct MinRate<B = Body> {
+    inner: B,
     started: Instant,
     received: u64,
     limits: Limits,
@@ -177,7 +178,7 @@ impl Connection {
             let activity = activity.clone();
             move |request: hyper::Request<hyper::body::Incoming>| {
                 let busy = activity.busy();
-                let mut request = request.map(|body| Body::new(MinRate::new(Body::new(body), limits)));
+                let mut request = request.map(|body| Body::new(MinRate::new(body, limits)));
                 request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
                 let response = router.clone().oneshot(request);
                 async move { Ok::<_, Infallible>(response.await?.map(|body| Body::new(Tracked::new(body, busy)))) }
@@ -194,9 +195,9 @@ impl Connection {
 
 // === impl MinRate ===
 
-impl MinRate {
+impl<B> MinRate<B> {
     /// `inner` held to `limits`' minimum rate.
-    pub fn new(inner: Body, limits: Limits) -> MinRate {
+    pub fn new(inner: B, limits: Limits) -> MinRate<B> {
         MinRate { inner, started: Instant::now(), received: 0, limits, timer: None }
     }
 
@@ -207,13 +208,18 @@ impl MinRate {
     }
 }
 
-impl hyper::body::Body for MinRate {
+impl<B> hyper::body::Body for MinRate<B>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     type Data = Bytes;
     type Error = axum::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(axum::Error::new(error)))),
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.received += data.len() as u64;
@@ -235,7 +241,7 @@ impl hyper::body::Body for MinRate {
                     Poll::Pending => Poll::Pending,
                 }
             }
-            other => other,
+            Poll::Ready(None) => Poll::Ready(None),
         }
     }
 

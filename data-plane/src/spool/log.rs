@@ -116,8 +116,13 @@ fn decode_one(bytes: &[u8]) -> Option<(Kind, UsageRecord, usize)> {
 }
 
 /// FNV-1a: catches torn and zero-filled tails; nothing here is adversarial.
+/// FNV-1a of `bytes`, taken eight bytes to a loop turn: the same sum as a
+/// byte at a time, for less loop per byte on every record written.
 fn checksum(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193))
+    let step = |hash: u32, byte: &u8| (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193);
+    let (eights, rest) = bytes.as_chunks::<8>();
+    let hash = eights.iter().fold(0x811c_9dc5_u32, |hash, eight| eight.iter().fold(hash, step));
+    rest.iter().fold(hash, step)
 }
 
 /// The segment file for sequence number `seq` in `dir`.
@@ -238,6 +243,14 @@ mod tests {
 
     fn encode(kind: Kind, record: &UsageRecord, out: &mut Vec<u8>) {
         Encoder::default().encode(kind, record, out);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_checksum_is_fnv1a_a_byte_at_a_time(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let general = bytes.iter().fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193));
+            proptest::prop_assert_eq!(checksum(&bytes), general);
+        }
     }
 
     #[test]
