@@ -315,7 +315,7 @@ impl JsonBody {
     /// otherwise); every other field byte for byte, in order. The body as
     /// it is when the edit changes nothing.
     pub fn edit(&self, edit: &BodyEdit) -> Bytes {
-        if edit.is_empty() {
+        if edit.is_empty() || self.unchanged_by(edit) {
             return self.raw.clone();
         }
         let mut out = String::with_capacity(self.raw.len() + 64);
@@ -349,6 +349,22 @@ impl JsonBody {
         }
         out.push('}');
         Bytes::from(out)
+    }
+
+    /// Whether `edit` would change nothing but spacing: no field it drops
+    /// is here, and each field it sets is here once, with just that JSON
+    /// text (a passed-through request naming the model its channel calls
+    /// it by: the body then goes upstream as it came, not rewritten).
+    fn unchanged_by(&self, edit: &BodyEdit) -> bool {
+        let named = |name: &'static str| self.fields.iter().filter(move |field| self.name(field) == name);
+        edit.drop.iter().all(|name| named(name).next().is_none())
+            && edit.set.iter().all(|(name, text)| {
+                let mut fields = named(name);
+                match (fields.next(), fields.next()) {
+                    (Some(field), None) => self.text(field.value.clone()) == text,
+                    _ => false,
+                }
+            })
     }
 
     fn name<'a>(&'a self, field: &'a Field) -> &'a str {
@@ -569,6 +585,20 @@ mod tests {
         let mut value: serde_json::Value = serde_json::from_slice(body.raw()).unwrap();
         edit.apply(&mut value);
         assert_eq!(value, serde_json::from_slice::<serde_json::Value>(&edited).unwrap());
+        // Setting a field to the text it has changes nothing, unless the
+        // name is repeated (the edit keeps one).
+        let body = parse(r#"{"model": "a", "stream": true}"#);
+        let mut same = BodyEdit::default();
+        same.set_str("model", "a");
+        assert_eq!(body.edit(&same), body.raw().clone());
+        same.drop.push("max_tokens");
+        assert_eq!(body.edit(&same), body.raw().clone(), "dropping an absent field changes nothing");
+        same.set_str("stream", "b");
+        assert_eq!(body.edit(&same), r#"{"model":"a","stream":"b"}"#.as_bytes());
+        let twice = parse(r#"{"model":"a","model":"a"}"#);
+        let mut same = BodyEdit::default();
+        same.set_str("model", "a");
+        assert_eq!(twice.edit(&same), r#"{"model":"a"}"#.as_bytes());
     }
 
     #[test]
@@ -667,6 +697,43 @@ mod tests {
                     }
                 }
                 Err(error) => crate::fuzz::assert_client_error(&error)?,
+            }
+        }
+
+        #[test]
+        fn an_edit_that_changes_nothing_gives_the_body_a_rewrite_would_equal(
+            body in crate::fuzz::body(),
+            drop in proptest::sample::select(&["model", "stream", "absent"][..]),
+        ) {
+            // Setting each of a field's own text (and dropping a field that
+            // may not be there): the body when that changes nothing, else
+            // the body rewritten; as a value, the same either way.
+            let Ok(json) = JsonBody::parse(Bytes::from(body)) else { return Ok(()) };
+            let mut edit = BodyEdit::default();
+            edit.drop.push(drop);
+            for name in ["model", "stream", "max_tokens"] {
+                if let Some(text) = json.field(name) {
+                    edit.set.push((name, text.to_owned()));
+                }
+            }
+            let edited = json.edit(&edit);
+            let mut rewritten = BodyEdit { drop: edit.drop.clone(), set: edit.set.clone() };
+            rewritten.set.push(("absent", "1".to_owned()));
+            let general = json.edit(&rewritten);
+            if json.unchanged_by(&edit) {
+                proptest::prop_assert_eq!(&edited, json.raw());
+            }
+            if let (Ok(mut ours), Ok(mut theirs)) = (
+                serde_json::from_slice::<serde_json::Value>(&edited),
+                serde_json::from_slice::<serde_json::Value>(&general),
+            ) {
+                if let Some(theirs) = theirs.as_object_mut() {
+                    theirs.remove("absent");
+                }
+                if let Some(ours) = ours.as_object_mut() {
+                    ours.remove("absent");
+                }
+                proptest::prop_assert_eq!(ours, theirs);
             }
         }
 
