@@ -15,7 +15,7 @@
 //! answers its headers at once and then stays silent can still be failed
 //! over before the client saw any of it.
 
-use std::{io, ops::Range, pin::Pin, time::Duration};
+use std::{borrow::Cow, io, ops::Range, pin::Pin, time::Duration};
 
 use bytes::{Buf as _, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt as _, stream};
@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::{
     Meter,
-    sse::{event_data, find_event_end},
+    sse::{DataAt, event_data, find_event_end, next_event},
 };
 use crate::error::ProxyError;
 
@@ -294,8 +294,13 @@ impl<E: EventRelay> Relay for Events<E> {
             self.scanned = 0;
         }
         let mut at = 0;
-        while let Some(end) = find_event_end(&rest, at) {
-            self.event(rest.slice(at..end), &mut out, meter.as_deref_mut());
+        while let Some((end, data)) = next_event(&rest, at) {
+            let data = match data {
+                DataAt::None => Cow::Borrowed(&[][..]),
+                DataAt::One(value) => Cow::Borrowed(&rest[value]),
+                DataAt::Many => event_data(&rest[at..end]),
+            };
+            out.add(self.relay.event(rest.slice(at..end), &data, meter.as_deref_mut()));
             at = end;
         }
         self.buf.extend_from_slice(&rest[at..]);
@@ -352,7 +357,9 @@ impl Out {
             self.passed.end += sent.len();
             return;
         }
-        let mut copied = BytesMut::from(&self.chunk[self.passed.clone()]);
+        // Room for the rest of the chunk too, which usually follows.
+        let mut copied = BytesMut::with_capacity(self.chunk.len() + sent.len());
+        copied.extend_from_slice(&self.chunk[self.passed.clone()]);
         copied.extend_from_slice(&sent);
         self.copied = Some(copied);
     }

@@ -6,7 +6,7 @@
 //! and the only one ever added is a usage chunk carrying the gateway's
 //! estimate when the client asked for usage and the upstream sent none.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, ops::Range};
 
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
@@ -116,9 +116,7 @@ impl EventRelay for SseFilter {
                 self.usage_seen = true;
                 meter.observe(usage);
             }
-            if glance.delta {
-                meter.add_event(data, Carrier::Typed);
-            }
+            meter.add_event(data, Carrier::Typed);
             self.done |= glance.terminal;
             meter.add_chunks(1);
             return raw;
@@ -215,6 +213,48 @@ pub(crate) fn event_data(event: &[u8]) -> Cow<'_, [u8]> {
         data.extend_from_slice(line);
     }
     Cow::Owned(data)
+}
+
+/// Where an event's data lies, as found while its end was looked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DataAt {
+    /// No `data:` line: the data is empty.
+    None,
+    /// One `data:` line, whose value is this part of the buffer.
+    One(Range<usize>),
+    /// Several, to be joined (`event_data`).
+    Many,
+}
+
+/// The first event in `buf` from `start` (where an event begins): its end,
+/// as `find_event_end(buf, start)` finds it, and where its data lies, as
+/// `event_data` reads it; one pass, line by line.
+pub(crate) fn next_event(buf: &[u8], start: usize) -> Option<(usize, DataAt)> {
+    let mut data = DataAt::None;
+    let mut line = start;
+    loop {
+        let eol = line + memchr::memchr2(b'\n', b'\r', buf.get(line..)?)?;
+        if let Some(value) = buf[line..eol].strip_prefix(b"data:") {
+            let from = eol - value.len() + usize::from(value.first() == Some(&b' '));
+            data = match data {
+                DataAt::None => DataAt::One(from..eol),
+                _ => DataAt::Many,
+            };
+        }
+        let next = match (buf[eol], buf.get(eol + 1)) {
+            (b'\r', None) => return None,
+            (b'\r', Some(b'\n')) => eol + 2,
+            _ => eol + 1,
+        };
+        // A blank line ends the event.
+        match (buf.get(next)?, buf.get(next + 1)) {
+            (b'\n', _) => return Some((next + 1, data)),
+            (b'\r', Some(b'\n')) => return Some((next + 2, data)),
+            (b'\r', Some(_)) => return Some((next + 1, data)),
+            (b'\r', None) => return None,
+            _ => line = next,
+        }
+    }
 }
 
 /// The pieces of `event` between its line-ending bytes (each `\n` or `\r`
@@ -526,6 +566,18 @@ mod tests {
             for at in 0..=stream.len() {
                 let buf = &stream[at..];
                 proptest::prop_assert_eq!(find_event_end(buf, from), end_found_bytewise(buf, from));
+            }
+            for at in 0..=stream.len() {
+                let found = next_event(&stream, at).map(|(end, data)| {
+                    let data = match data {
+                        DataAt::None => Vec::new(),
+                        DataAt::One(value) => stream[value].to_vec(),
+                        DataAt::Many => event_data(&stream[at..end]).into_owned(),
+                    };
+                    (end, data)
+                });
+                let bytewise = end_found_bytewise(&stream, at).map(|end| (end, data_read_bytewise(&stream[at..end])));
+                proptest::prop_assert_eq!(found, bytewise);
             }
             for chunk in &chunks {
                 proptest::prop_assert_eq!(&*event_data(chunk), data_read_bytewise(chunk));

@@ -11,6 +11,9 @@ use super::{
     event::{MessagesEvent, TypedEvent},
 };
 
+/// Bytes of unread events room is made for at first.
+const UNREAD_START: usize = 4096;
+
 /// How an event's data holds its answer text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Carrier {
@@ -50,6 +53,10 @@ impl AnswerText {
 
     /// Adds the text event `data` carries, read only when asked for.
     pub fn push_event(&mut self, data: &[u8], carrier: Carrier) {
+        if self.unread.capacity() == 0 {
+            // A few dozen events' worth before the first regrowth.
+            self.unread.reserve(UNREAD_START);
+        }
         self.unread.extend_from_slice(data);
         self.ends.push((self.unread.len(), carrier));
         self.chat_chunks |= carrier == Carrier::Chat;

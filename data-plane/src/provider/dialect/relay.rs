@@ -36,7 +36,7 @@ impl EventRelay for PassMessages {
         }
         if let Some(meter) = meter {
             meter.read_event(data);
-            if glance.text {
+            if !data.is_empty() {
                 meter.add_event(data, Carrier::Messages);
             }
             if let Some(usage) = self.usage.usage() {
