@@ -28,6 +28,7 @@ use super::{
     },
     response::{answer_model, answer_stop, finish_reason, reasoning_text},
     text_chunk::{Lean, TextChunk},
+    text_scan::{self, Template},
 };
 use crate::pricing::Usage;
 
@@ -43,6 +44,8 @@ pub struct Decoder {
     tools: Vec<(u64, usize)>,
     finish_reason: Option<String>,
     refused: bool,
+    /// The bytes around the text of the stream's text chunks.
+    template: Template,
     /// Read every chunk whole (tests compare the two readings).
     #[cfg(test)]
     parse_all: bool,
@@ -211,6 +214,19 @@ impl Decode for Decoder {
             return self.complete(true);
         }
         let mut out = Vec::new();
+        if self.lean() {
+            if let Some(text) = self.template.read(data) {
+                self.push_text(text, &mut out);
+                return out;
+            }
+            if let Some((text, at)) = text_scan::text_at(data) {
+                if let Some(at) = at {
+                    self.template.learn(data, at);
+                }
+                self.push_text(&text, &mut out);
+                return out;
+            }
+        }
         match TextChunk::read(data).filter(|_| self.lean()) {
             Some(Lean::Text(text)) => {
                 self.push_text(&text, &mut out);

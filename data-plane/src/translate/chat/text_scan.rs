@@ -6,23 +6,66 @@
 //! nothing and the caller reads the chunk as `text_chunk` does, so where it
 //! answers, it answers as that reading would.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, ops::Range};
 
 /// The answer text a chunk adds, when it is plainly a text chunk; `None`
 /// when it is not or when unsure.
 pub(super) fn text(data: &[u8]) -> Option<Cow<'_, str>> {
+    text_at(data).map(|(text, _)| text)
+}
+
+/// `text`, and where the text lies in `data` when it is written without
+/// escapes (between its quotes).
+pub(super) fn text_at(data: &[u8]) -> Option<(Cow<'_, str>, Option<Range<usize>>)> {
     // Strings that are skipped are not checked one by one.
     std::str::from_utf8(data).ok()?;
-    let mut scan = Scan { data, at: 0 };
+    let mut scan = Scan { data, at: 0, content: None };
     let text = scan.chunk()?;
     scan.space();
-    (scan.at == data.len()).then_some(text)
+    (scan.at == data.len()).then_some((text, scan.content))
+}
+
+/// The bytes around the text of the last text chunk scanned whole: the
+/// chunks of one stream differ mostly in their text alone, so a chunk with
+/// the same bytes around a plain string is that chunk with other text,
+/// read as it was without another scan.
+#[derive(Debug, Default)]
+pub(super) struct Template {
+    /// Up to and with the text's opening quote; from its closing quote.
+    around: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// A cursor over a chunk's bytes.
 struct Scan<'a> {
     data: &'a [u8],
     at: usize,
+    /// Where the text lies, when it has no escapes.
+    content: Option<Range<usize>>,
+}
+
+// === impl Template ===
+
+impl Template {
+    /// Remembers the bytes around `text` in `data`, a chunk `text_at` read.
+    pub fn learn(&mut self, data: &[u8], text: Range<usize>) {
+        let (Some(before), Some(after)) = (data.get(..text.start), data.get(text.end..)) else { return };
+        let (prefix, suffix) = self.around.get_or_insert_with(Default::default);
+        prefix.clear();
+        prefix.extend_from_slice(before);
+        suffix.clear();
+        suffix.extend_from_slice(after);
+    }
+
+    /// The text of `data` if it is the remembered chunk with other,
+    /// non-empty text that needs no escapes.
+    pub fn read<'d>(&self, data: &'d [u8]) -> Option<&'d str> {
+        let (prefix, suffix) = self.around.as_ref()?;
+        let text = data.strip_prefix(prefix.as_slice())?.strip_suffix(suffix.as_slice())?;
+        if text.is_empty() || text.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20) {
+            return None;
+        }
+        std::str::from_utf8(text).ok()
+    }
 }
 
 /// How deep skipped values may nest before the scan gives up.
@@ -124,6 +167,7 @@ impl<'a> Scan<'a> {
                     // Escapes are undone as the deserializer does.
                     Cow::Owned(serde_json::from_slice::<String>(&scan.data[start - 1..scan.at]).ok()?)
                 } else {
+                    scan.content = Some(start..start + raw.len());
                     Cow::Borrowed(std::str::from_utf8(raw).ok()?)
                 });
                 Some(())
@@ -318,6 +362,30 @@ mod tests {
         for data in unsure {
             assert_eq!(scanned(data), None, "{data}");
         }
+    }
+
+    #[test]
+    fn a_chunk_like_the_last_but_for_its_text_is_read_by_the_template() {
+        let chunk = |text: &str| format!(r#"{{"id":"c","choices":[{{"delta":{{"content":"{text}"}}}}]}}"#);
+        let first = chunk("the ");
+        let (text, at) = super::text_at(first.as_bytes()).unwrap();
+        assert_eq!(text, "the ");
+        let mut template = super::Template::default();
+        assert_eq!(template.read(first.as_bytes()), None, "nothing learnt yet");
+        template.learn(first.as_bytes(), at.unwrap());
+        assert_eq!(template.read(chunk("patch é").as_bytes()), Some("patch é"));
+        for other in [
+            chunk(""),
+            chunk("a\\nb"),
+            chunk("a\"b"),
+            chunk("a\tb"),
+            chunk("x") + " ",
+            format!(r#"{{"id":"d"{}"#, &chunk("x")[8..]),
+        ] {
+            assert_eq!(template.read(other.as_bytes()), None, "{other}");
+        }
+        let escaped = r#"{"choices":[{"delta":{"content":"a\nb"}}]}"#;
+        assert!(matches!(super::text_at(escaped.as_bytes()), Some((_, None))), "no template of escaped text");
     }
 
     proptest! {
