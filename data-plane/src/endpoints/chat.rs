@@ -73,7 +73,9 @@ async fn forward(app: &App, channel: Arc<Channel>, chat: &ChatRequest, charge: C
         let filter = Events::new(SseFilter::new(chat.client_wants_usage));
         let first_token = app.upstreams.first_token_deadline(&channel, sent);
         let upstream = Box::pin(response.bytes_stream());
-        let body = primed(upstream, filter, Some(meter), idle, status.as_u16(), first_token).await?;
+        // Boxed: waiting for the first token is a large future, and this
+        // one would otherwise be as large for plain answers too.
+        let body = Box::pin(primed(upstream, filter, Some(meter), idle, status.as_u16(), first_token)).await?;
         return Ok(provider::reply(status, content_type, Body::from_stream(body), true));
     }
     let bytes = match app.upstreams.read_body(&channel, response).await {
