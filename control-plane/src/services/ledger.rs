@@ -12,10 +12,9 @@
 //! leases). Refused records are logged, counted (`gw.ledger.records` with
 //! outcome `refused`, alerted on) and never charged.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex, PoisonError},
-};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use foldhash::{HashMap, HashMapExt};
 
 use gw_pricing::{Prices, Units, Usage};
 
@@ -389,8 +388,8 @@ mod tests {
         Catalogue {
             lineage: "l1".into(),
             revision: 1,
-            prices: HashMap::from([("m".to_owned(), prices)]),
-            ratios: HashMap::from([("default".to_owned(), 2_000_000)]),
+            prices: [("m".to_owned(), prices)].into_iter().collect(),
+            ratios: [("default".to_owned(), 2_000_000)].into_iter().collect(),
         }
     }
 

@@ -10,7 +10,7 @@
 //! (a channel since deleted, a model since taken off it). Where the change
 //! feed no longer reaches back that far, nothing but the payer is judged.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use crate::{
     domain::{Account, Channel, Kind, Resource, Token, UsageRecord},
@@ -181,10 +181,10 @@ mod tests {
         }))
         .unwrap();
         Allowed {
-            tokens: HashMap::from([("t1".to_owned(), token)]),
-            accounts: HashMap::from([("a1".to_owned(), account)]),
-            groups: HashSet::from(["default".to_owned(), "vip".to_owned()]),
-            channels: HashMap::from([("c1".to_owned(), channel)]),
+            tokens: [("t1".to_owned(), token)].into_iter().collect(),
+            accounts: [("a1".to_owned(), account)].into_iter().collect(),
+            groups: ["default".to_owned(), "vip".to_owned()].into_iter().collect(),
+            channels: [("c1".to_owned(), channel)].into_iter().collect(),
         }
     }
 
@@ -215,9 +215,9 @@ mod tests {
             assert!(allowed.policy(case, &none).is_err(), "{case:?}");
             assert_eq!(allowed.policy(case, &Changed::unknown()), Ok(()), "nothing known: {case:?}");
         }
-        let channel_changed = Changed(Some(HashSet::from([(Kind::Channel, "c1".to_owned())])));
+        let channel_changed = Changed(Some([(Kind::Channel, "c1".to_owned())].into_iter().collect()));
         assert_eq!(allowed.policy(&record("default", "other", "c1"), &channel_changed), Ok(()));
-        let gone_changed = Changed(Some(HashSet::from([(Kind::Channel, "c-gone".to_owned())])));
+        let gone_changed = Changed(Some([(Kind::Channel, "c-gone".to_owned())].into_iter().collect()));
         assert_eq!(allowed.policy(&record("default", "m", "c-gone"), &gone_changed), Ok(()));
     }
 }
