@@ -6,12 +6,38 @@
 //!
 //!   ledger_ingest <control-plane URL> <token id> <account id> <model> [records] [batch] [senders]
 //!
-//! The node key is read from `GW_NODE_KEY`.
+//! The node key is read from `GW_NODE_KEY`. Each sender is a data plane of
+//! its own: a connection on which a watch says hello as `ingest-<n>` (the
+//! control plane takes reports only over the connection of their node's
+//! watch) and reads its first snapshot before reporting.
 
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use gw_proto::pb::{self, policy_service_client::PolicyServiceClient};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// The sender's hello and watch, held open while it reports.
+type Watch = (mpsc::Sender<pb::WatchRequest>, tonic::Streaming<pb::WatchResponse>);
+
+/// Opens a watch as `node_id` on `client`'s connection and reads its first
+/// full snapshot.
+async fn watch(client: &mut PolicyServiceClient<Channel>, key: &str, node_id: &str) -> anyhow::Result<Watch> {
+    let (hello, requests) = mpsc::channel(1);
+    let message = pb::Hello { node_id: node_id.into(), ..Default::default() };
+    hello.send(pb::WatchRequest { kind: Some(pb::watch_request::Kind::Hello(message)) }).await?;
+    let mut request = tonic::Request::new(ReceiverStream::new(requests));
+    request.metadata_mut().insert("authorization", format!("Bearer {key}").parse()?);
+    let mut responses = client.watch(request).await.context("Watch")?.into_inner();
+    while let Some(response) = responses.message().await.context("the first snapshot")? {
+        if !response.more {
+            break;
+        }
+    }
+    Ok((hello, responses))
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -22,7 +48,6 @@ async fn main() -> anyhow::Result<()> {
     let number = |i: usize, default: usize| rest.get(i).map_or(Ok(default), |n| n.parse::<usize>());
     let (records, batch, senders) = (number(0, 200_000)?, number(1, 1_000)?, number(2, 4)?.max(1));
     let key = std::env::var("GW_NODE_KEY").context("GW_NODE_KEY")?;
-    let channel = tonic::transport::Endpoint::from_shared(url.clone())?.connect().await.context("connecting")?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
     let created_at = i64::try_from(now)?;
     let run = format!("{now:x}");
@@ -30,11 +55,13 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for sender in 0..senders {
-        let (channel, key, run) = (channel.clone(), key.clone(), run.clone());
+        let channel = Endpoint::from_shared(url.clone())?.connect().await.context("connecting")?;
+        let (key, run) = (key.clone(), run.clone());
         let (token, account, model) = (token.clone(), account.clone(), model.clone());
         let share = records / senders + usize::from(sender < records % senders);
         tasks.push(tokio::spawn(async move {
             let mut client = PolicyServiceClient::new(channel);
+            let _watch = watch(&mut client, &key, &format!("ingest-{sender}")).await?;
             let mut applied = 0u64;
             for start in (0..share).step_by(batch) {
                 let records = (start..(start + batch).min(share))
