@@ -116,8 +116,8 @@ impl Handle {
     /// Stops gracefully: stops accepting, tells open WebSockets to end, lets
     /// in-flight requests (streams included) and the sockets' running
     /// responses finish for up to 30 s (then cuts them, billed as clients
-    /// that left), waits for every socket to settle, stops discovery, saves
-    /// the snapshot, then spools all usage and tries one last report.
+    /// that left), waits for every socket to settle, spools all usage and
+    /// tries one last report, then stops discovery and saves the snapshot.
     pub async fn shutdown(self) {
         let _ = self.stop_server.send(true);
         self.sockets.close();
@@ -143,12 +143,14 @@ impl Handle {
                 server.cut();
             }
         }
+        // The last report goes while the watch is still open: the control
+        // plane takes reports only over the connection of their node's watch.
+        let _ = self.stop_reporter.send(true);
+        let _ = self.reporter.await;
         let _ = self.stop_tasks.send(true);
         for task in self.tasks {
             let _ = task.await;
         }
-        let _ = self.stop_reporter.send(true);
-        let _ = self.reporter.await;
         // Blocks until the worker threads end, which they do at once now.
         let _ = tokio::task::spawn_blocking(move || server.release()).await;
         tracing::info!("data plane stopped");
