@@ -1,5 +1,5 @@
 """Drives the gateway's chat endpoints with the official SDKs and prints what
-came back as JSON, for tests/tests/messages.rs.
+came back as JSON, for tests/tests/suite/messages.rs.
 
 Usage: anthropic_messages.py CASE, one of
   chat          Anthropic SDK: messages.create, then messages.stream

@@ -1,5 +1,5 @@
 """Streams through the gateway's keepalives with the official SDKs and prints
-what came back as JSON, for tests/tests/keepalive.rs.
+what came back as JSON, for tests/tests/suite/keepalive.rs.
 
 Usage: keepalive.py CASE, one of
   openai            OpenAI SDK: a streamed chat completion with usage

@@ -4,7 +4,7 @@
 //! translated or not) into a usage record that keeps the counts it was
 //! billed on and its exact cost in micro-USD.
 
-mod support;
+use crate::support;
 
 use gw_proto::pb;
 use gw_tests::mock::upstream::{MockUpstream, Script};

@@ -4,7 +4,7 @@
 //! rotation after repeated failures. Real Redis, the control plane and data
 //! planes in-process, mock upstreams.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@
 //! run gets a fresh HOME, loopback addresses only, and a deadline after which
 //! its process group is killed.
 
-mod support;
+use crate::support;
 
 use std::{path::PathBuf, time::Duration};
 

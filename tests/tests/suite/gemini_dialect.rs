@@ -5,7 +5,7 @@
 //! `x-goog-api-key`, `key=` or a bearer token; and every row of the error
 //! catalogue in Google's error shape with the catalogue's status and text.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! once each, and the summary gwctl prints sums exactly what the usage
 //! records say.
 
-mod support;
+use crate::support;
 
 use gw_tests::mock::upstream::MockUpstream;
 use serde_json::Value;

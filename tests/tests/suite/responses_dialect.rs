@@ -8,7 +8,7 @@
 //! endpoint, and free on both. The other OpenAI endpoints reach an `azure`
 //! channel at its deployment's URL with `api-version`.
 
-mod support;
+use crate::support;
 
 use std::{
     net::SocketAddr,

@@ -9,7 +9,7 @@
 //! Codex 0.94, configured for WebSockets, answers a turn over the socket,
 //! and falls back to HTTP where the mode is off.
 
-mod support;
+use crate::support;
 
 use std::{path::PathBuf, time::Duration};
 

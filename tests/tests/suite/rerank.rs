@@ -7,7 +7,7 @@
 //! catalogue's refusals, failover to a second channel on a 5xx, and the
 //! search-unit price set and changed with gwctl.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! the messages API to the gateway as it does to Anthropic; what it prints
 //! and what it is billed are asserted.
 
-mod support;
+use crate::support;
 
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 

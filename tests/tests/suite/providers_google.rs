@@ -10,7 +10,7 @@
 //! Gemini clients' token counts reach Vertex's `countTokens`. Real Redis, the control plane and
 //! a data plane in-process, the mock upstream's Google side.
 
-mod support;
+use crate::support;
 
 use std::{collections::HashMap, time::Duration};
 

@@ -5,7 +5,7 @@
 //! translated to a messages-native channel, tool use, the messages errors,
 //! and the usage each call bills.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@
 //! gets an error event, has its open response cancelled and billed, and is
 //! closed (1001), its record reaching the control plane.
 
-mod support;
+use crate::support;
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 

@@ -6,7 +6,7 @@
 //! in-process (keepalives every 100 ms), upstreams that answer their
 //! headers and opening events at once and then stay silent.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

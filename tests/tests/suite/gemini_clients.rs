@@ -7,7 +7,7 @@
 //! form). Asserts what the clients show and that each answer is billed
 //! exactly, thoughts and cache reads included.
 
-mod support;
+use crate::support;
 
 use std::{path::PathBuf, time::Duration};
 

@@ -2,7 +2,7 @@
 //! through a real data plane, checking status, code, exact message, body
 //! shape and the `x-request-id` / `x-should-retry` headers.
 
-mod support;
+use crate::support;
 
 use gw_proto::pb;
 use gw_tests::mock::upstream::MockUpstream;

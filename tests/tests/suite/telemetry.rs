@@ -4,7 +4,7 @@
 //! of both. Each request carries its own W3C `traceparent`, so each test
 //! finds its own trace among everything the shared receiver got.
 
-mod support;
+use crate::support;
 
 use std::{
     collections::hash_map::RandomState,

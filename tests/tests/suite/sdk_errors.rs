@@ -5,7 +5,7 @@
 //! retries must surface as `RateLimitError`. Runs `tests/sdk/retries.py` with
 //! `GW_PYTHON` (tests/run installs the pinned SDKs into a virtualenv).
 
-mod support;
+use crate::support;
 
 use gw_proto::pb;
 use gw_tests::{

@@ -5,7 +5,7 @@
 //! operator would run it, the key in a file, on standard input or in
 //! `GW_API_KEY`.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 

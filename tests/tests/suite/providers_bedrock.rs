@@ -8,7 +8,7 @@
 //! token, Bedrock API keys, a model ARN, exact billing of cache reads and
 //! writes, and a wrong secret refused by the upstream.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

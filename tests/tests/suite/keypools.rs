@@ -7,7 +7,7 @@
 //! are sealed at rest and never shown. Real Redis, the control plane and
 //! data planes in-process, a mock upstream that records the key it got.
 
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, time::Duration};
 

@@ -5,7 +5,7 @@
 //! plain and streamed, a function-calling round, Azure's refusals, and
 //! usage (cached prompt tokens included) billed to the micro-USD.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 
