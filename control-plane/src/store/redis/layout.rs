@@ -42,6 +42,9 @@ pub(super) const REV: &str = "{gw}:rev";
 pub(super) const CHANGES: &str = "{gw}:changes";
 /// Usage records, a list, newest applied first.
 pub(super) const USAGE: &str = "{gw}:usage";
+/// `USAGE` while a batch's rows are pushed to it beside the usage script,
+/// inside one MULTI/EXEC (see `ledger`); it exists only within that.
+pub(super) const USAGE_OPEN: &str = "{gw}:usage_open";
 pub(super) const BALANCE: &str = "{gw}:balance";
 pub(super) const ACCOUNT_USED: &str = "{gw}:account_used";
 pub(super) const TOKEN_USED: &str = "{gw}:token_used";

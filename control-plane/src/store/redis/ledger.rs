@@ -22,9 +22,9 @@ use async_trait::async_trait;
 use redis::Script;
 
 use super::layout::{
-    ACCOUNT_USED, APPLIED_BUCKETS, BALANCE, NO_WINDOW, TOKEN_USED, USAGE, hold_key, kind_key, window_key,
+    ACCOUNT_USED, APPLIED_BUCKETS, BALANCE, NO_WINDOW, TOKEN_USED, USAGE, USAGE_OPEN, hold_key, kind_key, window_key,
 };
-use super::usage_batch::{self, RecordWindows};
+use super::usage_batch::{self, RecordWindows, ScriptArgs};
 use super::{RedisStore, malformed};
 use crate::domain::{Kind, UsageOutcome, UsageRecord, WindowBudget};
 use crate::store::budget::{Budget, BudgetStore, Charged, Lease, LeaseAsk};
@@ -107,7 +107,7 @@ end
 -- of their own. Writes nothing. Also returns where the batch's sums start.
 local function batch_seen(k, a)
   local n = tonumber(ARGV[a])
-  a = a + 1 + n
+  a = a + 2 + tonumber(ARGV[a + 1])
   local seen, any = {}, false
   local pos = 0
   for _ = 1, tonumber(ARGV[a]) do
@@ -175,7 +175,8 @@ local function mark_batch(a)
 end
 -- Applies the batch of records whose legacy idempotency markers are
 -- KEYS[k ..] and whose arguments start at ARGV[a] (see `usage_batch`): its
--- size n, each record's JSON; the runs of records marked in one hash, each
+-- size n, how many rows follow (n, or 0 when the caller pushes them to the
+-- list itself, see `APPLY_USAGE`), each record's JSON; the runs of records marked in one hash, each
 -- as (hash key index, length, then each record's request id); the records
 -- that may hold a legacy marker (their count, then each one's position);
 -- then what the batch adds up to: per account and per token
@@ -190,12 +191,12 @@ end
 -- those records, for the caller to send the batch again without them.
 -- Returns an empty table when the whole batch was applied.
 local function apply_batch(k, a)
-  local n = tonumber(ARGV[a])
+  local rows = tonumber(ARGV[a + 1])
   local seen, sums = batch_seen(k, a)
   if #seen > 0 then return seen end
-  seen = mark_batch(a + 1 + n)
+  seen = mark_batch(a + 2 + rows)
   if #seen > 0 then return seen end
-  local records = a + 1
+  local records = a + 2
   a = sums
   -- Accounts: KEYS[1] their hash, KEYS[3] balance, KEYS[4] spent; then
   -- tokens: KEYS[2] their hash, KEYS[5] spent.
@@ -241,21 +242,33 @@ local function apply_batch(k, a)
     redis.call('EXPIREAT', key, ARGV[a + 1])
     a = a + 3 + 2 * fields
   end
-  -- LPUSH of many values leaves them as one LPUSH each would.
-  for i = records, records + n - 1, 1000 do
-    redis.call('LPUSH', KEYS[6], unpack(ARGV, i, math.min(i + 999, records + n - 1)))
+  if rows > 0 then
+    -- LPUSH of many values leaves them as one LPUSH each would.
+    for i = records, records + rows - 1, 1000 do
+      redis.call('LPUSH', KEYS[6], unpack(ARGV, i, math.min(i + 999, records + rows - 1)))
+    end
+    redis.call('LTRIM', KEYS[6], 0, ARGV[1])
   end
-  redis.call('LTRIM', KEYS[6], 0, ARGV[1])
   return seen
 end
 ";
 
-/// Key 7 the list of marker hashes, 8… the batch's (see `apply_batch`).
-/// Args: 1 last usage index kept (-1: all), 2… the batch's. Returns the
-/// positions of records applied before, having written nothing; empty when
-/// all were applied.
+/// Key 7 the list of marker hashes, 8 `USAGE_OPEN`, 9… the batch's (see
+/// `apply_batch`). Args: 1 last usage index kept (-1: all), 2… the
+/// batch's. Returns the positions of records applied before, having written
+/// nothing; empty when all were applied.
+///
+/// A batch sent without its rows (see `RedisStore::apply_beside`) is
+/// applied only when the usage list exists, which it then renames to
+/// `USAGE_OPEN` for the commands after the script to push the rows to and
+/// rename back; when the list does not exist it writes nothing and returns
+/// `{-1}`, for the caller to send the rows as arguments.
 const APPLY_USAGE: &str = r"
-return apply_batch(8, 2)
+local beside = tonumber(ARGV[3]) == 0 and tonumber(ARGV[2]) > 0
+if beside and redis.call('EXISTS', KEYS[6]) == 0 then return {-1} end
+local seen = apply_batch(9, 2)
+if beside and #seen == 0 then redis.call('RENAME', KEYS[6], KEYS[8]) end
+return seen
 ";
 
 /// Key 7 the hold hash, 8… the buckets of the budget's current window.
@@ -332,6 +345,15 @@ fn invocation(script: &Script) -> redis::ScriptInvocation<'_> {
     call.key(kind_key(Kind::Account)).key(kind_key(Kind::Token));
     call.key(BALANCE).key(ACCOUNT_USED).key(TOKEN_USED).key(USAGE);
     call
+}
+
+/// What `apply_beside` found.
+enum Beside {
+    /// The batch was applied but for the records at these positions (from
+    /// 1), which were applied before (nothing was written then).
+    Seen(Vec<usize>),
+    /// There is no usage list to push to: nothing was written.
+    NoList,
 }
 
 // === impl RedisStore ===
@@ -412,17 +434,45 @@ impl RedisStore {
     /// `Store::apply_usage` on Redis, in batches of `USAGE_BATCH`, one after
     /// the other (the window budgets read once for all). A batch holding
     /// records applied before is written without them, in a second call.
+    /// A batch's rows are pushed beside the script (`apply_beside`), or
+    /// passed to it when there is no usage list yet.
     pub(super) async fn apply_usage_records(&self, records: &[UsageRecord]) -> Result<UsageOutcome> {
         let mut outcome = UsageOutcome::default();
         let windows = self.record_windows(records).await?;
         for (batch, windows) in records.chunks(USAGE_BATCH).zip(windows.chunks(USAGE_BATCH)) {
             let mut pending: Vec<usize> = (0..batch.len()).collect();
+            let mut beside = true;
             while !pending.is_empty() {
-                let mut call = invocation(&SCRIPTS[0]);
-                call.key(APPLIED_BUCKETS).arg(self.last_usage_index());
+                let mut call = ScriptArgs::default();
+                call.key(kind_key(Kind::Account)).key(kind_key(Kind::Token));
+                call.key(BALANCE).key(ACCOUNT_USED).key(TOKEN_USED).key(USAGE);
+                call.key(APPLIED_BUCKETS).key(USAGE_OPEN).arg(self.last_usage_index());
                 let records: Vec<_> = pending.iter().map(|&i| (&batch[i], &windows[i])).collect();
-                usage_batch::add(&mut call, 8, &records, self.legacy_markers_before, &self.retention);
-                let seen: Vec<usize> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
+                let seen = if beside {
+                    // A row is some 400 bytes: sized once rather than grown.
+                    let mut rows = redis::Cmd::with_capacity(2 + records.len(), 64 + 512 * records.len());
+                    rows.arg("LPUSHX").arg(USAGE_OPEN);
+                    usage_batch::add(
+                        &mut call,
+                        9,
+                        &records,
+                        Some(&mut rows),
+                        self.legacy_markers_before,
+                        &self.retention,
+                    );
+                    match self.apply_beside(&call, rows).await? {
+                        Beside::Seen(seen) => seen,
+                        Beside::NoList => {
+                            beside = false;
+                            continue;
+                        }
+                    }
+                } else {
+                    usage_batch::add(&mut call, 9, &records, None, self.legacy_markers_before, &self.retention);
+                    let mut invoke = SCRIPTS[0].prepare_invoke();
+                    invoke.key(&call.keys[..]).arg(&call.args[..]);
+                    invoke.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?
+                };
                 if seen.is_empty() {
                     outcome.applied += u32::try_from(pending.len()).unwrap_or(u32::MAX);
                     break;
@@ -436,6 +486,55 @@ impl RedisStore {
             }
         }
         Ok(outcome)
+    }
+
+    /// Runs the usage script `call` (its rows left out) and pushes `rows`
+    /// (an `LPUSHX` to `USAGE_OPEN`) in one MULTI/EXEC: the script renames
+    /// the usage list to `USAGE_OPEN` only when it applied the batch, so
+    /// the rows land in it exactly then; a batch it refused, or a script
+    /// Redis lost (`NOSCRIPT`: loaded, then the call is sent again), pushes
+    /// nothing. Rows passed as script arguments would cost Redis more than
+    /// the rest of the batch.
+    async fn apply_beside(&self, call: &ScriptArgs, rows: redis::Cmd) -> Result<Beside> {
+        let mut pipe = redis::pipe();
+        pipe.atomic().ignore_errors();
+        pipe.add_command(call.evalsha(&SCRIPTS[0])).add_command(rows);
+        pipe.cmd("LTRIM").arg(USAGE_OPEN).arg(0).arg(self.last_usage_index());
+        // Fails (harmlessly) when the script did not rename the list.
+        pipe.cmd("RENAME").arg(USAGE_OPEN).arg(USAGE);
+        let mut conn = self.conn.clone();
+        for attempt in 0..2 {
+            let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(StoreError::Redis)?;
+            let mut replies = replies.into_iter();
+            let seen = match replies.next() {
+                Some(redis::Value::ServerError(error)) => {
+                    if attempt == 0 && error.kind() == Some(redis::ServerErrorKind::NoScript) {
+                        SCRIPTS[0].load_async(&mut conn).await.map_err(StoreError::Redis)?;
+                        continue;
+                    }
+                    return Err(StoreError::Redis(error.into()));
+                }
+                Some(value) => redis::from_redis_value::<Vec<i64>>(value).map_err(|e| StoreError::Redis(e.into()))?,
+                None => return Err(malformed("usage transaction answered nothing")),
+            };
+            if seen == [-1] {
+                return Ok(Beside::NoList);
+            }
+            if seen.is_empty() {
+                // The rows and the rename back must have landed.
+                for reply in replies {
+                    if let redis::Value::ServerError(error) = reply {
+                        return Err(StoreError::Redis(error.into()));
+                    }
+                }
+            }
+            return seen
+                .into_iter()
+                .map(|i| usize::try_from(i).map_err(|_| malformed("usage script answered a bad position")))
+                .collect::<Result<_>>()
+                .map(Beside::Seen);
+        }
+        Err(malformed("usage script missing after it was loaded"))
     }
 }
 
@@ -482,7 +581,9 @@ impl BudgetStore for RedisStore {
         call.arg(token.len()).arg(account.len());
         let windows = windows.first().unwrap_or(&[None, None]);
         let first = 10 + token.len() + account.len();
-        usage_batch::add(&mut call, first, &[(record, windows)], self.legacy_markers_before, &self.retention);
+        let mut batch = ScriptArgs::default();
+        usage_batch::add(&mut batch, first, &[(record, windows)], None, self.legacy_markers_before, &self.retention);
+        call.key(&batch.keys[..]).arg(&batch.args[..]);
         let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(match reply.as_slice() {
             [0] => Charged::Applied,
@@ -501,5 +602,81 @@ impl BudgetStore for RedisStore {
         let spent: Vec<Option<i64>> =
             redis::cmd("MGET").arg(keys).query_async(&mut self.conn.clone()).await.map_err(StoreError::Redis)?;
         Ok(spent.into_iter().flatten().fold(0i64, i64::saturating_add))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+mod tests {
+    use std::process::{Child, Command, Stdio};
+
+    use redis::AsyncCommands as _;
+
+    use super::*;
+    use crate::store::Store;
+    use crate::store::conformance::{account, account_counters, token, usage};
+    use crate::store::rollup::Retention;
+
+    /// A `redis-server` of the test's own on a free port; killed on drop.
+    struct Server(Child);
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    async fn store(cap: u64) -> (Server, RedisStore) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server (is it installed?)");
+        let server = Server(child);
+        let url = format!("redis://127.0.0.1:{port}/");
+        for _ in 0..200 {
+            if let Ok(store) = RedisStore::connect(&url).await {
+                let retention = Retention { usage_max_records: cap, ..Retention::default() };
+                return (server, store.with_retention(retention));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        panic!("redis-server on port {port} never answered");
+    }
+
+    async fn listed(store: &RedisStore) -> Vec<String> {
+        let rows: Vec<String> = store.conn.clone().lrange(USAGE, 0, -1).await.unwrap();
+        rows.iter().map(|row| serde_json::from_str::<UsageRecord>(row).unwrap().request_id).collect()
+    }
+
+    #[tokio::test]
+    async fn rows_pushed_beside_the_script_land_once_with_their_batch() {
+        let (_server, store) = store(4).await;
+        store.create(account("a", 1_000)).await.unwrap();
+        store.create(token("t", "a")).await.unwrap();
+        let record = |id: &str, cost| usage(id, "t", "a", "m", cost);
+
+        // No list yet: the rows go as the script's arguments.
+        let first = store.apply_usage(&[record("u1", 1), record("u2", 2)]).await.unwrap();
+        assert_eq!((first.applied, first.duplicates), (2, 0));
+        assert_eq!(listed(&store).await, ["u2", "u1"]);
+
+        // Beside the script: the batch refused for its duplicate pushes
+        // nothing, the rest is pushed once.
+        let second = store.apply_usage(&[record("u2", 2), record("u3", 4)]).await.unwrap();
+        assert_eq!((second.applied, second.duplicates), (1, 1));
+        assert_eq!(listed(&store).await, ["u3", "u2", "u1"]);
+
+        // Redis lost its scripts: the call is sent again once loaded, and
+        // its rows land once, trimmed to the cap of four.
+        let () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut store.conn.clone()).await.unwrap();
+        let third = store.apply_usage(&[record("u4", 8), record("u5", 16)]).await.unwrap();
+        assert_eq!((third.applied, third.duplicates), (2, 0));
+        assert_eq!(listed(&store).await, ["u5", "u4", "u3", "u2"]);
+        assert_eq!(account_counters(&store, "a").await, (1_000 - 31, 31));
+        let open: bool = store.conn.clone().exists(USAGE_OPEN).await.unwrap();
+        assert!(!open, "the list is back under its name");
     }
 }

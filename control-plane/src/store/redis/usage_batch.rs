@@ -1,6 +1,8 @@
 //! What a batch of usage records adds up to, in the form the ledger's Lua
-//! scripts take (`apply_batch` in `ledger`): per record only its JSON and
-//! its request id (the field of its hour's marker hash, looked up and set
+//! scripts take (`apply_batch` in `ledger`): per record only its JSON (as
+//! an argument, or in a command of its own that pushes it beside the
+//! script: bytes a script takes cost Redis about ten instructions each to
+//! make into Lua strings) and its request id (the field of its hour's marker hash, looked up and set
 //! for a whole run of records with one HMGET and one HSET; the key earlier
 //! versions wrote is read only for records made before they stopped); every
 //! counter, lease take, window bucket and rollup field summed here, once
@@ -20,6 +22,14 @@ use super::usage_json;
 use crate::domain::UsageRecord;
 use crate::store::budget::Budget;
 use crate::store::rollup::{Counts, Dims, Period, Retention};
+
+/// The keys and arguments of a script call, gathered in any order (a
+/// batch names its keys as its arguments need them).
+#[derive(Default)]
+pub(super) struct ScriptArgs {
+    pub(super) keys: Vec<Vec<u8>>,
+    pub(super) args: Vec<Vec<u8>>,
+}
 
 /// A record's window buckets: the token's and the account's key and
 /// expiry, when they have a window budget.
@@ -52,6 +62,31 @@ struct Keys<'a> {
 /// The rollup dimensions of a record, borrowed: account, token, model,
 /// channel, group.
 type DimsRef<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
+
+// === impl ScriptArgs ===
+
+impl ScriptArgs {
+    pub(super) fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    pub(super) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// The `EVALSHA` of `script` with these keys and arguments (the
+    /// caller loads the script when Redis answers `NOSCRIPT`).
+    pub(super) fn evalsha(&self, script: &redis::Script) -> redis::Cmd {
+        // Sized at once: grown by doubling, a batch's command was copied
+        // about as often as it was written.
+        let bytes: usize = self.keys.iter().chain(&self.args).map(Vec::len).sum();
+        let mut cmd = redis::Cmd::with_capacity(3 + self.keys.len() + self.args.len(), bytes + 64);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(self.keys.len()).arg(&self.keys[..]).arg(&self.args[..]);
+        cmd
+    }
+}
 
 // === impl Keys ===
 
@@ -102,23 +137,38 @@ impl<'a> Keys<'a> {
 /// Adds to `call` the legacy markers of those of `records` made before
 /// `legacy_before` (see `layout::LEGACY_MARKERS_BEFORE`) as keys from index
 /// `first_key` on, then the keys their markers and sums write; and as
-/// arguments the batch: its size, each record's JSON, the runs of records
-/// marked in one hash (hash index, length, each record's request id), the
-/// positions of the records with a legacy marker key, then the sums in the
-/// sections `apply_batch` reads.
+/// arguments the batch: its size, how many rows follow and each record's
+/// JSON (none here when `rows` is given: each goes there as an argument, in
+/// the same order), the runs of records marked in one hash (hash index,
+/// length, each record's request id), the positions of the records with a
+/// legacy marker key, then the sums in the sections `apply_batch` reads.
 pub(super) fn add(
-    call: &mut redis::ScriptInvocation<'_>,
+    call: &mut ScriptArgs,
     first_key: usize,
     records: &[(&UsageRecord, &RecordWindows)],
+    rows: Option<&mut redis::Cmd>,
     legacy_before: i64,
     retention: &Retention,
 ) {
     call.arg(records.len());
     let mut json = Vec::with_capacity(512);
-    for (record, _) in records {
-        json.clear();
-        usage_json::write(&mut json, record);
-        call.arg(&json[..]);
+    match rows {
+        Some(rows) => {
+            call.arg(0);
+            for (record, _) in records {
+                json.clear();
+                usage_json::write(&mut json, record);
+                rows.arg(&json[..]);
+            }
+        }
+        None => {
+            call.arg(records.len());
+            for (record, _) in records {
+                json.clear();
+                usage_json::write(&mut json, record);
+                call.arg(&json[..]);
+            }
+        }
     }
     let legacy: Vec<usize> = (1..=records.len()).filter(|&i| records[i - 1].0.created_at < legacy_before).collect();
     for &i in &legacy {
