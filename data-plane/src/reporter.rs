@@ -15,7 +15,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    path::PathBuf,
+    sync::Arc,
     time::Duration,
 };
 
@@ -28,7 +28,7 @@ use tokio::{
 use crate::{
     backoff::Backoff,
     control,
-    spool::{Encoded, Kind, Replay, Sealed, Spool},
+    spool::{Encoded, Kind, Replay, Sealed, SegmentFile, Spool},
     usage::UsageRecord,
 };
 
@@ -55,7 +55,7 @@ pub struct Reporter {
     pub control: control::ControlPlane,
     pub node_id: String,
     pub interval: Duration,
-    pub vitals: std::sync::Arc<crate::vitals::Vitals>,
+    pub vitals: Arc<crate::vitals::Vitals>,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -64,12 +64,14 @@ pub struct Reporter {
 struct Backlog {
     segments: BTreeMap<u64, Pending>,
     /// Open requests: the segment holding their open entry, and its record.
-    open: HashMap<std::sync::Arc<str>, (u64, UsageRecord), foldhash::fast::RandomState>,
+    open: HashMap<Arc<str>, (u64, UsageRecord), foldhash::fast::RandomState>,
 }
 
-/// One segment (or the replay of a previous run) on its way out.
+/// One part of a segment file (or the replay of a previous run) on its way
+/// out.
 struct Pending {
-    paths: Vec<PathBuf>,
+    /// Its shares of the files it is in (see `SegmentFile`).
+    files: Vec<Arc<SegmentFile>>,
     /// Its final records, encoded, each in an allocation of its own: the
     /// segment's buffers (open entries and all) go once it is folded.
     records: Vec<Bytes>,
@@ -214,7 +216,8 @@ impl Backlog {
             return;
         }
         let records = replay.records.into_iter().map(|record| Encoded::new(record).bytes).collect();
-        let pending = Pending { paths: replay.paths, records, sent: 0, opens: 0, sealed_at: Instant::now() };
+        let files = replay.paths.into_iter().map(|path| Arc::new(SegmentFile { path })).collect();
+        let pending = Pending { files, records, sent: 0, opens: 0, sealed_at: Instant::now() };
         self.segments.insert(REPLAYED, pending);
         self.reap(REPLAYED);
     }
@@ -224,7 +227,7 @@ impl Backlog {
     fn sealed(&mut self, sealed: Sealed) {
         let seq = sealed.seq;
         let mut pending =
-            Pending { paths: vec![sealed.path], records: Vec::new(), sent: 0, opens: 0, sealed_at: Instant::now() };
+            Pending { files: vec![sealed.file], records: Vec::new(), sent: 0, opens: 0, sealed_at: Instant::now() };
         for (kind, entry) in sealed.entries {
             let id = &entry.record.request_id;
             match kind {
@@ -313,19 +316,16 @@ impl Backlog {
         }
     }
 
-    /// Deletes segment `seq` if all its records were acknowledged and none
-    /// of its requests is open.
+    /// Lets part `seq` go if all its records were acknowledged and none of
+    /// its requests is open, deleting each of its files no other part (nor
+    /// the writer) still holds.
     fn reap(&mut self, seq: u64) {
         let done = self.segments.get(&seq).is_some_and(|p| p.sent == p.records.len() && p.opens == 0);
         if !done {
             return;
         }
         if let Some(pending) = self.segments.remove(&seq) {
-            for path in pending.paths {
-                if let Err(error) = std::fs::remove_file(&path) {
-                    tracing::warn!(%error, file = %path.display(), "cannot delete a reported usage segment");
-                }
-            }
+            pending.files.into_iter().for_each(SegmentFile::release);
         }
     }
 
@@ -392,7 +392,8 @@ mod tests {
     fn segment(dir: &std::path::Path, seq: u64, entries: &[(Kind, &str)]) -> Sealed {
         let path = crate::spool::log::segment_path(dir, seq);
         std::fs::write(&path, b"x").unwrap();
-        Sealed { seq, path, entries: entries.iter().map(|(kind, id)| (*kind, Encoded::new(record(id)))).collect() }
+        let file = Arc::new(SegmentFile { path });
+        Sealed { seq, file, entries: entries.iter().map(|(kind, id)| (*kind, Encoded::new(record(id)))).collect() }
     }
 
     #[tokio::test(start_paused = true)]
@@ -400,7 +401,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut backlog = Backlog::default();
         let first = segment(dir.path(), 1, &[(Kind::Open, "a"), (Kind::Open, "b"), (Kind::Final, "x")]);
-        let first_path = first.path.clone();
+        let first_path = first.file.path.clone();
         backlog.sealed(first);
         let batch = backlog.next_batch().unwrap();
         assert_eq!(batch.counts(), [(1, 1)]);
@@ -423,7 +424,7 @@ mod tests {
         assert_eq!((batch.counts(), &*first.request_id), (vec![(2, 1)], "a"));
         backlog.acked(&[(2, 1)]);
         let third = segment(dir.path(), 3, &[(Kind::Carried, "b"), (Kind::Carried, "a")]);
-        let third_path = third.path.clone();
+        let third_path = third.file.path.clone();
         backlog.sealed(third);
         assert!(third_path.exists(), "b's carried entry keeps it; a's closed one does not count");
         backlog.sealed(segment(dir.path(), 4, &[(Kind::Void, "b")]));
@@ -437,11 +438,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut backlog = Backlog::default();
         let first = segment(dir.path(), 1, &[(Kind::Open, "s")]);
-        let first_path = first.path.clone();
+        let first_path = first.file.path.clone();
         backlog.sealed(first);
         let mut progress = segment(dir.path(), 2, &[(Kind::Progress, "s"), (Kind::Progress, "gone")]);
         progress.entries[0].1 = Encoded::new(UsageRecord { completion_tokens: 40, ..record("s") });
-        let second_path = progress.path.clone();
+        let second_path = progress.file.path.clone();
         backlog.sealed(progress);
         assert!(!first_path.exists(), "the open entry is superseded by the progress");
         assert!(second_path.exists(), "the stream is still open");
@@ -467,7 +468,7 @@ mod tests {
         backlog.carried(5);
         backlog.sealed(segment(dir.path(), 7, &[(Kind::Final, "a")]));
         let carried = segment(dir.path(), 6, &[(Kind::Carried, "a"), (Kind::Carried, "b")]);
-        let carried_path = carried.path.clone();
+        let carried_path = carried.file.path.clone();
         backlog.sealed(carried);
         assert!(carried_path.exists(), "b is still open; a's close came first and does not count");
         backlog.sealed(segment(dir.path(), 8, &[(Kind::Final, "b")]));

@@ -89,12 +89,37 @@ pub struct Entry {
 #[must_use = "an entry is only known to be on the spool once `Written` resolves"]
 pub struct Written(Option<oneshot::Receiver<()>>);
 
-/// A segment the writer sealed: its file and every entry in it, in order.
+/// A part of a segment file the writer sealed (one each report interval):
+/// the file it is in, which may hold parts sealed before and after it, and
+/// every entry of the part, in order.
 #[derive(Debug)]
 pub struct Sealed {
+    /// The part's number: parts of one spool never share one.
     pub seq: u64,
-    pub path: PathBuf,
+    pub file: Arc<SegmentFile>,
     pub entries: Vec<(Kind, Encoded)>,
+}
+
+/// A segment file on disk, shared by the writer while it appends to it and
+/// by each of its parts until the reporter is done with it: whoever lets go
+/// of the last share deletes the file (`release`). Dropping a share deletes
+/// nothing, so what a stopped data plane held stays for the next start.
+#[derive(Debug)]
+pub struct SegmentFile {
+    pub path: PathBuf,
+}
+
+// === impl SegmentFile ===
+
+impl SegmentFile {
+    /// Lets go of one share of `file`, deleting the file when it was the last.
+    pub fn release(file: Arc<SegmentFile>) {
+        if let Some(file) = Arc::into_inner(file)
+            && let Err(error) = std::fs::remove_file(&file.path)
+        {
+            tracing::warn!(%error, file = %file.path.display(), "cannot delete a reported usage segment");
+        }
+    }
 }
 
 /// A usage record and its protocol encoding: what a segment holds of it,
@@ -425,7 +450,7 @@ mod tests {
         let main = sealed.recv().await.unwrap();
         assert_eq!(ids(&main), [(Kind::Open, "main".to_owned()), (Kind::Final, "main".to_owned())]);
         assert_ne!(local.seq, main.seq);
-        assert!(local.path.exists() && main.path.exists());
+        assert!(local.file.path.exists() && main.file.path.exists());
         // A restart folds the two writers' segments into both requests' records.
         let replay = log::replay(dir.path()).unwrap();
         let mut replayed: Vec<_> = replay.records.iter().map(|r| r.request_id.to_string()).collect();
