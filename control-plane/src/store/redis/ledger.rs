@@ -2,9 +2,11 @@
 //!
 //! Layout, all in the `{gw}` slot (see `layout` for why): `{gw}:usage`, a
 //! list of JSON records, newest applied first;
-//! `{gw}:applied_hour:<start>`, the idempotency markers of the records made
-//! in one hour, a hash request id → 1 that never expires (`rollup::prune`
-//! removes it with the rows it guards), listed in `{gw}:applied_hours`;
+//! `{gw}:applied_hour:<start>:set`, the idempotency markers of the records
+//! made in one hour, a set of request ids that never expires
+//! (`rollup::prune` removes it with the rows it guards), listed in
+//! `{gw}:applied_hours` (earlier versions kept them in a hash
+//! `{gw}:applied_hour:<start>`, still read and pruned);
 //! `{gw}:hold:<budget>`, a hash holder →
 //! `amount:expires_at` of the leases of one budget;
 //! `{gw}:rollup:<hour|day>:<bucket start>`, one hash per rollup bucket (see
@@ -103,23 +105,32 @@ local function standing(kind, id, first, count)
 end
 -- The positions (from 1, ascending) of the records of the batch whose
 -- arguments start at ARGV[a] (see `apply_batch`) that were applied before:
--- marked in their hour's marker hash or, by an earlier version, by a key
--- of their own. Writes nothing. Also returns where the batch's sums start.
+-- marked in their hour's marker set or, by earlier versions, in its marker
+-- hash or by a key of their own. Writes nothing. Also returns where the
+-- batch's sums start.
 local function batch_seen(k, a)
   local n = tonumber(ARGV[a])
   a = a + 2 + tonumber(ARGV[a + 1])
   local seen, any = {}, false
   local pos = 0
   for _ = 1, tonumber(ARGV[a]) do
-    local m = tonumber(ARGV[a + 2])
-    local found = redis.call('HMGET', KEYS[tonumber(ARGV[a + 1])], unpack(ARGV, a + 3, a + 2 + m))
+    local m, hash = tonumber(ARGV[a + 3]), KEYS[tonumber(ARGV[a + 2])]
+    local found = redis.call('SMISMEMBER', KEYS[tonumber(ARGV[a + 1])], unpack(ARGV, a + 4, a + 3 + m))
     for j = 1, m do
-      if found[j] then
+      if found[j] == 1 then
         seen[pos + j], any = true, true
       end
     end
+    if redis.call('EXISTS', hash) == 1 then
+      found = redis.call('HMGET', hash, unpack(ARGV, a + 4, a + 3 + m))
+      for j = 1, m do
+        if found[j] then
+          seen[pos + j], any = true, true
+        end
+      end
+    end
     pos = pos + m
-    a = a + 2 + m
+    a = a + 3 + m
   end
   a = a + 1
   local legacy = tonumber(ARGV[a])
@@ -137,53 +148,46 @@ local function batch_seen(k, a)
   return list, a + 1 + legacy
 end
 -- Marks every record of the batch whose markers start at ARGV[a] in its
--- hour's marker hash, none of them marked before. Returns the positions of
--- records whose request id came earlier in the same batch and hash (their
+-- hour's marker set, none of them marked before. Returns the positions of
+-- records whose request id came earlier in the same batch and hour (their
 -- markers removed again, so nothing is written), or an empty table.
 local function mark_batch(a)
   local runs, added, total = tonumber(ARGV[a]), 0, 0
   local at = a + 1
   for _ = 1, runs do
-    local key, m = KEYS[tonumber(ARGV[at])], tonumber(ARGV[at + 1])
-    for first = 1, m, 500 do
-      local fields = {}
-      for j = first, math.min(first + 499, m) do
-        fields[#fields + 1] = ARGV[at + 1 + j]
-        fields[#fields + 1] = '1'
-      end
-      added = added + redis.call('HSET', key, unpack(fields))
-    end
+    local m = tonumber(ARGV[at + 2])
+    added = added + redis.call('SADD', KEYS[tonumber(ARGV[at])], unpack(ARGV, at + 3, at + 2 + m))
     total = total + m
-    at = at + 2 + m
+    at = at + 3 + m
   end
   if added == total then return {} end
   -- A request id twice in the batch: undo, then name the later ones.
   local firsts, seen, pos = {}, {}, 0
   at = a + 1
   for _ = 1, runs do
-    local hash, m = ARGV[at], tonumber(ARGV[at + 1])
+    local set, m = ARGV[at], tonumber(ARGV[at + 2])
+    redis.call('SREM', KEYS[tonumber(set)], unpack(ARGV, at + 3, at + 2 + m))
     for j = 1, m do
-      local id = ARGV[at + 1 + j]
-      redis.call('HDEL', KEYS[tonumber(hash)], id)
-      local mark = hash .. ':' .. id
+      local mark = set .. ':' .. ARGV[at + 2 + j]
       if firsts[mark] then seen[#seen + 1] = pos + j else firsts[mark] = true end
     end
     pos = pos + m
-    at = at + 2 + m
+    at = at + 3 + m
   end
   return seen
 end
 -- Applies the batch of records whose legacy idempotency markers are
 -- KEYS[k ..] and whose arguments start at ARGV[a] (see `usage_batch`): its
 -- size n, how many rows follow (n, or 0 when the caller pushes them to the
--- list itself, see `APPLY_USAGE`), each record's JSON; the runs of records marked in one hash, each
--- as (hash key index, length, then each record's request id); the records
+-- list itself, see `APPLY_USAGE`), each record's JSON; the runs of records
+-- of one hour, each as (marker set key index, the earlier versions' marker
+-- hash key index, length, then each record's request id); the records
 -- that may hold a legacy marker (their count, then each one's position);
 -- then what the batch adds up to: per account and per token
 -- (id, cost, -cost, window bucket key index or 0, its expiry), per lease
--- (hold key index, holder, cost), per marker hash (its start),
+-- (hold key index, holder, cost), per marker hour (its start),
 -- per rollup bucket (key index, expiry, field count, then field and amount
--- each). ARGV[1] is the last usage index kept (-1: all); the marker hashes
+-- each). ARGV[1] is the last usage index kept (-1: all); the marker hours
 -- are listed in KEYS[7].
 --
 -- All or nothing: when a record's request id was seen before (or twice in
@@ -678,5 +682,34 @@ mod tests {
         assert_eq!(account_counters(&store, "a").await, (1_000 - 31, 31));
         let open: bool = store.conn.clone().exists(USAGE_OPEN).await.unwrap();
         assert!(!open, "the list is back under its name");
+    }
+
+    #[tokio::test]
+    async fn markers_an_earlier_version_kept_in_a_hash_still_count_until_pruned() {
+        use crate::store::rollup::RollupStore as _;
+        let (_server, store) = store(0).await;
+        store.create(account("a", 1_000)).await.unwrap();
+        store.create(token("t", "a")).await.unwrap();
+        let now = crate::domain::now_unix();
+        let record = |id: &str| UsageRecord { created_at: now, ..usage(id, "t", "a", "m", 10) };
+        // What an earlier version left: the hour's hash and its start.
+        let start = usage_batch::applied_bucket(now);
+        let mut conn = store.conn.clone();
+        let () = conn.hset(super::super::layout::applied_bucket_key(start), "old", 1).await.unwrap();
+        let () = conn.zadd(APPLIED_BUCKETS, start, start).await.unwrap();
+
+        let outcome = store.apply_usage(&[record("old"), record("new")]).await.unwrap();
+        assert_eq!((outcome.applied, outcome.duplicates), (1, 1), "the hash's record is a duplicate");
+        let again = store.apply_usage(&[record("new")]).await.unwrap();
+        assert_eq!((again.applied, again.duplicates), (0, 1), "the set's record is a duplicate");
+        assert_eq!(account_counters(&store, "a").await, (990, 10));
+        let set = super::super::layout::applied_set_key(start);
+        let members: Vec<String> = conn.smembers(&set).await.unwrap();
+        assert_eq!(members, ["new"]);
+
+        // Past the rows' retention and the window, both go.
+        store.prune(now + 400 * 24 * 60 * 60).await.unwrap();
+        let left: usize = conn.exists(&[set, super::super::layout::applied_bucket_key(start)]).await.unwrap();
+        assert_eq!(left, 0, "the hour's markers outlived its rows and the window");
     }
 }

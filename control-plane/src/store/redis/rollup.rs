@@ -14,7 +14,7 @@
 //! Raw records (`{gw}:usage`, newest applied first) are trimmed from the tail
 //! by `prune` while the oldest is past `usage_days`, and to
 //! `usage_max_records` by every usage script. `prune` also removes the
-//! hourly hashes of idempotency markers (see `ledger`) once their hour is
+//! hourly sets of idempotency markers (see `ledger`) once their hour is
 //! past both `usage_days` and the idempotency window and a day: they never
 //! expire on their own, so a record is never applied twice while its row
 //! can exist or it can be sent again.
@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use redis::Script;
 
 use super::RedisStore;
-use super::layout::{APPLIED_BUCKET_SECS, APPLIED_BUCKETS, USAGE, applied_bucket_key, rollup_key};
+use super::layout::{APPLIED_BUCKET_SECS, APPLIED_BUCKETS, USAGE, applied_bucket_key, applied_set_key, rollup_key};
 use crate::store::rollup::{Counts, Dims, Period, Pruned, RollupStore, Row};
 use crate::store::{IDEMPOTENCY_WINDOW_SECS, Result, StoreError};
 
@@ -93,8 +93,9 @@ impl RollupStore for RedisStore {
 // === impl RedisStore ===
 
 impl RedisStore {
-    /// Removes the marker hashes of hours past both the raw records'
-    /// retention and the idempotency window (and a day).
+    /// Removes the marker sets (and the hashes of earlier versions) of
+    /// hours past both the raw records' retention and the idempotency
+    /// window (and a day).
     async fn prune_markers(&self, now: i64) -> Result<()> {
         let cutoff = self.retention.usage_cutoff(now).min(now - IDEMPOTENCY_WINDOW_SECS - MARKER_GRACE_SECS);
         let mut conn = self.conn.clone();
@@ -114,6 +115,7 @@ impl RedisStore {
         let mut pipe = redis::pipe();
         pipe.atomic();
         for start in &old {
+            pipe.del(applied_set_key(*start)).ignore();
             pipe.del(applied_bucket_key(*start)).ignore();
             pipe.zrem(APPLIED_BUCKETS, *start).ignore();
         }

@@ -2,9 +2,11 @@
 //! scripts take (`apply_batch` in `ledger`): per record only its JSON (as
 //! an argument, or in a command of its own that pushes it beside the
 //! script: bytes a script takes cost Redis about ten instructions each to
-//! make into Lua strings) and its request id (the field of its hour's marker hash, looked up and set
-//! for a whole run of records with one HMGET and one HSET; the key earlier
-//! versions wrote is read only for records made before they stopped); every
+//! make into Lua strings) and its request id (a member of its hour's marker
+//! set, looked up and added for a whole run of records with one SMISMEMBER
+//! and one SADD; the hour's hash of earlier versions is read while it
+//! exists, their keys of one record only for records made before they
+//! stopped); every
 //! counter, lease take, window bucket and rollup field summed here, once
 //! for the whole batch. A batch is mostly one token's and one account's
 //! records, so Redis writes a few fields for it instead of a dozen per
@@ -16,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::layout::{APPLIED_BUCKET_SECS, applied_bucket_key, applied_key, hold_key};
+use super::layout::{APPLIED_BUCKET_SECS, applied_bucket_key, applied_key, applied_set_key, hold_key};
 use super::rollup::bucket_key;
 use super::usage_json;
 use crate::domain::UsageRecord;
@@ -55,8 +57,8 @@ struct Keys<'a> {
     holds: HashMap<(bool, &'a str), usize>,
     /// (period, bucket start) → the rollup bucket's index.
     buckets: HashMap<(u8, i64), usize>,
-    /// Marker hash start → its index.
-    markers: HashMap<i64, usize>,
+    /// Marker hour start → the indexes of its set and of its hash.
+    markers: HashMap<i64, (usize, usize)>,
 }
 
 /// The rollup dimensions of a record, borrowed: account, token, model,
@@ -113,12 +115,13 @@ impl<'a> Keys<'a> {
         i
     }
 
-    /// The index of the marker hash starting at `start`.
-    fn marker(&mut self, start: i64) -> usize {
+    /// The indexes of the marker set and of the earlier versions' marker
+    /// hash of the hour starting at `start`.
+    fn marker(&mut self, start: i64) -> (usize, usize) {
         if let Some(&i) = self.markers.get(&start) {
             return i;
         }
-        let i = self.of(&applied_bucket_key(start));
+        let i = (self.of(&applied_set_key(start)), self.of(&applied_bucket_key(start)));
         self.markers.insert(start, i);
         i
     }
@@ -139,8 +142,8 @@ impl<'a> Keys<'a> {
 /// `first_key` on, then the keys their markers and sums write; and as
 /// arguments the batch: its size, how many rows follow and each record's
 /// JSON (none here when `rows` is given: each goes there as an argument, in
-/// the same order), the runs of records marked in one hash (hash index,
-/// length, each record's request id), the positions of the records with a
+/// the same order), the runs of records of one marker hour (its set's and
+/// its hash's index, length, each record's request id), the positions of the records with a
 /// legacy marker key, then the sums in the sections `apply_batch` reads.
 pub(super) fn add(
     call: &mut ScriptArgs,
@@ -189,7 +192,8 @@ pub(super) fn add(
     let mut markers = BTreeSet::new();
     for run in runs {
         let start = applied_bucket(run[0].0.created_at);
-        call.arg(keys.marker(start)).arg(run.len());
+        let (set, hash) = keys.marker(start);
+        call.arg(set).arg(hash).arg(run.len());
         for (record, _) in run {
             call.arg(record.request_id.as_str());
         }
