@@ -186,6 +186,8 @@ start_data_plane() { # spool-sync policy
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# The kernel's part of it (system time): a proxy's socket work mostly.
+sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 # CPU µs per request from clock ticks over the requests wrk counted.
 per_request() { awk -v t="$1" -v n="$2" -v hz="$hz" 'BEGIN { if (n > 0) printf "%.1f", t / hz / n * 1e6 }'; }
