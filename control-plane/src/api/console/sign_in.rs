@@ -27,6 +27,9 @@ pub struct Credentials {
     password: String,
     #[serde(default)]
     next: String,
+    /// The sign-in form's token (see `session`).
+    #[serde(default)]
+    csrf: String,
 }
 
 #[derive(Deserialize)]
@@ -55,12 +58,15 @@ pub async fn form(State(console): State<Arc<Console>>, Query(next): Query<Next>)
     login_page(&console, &next.next, "", None)
 }
 
+/// The sign-in form with a new token, its cookie set.
 fn login_page(console: &Console, next: &str, name: &str, error: Option<&str>) -> Response {
+    let (token, cookie) = console.login_form();
     let body = html! {
         h1 { "Sign in" }
         @if let Some(error) = error { p.error role="alert" id="login-error" { (error) } }
         form.narrow method="post" action=(console.link("/login")) {
             input type="hidden" name="next" value=(next);
+            input type="hidden" name="csrf" value=(token);
             label for="name" { "User name" }
             input id="name" name="name" autocomplete="username" required value=(name) autofocus;
             label for="password" { "Password" }
@@ -70,18 +76,28 @@ fn login_page(console: &Console, next: &str, name: &str, error: Option<&str>) ->
         p.hint { "Forgot your password? Ask an operator for a reset link." }
     };
     let mut response = page::bare(console, "Sign in", body);
+    response.headers_mut().append(header::SET_COOKIE, cookie);
     if error.is_some() {
         *response.status_mut() = StatusCode::UNAUTHORIZED;
     }
     response
 }
 
-/// Checks a sign-in and opens a session.
+/// Checks a sign-in (sent from this console's own form) and opens a
+/// session.
 pub async fn submit(
     State(console): State<Arc<Console>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     Form(form): Form<Credentials>,
 ) -> Result<Response, ConsoleError> {
+    if !console.login_form_is_ours(&headers, &form.csrf) {
+        tracing::info!(address = %peer.ip(), "console sign-in refused: not sent from its form");
+        let problem = "this sign-in form has expired or was not sent from this console; sign in again";
+        let mut page = login_page(&console, &form.next, &form.name, Some(problem));
+        *page.status_mut() = StatusCode::FORBIDDEN;
+        return Ok(page);
+    }
     let user = match console.users.sign_in(&form.name, &form.password, &peer.ip().to_string()).await {
         Ok(user) => user,
         Err(crate::services::console::LoginError::Store(error)) => return Err(ConsoleError::Refused(error.into())),
@@ -100,6 +116,7 @@ pub async fn submit(
     let next = if form.next.starts_with('/') && !form.next.starts_with("//") { form.next.as_str() } else { "/" };
     let mut response = Redirect::to(&console.link(next)).into_response();
     response.headers_mut().insert(header::SET_COOKIE, console.session_cookie(&secret));
+    response.headers_mut().append(header::SET_COOKIE, console.cleared_login_form());
     Ok(response)
 }
 

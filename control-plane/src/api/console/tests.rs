@@ -48,6 +48,16 @@ impl Running {
             .expect("post");
         read(response).await
     }
+
+    /// Posts `form` to `/login` as a browser does: from the sign-in form,
+    /// with its token and its cookie.
+    async fn sign_in(&self, form: &[(&str, &str)]) -> (StatusCode, String, Option<String>) {
+        let (_, page, cookie) = self.get("/login", "").await;
+        let token = csrf(&page);
+        let mut fields = form.to_vec();
+        fields.push(("csrf", &token));
+        self.post("/login", &cookie.expect("the sign-in form's cookie"), &fields).await
+    }
 }
 
 /// Status, body (or the redirect's location) and the session cookie set.
@@ -163,15 +173,16 @@ async fn sign_in_refuses_wrong_passwords_in_words_and_limits_attempts() {
     assert_eq!(cp.post("/welcome", "", &form).await.0, StatusCode::SEE_OTHER);
 
     let wrong = [("name", "ops"), ("password", "wrong password!")];
-    let (status, page, cookie) = cp.post("/login", "", &wrong).await;
+    let (status, page, cookie) = cp.sign_in(&wrong).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert!(page.contains("wrong user name or password") && cookie.is_none(), "{page}");
-    let (status, _, cookie) = cp.post("/login", "", &[("name", "OPS"), ("password", "0123456789ab")]).await;
+    let session = cookie.is_some_and(|c| c.starts_with("gw_console="));
+    assert!(page.contains("wrong user name or password") && !session, "{page}");
+    let (status, _, cookie) = cp.sign_in(&[("name", "OPS"), ("password", "0123456789ab")]).await;
     assert_eq!(status, StatusCode::SEE_OTHER, "names are case-insensitive");
     assert!(cookie.is_some());
-    let (status, _, _) = cp.post("/login", "", &wrong).await;
+    let (status, _, _) = cp.sign_in(&wrong).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "the third attempt is still looked at");
-    let (status, page, _) = cp.post("/login", "", &[("name", "ops"), ("password", "0123456789ab")]).await;
+    let (status, page, _) = cp.sign_in(&[("name", "ops"), ("password", "0123456789ab")]).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "the fourth attempt in the window is refused: {page}");
     assert!(page.contains("too many sign-in attempts"), "{page}");
     cp.handle.shutdown().await;
@@ -239,7 +250,7 @@ async fn signing_out_everywhere_ends_every_session_of_the_user() {
         [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
     let (_, _, first) = cp.post("/welcome", "", &form).await;
     let first = first.expect("first browser");
-    let (_, _, second) = cp.post("/login", "", &[("name", "ops"), ("password", "0123456789ab")]).await;
+    let (_, _, second) = cp.sign_in(&[("name", "ops"), ("password", "0123456789ab")]).await;
     let second = second.expect("second browser");
     let (status, home, _) = cp.get("/", &second).await;
     assert_eq!(status, StatusCode::OK);
@@ -248,7 +259,7 @@ async fn signing_out_everywhere_ends_every_session_of_the_user() {
     for cookie in [&first, &second] {
         assert_eq!(cp.get("/", cookie).await.0, StatusCode::SEE_OTHER, "every browser is signed out");
     }
-    let (status, _, again) = cp.post("/login", "", &[("name", "ops"), ("password", "0123456789ab")]).await;
+    let (status, _, again) = cp.sign_in(&[("name", "ops"), ("password", "0123456789ab")]).await;
     assert_eq!(status, StatusCode::SEE_OTHER, "a new sign-in still works");
     assert_eq!(cp.get("/", &again.expect("cookie")).await.0, StatusCode::OK);
     cp.handle.shutdown().await;
@@ -262,12 +273,17 @@ async fn sign_in_attempts_from_one_address_are_limited_across_user_names() {
     config.console.attempts.per_address = 4;
     let handle = crate::start(config).await.expect("start");
     let http = reqwest::Client::builder().redirect(Policy::none()).build().expect("client");
+    let form = http.get(format!("{}/login", handle.console_url)).send().await.expect("the form");
+    let cookie = form.headers().get("set-cookie").and_then(|v| v.to_str().ok()).expect("cookie");
+    let cookie = cookie.split(';').next().expect("cookie").to_owned();
+    let token = csrf(&form.text().await.expect("page"));
     let mut statuses = Vec::new();
     for n in 0..5 {
         let response = http
             .post(format!("{}/login", handle.console_url))
             .header("content-type", "application/x-www-form-urlencoded")
-            .body(format!("name=guess{n}&password=nothing-here"))
+            .header("cookie", &cookie)
+            .body(format!("name=guess{n}&password=nothing-here&csrf={token}"))
             .send()
             .await
             .expect("login");
@@ -276,4 +292,42 @@ async fn sign_in_attempts_from_one_address_are_limited_across_user_names() {
     assert_eq!(statuses[..4], [StatusCode::UNAUTHORIZED; 4], "{statuses:?}");
     assert_eq!(statuses[4], StatusCode::TOO_MANY_REQUESTS, "the fifth name from the same address: {statuses:?}");
     handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_is_taken_only_from_this_consoles_own_form() {
+    let cp = running(3_600).await;
+    let link = cp.handle.setup_link.clone().expect("setup link");
+    let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
+    let form =
+        [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
+    assert_eq!(cp.post("/welcome", "", &form).await.0, StatusCode::SEE_OTHER);
+    let right = [("name", "ops"), ("password", "0123456789ab")];
+
+    // What a page of another site can send: the credentials, no cookie.
+    let (status, page, cookie) = cp.post("/login", "", &[("name", "ops"), ("password", "0123456789ab")]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    assert!(page.contains("was not sent from this console"), "{page}");
+    assert!(cookie.is_some_and(|c| c.starts_with("gw_console_login=")), "no session, only a new form's cookie");
+    // A token with another form's cookie, or a cookie with no token.
+    let (_, first, first_cookie) = cp.get("/login", "").await;
+    let (_, second, _) = cp.get("/login", "").await;
+    let first_cookie = first_cookie.expect("cookie");
+    assert!(first_cookie.starts_with("gw_console_login="), "{first_cookie}");
+    assert_ne!(csrf(&first), csrf(&second), "each form has a token of its own");
+    let mut mixed = right.to_vec();
+    let second_token = csrf(&second);
+    mixed.push(("csrf", &second_token));
+    assert_eq!(cp.post("/login", &first_cookie, &mixed).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(cp.post("/login", &first_cookie, &right).await.0, StatusCode::FORBIDDEN);
+    // The form's own token with its cookie signs in.
+    let mut own = right.to_vec();
+    let first_token = csrf(&first);
+    own.push(("csrf", &first_token));
+    let (status, _, session) = cp.post("/login", &first_cookie, &own).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let session = session.expect("a session cookie");
+    assert!(session.starts_with("gw_console="), "{session}");
+    assert_eq!(cp.get("/", &session).await.0, StatusCode::OK);
+    cp.handle.shutdown().await;
 }
