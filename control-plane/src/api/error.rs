@@ -6,7 +6,7 @@ use tonic::Status;
 
 use crate::domain::validate::Invalid;
 use crate::services::{
-    access::{AuthError, CredentialError, Denied},
+    access::{AuthError, CredentialError, Denied, Hidden},
     batch::BatchError,
     budget::BudgetError,
     console::{TopupError, UserError},
@@ -72,6 +72,12 @@ impl From<Invalid> for Status {
 impl From<Denied> for Status {
     fn from(denied: Denied) -> Status {
         Status::permission_denied(denied.0)
+    }
+}
+
+impl From<Hidden> for Status {
+    fn from(hidden: Hidden) -> Status {
+        Status::not_found(hidden.to_string())
     }
 }
 

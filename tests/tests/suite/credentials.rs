@@ -320,11 +320,20 @@ async fn an_account_credential_sees_and_touches_only_its_own_account() {
     assert_eq!(tokens.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [f.token_a.as_str()], "only its tokens");
     let other = pb::ListRequest { account_id: f.b.clone(), ..Default::default() };
     denied(mine.list_tokens(other).await.map(drop), "listing b's tokens");
-    denied(mine.get_token(pb::GetRequest { id: f.token_b.clone() }).await.map(drop), "reading b's token");
+    // Another account's token, named by id, is answered as a token that
+    // does not exist, word for word: the id's existence is not told.
+    let absent = mine.get_token(pb::GetRequest { id: "tok_nosuchtoken".into() }).await.expect_err("no such token");
+    assert_eq!(absent.code(), Code::NotFound, "{absent:?}");
+    let hidden = |result: Result<(), Status>, what: &str| {
+        let status = result.expect_err(what);
+        assert_eq!(status.code(), Code::NotFound, "{what}: {status:?}");
+        assert_eq!(status.message(), absent.message().replace("tok_nosuchtoken", &f.token_b), "{what}");
+    };
+    hidden(mine.get_token(pb::GetRequest { id: f.token_b.clone() }).await.map(drop), "reading b's token");
     let disable =
         pb::UpdateTokenRequest { id: f.token_b.clone(), status: Some("disabled".into()), ..Default::default() };
-    denied(mine.update_token(disable).await.map(drop), "disabling b's token");
-    denied(mine.delete_token(pb::GetRequest { id: f.token_b.clone() }).await.map(drop), "deleting b's token");
+    hidden(mine.update_token(disable).await.map(drop), "disabling b's token");
+    hidden(mine.delete_token(pb::GetRequest { id: f.token_b.clone() }).await.map(drop), "deleting b's token");
     let create = pb::CreateTokenRequest { account_id: f.b.clone(), unlimited: true, ..Default::default() };
     denied(mine.create_token(create).await.map(drop), "creating a token of b");
     denied(mine.get_account(pb::GetRequest { id: f.b.clone() }).await.map(drop), "reading b");

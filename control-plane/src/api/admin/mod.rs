@@ -172,9 +172,9 @@ impl AdminApi {
         self.credentials.as_ref().ok_or_else(|| Status::unavailable("credentials are not served here"))
     }
 
-    /// Whether `caller` may touch token `id`: NotFound when it is absent,
-    /// PermissionDenied when it belongs to another account. Callers that see
-    /// every account pass without a read.
+    /// Whether `caller` may touch token `id`: NotFound when it is absent or
+    /// belongs to another account (the same answer). Callers that see every
+    /// account pass without a read.
     async fn check_token_owner(&self, caller: &Caller, id: &str) -> Result<(), Status> {
         if caller.account().is_some() {
             let token = self.fetch::<Token>(id).await?;

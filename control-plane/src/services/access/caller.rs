@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::Denied;
+use super::{Denied, Hidden};
 use crate::domain::access::{Credential, ROOT_ID, Role};
 use crate::domain::console::User;
 
@@ -62,11 +62,12 @@ impl Caller {
         }
     }
 
-    /// Admits a resource (`kind` `id`) of account `owner` when the caller
-    /// may see that account; `Denied` otherwise.
-    pub fn check_owner(&self, kind: &str, id: &str, owner: &str) -> Result<(), Denied> {
+    /// Admits a resource (`kind` `id`, asked for by id) of account `owner`
+    /// when the caller may see that account; `Hidden` (as if absent)
+    /// otherwise.
+    pub fn check_owner(&self, kind: &'static str, id: &str, owner: &str) -> Result<(), Hidden> {
         match self.account() {
-            Some(own) if own != owner => Err(self.denied(kind, id)),
+            Some(own) if own != owner => Err(Hidden { kind, id: id.to_owned() }),
             _ => Ok(()),
         }
     }
@@ -113,7 +114,8 @@ mod tests {
         let mut other = "acc_b".to_owned();
         let denied = caller.narrow(&mut other).expect_err("other account");
         assert!(denied.0.contains("acc_b"), "{denied}");
-        assert!(caller.check_owner("token", "tok_1", "acc_b").is_err());
+        let hidden = caller.check_owner("token", "tok_1", "acc_b").expect_err("another account's");
+        assert_eq!(hidden.to_string(), "token \"tok_1\" not found");
         assert!(caller.check_owner("token", "tok_1", "acc_a").is_ok());
         assert!(caller.sees_account("acc_a") && !caller.sees_account("acc_b"));
     }

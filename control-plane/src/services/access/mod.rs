@@ -19,3 +19,13 @@ pub use self::credentials::{CredentialError, Credentials};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct Denied(pub String);
+
+/// A resource of another account, asked for by id by a caller bound to one
+/// account: answered as if it did not exist, word for word, so that such a
+/// caller cannot learn which ids other accounts hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {id:?} not found")]
+pub struct Hidden {
+    pub kind: &'static str,
+    pub id: String,
+}
