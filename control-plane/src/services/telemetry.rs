@@ -94,10 +94,19 @@ pub fn video_status(status: VideoStatus) {
     INSTRUMENTS.video_tasks.add(1, &[KeyValue::new("gw.status", status.as_str())]);
 }
 
-/// Registers the gauges read from `fleet` at collection time: open watch
+/// Registers the gauges read from `fleet` at collection time (open watch
 /// streams, and how far the furthest-behind connected data plane is from
-/// the newest revision this replica sent.
+/// the newest revision this replica sent) and exports the data-plane
+/// refusal counts at zero.
 pub fn observe(fleet: &Fleet) {
+    // Every refusal series from the start, at zero, so that an alert on it
+    // has a series to read before the first refusal.
+    for call in ["watch", "usage", "health"] {
+        for reason in ["impostor", "no_watch"] {
+            let labels = [KeyValue::new("gw.call", call), KeyValue::new("gw.reason", reason)];
+            INSTRUMENTS.node_refused.add(0, &labels);
+        }
+    }
     let meter = gw_telemetry::meter("gw-control-plane");
     let streams = fleet.clone();
     let _streams = meter
