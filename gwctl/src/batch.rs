@@ -59,6 +59,7 @@ pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<Str
                 limit: args.limit,
                 after: args.continue_token.unwrap_or_default(),
                 kind: args.kind.unwrap_or_default(),
+                ..Default::default()
             };
             let list = admin.list_batches(request).await.rpc()?;
             // The next page starts after this page's last batch.

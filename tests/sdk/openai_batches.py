@@ -55,6 +55,9 @@ elif action == "retrieve":
         "batch": batch.to_dict(),
         "batches": [b.id for b in client.batches.list(limit=100).data],
         "files": [f.id for f in client.files.list().data],
+        "uploads": [f.id for f in client.files.list(purpose="batch").data],
+        "outputs": [f.id for f in client.files.list(purpose="batch_output").data],
+        "fine_tune": [f.id for f in client.files.list(purpose="fine-tune").data],
     }
     if batch.output_file_id:
         summary["output_file"] = client.files.retrieve(batch.output_file_id).to_dict()

@@ -37,7 +37,8 @@ pub async fn get_file(batches: &Batches, r: pb::BatchRef) -> Result<pb::BatchFil
 /// `PolicyService.ListBatchFiles`.
 pub async fn list_files(batches: &Batches, r: pb::ListBatchItemsRequest) -> Result<pb::ListBatchFilesResponse, Status> {
     required(&[("account_id", &r.account_id)])?;
-    let (items, has_more) = batches.list_files(&filter(r)).await?;
+    let purpose = Some(r.purpose.clone()).filter(|purpose| !purpose.is_empty());
+    let (items, has_more) = batches.list_files(&filter(r), purpose.as_deref()).await?;
     Ok(pb::ListBatchFilesResponse { items: items.into_iter().map(Into::into).collect(), has_more })
 }
 

@@ -78,12 +78,20 @@ impl Batches {
         Ok(file.map_err(|status| refused(&status, "file", id))?.into_inner().into())
     }
 
-    /// A page of `caller`'s files, newest first.
-    pub async fn files(&self, caller: &Caller, limit: u32, after: &str) -> Result<Page<File>, ProxyError> {
+    /// A page of `caller`'s files (of `purpose` only, when not empty),
+    /// newest first.
+    pub async fn files(
+        &self,
+        caller: &Caller,
+        limit: u32,
+        after: &str,
+        purpose: &str,
+    ) -> Result<Page<File>, ProxyError> {
         let message = pb::ListBatchItemsRequest {
             account_id: caller.account.id.clone(),
             limit,
             after: after.to_owned(),
+            purpose: purpose.to_owned(),
             ..Default::default()
         };
         let page = self.client().list_batch_files(self.request(message, READ_TIMEOUT)).await;
@@ -165,7 +173,13 @@ impl Batches {
     /// newest first.
     pub async fn list(&self, caller: &Caller, kind: &str, limit: u32, after: &str) -> Result<Page<Batch>, ProxyError> {
         let account_id = caller.account.id.clone();
-        let message = pb::ListBatchItemsRequest { account_id, limit, after: after.to_owned(), kind: kind.to_owned() };
+        let message = pb::ListBatchItemsRequest {
+            account_id,
+            limit,
+            after: after.to_owned(),
+            kind: kind.to_owned(),
+            ..Default::default()
+        };
         let page = self.client().list_batches(self.request(message, READ_TIMEOUT)).await;
         let page = page.map_err(|status| refused(&status, "batch", after))?.into_inner();
         Ok(Page { items: page.items.into_iter().map(Into::into).collect(), has_more: page.has_more })

@@ -221,7 +221,20 @@ async fn an_openai_batch_is_billed_once_at_the_batch_price_when_it_completes() {
     assert_eq!(done["output"].as_str().map(|o| o.lines().count()), Some(3), "the results download: {done}");
     assert_eq!(done["batches"], serde_json::json!([batch]));
     let files = done["files"].as_array().expect("files");
-    assert!(files.contains(&Value::from(file.clone())) && files.contains(&Value::from(output)), "{files:?}");
+    assert!(files.contains(&Value::from(file.clone())) && files.contains(&Value::from(output.clone())), "{files:?}");
+    // Listed by purpose: the upload, the results, and nothing of a purpose
+    // no file has.
+    let uploads = done["uploads"].as_array().expect("uploads");
+    assert!(
+        uploads.contains(&Value::from(file.clone())) && !uploads.contains(&Value::from(output.clone())),
+        "{uploads:?}"
+    );
+    let outputs = done["outputs"].as_array().expect("outputs");
+    assert!(
+        outputs.contains(&Value::from(output.clone())) && !outputs.contains(&Value::from(file.clone())),
+        "{outputs:?}"
+    );
+    assert_eq!(done["fine_tune"], serde_json::json!([]), "{done}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

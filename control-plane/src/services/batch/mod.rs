@@ -239,23 +239,11 @@ impl Batches {
     /// A page of batches by `filter` (of `kind` only, when given), newest
     /// first, and whether more follow.
     pub async fn list(&self, filter: &BatchFilter, kind: Option<BatchKind>) -> Result<(Vec<Batch>, bool), BatchError> {
-        let limit = page_size(filter.limit);
-        let mut items = Vec::new();
-        let mut page = BatchFilter { limit: limit + 1, ..filter.clone() };
-        loop {
-            let read = self.store.list_batches(&page).await?;
-            let exhausted = read.len() < page.limit;
-            if let Some(last) = read.last() {
-                page.after.clone_from(&last.id);
-            }
-            items.extend(read.into_iter().filter(|b| kind.is_none_or(|kind| b.kind == kind)));
-            if exhausted || items.len() > limit {
-                break;
-            }
-        }
-        let more = items.len() > limit;
-        items.truncate(limit);
-        Ok((items, more))
+        let read = |page: BatchFilter| {
+            let store = self.store.clone();
+            async move { store.list_batches(&page).await }
+        };
+        filtered_page(filter, read, |b: &Batch| &b.id, |b| kind.is_none_or(|kind| b.kind == kind)).await
     }
 
     /// Asks the upstream to cancel batch `id` of `account_id` and records
@@ -407,12 +395,48 @@ fn millis(duration: Duration) -> i64 {
 
 // Files are listed by the same filter; kept here so `files` stays about files.
 impl Batches {
-    /// A page of files by `filter`, newest first, and whether more follow.
-    pub async fn list_files(&self, filter: &BatchFilter) -> Result<(Vec<BatchFile>, bool), BatchError> {
-        let limit = page_size(filter.limit);
-        let mut items = self.store.list_batch_files(&BatchFilter { limit: limit + 1, ..filter.clone() }).await?;
-        let more = items.len() > limit;
-        items.truncate(limit);
-        Ok((items, more))
+    /// A page of files by `filter` (of `purpose` only, when named), newest
+    /// first, and whether more follow.
+    pub async fn list_files(
+        &self,
+        filter: &BatchFilter,
+        purpose: Option<&str>,
+    ) -> Result<(Vec<BatchFile>, bool), BatchError> {
+        let read = |page: BatchFilter| {
+            let store = self.store.clone();
+            async move { store.list_batch_files(&page).await }
+        };
+        filtered_page(filter, read, |f: &BatchFile| &f.id, |f| purpose.is_none_or(|purpose| f.purpose == purpose)).await
     }
+}
+
+/// A page of `filter`'s size of the stored items `read` lists (newest
+/// first, after `filter.after`) that `keep` keeps, reading on past the ones
+/// it drops, and whether more follow.
+async fn filtered_page<T, F>(
+    filter: &BatchFilter,
+    read: impl Fn(BatchFilter) -> F,
+    id: impl Fn(&T) -> &String,
+    keep: impl Fn(&T) -> bool,
+) -> Result<(Vec<T>, bool), BatchError>
+where
+    F: Future<Output = Result<Vec<T>, StoreError>>,
+{
+    let limit = page_size(filter.limit);
+    let mut items = Vec::new();
+    let mut page = BatchFilter { limit: limit + 1, ..filter.clone() };
+    loop {
+        let read = read(page.clone()).await?;
+        let exhausted = read.len() < page.limit;
+        if let Some(last) = read.last() {
+            page.after.clone_from(id(last));
+        }
+        items.extend(read.into_iter().filter(|item| keep(item)));
+        if exhausted || items.len() > limit {
+            break;
+        }
+    }
+    let more = items.len() > limit;
+    items.truncate(limit);
+    Ok((items, more))
 }

@@ -83,11 +83,13 @@ pub async fn upload(State(app): State<Arc<App>>, request: Request) -> Result<Res
     Ok(json_response(StatusCode::OK, &object(&file)))
 }
 
-/// `GET /v1/files`: the caller's files, newest first.
+/// `GET /v1/files`: the caller's files, newest first; `purpose=` keeps
+/// those of one purpose (`batch` uploads, `batch_output` results).
 pub async fn list(State(app): State<Arc<App>>, request: Request) -> Result<Response, ProxyError> {
     let (limit, after) = page_query(request.uri().query())?;
+    let purpose = purpose_query(request.uri().query())?;
     let admitted = reader(&app, request).await?;
-    let page = app.batches.files(&admitted.caller, limit, &after).await?;
+    let page = app.batches.files(&admitted.caller, limit, &after, &purpose).await?;
     let data: Vec<Value> = page.items.iter().map(object).collect();
     let body = json!({
         "object": "list",
@@ -97,6 +99,16 @@ pub async fn list(State(app): State<Arc<App>>, request: Request) -> Result<Respo
         "data": data,
     });
     Ok(json_response(StatusCode::OK, &body))
+}
+
+/// The `purpose` of a listing's query; empty when it names none.
+fn purpose_query(query: Option<&str>) -> Result<String, ProxyError> {
+    let value = query.into_iter().flat_map(|q| q.split('&')).find_map(|pair| pair.strip_prefix("purpose="));
+    match value {
+        Some(value) if value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') => Ok(value.into()),
+        Some(_) => Err(ProxyError::InvalidField { field: "purpose", reason: "is not a file purpose".into() }),
+        None => Ok(String::new()),
+    }
 }
 
 /// `GET /v1/files/{id}`.
