@@ -49,6 +49,16 @@ impl Running {
         read(response).await
     }
 
+    /// Uses the setup link to create the first admin, `ops` (password
+    /// `0123456789ab`), signed in.
+    async fn set_up_ops(&self) -> (StatusCode, String, Option<String>) {
+        let link = self.handle.setup_link.clone().expect("setup link");
+        let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
+        let form =
+            [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
+        self.post("/welcome", "", &form).await
+    }
+
     /// Posts `form` to `/login` as a browser does: from the sign-in form,
     /// with its token and its cookie.
     async fn sign_in(&self, form: &[(&str, &str)]) -> (StatusCode, String, Option<String>) {
@@ -166,11 +176,7 @@ async fn the_first_admin_signs_up_once_and_sessions_guard_every_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_refuses_wrong_passwords_in_words_and_limits_attempts() {
     let cp = running(3_600).await;
-    let link = cp.handle.setup_link.clone().expect("setup link");
-    let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
-    let form =
-        [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
-    assert_eq!(cp.post("/welcome", "", &form).await.0, StatusCode::SEE_OTHER);
+    assert_eq!(cp.set_up_ops().await.0, StatusCode::SEE_OTHER);
 
     let wrong = [("name", "ops"), ("password", "wrong password!")];
     let (status, page, cookie) = cp.sign_in(&wrong).await;
@@ -191,11 +197,7 @@ async fn sign_in_refuses_wrong_passwords_in_words_and_limits_attempts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_ends() {
     let cp = running(1).await;
-    let link = cp.handle.setup_link.clone().expect("setup link");
-    let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
-    let form =
-        [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
-    let (_, _, cookie) = cp.post("/welcome", "", &form).await;
+    let (_, _, cookie) = cp.set_up_ops().await;
     let cookie = cookie.expect("cookie");
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
     let (status, location, _) = cp.get("/usage", &cookie).await;
@@ -244,11 +246,7 @@ async fn behind_a_tls_proxy_with_a_path_prefix_links_and_cookies_follow_the_publ
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signing_out_everywhere_ends_every_session_of_the_user() {
     let cp = running(3_600).await;
-    let link = cp.handle.setup_link.clone().expect("setup link");
-    let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
-    let form =
-        [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
-    let (_, _, first) = cp.post("/welcome", "", &form).await;
+    let (_, _, first) = cp.set_up_ops().await;
     let first = first.expect("first browser");
     let (_, _, second) = cp.sign_in(&[("name", "ops"), ("password", "0123456789ab")]).await;
     let second = second.expect("second browser");
@@ -297,11 +295,7 @@ async fn sign_in_attempts_from_one_address_are_limited_across_user_names() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sign_in_is_taken_only_from_this_consoles_own_form() {
     let cp = running(3_600).await;
-    let link = cp.handle.setup_link.clone().expect("setup link");
-    let ticket = link.split("ticket=").nth(1).expect("ticket").to_owned();
-    let form =
-        [("ticket", ticket.as_str()), ("name", "ops"), ("password", "0123456789ab"), ("confirm", "0123456789ab")];
-    assert_eq!(cp.post("/welcome", "", &form).await.0, StatusCode::SEE_OTHER);
+    assert_eq!(cp.set_up_ops().await.0, StatusCode::SEE_OTHER);
     let right = [("name", "ops"), ("password", "0123456789ab")];
 
     // What a page of another site can send: the credentials, no cookie.
