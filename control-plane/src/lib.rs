@@ -210,6 +210,7 @@ pub async fn start(config: Config) -> anyhow::Result<Handle> {
     bootstrap(store.as_ref()).await.context("creating the default group")?;
     check_persistence(store.as_ref(), config.require_store_persistence).await?;
     refuse_eviction(store.as_ref()).await?;
+    refuse_old_server(store.as_ref()).await?;
     let lineage = store.lineage().await.context("reading the store's lineage")?;
 
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
@@ -378,6 +379,24 @@ async fn refuse_eviction(store: &dyn Store) -> anyhow::Result<()> {
             );
             Ok(())
         }
+    }
+}
+
+/// The oldest Redis the store's scripts run on (`SMISMEMBER`, `GETDEL`).
+const OLDEST_REDIS: (u32, u32) = (6, 2);
+
+/// Refuses a Redis older than `OLDEST_REDIS`, whose first usage batch would
+/// fail; says nothing when the store does not tell its version.
+async fn refuse_old_server(store: &dyn Store) -> anyhow::Result<()> {
+    match store.server_version().await.context("asking the store for its version")? {
+        Some(version) if version < OLDEST_REDIS => anyhow::bail!(
+            "the redis server is version {}.{}; the gateway needs {}.{} or later; refusing to start",
+            version.0,
+            version.1,
+            OLDEST_REDIS.0,
+            OLDEST_REDIS.1
+        ),
+        _ => Ok(()),
     }
 }
 

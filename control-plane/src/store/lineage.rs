@@ -55,6 +55,21 @@ pub trait LineageStore: Send + Sync {
     async fn eviction(&self) -> Result<Eviction> {
         Ok(Eviction::Never)
     }
+
+    /// The oldest server version among the store's servers, as (major,
+    /// minor), when it runs on servers that have one and says (Redis's
+    /// `INFO server`); `None` otherwise.
+    async fn server_version(&self) -> Result<Option<(u32, u32)>> {
+        Ok(None)
+    }
+}
+
+/// The version in an `INFO server` answer (`redis_version:7.0.15`), as
+/// (major, minor).
+pub fn redis_version(info: &str) -> Option<(u32, u32)> {
+    let version = info.lines().find_map(|line| line.trim().strip_prefix("redis_version:"))?;
+    let mut parts = version.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 /// What a store does with its keys when it fills up.
@@ -113,6 +128,16 @@ mod tests {
     }
 
     #[test]
+    fn the_redis_version_is_read_from_info_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\n";
+        assert_eq!(redis_version(info), Some((7, 0)));
+        assert_eq!(redis_version("redis_version:6.0.9\r\n"), Some((6, 0)));
+        assert!(redis_version("redis_version:6.0.9\r\n") < Some((6, 2)));
+        assert!(redis_version("redis_version:10.0.0\r\n") > Some((6, 2)));
+        assert_eq!(redis_version("# Server\r\nuptime:1\r\n"), None);
+    }
+
+    #[test]
     fn ids_are_32_hex_digits_and_differ() {
         let (a, b) = (new_id(), new_id());
         assert_eq!(a.len(), 32);
@@ -137,6 +162,10 @@ pub mod conformance {
         assert_ne!(confirmed.id, first.id, "confirming makes a new id");
         assert_eq!(store.lineage().await.expect("lineage after confirm"), confirmed, "the confirmed lineage is kept");
         store.persistence().await.expect("persistence");
+        // A store on servers with versions tells one the gateway runs on.
+        if let Some(version) = store.server_version().await.expect("version") {
+            assert!(version >= (6, 2), "the test servers are older than the gateway needs: {version:?}");
+        }
     }
 
     /// Two replicas asking at once for the lineage of a store that has none

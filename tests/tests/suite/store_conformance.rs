@@ -8,13 +8,18 @@ use std::time::Duration;
 
 use gw_control_plane::domain::secrets::{Keyring, MasterKey};
 use gw_control_plane::domain::{DISABLED, Kind, Resource};
-use gw_control_plane::store::{EmbeddedStore, Patch, RedisStore, Sealing, Store, conformance, rollup};
+use gw_control_plane::store::{
+    EmbeddedStore, LineageStore as _, Patch, RedisStore, Sealing, Store, conformance, rollup,
+};
 use gw_tests::{harness::try_eventually, redis::RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_passes_the_conformance_suite() {
     let server = RedisServer::start().await.expect("start redis-server");
     let store = RedisStore::connect(&server.url()).await.expect("connect");
+    // The version the control plane checks at start is read from the server.
+    let version = store.server_version().await.expect("version");
+    assert!(version.is_some_and(|v| v >= (6, 2)), "{version:?}");
     conformance::run(Arc::new(store)).await;
 }
 

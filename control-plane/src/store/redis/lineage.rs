@@ -70,6 +70,16 @@ impl LineageStore for RedisStore {
         Ok(each.min_by_key(durability).unwrap_or(Persistence::Unknown))
     }
 
+    /// On a cluster, the oldest primary's.
+    async fn server_version(&self) -> Result<Option<(u32, u32)>> {
+        let command = redis::cmd("INFO").arg("server").clone();
+        let Ok(replies) = self.conn.clone().on_every_primary::<String>(&command).await else {
+            return Ok(None);
+        };
+        let versions: Option<Vec<(u32, u32)>> = replies.iter().map(|info| lineage::redis_version(info)).collect();
+        Ok(versions.and_then(|versions| versions.into_iter().min()))
+    }
+
     /// On a cluster, any primary that evicts.
     async fn eviction(&self) -> Result<Eviction> {
         let command = redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").clone();
