@@ -312,6 +312,24 @@ pub trait Encode: Send + 'static {
     }
 }
 
+// === impl Part ===
+
+impl Part {
+    /// The part's block type as the messages API names it: what a dialect
+    /// with no place for the part notes as dropped.
+    pub fn block_type(&self) -> &'static str {
+        match self {
+            Part::Text { .. } => "text",
+            Part::Image(_) => "image",
+            Part::Document(_) => "document",
+            Part::Thinking { .. } => "thinking",
+            Part::RedactedThinking { .. } => "redacted_thinking",
+            Part::ToolCall { .. } => "tool_use",
+            Part::ToolResult { .. } => "tool_result",
+        }
+    }
+}
+
 // === impl Reasoning ===
 
 impl Reasoning {

@@ -410,23 +410,10 @@ fn system_text(parts: &[Part], dropped: &mut Dropped) -> String {
                     texts.push(text.as_str());
                 }
             }
-            other => note_part(other, dropped),
+            other => dropped.note(other.block_type()),
         }
     }
     texts.join("\n\n")
-}
-
-/// Notes a part chat has no place for where it stands.
-fn note_part(part: &Part, dropped: &mut Dropped) {
-    dropped.note(match part {
-        Part::Text { .. } => "text",
-        Part::Image(_) => "image",
-        Part::Document(_) => "document",
-        Part::Thinking { .. } => "thinking",
-        Part::RedactedThinking { .. } => "redacted_thinking",
-        Part::ToolCall { .. } => "tool_use",
-        Part::ToolResult { .. } => "tool_result",
-    });
 }
 
 /// A user message: its tool results first, as `tool` messages, then the
@@ -455,7 +442,7 @@ fn encode_user<'a>(
                         }
                         other => match content_part(other, None, dropped) {
                             Some(part) => content.push(part),
-                            None => note_part(other, dropped),
+                            None => dropped.note(other.block_type()),
                         },
                     }
                 }
@@ -465,7 +452,7 @@ fn encode_user<'a>(
                 if let Some(part) = content_part(other, name(p), dropped) {
                     content.push(part);
                 } else {
-                    note_part(other, dropped);
+                    dropped.note(other.block_type());
                 }
             }
         }
@@ -508,7 +495,7 @@ fn encode_assistant(parts: &[Part], dropped: &mut Dropped) -> Option<Value> {
                 "type": "function",
                 "function": { "name": name, "arguments": arguments.to_string() },
             })),
-            other => note_part(other, dropped),
+            other => dropped.note(other.block_type()),
         }
     }
     if content.is_empty() && calls.is_empty() {

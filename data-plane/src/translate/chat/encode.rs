@@ -233,23 +233,10 @@ fn system_text<'p>(parts: impl Iterator<Item = &'p Part>, dropped: &mut Dropped)
                     text.push_str(more);
                 }
             }
-            other => note_part(other, dropped),
+            other => dropped.note(other.block_type()),
         }
     }
     text
-}
-
-/// Notes a part chat has no place for where it stands.
-fn note_part(part: &Part, dropped: &mut Dropped) {
-    dropped.note(match part {
-        Part::Text { .. } => "text",
-        Part::Image(_) => "image",
-        Part::Document(_) => "document",
-        Part::Thinking { .. } => "thinking",
-        Part::RedactedThinking { .. } => "redacted_thinking",
-        Part::ToolCall { .. } => "tool_use",
-        Part::ToolResult { .. } => "tool_result",
-    });
 }
 
 /// A user message: its tool results first, as `tool` messages, then the
@@ -282,7 +269,7 @@ fn write_user<'a>(
                             texts.push_str(text);
                         }
                         other if content_part_kind(other) => content.push((other, None)),
-                        other => note_part(other, dropped),
+                        other => dropped.note(other.block_type()),
                     }
                 }
                 next(out);
@@ -293,7 +280,7 @@ fn write_user<'a>(
                 message.end();
             }
             other if content_part_kind(other) => content.push((other, name(p))),
-            other => note_part(other, dropped),
+            other => dropped.note(other.block_type()),
         }
     }
     if content.is_empty() {
@@ -370,7 +357,7 @@ fn write_assistant(parts: &[Part], next: &mut impl FnMut(&mut Vec<u8>), out: &mu
         match part {
             Part::Text { .. } => content.push((part, None)),
             Part::ToolCall { .. } => calls += 1,
-            other => note_part(other, dropped),
+            other => dropped.note(other.block_type()),
         }
     }
     if content.is_empty() && calls == 0 {

@@ -342,7 +342,7 @@ pub fn encode(request: &ir::Request, dropped: &mut Dropped) -> Value {
         match part {
             Part::Text { text, cache } if !text.is_empty() => system.push(text_json(text, *cache)),
             Part::Text { .. } => {}
-            other => note_part(other, dropped),
+            other => dropped.note(other.block_type()),
         }
     }
     if !system.is_empty() {
@@ -458,19 +458,6 @@ fn text_json(text: &str, cache: Option<CacheMark>) -> Value {
     block
 }
 
-/// Notes a part the messages API has no place for where it stands.
-fn note_part(part: &Part, dropped: &mut Dropped) {
-    dropped.note(match part {
-        Part::Text { .. } => "text",
-        Part::Image(_) => "image",
-        Part::Document(_) => "document",
-        Part::Thinking { .. } => "thinking",
-        Part::RedactedThinking { .. } => "redacted_thinking",
-        Part::ToolCall { .. } => "tool_use",
-        Part::ToolResult { .. } => "tool_result",
-    });
-}
-
 /// One part as a content block; `None` for empty text and unsigned
 /// thinking.
 pub(super) fn encode_part(part: &Part, dropped: &mut Dropped) -> Option<Value> {
@@ -496,7 +483,7 @@ pub(super) fn encode_part(part: &Part, dropped: &mut Dropped) -> Option<Value> {
             for part in content {
                 match part {
                     Part::Text { .. } | Part::Image(_) => inner.extend(encode_part(part, dropped)),
-                    other => note_part(other, dropped),
+                    other => dropped.note(other.block_type()),
                 }
             }
             let content = if inner.is_empty() { Value::String(String::new()) } else { collapse(inner) };
