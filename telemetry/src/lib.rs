@@ -15,6 +15,7 @@ use tracing_subscriber::{
     EnvFilter, Layer as _, filter::Targets, layer::SubscriberExt as _, util::SubscriberInitExt as _,
 };
 
+pub mod access;
 pub mod admin;
 mod clock;
 mod config;
@@ -84,9 +85,11 @@ pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Resu
     // Lines go to stderr from a thread of their own, in batches (`lines`),
     // so a request never waits on the terminal or the journal.
     let (writer, flusher) = lines::spawn(std::io::stderr()).map_err(InitError::LogWriter)?;
+    let plain = format == LogFormat::Text && !std::io::stderr().is_terminal();
+    let direct = writer.clone();
     let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_timer(clock::CachedTime);
     let fmt = match format {
-        LogFormat::Text if std::io::stderr().is_terminal() => fmt.boxed(),
+        LogFormat::Text if !plain => fmt.boxed(),
         LogFormat::Text => fmt.with_ansi(false).fmt_fields(text::PlainFields).event_format(text::PlainText).boxed(),
         LogFormat::Json => fmt.json().with_current_span(true).with_span_list(false).boxed(),
     };
@@ -94,8 +97,15 @@ pub fn init(format: LogFormat, otel: &OtelConfig, service: &'static str) -> Resu
     let installed = match (&tracer, log_filter(&std::env::var(EnvFilter::DEFAULT_ENV).unwrap_or_default())) {
         // Log lines alone: their filter is the whole subscriber's, so what
         // it turns away is never built and entering a span costs no
-        // per-layer bookkeeping.
-        (None, LogFilter::Targets(filter)) => registry.with(fmt).with(filter).try_init(),
+        // per-layer bookkeeping. Plain lines so filtered are all an
+        // access line becomes: written directly (`access`).
+        (None, LogFilter::Targets(filter)) => {
+            let installed = registry.with(fmt).with(filter).try_init();
+            if installed.is_ok() && plain {
+                access::install(direct);
+            }
+            installed
+        }
         (None, LogFilter::Env(filter)) => registry.with(fmt).with(filter).try_init(),
         // Spans reach OpenTelemetry whatever the log level.
         (Some(provider), LogFilter::Targets(filter)) => {

@@ -92,6 +92,18 @@ pub(crate) struct PlainVisitor<'w> {
     first: bool,
 }
 
+/// A string field's value as `Debug` writes it (quoted, escaped), written
+/// directly when `Debug` would leave it as it is.
+pub(crate) fn write_str(out: &mut impl fmt::Write, value: &str) -> fmt::Result {
+    if value.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\') {
+        out.write_char('"')?;
+        out.write_str(value)?;
+        out.write_char('"')
+    } else {
+        write!(out, "{value:?}")
+    }
+}
+
 // === impl PlainFields ===
 
 impl<'w> tracing_subscriber::field::MakeVisitor<Writer<'w>> for PlainFields {
@@ -126,17 +138,7 @@ impl PlainVisitor<'_> {
 
 impl tracing::field::Visit for PlainVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        // What `Debug` leaves as it is, between quotes.
-        let plain = value.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\');
-        self.write(field, |this| {
-            if plain {
-                this.writer.write_char('"')?;
-                this.writer.write_str(value)?;
-                this.writer.write_char('"')
-            } else {
-                write!(this.writer, "{value:?}")
-            }
-        });
+        self.write(field, |this| write_str(&mut this.writer, value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {

@@ -130,18 +130,43 @@ async fn request_layer(State(app): State<Arc<App>>, mut request: Request, next: 
             response.headers_mut().insert(COST_HEADER.clone(), cost);
         }
         telemetry::responded(&span, route, fields, response.status(), refusal.as_ref());
+        if !tracing::enabled!(target: "gw_data_plane::access", tracing::Level::INFO) {
+            return;
+        }
+        let (status, duration_ms) = (response.status().as_u16(), u64::try_from(started.elapsed().as_millis()));
+        let duration_ms = duration_ms.unwrap_or(u64::MAX);
+        let (model, token) = (fields.model.as_deref().unwrap_or(""), fields.token.as_deref().unwrap_or(""));
+        let (account, channel) = (fields.account.as_deref().unwrap_or(""), fields.channel.as_deref().unwrap_or(""));
+        // The same line either way: written directly where that is all
+        // the event would become (plain text lines), else as the event.
+        use gw_telemetry::access::Value::{Bare, Str, U64};
+        let line = [
+            ("method", Bare(method.as_str())),
+            ("path", Str(path)),
+            ("status", U64(status.into())),
+            ("duration_ms", U64(duration_ms)),
+            ("model", Str(model)),
+            ("token", Str(token)),
+            ("account", Str(account)),
+            ("channel", Str(channel)),
+            ("attempts", U64(fields.attempts.into())),
+            ("refusal", Str(reason)),
+        ];
+        if gw_telemetry::access::write(&id.0, "gw_data_plane::access", "request", &line) {
+            return;
+        }
         // In the request's span as its parent, without entering it again.
         tracing::info!(
             target: "gw_data_plane::access",
             parent: &span,
             %method,
             path,
-            status = response.status().as_u16(),
-            duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            model = fields.model.as_deref().unwrap_or(""),
-            token = fields.token.as_deref().unwrap_or(""),
-            account = fields.account.as_deref().unwrap_or(""),
-            channel = fields.channel.as_deref().unwrap_or(""),
+            status,
+            duration_ms,
+            model,
+            token,
+            account,
+            channel,
             attempts = fields.attempts,
             refusal = reason,
             "request"

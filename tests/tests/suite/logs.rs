@@ -111,6 +111,11 @@ async fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
     let access = lines.last().expect("a line");
     assert!(access.contains(&format!("request_id={request_id}")), "{access}");
     assert!(access.contains("status=401") && access.contains("refusal=\"missing_token\""), "{access}");
+    // The full format's layout, which the data plane writes directly.
+    let expected = format!(
+        " INFO request{{request_id={request_id}}}: gw_data_plane::access: request method=GET path=\"/v1/models\" status=401 "
+    );
+    assert!(access.contains(&expected), "{access}");
 }
 
 /// Started under a soft open-file limit of 256 and a hard one of 1,024, the
