@@ -23,7 +23,10 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::event::MessagesEvent;
+use super::{
+    event::MessagesEvent,
+    member::{self, Member},
+};
 use crate::pricing::Usage;
 
 /// An OpenAI usage object in either naming: chat's (`prompt_tokens`,
@@ -136,7 +139,13 @@ pub fn response_usage(body: &[u8]) -> Option<Usage> {
         #[serde(default)]
         usage: Option<UsageJson>,
     }
-    serde_json::from_slice::<Body>(body).ok()?.usage.map(|u| u.usage())
+    // The member alone when the walk is sure of it; else the whole body.
+    let usage = match member::top_level(body, b"usage") {
+        Some(Member::Absent) => None,
+        Some(Member::Value(usage)) => serde_json::from_slice::<Option<UsageJson>>(usage).ok()?,
+        None => serde_json::from_slice::<Body>(body).ok()?.usage,
+    };
+    usage.map(|u| u.usage())
 }
 
 /// What a stream chunk's JSON says: its usage, and whether it is the extra

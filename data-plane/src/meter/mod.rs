@@ -15,6 +15,7 @@
 pub mod answer;
 pub mod event;
 pub mod glance;
+mod member;
 pub mod pump;
 pub mod realtime;
 mod reasons;
