@@ -75,9 +75,30 @@ fn skip_space(body: &[u8], mut at: usize) -> usize {
     at
 }
 
-/// The index of the quote closing the string that opens at `at`.
+/// The bytes a walk through an object or array stops at.
+static STRUCTURAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 5 {
+        table[b"\"{}[]"[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
+/// The index of the quote closing the string that opens at `at`: a plain
+/// loop over its first bytes (most keys and values are short), `memchr`
+/// over the rest.
 fn string_end(body: &[u8], at: usize) -> Option<usize> {
     let mut from = at + 1;
+    let short = body.len().min(from + 32);
+    while from < short {
+        match body[from] {
+            b'"' => return Some(from),
+            b'\\' => from += 2,
+            _ => from += 1,
+        }
+    }
     loop {
         let next = from + memchr::memchr2(b'"', b'\\', body.get(from..)?)?;
         if body[next] == b'"' {
@@ -88,21 +109,35 @@ fn string_end(body: &[u8], at: usize) -> Option<usize> {
 }
 
 /// Where the value starting at `at` ends: past a string's closing quote,
-/// an object's or array's closing bracket, or a scalar's last byte.
+/// an object's or array's closing bracket (the open ones kept as bits,
+/// 1 for an array, up to 128 deep), or a scalar's last byte.
 fn value_end(body: &[u8], at: usize) -> Option<usize> {
     match body.get(at)? {
         b'"' => string_end(body, at).map(|end| end + 1),
         b'{' | b'[' => {
-            let mut open = vec![body[at]];
+            let (mut open, mut depth) = (u128::from(body[at] == b'['), 1u32);
             let mut at = at + 1;
-            while let Some(&last) = open.last() {
+            while depth > 0 {
+                // Past what no bracket or string starts with, a byte a step.
+                while body.get(at).is_some_and(|&byte| !STRUCTURAL[usize::from(byte)]) {
+                    at += 1;
+                }
                 match body.get(at)? {
                     b'"' => at = string_end(body, at)?,
-                    &byte @ (b'{' | b'[') => open.push(byte),
-                    b'}' if last == b'{' => drop(open.pop()),
-                    b']' if last == b'[' => drop(open.pop()),
-                    b'}' | b']' => return None,
-                    _ => {}
+                    &byte @ (b'{' | b'[') => {
+                        if depth == 128 {
+                            return None;
+                        }
+                        open = (open << 1) | u128::from(byte == b'[');
+                        depth += 1;
+                    }
+                    &byte => {
+                        if (open & 1 == 1) != (byte == b']') {
+                            return None;
+                        }
+                        open >>= 1;
+                        depth -= 1;
+                    }
                 }
                 at += 1;
             }
