@@ -85,24 +85,10 @@ fn format(line: &mut String, request_id: &str, target: &str, message: &str, fiel
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use proptest::prelude::*;
 
     use super::*;
-
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Capture {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::text::tests::Lines as Capture;
 
     /// The line the plain text subscriber writes for the access event,
     /// and the one `format` lays out, both without their time stamps.
@@ -131,7 +117,7 @@ mod tests {
                 "request"
             );
         });
-        let written = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+        let written = capture.text();
         let mut direct = String::from("<time>");
         let fields = [
             ("method", Value::Bare("POST")),

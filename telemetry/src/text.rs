@@ -168,14 +168,14 @@ impl tracing_subscriber::field::VisitFmt for PlainVisitor<'_> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
-mod tests {
+pub(crate) mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
 
     /// Lines written, shared with the subscriber that writes them.
     #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Lines(Arc<Mutex<Vec<u8>>>);
 
     impl std::io::Write for Lines {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -188,7 +188,7 @@ mod tests {
     }
 
     impl Lines {
-        fn text(&self) -> String {
+        pub(crate) fn text(&self) -> String {
             String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
         }
     }
