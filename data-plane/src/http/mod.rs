@@ -138,7 +138,8 @@ async fn request_layer(State(app): State<Arc<App>>, mut request: Request, next: 
         let (model, token) = (fields.model.as_deref().unwrap_or(""), fields.token.as_deref().unwrap_or(""));
         let (account, channel) = (fields.account.as_deref().unwrap_or(""), fields.channel.as_deref().unwrap_or(""));
         // The same line either way: written directly where that is all
-        // the event would become (plain text lines), else as the event.
+        // the event would become (plain text lines, in the request's span
+        // when the filter keeps it), else as the event.
         use gw_telemetry::access::Value::{Bare, Str, U64};
         let line = [
             ("method", Bare(method.as_str())),
@@ -152,7 +153,7 @@ async fn request_layer(State(app): State<Arc<App>>, mut request: Request, next: 
             ("attempts", U64(fields.attempts.into())),
             ("refusal", Str(reason)),
         ];
-        if gw_telemetry::access::write(&id.0, "gw_data_plane::access", "request", &line) {
+        if !span.is_disabled() && gw_telemetry::access::write(&id.0, "gw_data_plane::access", "request", &line) {
             return;
         }
         // In the request's span as its parent, without entering it again.

@@ -13,19 +13,26 @@ use tokio::{
     sync::mpsc,
 };
 
-/// Starts `gw-data-plane` with `format`; returns its address, its stderr
-/// lines as they come, and the process (killed on drop).
+/// Starts `gw-data-plane` with `format` (and `RUST_LOG` set to
+/// `rust_log`, if any); returns its address, its stderr lines as they
+/// come, and the process (killed on drop).
 async fn data_plane(
     format: &str,
     dir: &std::path::Path,
+    rust_log: Option<&str>,
 ) -> (String, mpsc::UnboundedReceiver<String>, tokio::process::Child) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut child = Command::new(binary("gw-data-plane"))
+    let mut command = Command::new(binary("gw-data-plane"));
+    command
         .args(["--listen", &addr, "--control-plane", &format!("http://127.0.0.1:{}", free_port())])
         .arg("--data-dir")
         .arg(dir)
-        .args(["--node-key", "node-key-for-the-logs-test", "--log-format", format])
-        .env_remove("RUST_LOG")
+        .args(["--node-key", "node-key-for-the-logs-test", "--log-format", format]);
+    match rust_log {
+        Some(directives) => command.env("RUST_LOG", directives),
+        None => command.env_remove("RUST_LOG"),
+    };
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -81,7 +88,7 @@ async fn lines_until(rx: &mut mpsc::UnboundedReceiver<String>, needle: &str) -> 
 #[tokio::test]
 async fn json_logs_are_one_object_a_line_and_the_access_line_carries_the_pipelines_fields() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (addr, mut rx, _child) = data_plane("json", dir.path()).await;
+    let (addr, mut rx, _child) = data_plane("json", dir.path(), None).await;
     let request_id = refused_request(&addr).await;
     let lines = lines_until(&mut rx, &request_id).await;
     for line in &lines {
@@ -104,7 +111,7 @@ async fn json_logs_are_one_object_a_line_and_the_access_line_carries_the_pipelin
 #[tokio::test]
 async fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (addr, mut rx, _child) = data_plane("text", dir.path()).await;
+    let (addr, mut rx, _child) = data_plane("text", dir.path(), None).await;
     let request_id = refused_request(&addr).await;
     let lines = lines_until(&mut rx, &request_id).await;
     assert!(lines.iter().all(|l| !l.contains('\u{1b}')), "colour codes in {lines:#?}");
@@ -116,6 +123,23 @@ async fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
         " INFO request{{request_id={request_id}}}: gw_data_plane::access: request method=GET path=\"/v1/models\" status=401 "
     );
     assert!(access.contains(&expected), "{access}");
+}
+
+/// With only the access lines' target at INFO, the request's span is
+/// filtered out: the access line is still written, without it, as the
+/// full format writes an event outside any span.
+#[tokio::test]
+async fn an_access_line_whose_span_is_filtered_out_is_written_without_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (addr, mut rx, _child) = data_plane("text", dir.path(), Some("warn,gw_data_plane::access=info")).await;
+    let request_id = refused_request(&addr).await;
+    let lines = lines_until(&mut rx, "refusal=\"missing_token\"").await;
+    let access = lines.last().expect("a line");
+    assert!(!access.contains(&request_id), "{access}");
+    assert!(
+        access.contains(" INFO gw_data_plane::access: request method=GET path=\"/v1/models\" status=401 "),
+        "{access}"
+    );
 }
 
 /// Started under a soft open-file limit of 256 and a hard one of 1,024, the
