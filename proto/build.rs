@@ -7,6 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile([proto], ["."])?;
     let encoded = ".gateway.v1.EncodedUsageReport.records";
     tonic_prost_build::configure()
+        // Messages are decoded from their frame as one slice (src/codec.rs).
+        .codec_path("crate::codec::SliceCodec")
         .type_attribute(".", "#[derive(serde::Serialize)]")
         // Shared slices of the spool's buffers, never serialised.
         .bytes(encoded)

@@ -10,6 +10,8 @@ pub mod v1 {
 
 pub use v1 as pb;
 
+pub mod codec;
+
 /// Calls `PolicyService/ReportUsage` with records encoded already: what the
 /// generated client does for a `ReportUsageRequest`, with the message that
 /// is the same on the wire (`EncodedUsageReport`).
@@ -26,7 +28,7 @@ pub async fn report_encoded_usage(
     let path = tonic::codegen::http::uri::PathAndQuery::from_static("/gateway.v1.PolicyService/ReportUsage");
     let mut request = request;
     request.extensions_mut().insert(tonic::GrpcMethod::new("gateway.v1.PolicyService", "ReportUsage"));
-    grpc.unary(request, path, tonic_prost::ProstCodec::default()).await
+    grpc.unary(request, path, codec::SliceCodec::default()).await
 }
 
 #[cfg(test)]
