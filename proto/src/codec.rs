@@ -87,12 +87,12 @@ mod tests {
     use super::*;
     use crate::pb::{ReportUsageRequest, UsageRecord};
 
+    /// A request body sent as the chunks of a list.
+    type Chunked = StreamBody<tokio_stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Status>>>>;
+
     /// One gRPC frame (uncompressed) holding `message`, sent as the body's
     /// chunks split at `cuts`.
-    fn body(
-        message: &[u8],
-        cuts: &[usize],
-    ) -> StreamBody<tokio_stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Status>>>> {
+    fn body(message: &[u8], cuts: &[usize]) -> Chunked {
         let mut frame = vec![0];
         frame.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
         frame.extend_from_slice(message);
