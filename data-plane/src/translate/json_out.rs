@@ -15,7 +15,8 @@ pub(super) struct Object<'o> {
 /// Writes `text` as a JSON string, quoted and escaped as `serde_json`
 /// escapes (`\"`, `\\\\`, `\b` `\f` `\n` `\r` `\t`, other control
 /// characters as `\u00xx`); runs of plain bytes are copied whole, found
-/// eight at a time.
+/// eight at a time, and a word holding a byte to escape is left at that
+/// byte.
 pub(super) fn string(out: &mut Vec<u8>, text: &str) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -38,6 +39,9 @@ pub(super) fn string(out: &mut Vec<u8>, text: &str) {
                 at += 8;
                 continue;
             }
+            // The lowest flag is always a byte to escape (a borrow only
+            // flags bytes above the one it came from): skip to it.
+            at += special.trailing_zeros() as usize / 8;
         }
         let byte = bytes[at];
         at += 1;
