@@ -58,7 +58,14 @@ pub fn decode(body: &Value) -> Result<(ir::Request, Dropped), TranslateError> {
 /// object naming a field twice below the top level), for the caller to
 /// parse it and `decode` that.
 pub fn decode_raw(raw: &[u8]) -> Option<Result<(ir::Request, Dropped), TranslateError>> {
-    match serde_json::from_slice::<wire::Body>(raw).ok()? {
+    // A body that is UTF-8 throughout, as a well-formed one is, is read as
+    // text: checked once, its strings are not checked again one by one.
+    // Anything else is read as bytes, to fail as it always has.
+    let body = match std::str::from_utf8(raw) {
+        Ok(text) => serde_json::from_str::<wire::Body>(text),
+        Err(_) => serde_json::from_slice::<wire::Body>(raw),
+    };
+    match body.ok()? {
         wire::Body(Some(request)) => Some(decode_view(request)),
         wire::Body(None) => Some(Err(TranslateError::NotAnObject)),
     }
