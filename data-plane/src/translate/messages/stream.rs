@@ -316,19 +316,22 @@ fn named(out: &mut Vec<u8>, name: &str, data: &Value) {
 /// order `serde_json` writes them), written out directly: most events of a
 /// translated stream are these.
 fn content_delta(out: &mut Vec<u8>, index: usize, arguments: bool, text: &str) {
-    let (name, kind) = if arguments { ("partial_json", "input_json_delta") } else { ("text", "text_delta") };
+    // The event `sse::event` would frame, written as constant pieces
+    // around the text and the index.
+    let (head, middle): (&[u8], &[u8]) = if arguments {
+        (
+            b"event: content_block_delta\ndata: {\"delta\":{\"partial_json\":",
+            b",\"type\":\"input_json_delta\"},\"index\":",
+        )
+    } else {
+        (b"event: content_block_delta\ndata: {\"delta\":{\"text\":", b",\"type\":\"text_delta\"},\"index\":")
+    };
     out.reserve(text.len() + 140);
-    sse::event(out, "content_block_delta", |out| {
-        out.extend_from_slice(b"{\"delta\":{\"");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\":");
-        json_out::string(out, text);
-        out.extend_from_slice(b",\"type\":\"");
-        out.extend_from_slice(kind.as_bytes());
-        out.extend_from_slice(b"\"},\"index\":");
-        out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
-        out.extend_from_slice(b",\"type\":\"content_block_delta\"}");
-    });
+    out.extend_from_slice(head);
+    json_out::string(out, text);
+    out.extend_from_slice(middle);
+    out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+    out.extend_from_slice(b",\"type\":\"content_block_delta\"}\n\n");
 }
 
 impl Encode for Encoder {
