@@ -37,8 +37,16 @@ pub enum ContinuityError {
 #[derive(Clone)]
 pub struct Continuity {
     store: Arc<dyn Store>,
+    trust: Arc<Mutex<Trust>>,
+}
+
+#[derive(Default)]
+struct Trust {
     /// Why the store is held suspect; `None` while it is trusted.
-    suspect: Arc<Mutex<Option<String>>>,
+    suspect: Option<String>,
+    /// Confirmations so far: a check that read the store before one
+    /// judged a store the operator has since confirmed.
+    confirms: u64,
 }
 
 /// What `gwctl store status` shows.
@@ -54,7 +62,7 @@ pub struct StoreStatus {
 
 impl Continuity {
     pub fn new(store: Arc<dyn Store>) -> Continuity {
-        Continuity { store, suspect: Arc::default() }
+        Continuity { store, trust: Arc::default() }
     }
 
     /// The lineage to serve data plane `node`, which holds revision `held`
@@ -62,6 +70,7 @@ impl Continuity {
     /// lineages). `Lost` when the store lost what the data plane holds; the
     /// store is then held suspect.
     pub async fn admit(&self, node: &str, held_id: &str, held: u64) -> Result<Lineage, ContinuityError> {
+        let confirms = self.confirms();
         let lineage = self.store.lineage().await?;
         let revision = self.store.revision().await?;
         let same = held_id.is_empty() || held_id == lineage.id;
@@ -81,12 +90,13 @@ impl Continuity {
                 lineage.id
             )
         };
-        Err(self.distrust(why))
+        Err(self.distrust(why, confirms))
     }
 
     /// Checks, before a session sends more, that the store still has the
     /// session's `lineage` and has not gone below the revision `sent`.
     pub async fn still(&self, node: &str, lineage: &Lineage, sent: u64) -> Result<(), ContinuityError> {
+        let confirms = self.confirms();
         let now = self.store.lineage().await?;
         let revision = self.store.revision().await?;
         if now.id == lineage.id && revision >= sent {
@@ -97,10 +107,11 @@ impl Continuity {
             // reconnects and is admitted to the new lineage.
             return Err(ContinuityError::Moved);
         }
-        Err(self.distrust(format!(
+        let why = format!(
             "the store changed under data plane {node:?}: it was {} at revision {sent}, it is {} at revision {revision}",
             lineage.id, now.id
-        )))
+        );
+        Err(self.distrust(why, confirms))
     }
 
     /// `Suspect` while the store is held suspect, for calls that would
@@ -116,7 +127,11 @@ impl Continuity {
     /// this replica trusts it again.
     pub async fn confirm(&self) -> Result<StoreStatus, StoreError> {
         let lineage = self.store.confirm_lineage().await?;
-        let before = self.suspect.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let before = {
+            let mut trust = self.trust();
+            trust.confirms += 1;
+            trust.suspect.take()
+        };
         tracing::warn!(lineage = %lineage.id, suspect = ?before, "store confirmed as the truth by an operator");
         self.status().await
     }
@@ -131,15 +146,30 @@ impl Continuity {
     }
 
     fn reason(&self) -> Option<String> {
-        self.suspect.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.trust().suspect.clone()
     }
 
-    /// Holds the store suspect for `why` and returns the refusal.
-    fn distrust(&self, why: String) -> ContinuityError {
-        let mut suspect = self.suspect.lock().unwrap_or_else(|e| e.into_inner());
-        if suspect.is_none() {
+    fn confirms(&self) -> u64 {
+        self.trust().confirms
+    }
+
+    fn trust(&self) -> std::sync::MutexGuard<'_, Trust> {
+        self.trust.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds the store suspect for `why`, judged from the store as read
+    /// after `confirms` confirmations, and returns the refusal. A store
+    /// confirmed since was judged stale: the data plane reconnects
+    /// (`Moved`) and is judged again, and the confirmed store stays
+    /// trusted.
+    fn distrust(&self, why: String, confirms: u64) -> ContinuityError {
+        let mut trust = self.trust();
+        if trust.confirms != confirms {
+            return ContinuityError::Moved;
+        }
+        if trust.suspect.is_none() {
             tracing::error!(reason = %why, "refusing to serve a store that lost data; run `gwctl store confirm` once it is right");
-            *suspect = Some(why.clone());
+            trust.suspect = Some(why.clone());
         }
         ContinuityError::Lost(why)
     }
@@ -222,5 +252,27 @@ mod tests {
         assert!(matches!(moved, ContinuityError::Moved), "a confirm ends sessions of the old lineage: {moved}");
         assert!(continuity.trusted().is_ok(), "without holding the store suspect again");
         assert!(continuity.still("dp", &status.lineage, 1).await.is_ok());
+    }
+
+    /// A data plane's check reads the store, finds it lost and is about to
+    /// say so when an operator confirms the store: the stale judgment makes
+    /// the data plane reconnect and leaves the confirmed store trusted (a
+    /// suite run once saw `gwctl store confirm` answer with a suspicion
+    /// raised that way).
+    #[tokio::test]
+    async fn a_check_begun_before_a_confirmation_leaves_the_confirmed_store_trusted() {
+        let (_dir, store) = store().await;
+        write(store.as_ref(), "g1").await;
+        let continuity = Continuity::new(store.clone());
+        let confirms = continuity.confirms();
+        continuity.confirm().await.unwrap();
+        let refused = continuity.distrust("judged before the confirmation".into(), confirms);
+        assert!(matches!(refused, ContinuityError::Moved), "{refused}");
+        assert!(continuity.trusted().is_ok());
+        assert!(continuity.status().await.unwrap().suspect.is_none());
+
+        let refused = continuity.distrust("judged after it".into(), continuity.confirms());
+        assert!(matches!(refused, ContinuityError::Lost(_)), "{refused}");
+        assert!(continuity.trusted().is_err());
     }
 }
