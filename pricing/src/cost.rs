@@ -169,7 +169,9 @@ pub fn cost_micros(usage: &Usage, prices: &Prices, ratio_ppm: i64) -> i64 {
         (reasoning, rates.reasoning),
     ]
     .iter()
-    .fold(0i128, |sum, (count, rate)| sum.saturating_add(count.saturating_mul(*rate)));
+    // Each count and rate is a non-negative `i64`, so each product is below
+    // 2^126 and exact; only the sum can overflow.
+    .fold(0i128, |sum, (count, rate)| sum.saturating_add(count * rate));
     scale_tokens(tokens, prices, ratio_ppm)
 }
 
@@ -186,15 +188,18 @@ pub fn bound_micros(prompt_tokens: i64, completion_tokens: i64, prices: &Prices,
     let prompt_rate = rates.input.max(rates.cached).max(rates.write_5m).max(rates.write_1h);
     let prompt_rate = prompt_rate.max(rates.audio_input).max(rates.audio_cached);
     let output_rate = rates.output.max(rates.reasoning).max(rates.audio_output);
-    let tokens = i128::from(prompt_tokens.max(0))
-        .saturating_mul(prompt_rate)
-        .saturating_add(i128::from(completion_tokens.max(0)).saturating_mul(output_rate));
+    // Products of non-negative `i64`s: exact in `i128` (see `cost_micros`).
+    let tokens = (i128::from(prompt_tokens.max(0)) * prompt_rate)
+        .saturating_add(i128::from(completion_tokens.max(0)) * output_rate);
     scale_tokens(tokens, prices, ratio_ppm)
 }
 
 /// `ceil(tokens * ratio_ppm / 1e12) + request_price`, saturating.
 fn scale_tokens(tokens: i128, prices: &Prices, ratio_ppm: i64) -> i64 {
-    let scaled = tokens.saturating_mul(i128::from(ratio_ppm.max(0)));
+    let ratio = i128::from(ratio_ppm.max(0));
+    // Two factors of 63 bits cannot overflow: the checked multiplication,
+    // an out-of-line call for `i128`, is for sums past `i64`.
+    let scaled = if tokens <= i128::from(i64::MAX) { tokens * ratio } else { tokens.saturating_mul(ratio) };
     saturate(ceil_div(scaled, TOKEN_DIVISOR).saturating_add(i128::from(prices.request_price_micros.max(0))))
 }
 
@@ -258,6 +263,10 @@ impl Rates {
 /// a model priced per search unit bills units, one priced per token bills
 /// tokens.
 pub fn units_cost_micros(units: &Units, prices: &Prices, ratio_ppm: i64) -> i64 {
+    // Most requests use no units: nothing to multiply.
+    if units.images <= 0 && units.audio_millis <= 0 && units.search_units <= 0 {
+        return 0;
+    }
     let images = i128::from(units.images.max(0)) * i128::from(prices.image_price_micros.max(0)) * 1000;
     let audio = i128::from(units.audio_millis.max(0)) * i128::from(prices.second_price_micros.max(0));
     let searches = (i128::from(units.search_units.max(0)) * i128::from(prices.search_unit_price_micros.max(0)))
@@ -286,8 +295,13 @@ pub fn video_cost_micros(second_price_micros: i64, seconds: u32, ratio_ppm: i64)
 }
 
 /// `ceil(value / divisor)` for a non-negative `value`, without overflow.
+/// A cost almost always fits in 64 bits, where dividing by a constant is a
+/// multiplication; in 128 it is a call to a division routine.
 fn ceil_div(value: i128, divisor: i128) -> i128 {
-    value.saturating_add(divisor - 1).div_euclid(divisor)
+    match (u64::try_from(value), u64::try_from(divisor)) {
+        (Ok(value), Ok(divisor)) if divisor > 0 => i128::from(value.div_ceil(divisor)),
+        _ => value.saturating_add(divisor - 1).div_euclid(divisor),
+    }
 }
 
 fn saturate(value: i128) -> i64 {
@@ -484,5 +498,61 @@ mod tests {
     fn video_saturates() {
         assert_eq!(video_cost_micros(i64::MAX, 600, 1_000_000_000_000_000), i64::MAX);
         assert_eq!(video_cost_micros(i64::MAX, u32::MAX, i64::MAX), i64::MAX);
+    }
+
+    /// The 128-bit rounding `ceil_div` uses past 64 bits, for every value.
+    fn ceil_div_general(value: i128, divisor: i128) -> i128 {
+        value.saturating_add(divisor - 1).div_euclid(divisor)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_64_bit_rounding_is_the_128_bit_one(
+            value in proptest::prop_oneof![0..=i128::from(u64::MAX), 0..=i128::MAX, proptest::strategy::Just(i128::from(u64::MAX))],
+            divisor in proptest::prop_oneof![
+                proptest::strategy::Just(TOKEN_DIVISOR),
+                proptest::strategy::Just(UNIT_DIVISOR),
+                proptest::strategy::Just(VIDEO_DIVISOR),
+                1..=i128::from(u64::MAX),
+            ],
+        ) {
+            proptest::prop_assert_eq!(ceil_div(value, divisor), ceil_div_general(value, divisor));
+        }
+
+        #[test]
+        fn costs_are_the_saturating_sum_of_exact_products(
+            counts in proptest::array::uniform9(proptest::prop_oneof![0..100_000_000i64, proptest::num::i64::ANY]),
+            rates in proptest::array::uniform4(proptest::prop_oneof![0..1_000_000_000i64, proptest::num::i64::ANY]),
+            ratio in proptest::prop_oneof![0..10_000_000i64, proptest::num::i64::ANY],
+        ) {
+            let usage = Usage {
+                prompt_tokens: counts[0],
+                completion_tokens: counts[1],
+                cached_tokens: counts[2],
+                cache_write_5m_tokens: counts[3],
+                cache_write_1h_tokens: counts[4],
+                reasoning_tokens: counts[5],
+                audio_prompt_tokens: counts[6],
+                audio_completion_tokens: counts[7],
+                audio_cached_tokens: counts[8],
+            };
+            let p = prices(rates[0], rates[1], rates[2], rates[3]);
+            // With only these prices set, cache writes and audio bill at the
+            // input price, reasoning and audio output at the output price:
+            // the whole is fresh-or-written input, cache reads and output.
+            let (prompt, completion) = (counts[0].max(0), counts[1].max(0));
+            let cached = counts[2].max(0).min(prompt);
+            let input = i128::from(rates[0].max(0));
+            let cached_rate = if rates[2] > 0 { i128::from(rates[2]) } else { input };
+            let parts = [(prompt - cached, input), (cached, cached_rate), (completion, i128::from(rates[1].max(0)))];
+            // Checked, not saturating: an overflow anywhere is a cost past
+            // `i64`, which saturates.
+            let tokens =
+                parts.iter().try_fold(0i128, |sum, (n, rate)| sum.checked_add(i128::from(*n).checked_mul(*rate)?));
+            let expected = tokens
+                .and_then(|t| t.checked_mul(i128::from(ratio.max(0))))
+                .map_or(i64::MAX, |t| saturate(ceil_div_general(t, TOKEN_DIVISOR).saturating_add(i128::from(rates[3].max(0)))));
+            proptest::prop_assert_eq!(cost_micros(&usage, &p, ratio), expected);
+        }
     }
 }
