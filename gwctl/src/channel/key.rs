@@ -7,7 +7,7 @@
 use anyhow::Result;
 use gw_proto::pb;
 
-use super::KeyArgs;
+use super::{KeyArgs, provider::ProviderArgs};
 use crate::client::{Admin, RpcResult};
 use crate::confirm;
 use crate::output::{self, Output, Render};
@@ -16,15 +16,21 @@ use crate::{resolve, schema};
 /// Key pool verbs. The channel may be named by its id or name.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Add an upstream key to the channel's pool, enabled.
+    /// Add an upstream key to the channel's pool, enabled. Bedrock and
+    /// Vertex channels also take their provider's credential flags, which
+    /// make the key as `channel create` does.
     #[command(after_help = "Examples:\n  \
         gwctl channel key add main --key-file ~/.config/openai-2.key\n  \
-        gwctl channel key add main --key-file - < key.txt")]
+        gwctl channel key add main --key-file - < key.txt\n  \
+        gwctl channel key add bedrock-east --access-key-id AKIA… --secret-access-key-file ~/.aws/second.secret\n  \
+        gwctl channel key add vertex-main --service-account-file second-sa.json")]
     Add {
         /// Id or name of the channel.
         channel: String,
         #[command(flatten)]
         key: KeyArgs,
+        #[command(flatten)]
+        credentials: Box<ProviderArgs>,
     },
     /// List the channel's keys: id, prefix, status.
     #[command(
@@ -64,9 +70,14 @@ pub struct KeyRef {
 /// Runs one key verb; returns what to print.
 pub async fn run(command: Command, admin: &mut Admin, out: Output) -> Result<String> {
     match command {
-        Command::Add { channel, key } => {
-            let key = key.read_required()?;
+        Command::Add { channel, key, credentials } => {
             let channel_id = resolve::channel(admin, &channel).await?;
+            let key = if credentials.any() {
+                let kind = admin.get_channel(pb::GetRequest { id: channel_id.clone() }).await.rpc()?.r#type;
+                super::pool_key(key, *credentials, &kind, &super::env_var, super::read_stdin)?
+            } else {
+                key.read_required()?
+            };
             let request = pb::AddChannelKeyRequest { channel_id, key };
             output::render_one(out, &admin.add_channel_key(request).await.rpc()?)
         }

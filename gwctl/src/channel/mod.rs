@@ -333,6 +333,20 @@ fn channel_key(
     }
 }
 
+/// One more key for a `kind` channel's pool: from `--key`/`--key-file`, or
+/// made by the provider's credential flags.
+fn pool_key(
+    key: KeyArgs,
+    credentials: ProviderArgs,
+    kind: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    stdin: impl FnOnce() -> std::io::Result<String>,
+) -> Result<String> {
+    let mut stdin = Stdin::new(stdin);
+    let provided = credentials.pool_key(kind, env, &mut stdin)?;
+    channel_key(key, provided, &mut stdin)?.with_context(|| missing_key(kind))
+}
+
 fn create_request(
     args: CreateArgs,
     env: &dyn Fn(&str) -> Option<String>,
@@ -623,5 +637,50 @@ mod tests {
         assert!(missing.to_string().contains("--key-file"), "{missing}");
         let keyless = create_request_of(create(KeyArgs::default(), true), || unreachable!()).unwrap();
         assert!(!keyless.has_key && keyless.api_key.is_empty());
+    }
+
+    fn credentials(args: &[&str]) -> ProviderArgs {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ProviderArgs,
+        }
+        Cli::parse_from(std::iter::once("gwctl").chain(args.iter().copied())).args
+    }
+
+    #[test]
+    fn a_pool_key_is_made_by_the_credential_flags_and_settings_stay_with_the_channel() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        let secret = secret.to_str().unwrap();
+        let pool = |key: KeyArgs, args: &[&str], kind: &str| {
+            pool_key(key, credentials(args), kind, &|_| None, || Ok("from-stdin\n".to_owned()))
+        };
+
+        let pair =
+            pool(KeyArgs::default(), &["--access-key-id", "AKIA2", "--secret-access-key-file", secret], "bedrock");
+        assert_eq!(pair.unwrap(), "AKIA2:s3cret");
+        let piped = pool(KeyArgs::default(), &["--access-key-id", "AKIA3", "--secret-access-key", "-"], "bedrock");
+        assert_eq!(piped.unwrap(), "AKIA3:from-stdin");
+        let api_key = pool(KeyArgs::default(), &["--bedrock-api-key-file", secret], "bedrock");
+        assert_eq!(api_key.unwrap(), "s3cret");
+
+        let error = pool(KeyArgs::default(), &["--region", "us-west-2", "--bedrock-api-key-file", secret], "bedrock");
+        let error = error.unwrap_err().to_string();
+        assert!(error.contains("--region") && error.contains("gwctl channel update"), "{error}");
+        let error = pool(KeyArgs::default(), &["--access-key-id", "A", "--secret-access-key-file", secret], "openai");
+        assert!(error.unwrap_err().to_string().contains("--type bedrock"));
+        let both =
+            pool(KeyArgs { key: Some("k".into()), key_file: None }, &["--bedrock-api-key-file", secret], "bedrock");
+        assert!(both.unwrap_err().to_string().contains("leave out --key"));
+
+        let account = dir.path().join("sa.json");
+        let json = r#"{"type":"service_account","project_id":"p2","client_email":"a@p2.iam.gserviceaccount.com","private_key":"-----BEGIN PRIVATE KEY-----\nX\n-----END PRIVATE KEY-----\n"}"#;
+        std::fs::write(&account, json).unwrap();
+        let vertex = pool(KeyArgs::default(), &["--service-account-file", account.to_str().unwrap()], "vertex");
+        let made: serde_json::Value = serde_json::from_str(&vertex.unwrap()).unwrap();
+        assert_eq!(made, serde_json::from_str::<serde_json::Value>(json).unwrap());
     }
 }

@@ -169,6 +169,31 @@ impl ProviderArgs {
         !self.given().is_empty()
     }
 
+    /// The key the credential flags make for one more key of a `kind`
+    /// channel's pool (`channel key add`): the settings flags belong to the
+    /// whole channel and are refused here, with where they go instead.
+    pub fn pool_key<F: FnOnce() -> io::Result<String>>(
+        self,
+        kind: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        stdin: &mut Stdin<F>,
+    ) -> Result<Option<String>> {
+        const SETTINGS: [&str; 8] = [
+            "--resource",
+            "--deployment",
+            "--api-version",
+            "--entra",
+            "--region",
+            "--project",
+            "--location",
+            "--token-url",
+        ];
+        if let Some((flag, _)) = self.given().into_iter().find(|(flag, _)| SETTINGS.contains(flag)) {
+            bail!("{flag} is a setting of the whole channel, not of one key: change it with gwctl channel update");
+        }
+        Ok(self.resolve(kind, env, stdin)?.key)
+    }
+
     /// The settings and key the flags give a `kind` channel. Fails on a flag
     /// of another kind, on a secret that is empty or cannot be read, and on
     /// a service-account file that is not one. `env` reads a variable (only

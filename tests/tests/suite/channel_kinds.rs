@@ -267,6 +267,24 @@ async fn each_provider_kind_is_created_with_its_own_flags_and_shown_without_its_
         gwctl_env(&cluster, "json", &[], &["channel", "key", "add", "gcp", "--key-file", &other.to_string_lossy()])
             .await;
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds this key"), "{again:?}");
+    // Keys of the pool also come from the provider's credential flags, as
+    // at creation; a setting of the whole channel is not one key's.
+    let third = service_account_as(&dir, "sa3.json", 0o600, "third@acme-ai.iam.gserviceaccount.com");
+    let added =
+        ok(&cluster, &[], &["channel", "key", "add", "gcp", "--service-account-file", &third.to_string_lossy()]).await;
+    assert_eq!(added["prefix"], "third@acme-ai.iam.gserviceaccount.com");
+    let second_secret = secret_file(&dir, "aws2.secret", "second/aws/secret/key+0123456789abcdef");
+    let pair = ["channel", "key", "add", "aws", "--access-key-id", "AKIASECONDKEY0000000", "--secret-access-key-file"];
+    let added = ok(&cluster, &[], &[&pair[..], &[&second_secret]].concat()).await;
+    assert_eq!(added["prefix"], "AKIASECONDKEY0000000");
+    let keys = ok(&cluster, &[], &["channel", "key", "list", "aws"]).await;
+    assert_eq!(keys["items"].as_array().map(Vec::len), Some(2), "{keys}");
+    let region = refused(&cluster, &[&pair[..], &[&second_secret, "--region", "us-west-2"]].concat()).await;
+    assert!(region.contains("--region is a setting of the whole channel"), "{region}");
+    // A Bedrock API key cannot join a pool of access key pairs.
+    let mismatch = refused(&cluster, &["channel", "key", "add", "aws", "--bedrock-api-key-file", &bedrock_key]).await;
+    assert!(mismatch.contains("a bedrock sigv4 key must be ACCESS_KEY_ID:SECRET_ACCESS_KEY"), "{mismatch}");
+    assert!(!mismatch.contains("ABSKQmVkcm9ja0FQSUtleS1zZWNyZXQ"), "the key is never quoted: {mismatch}");
 
     // A base URL that was the default follows a new region or location;
     // one given by the operator stays.
