@@ -74,8 +74,8 @@ fn write(kind: Kind, message: &pb::UsageRecord, out: &mut Vec<u8>) -> Range<usiz
     // Header first, filled in once the body is written in place behind it.
     out.extend_from_slice(&[0; HEADER]);
     out.push(kind as u8);
-    out.reserve(message.encoded_len());
-    // A Vec grows as needed, so encoding into it cannot fail.
+    // A Vec grows as needed, so encoding into it cannot fail. `encode`
+    // sizes the message itself; the writer sized the buffer for the group.
     let _ = message.encode(out);
     let body = &out[start + HEADER..];
     // A record is a few hundred bytes; u32 cannot overflow in practice.

@@ -232,7 +232,9 @@ impl Writer {
     /// Appends `group` to the current segment; on failure seals the segment
     /// and holds the group in `stalled` (logged once, not on each `retry`).
     async fn write(&mut self, group: Vec<Entry>, retry: bool) {
-        let mut bytes = Vec::with_capacity(group.len() * 256);
+        // An entry is a few hundred bytes (a record's strings and counts):
+        // sized once for the group, rarely grown.
+        let mut bytes = Vec::with_capacity(group.len() * 512);
         let ranges: Vec<_> =
             group.iter().map(|entry| self.encoder.encode(entry.kind, &entry.record, &mut bytes)).collect();
         let bytes = bytes::Bytes::from(bytes);

@@ -72,6 +72,7 @@ pub(super) fn write(out: &mut Vec<u8>, record: &UsageRecord) {
 
 /// A string member: `key` (its comma, name, colon and opening quote), then
 /// `value` as `serde_json` writes it.
+#[inline(always)]
 fn string(out: &mut Vec<u8>, key: &[u8], value: &str) {
     out.extend_from_slice(key);
     if !needs_escape(value.as_bytes()) {
@@ -88,11 +89,13 @@ fn string(out: &mut Vec<u8>, key: &[u8], value: &str) {
 }
 
 /// A number member: `key` (its comma, name and colon), then `value`.
+#[inline(always)]
 fn number(out: &mut Vec<u8>, key: &[u8], value: impl itoa::Integer) {
     out.extend_from_slice(key);
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
 
+#[inline(always)]
 fn nonzero(out: &mut Vec<u8>, key: &[u8], value: i64) {
     if value != 0 {
         number(out, key, value);
