@@ -139,6 +139,22 @@ async fn the_node_key_cannot_move_money_between_tenants() {
     assert_eq!(policy.report_usage(request).await.expect("report").into_inner().applied, 1);
     let usage = admin.list_usage(pb::ListUsageRequest::default()).await.expect("usage").into_inner().items;
     assert_eq!(usage.iter().map(|r| r.node_id.as_str()).collect::<Vec<_>>(), ["dp-forger"]);
+
+    // Forged records among good ones in one batch are each judged on
+    // their own, whatever passed just before them.
+    let mixed = vec![
+        record("good-1", &token, &account),
+        record("crossed-after-good", &other_token, &account),
+        record("good-2", &token, &account),
+        record("ghost-after-good", "tok_nobody", &account),
+        record("good-3", &token, &account),
+        pb::UsageRecord { model: "unpriced".into(), ..record("unknown-model-after-good", &token, &account) },
+    ];
+    let request = pb::ReportUsageRequest { node_id: "dp-forger".into(), records: mixed };
+    let answer = policy.report_usage(request).await.expect("report").into_inner();
+    assert_eq!((answer.applied, answer.refused), (3, 3), "{answer:?}");
+    let payer = admin.get_account(pb::GetRequest { id: account }).await.expect("account").into_inner();
+    assert_eq!(payer.used_micros, 4 * 2_000, "the record booked elsewhere and three good ones: {payer:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
