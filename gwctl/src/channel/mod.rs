@@ -639,16 +639,6 @@ mod tests {
         assert!(!keyless.has_key && keyless.api_key.is_empty());
     }
 
-    fn credentials(args: &[&str]) -> ProviderArgs {
-        use clap::Parser as _;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: ProviderArgs,
-        }
-        Cli::parse_from(std::iter::once("gwctl").chain(args.iter().copied())).args
-    }
-
     #[test]
     fn a_pool_key_is_made_by_the_credential_flags_and_settings_stay_with_the_channel() {
         let dir = tempfile::tempdir().unwrap();
@@ -656,7 +646,7 @@ mod tests {
         std::fs::write(&secret, "s3cret\n").unwrap();
         let secret = secret.to_str().unwrap();
         let pool = |key: KeyArgs, args: &[&str], kind: &str| {
-            pool_key(key, credentials(args), kind, &|_| None, || Ok("from-stdin\n".to_owned()))
+            pool_key(key, provider::tests::parse(args), kind, &|_| None, || Ok("from-stdin\n".to_owned()))
         };
 
         let pair =

@@ -357,12 +357,13 @@ fn warn_if_shared(_: &Path) {}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     const SA: &str = r#"{"type":"service_account","project_id":"acme-ai","client_email":"gw@acme-ai.iam.gserviceaccount.com","private_key":"-----BEGIN PRIVATE KEY-----\nX\n-----END PRIVATE KEY-----\n"}"#;
 
-    fn parse(args: &[&str]) -> ProviderArgs {
+    /// `args` as the provider flags of a command line.
+    pub(in crate::channel) fn parse(args: &[&str]) -> ProviderArgs {
         use clap::Parser as _;
         #[derive(clap::Parser)]
         struct Cli {
