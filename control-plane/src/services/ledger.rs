@@ -25,7 +25,7 @@ use crate::{
 
 mod allowed;
 
-use allowed::{Allowed, Changed};
+use allowed::{Allowed, Changed, same_payer_and_policy};
 
 /// Why the ledger could not apply or charge.
 #[derive(Debug, thiserror::Error)]
@@ -251,17 +251,6 @@ impl Catalogue {
         }
         Ok(())
     }
-}
-
-/// Whether `a` and `b` name the same token, account, model, group and
-/// channel: all that `Allowed::payer` and `Allowed::policy` read of a
-/// record, so one passes them exactly when the other does.
-fn same_payer_and_policy(a: &UsageRecord, b: &UsageRecord) -> bool {
-    a.token_id == b.token_id
-        && a.account_id == b.account_id
-        && a.model == b.model
-        && a.group == b.group
-        && a.channel_id == b.channel_id
 }
 
 /// The checks every reported record passes before it is priced.

@@ -128,6 +128,17 @@ impl Allowed {
     }
 }
 
+/// Whether `a` and `b` name the same token, account, model, group and
+/// channel: all that `Allowed::payer` and `Allowed::policy` (above) read of a
+/// record, so one passes them exactly when the other does.
+pub(super) fn same_payer_and_policy(a: &UsageRecord, b: &UsageRecord) -> bool {
+    a.token_id == b.token_id
+        && a.account_id == b.account_id
+        && a.model == b.model
+        && a.group == b.group
+        && a.channel_id == b.channel_id
+}
+
 // === impl Changed ===
 
 impl Changed {
